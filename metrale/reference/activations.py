@@ -1,0 +1,161 @@
+"""Activation modes A16, A4 and A8 (CONTRACT §4), and the 24-bit weight block codes (§5.1).
+
+All functions take bf16 rows ``x`` [m, K] (K a multiple of 16) and return integer codes with
+their scales; none modifies its input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from metrale.errors import MetraleError
+from metrale.reference.elements import (
+    BF16,
+    E2M1_CODE2,
+    E4M3,
+    bf16_exponent_field,
+    e2m1_rne,
+    e4m3_exponent_field,
+    e4m3_saturate,
+)
+
+BLOCK = 16
+F32 = np.float32
+Mode = Literal["A16", "A4", "A8"]
+MODES: tuple[Mode, ...] = ("A16", "A4", "A8")
+
+
+def check_rows(x: object, k: int | None = None, name: str = "x") -> np.ndarray:
+    """Validate bf16 activation rows [m, K]: dtype, 2-D, K a multiple of 16 (and == k if given)."""
+    if not isinstance(x, np.ndarray):
+        raise MetraleError(f"{name}: expected a numpy bf16 array, got {type(x).__name__}")
+    if x.dtype != BF16:
+        raise MetraleError(f"{name}: dtype {x.dtype}, want bfloat16")
+    if x.ndim != 2:
+        raise MetraleError(f"{name}: shape {tuple(x.shape)}, want 2-D [m, K]")
+    if x.shape[1] % BLOCK != 0 or x.shape[1] == 0:
+        raise MetraleError(f"{name}: K={x.shape[1]} is not a multiple of {BLOCK}")
+    if k is not None and x.shape[1] != k:
+        raise MetraleError(f"{name}: K={x.shape[1]}, the weight wants K={k}")
+    return x
+
+
+def block_fixed_point(
+    values: np.ndarray, field: np.ndarray, bias: int, frac_bits: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Block fixed point over the last axis (blocks of 16).
+
+    E = max(exponent field, counting 0 as 1) − bias per block; c = rne(v · 2^(frac_bits − E)).
+    Returns (codes float64 [..., B, 16] holding integers, E int32 [..., B]).
+    """
+    shp = (*values.shape[:-1], values.shape[-1] // BLOCK, BLOCK)
+    f = np.maximum(field.reshape(shp), 1)
+    e = (f.max(axis=-1) - bias).astype(np.int32)
+    v = values.reshape(shp).astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        c = np.rint(np.ldexp(v, (frac_bits - e)[..., None]))
+    return c, e
+
+
+@dataclass(frozen=True)
+class A16Codes:
+    """A16 activation codes: ``codes`` [m, B, 16] integers |c| < 2^15 (float64), ``exp`` E
+    int32 [m, B] (block scale 2^(E−14)), ``finite`` bool [m, B]."""
+
+    codes: np.ndarray
+    exp: np.ndarray
+    finite: np.ndarray
+
+
+def quantize_a16(x: np.ndarray) -> A16Codes:
+    """A16: E = max biased exponent − 127 (zero field as 1); c = rne(x · 2^(14−E))."""
+    x = check_rows(x)
+    field = bf16_exponent_field(x)
+    c, e = block_fixed_point(x.astype(np.float64), field, 127, 14)
+    finite = (field.reshape(c.shape) != 255).all(axis=-1)
+    c = np.where(finite[..., None], c, 0.0)
+    return A16Codes(codes=c, exp=e, finite=finite)
+
+
+@dataclass(frozen=True)
+class A4Codes:
+    """A4 activation codes: ``codes`` int8 [m, K] = 2·e2m1 ∈ [−12, 12], ``scales`` e4m3
+    [m, B], ``finite`` bool [m, B]."""
+
+    codes: np.ndarray
+    scales: np.ndarray
+    finite: np.ndarray
+
+
+def quantize_a4(x: np.ndarray, input_scale: np.float32) -> A4Codes:
+    """A4, vLLM's ``ref_nvfp4_quant`` with g = 1/input_scale, in this fp32 order:
+
+    g = 1/input_scale; s = g·(amax·f32(1/6)); scale = e4m3(min(s, 448));
+    inv_g = 1/g; d = f32(scale)·inv_g; os = (d == 0 ? 0 : 1/d);
+    code = 2·e2m1_rne(clamp(f32(x)·os, ±6)). A block holding Inf/NaN is non-finite.
+    """
+    x = check_rows(x)
+    m, k = x.shape
+    xb = x.astype(F32).reshape(m, k // BLOCK, BLOCK)
+    finite = np.isfinite(xb).all(axis=-1)
+    xb = np.where(finite[..., None], xb, F32(0))
+    g = F32(1.0) / F32(input_scale)
+    amax = np.abs(xb).max(axis=-1)
+    s = g * (amax * F32(1.0 / 6.0))
+    scale = e4m3_saturate(np.minimum(s, F32(448.0)))
+    inv_g = F32(1.0) / g
+    d = scale.astype(F32) * inv_g
+    with np.errstate(divide="ignore"):
+        os_ = np.where(d == 0, F32(0), F32(1.0) / np.where(d == 0, F32(1), d)).astype(F32)
+    scaled = np.clip(xb * os_[..., None], F32(-6.0), F32(6.0))
+    nib = e2m1_rne(scaled).view(np.uint8) & np.uint8(0x0F)
+    codes = E2M1_CODE2[nib].reshape(m, k)
+    return A4Codes(codes=codes, scales=scale.astype(E4M3), finite=finite)
+
+
+@dataclass(frozen=True)
+class A8Codes:
+    """A8 per-row int8: ``q`` int8 [m, K], ``scale`` f32 [m] (NaN for a non-finite row)."""
+
+    q: np.ndarray
+    scale: np.ndarray
+
+
+def quantize_a8(x: np.ndarray) -> A8Codes:
+    """vLLM dynamic per-token int8: amax = max|x|, s = amax/127, inv = 127/amax (0 if amax = 0),
+    q = saturate_int8(rne(x · inv)). A row holding Inf/NaN gets q = 0 and s = NaN."""
+    x = check_rows(x)
+    xf = x.astype(F32)
+    finite = np.isfinite(xf).all(axis=1)
+    xf = np.where(finite[:, None], xf, F32(0))
+    amax = np.abs(xf).max(axis=1)
+    s = (amax / F32(127.0)).astype(F32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax == 0, F32(0), F32(127.0) / np.where(amax == 0, F32(1), amax))
+    q = np.clip(np.rint(xf * inv.astype(F32)[:, None]), -128, 127).astype(np.int8)
+    s = np.where(finite, s, F32(np.nan)).astype(F32)
+    return A8Codes(q=q, scale=s)
+
+
+@dataclass(frozen=True)
+class WeightBlockCodes:
+    """24-bit weight block codes of FP8/BF16 weights: ``codes`` [N, B, 16] integers (float64),
+    ``exp`` F int32 [N, B] (block scale 2^(F−22))."""
+
+    codes: np.ndarray
+    exp: np.ndarray
+
+
+def weight_codes24(w: np.ndarray) -> WeightBlockCodes:
+    """c = rne(w · 2^(22−F)), F the block's max exponent (zero field as 1) of e4m3 or bf16."""
+    if w.dtype == E4M3:
+        field, bias = e4m3_exponent_field(w), 7
+    elif w.dtype == BF16:
+        field, bias = bf16_exponent_field(w), 127
+    else:
+        raise MetraleError(f"weight codes: dtype {w.dtype}, want float8_e4m3fn or bfloat16")
+    c, f = block_fixed_point(w.astype(np.float64), field, bias, 22)
+    return WeightBlockCodes(codes=c, exp=f)

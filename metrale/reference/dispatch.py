@@ -1,0 +1,85 @@
+"""GEMV/GEMM dispatch on the weight's format and the NVFP4 launchers (``quant_dispatch.rs``).
+
+Each function launches named kernels on ``backend`` and writes ``output`` in place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from metrale.backend import Backend
+from metrale.errors import KernelMissing, MetraleError
+from metrale.reference.formats import DenseWeight, Fp8Weight, Nvfp4Weight, Q2_0Weight
+from metrale.reference.tiers import W4A4_MAX_ROWS, W4a16BatchmTiers, weight_quantization
+
+_GEMV = {Nvfp4Weight: "w4a16_gemv", Fp8Weight: "w8a16_gemv", DenseWeight: "dense_gemv"}
+_GEMM = {Nvfp4Weight: "w4a16_gemm", Fp8Weight: "w8a16_gemm", DenseWeight: "dense_gemm"}
+
+
+def quant_gemv(backend: Backend, input: Any, weight: Any, output: Any) -> None:
+    """One-row GEMV through the kernel for the weight's format (NVFP4, FP8, BF16)."""
+    if isinstance(weight, Q2_0Weight):
+        raise MetraleError(
+            "quant_gemv: PackedQ2 not routed through the generic dispatcher; use q2_0_gemv_vec"
+        )
+    kernel = _GEMV.get(type(weight))
+    if kernel is None:
+        raise MetraleError(f"quant_gemv: unsupported weight type {type(weight).__name__}")
+    backend.launch(kernel, input, weight, output)
+
+
+def quant_gemm(backend: Backend, input: Any, weight: Any, output: Any) -> None:
+    """m-row GEMM through the kernel for the weight's format (NVFP4, FP8, BF16)."""
+    if isinstance(weight, Q2_0Weight):
+        raise MetraleError(
+            "quant_gemm: PackedQ2 not routed through the generic dispatcher; "
+            "use the layer's transient-dequant prefill path"
+        )
+    kernel = _GEMM.get(type(weight))
+    if kernel is None:
+        raise MetraleError(f"quant_gemm: unsupported weight type {type(weight).__name__}")
+    backend.launch(kernel, input, weight, output)
+
+
+def w4a16_gemv_batchm(
+    backend: Backend, kernel: str | None, input: Any, weight: Any, output: Any, m: int
+) -> None:
+    """m rows through the ``w4a16_gemv_batch{M}`` tier ``kernel``; refuses m > 32."""
+    if m > 32:
+        raise MetraleError(f"w4a16_gemv_batchm caps at M=32 (batch32; m={m})")
+    if kernel is None:
+        raise KernelMissing(f"w4a16_gemv_batchm: no tier kernel serves m={m} in this target build")
+    backend.launch(kernel, input, weight, output, m)
+
+
+def _uses_a4(backend: Backend, weight: Any, m: int) -> bool:
+    declares = W4a16BatchmTiers(backend).declares_a4(weight)
+    return weight_quantization().admits(m, declares)
+
+
+def nvfp4_proj_small_m(
+    backend: Backend,
+    kernel: str | None,
+    input: Any,
+    weight: Any,
+    output: Any,
+    m: int,
+    scratch: dict[str, Any],
+    *,
+    same_input: bool = False,
+) -> None:
+    """NVFP4 projection of m rows: W4A4 (up to 64 rows) where the weight-quantization tier
+    admits it, else the W4A16 tier ``kernel``. ``same_input`` reuses the activation codes the
+    previous call stored in ``scratch`` (gate and up share one quantization of x)."""
+    if not isinstance(weight, Nvfp4Weight):
+        raise MetraleError(f"nvfp4_proj_small_m: weight {getattr(weight, 'name', '?')} is not NVFP4")
+    if _uses_a4(backend, weight, m):
+        if m > W4A4_MAX_ROWS:
+            raise MetraleError(f"nvfp4_proj_small_m: W4A4 serves up to {W4A4_MAX_ROWS} rows (m={m})")
+        key = ("a4", float(weight.input_scale))
+        if not (same_input and scratch.get("a4_key") == key):
+            scratch["a4"] = backend.launch("w4a4_quantize", input[:m], weight.input_scale)
+            scratch["a4_key"] = key
+        backend.launch("w4a4_gemv_small_m", scratch["a4"], weight, output[:m])
+        return
+    w4a16_gemv_batchm(backend, kernel, input, weight, output, m)

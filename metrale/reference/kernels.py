@@ -1,0 +1,125 @@
+"""The reference backend: every kernel of ``KERNEL_NAMES`` in numpy, on host arrays.
+
+Signatures (the CUDA twins take the same): activations are bf16 [m, K] arrays, outputs
+bf16 [m, N] arrays written in place; ``w`` is a weight container of metrale.reference.formats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from metrale.backend import W4A16_TIERS, Backend
+from metrale.reference.activations import (
+    A4Codes,
+    A8Codes,
+    check_rows,
+    quantize_a4,
+    quantize_a8,
+)
+from metrale.reference.elements import BF16
+from metrale.reference.lora import LoraAdapter, lora_expand, lora_shrink
+from metrale.reference.projection import project
+from metrale.reference.tables import act_mul
+
+
+def _proj(x: np.ndarray, w: Any, out: np.ndarray) -> None:
+    out[...] = project(x, w, "A16")
+
+
+def _fixed(rows: int) -> Callable[..., None]:
+    def kernel(x: np.ndarray, w: Any, out: np.ndarray) -> None:
+        out[:rows] = project(x[:rows], w, "A16")
+
+    return kernel
+
+
+def _dual(rows: int) -> Callable[..., None]:
+    def kernel(x: np.ndarray, w0: Any, out0: np.ndarray, w1: Any, out1: np.ndarray) -> None:
+        out0[:rows] = project(x[:rows], w0, "A16")
+        out1[:rows] = project(x[:rows], w1, "A16")
+
+    return kernel
+
+
+def _tier(max_m: int) -> Callable[..., None]:
+    def kernel(x: np.ndarray, w: Any, out: np.ndarray, m: int) -> None:
+        r = min(m, max_m)  # a tier writes only its first MAX_M rows
+        out[:r] = project(x[:r], w, "A16")
+
+    return kernel
+
+
+def _batchm(x: np.ndarray, w: Any, out: np.ndarray, m: int) -> None:
+    out[:m] = project(x[:m], w, "A16")
+
+
+def _w4a4_gemv(codes: A4Codes, w: Any, out: np.ndarray) -> None:
+    out[...] = project(None, w, "A4", codes=codes)
+
+
+def _w8a8_gemv(codes: A8Codes, w: Any, out: np.ndarray) -> None:
+    out[...] = project(None, w, "A8", codes=codes)
+
+
+def _w8a8_silu_quant_gemv(gate: np.ndarray, up: np.ndarray, w: Any, out: np.ndarray) -> None:
+    h = act_mul(gate, up, "silu")
+    out[...] = project(None, w, "A8", codes=quantize_a8(h))
+
+
+def _act(name: str) -> Callable[..., None]:
+    def kernel(gate: np.ndarray, up: np.ndarray, out: np.ndarray) -> None:
+        out[...] = act_mul(gate, up, name)  # type: ignore[arg-type]
+
+    return kernel
+
+
+def _lora_expand(t: np.ndarray, lora: LoraAdapter, out: np.ndarray) -> None:
+    out[...] = lora_expand(t, lora, out)
+
+
+REFERENCE_KERNELS: dict[str, Callable[..., Any]] = {
+    "w4a16_gemv": _fixed(1),
+    "w4a16_gemv_batch2": _fixed(2),
+    "w4a16_gemv_batch3": _fixed(3),
+    "w4a16_gemv_dual_batch2": _dual(2),
+    "w4a16_gemv_dual_batch3": _dual(3),
+    **{f"w4a16_gemv_batch{t}": _tier(t) for t in W4A16_TIERS},
+    "w4a16_gemm": _proj,
+    "w4a4_quantize": quantize_a4,
+    "w4a4_gemv_small_m": _w4a4_gemv,
+    "w8a16_gemv": _fixed(1),
+    "w8a16_gemm": _proj,
+    "dense_gemv": _fixed(1),
+    "dense_gemm": _proj,
+    "q2_0_gemv_vec": _fixed(1),
+    "q2_0_gemv_vec_batchm": _batchm,
+    "q2_0_gemm": _proj,
+    "w8a8_quantize": quantize_a8,
+    "w8a8_gemv": _w8a8_gemv,
+    "w8a8_silu_quant_gemv": _w8a8_silu_quant_gemv,
+    "act_mul_silu": _act("silu"),
+    "act_mul_gelu": _act("gelu"),
+    "lora_shrink": lora_shrink,
+    "lora_expand": _lora_expand,
+}
+
+
+class ReferenceBackend(Backend):
+    """All kernels in numpy on host memory; CPU-only, always available."""
+
+    name = "reference"
+
+    def __init__(self) -> None:
+        super().__init__(REFERENCE_KERNELS)
+
+    def empty_bf16(self, shape: tuple[int, ...]) -> np.ndarray:
+        return np.empty(shape, dtype=BF16)
+
+    def rows(self, x: Any, k: int, name: str = "input") -> np.ndarray:
+        return check_rows(x, k, name=name)
+
+    def to_numpy(self, a: Any) -> np.ndarray:
+        return np.array(a, dtype=BF16, copy=True)

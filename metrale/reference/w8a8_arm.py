@@ -1,0 +1,42 @@
+"""The declared-W8A8 arm of the dense SiLU FFN (``dense_ffn_w8a8.rs``).
+
+Gate and up share one quantized input; the down projection's input bf16(silu(gate)·up) is
+quantized in the launch that computes it (``w8a8_silu_quant_gemv``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from metrale.backend import Backend
+from metrale.reference.formats import W8a8Weight
+
+#: Rows the W8A8 decode kernels serve (1..=W8A8_MAX_ROWS).
+W8A8_MAX_ROWS = 64
+W8A8_KERNELS = ("w8a8_quantize", "w8a8_gemv", "w8a8_silu_quant_gemv")
+
+
+@dataclass(frozen=True)
+class W8a8Ffn:
+    """W8A8 gate [inter, hidden], up [inter, hidden] and down [hidden, inter]."""
+
+    gate: W8a8Weight
+    up: W8a8Weight
+    down: W8a8Weight
+
+
+def available(backend: Backend, w: W8a8Weight, rows: int) -> bool:
+    """Whether the W8A8 kernels serve ``rows`` rows of ``w`` in this build."""
+    return 1 <= rows <= W8A8_MAX_ROWS and all(backend.has(k) for k in W8A8_KERNELS)
+
+
+def run_w8a8(
+    backend: Backend, w: W8a8Ffn, input: Any, rows: int, gate_out: Any, up_out: Any, output: Any
+) -> None:
+    """gate and up from one quantization of ``input``; then the fused silu → quantize → down."""
+    codes = backend.launch("w8a8_quantize", input[:rows])
+    backend.launch("w8a8_gemv", codes, w.gate, gate_out[:rows])
+    # `up` reads the activation `gate` quantized into the shared scratch.
+    backend.launch("w8a8_gemv", codes, w.up, up_out[:rows])
+    backend.launch("w8a8_silu_quant_gemv", gate_out[:rows], up_out[:rows], w.down, output[:rows])
