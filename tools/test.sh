@@ -5,4 +5,4 @@ cd "$(dirname "$0")/.."
 python3 -m pip install -q torch==2.13.0
 python3 -m pip install -q -e ".[test]"
 python3 -m ruff check metrale tests tools
-python3 -m pytest -q -n auto "$@" 2>/dev/null || python3 -m pytest -q "$@"
+python3 -m pytest -q -n 2 "$@"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Union
+
 
 from metrale.reference.formats.dense import DenseWeight
 from metrale.reference.formats.fp8 import Fp8Weight
@@ -10,7 +10,7 @@ from metrale.reference.formats.nvfp4 import Nvfp4Weight
 from metrale.reference.formats.q2_0 import Q2_0Weight
 from metrale.reference.formats.w8a8 import W8a8Weight
 
-QuantWeight = Union[Nvfp4Weight, Fp8Weight, W8a8Weight, Q2_0Weight, DenseWeight]
+QuantWeight = Nvfp4Weight | Fp8Weight | W8a8Weight | Q2_0Weight | DenseWeight
 
 FORMATS: dict[str, type] = {
     "nvfp4": Nvfp4Weight,
