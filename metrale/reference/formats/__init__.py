@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-
-
 from metrale.reference.formats.dense import DenseWeight
 from metrale.reference.formats.fp8 import Fp8Weight
 from metrale.reference.formats.nvfp4 import Nvfp4Weight
