@@ -9,20 +9,24 @@ from typing import Any
 
 from metrale.backend import Backend
 from metrale.errors import KernelMissing, MetraleError
-from metrale.reference.formats import DenseWeight, Fp8Weight, Nvfp4Weight, Q2_0Weight
 from metrale.reference.tiers import W4A4_MAX_ROWS, W4a16BatchmTiers, weight_quantization
 
-_GEMV = {Nvfp4Weight: "w4a16_gemv", Fp8Weight: "w8a16_gemv", DenseWeight: "dense_gemv"}
-_GEMM = {Nvfp4Weight: "w4a16_gemm", Fp8Weight: "w8a16_gemm", DenseWeight: "dense_gemm"}
+# Keyed by the weight's ``format`` (host containers and device weights both carry it).
+_GEMV = {"nvfp4": "w4a16_gemv", "fp8": "w8a16_gemv", "bf16": "dense_gemv"}
+_GEMM = {"nvfp4": "w4a16_gemm", "fp8": "w8a16_gemm", "bf16": "dense_gemm"}
+
+
+def _format(weight: Any) -> str | None:
+    return getattr(weight, "format", None)
 
 
 def quant_gemv(backend: Backend, input: Any, weight: Any, output: Any) -> None:
     """One-row GEMV through the kernel for the weight's format (NVFP4, FP8, BF16)."""
-    if isinstance(weight, Q2_0Weight):
+    if _format(weight) == "q2_0":
         raise MetraleError(
             "quant_gemv: PackedQ2 not routed through the generic dispatcher; use q2_0_gemv_vec"
         )
-    kernel = _GEMV.get(type(weight))
+    kernel = _GEMV.get(_format(weight) or "")
     if kernel is None:
         raise MetraleError(f"quant_gemv: unsupported weight type {type(weight).__name__}")
     backend.launch(kernel, input, weight, output)
@@ -30,12 +34,12 @@ def quant_gemv(backend: Backend, input: Any, weight: Any, output: Any) -> None:
 
 def quant_gemm(backend: Backend, input: Any, weight: Any, output: Any) -> None:
     """m-row GEMM through the kernel for the weight's format (NVFP4, FP8, BF16)."""
-    if isinstance(weight, Q2_0Weight):
+    if _format(weight) == "q2_0":
         raise MetraleError(
             "quant_gemm: PackedQ2 not routed through the generic dispatcher; "
             "use the layer's transient-dequant prefill path"
         )
-    kernel = _GEMM.get(type(weight))
+    kernel = _GEMM.get(_format(weight) or "")
     if kernel is None:
         raise MetraleError(f"quant_gemm: unsupported weight type {type(weight).__name__}")
     backend.launch(kernel, input, weight, output)
@@ -71,7 +75,7 @@ def nvfp4_proj_small_m(
     """NVFP4 projection of m rows: W4A4 (up to 64 rows) where the weight-quantization tier
     admits it, else the W4A16 tier ``kernel``. ``same_input`` reuses the activation codes the
     previous call stored in ``scratch`` (gate and up share one quantization of x)."""
-    if not isinstance(weight, Nvfp4Weight):
+    if _format(weight) != "nvfp4":
         raise MetraleError(f"nvfp4_proj_small_m: weight {getattr(weight, 'name', '?')} is not NVFP4")
     if _uses_a4(backend, weight, m):
         if m > W4A4_MAX_ROWS:

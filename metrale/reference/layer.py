@@ -103,7 +103,16 @@ class DenseFfnLayer:
         self.bf16_weights = up(bf16_weights)
         self.fp8_weights = up(fp8_weights)
         self.q2_weights = up(q2_weights)
-        self.lora = lora
+        self.lora = (
+            None
+            if lora is None
+            else FfnLora(
+                *(
+                    None if a is None else self.backend.upload(a)
+                    for a in (lora.gate_proj, lora.up_proj, lora.down_proj)
+                )
+            )
+        )
         self.w8a8: W8a8Ffn | None = None
         self.w4a16_batchm = W4a16BatchmTiers(self.backend)
 

@@ -12,7 +12,6 @@ from functools import cache
 
 from metrale.backend import W4A16_TIERS, Backend
 from metrale.errors import MetraleError
-from metrale.reference.formats import Nvfp4Weight
 
 #: Rows the W4A4 small-m path serves.
 W4A4_MAX_ROWS = 64
@@ -31,7 +30,11 @@ class W4a16BatchmTiers:
     def declares_a4(self, weight: object) -> bool:
         """The weight declares FP4 activations (NVFP4 with input_scale) and the W4A4 kernels
         are present in this build."""
-        return isinstance(weight, Nvfp4Weight) and weight.declares_a4 and self.w4a4_present()
+        return (
+            getattr(weight, "format", None) == "nvfp4"
+            and bool(getattr(weight, "declares_a4", False))
+            and self.w4a4_present()
+        )
 
     def ffn_edge(self, weight: object) -> int:
         """Row edge of the dense FFN's narrow arms: 64 where the weight declares A4, else 32."""
