@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from metrale.backend import Backend
+from metrale.backend import W4A16_TIERS, Backend
 from metrale.errors import KernelMissing, MetraleError
 from metrale.reference.tiers import W4A4_MAX_ROWS, W4a16BatchmTiers, weight_quantization
 
@@ -52,7 +52,10 @@ def w4a16_gemv_batchm(
     if m > 32:
         raise MetraleError(f"w4a16_gemv_batchm caps at M=32 (batch32; m={m})")
     if kernel is None:
-        raise KernelMissing(f"w4a16_gemv_batchm: no tier kernel serves m={m} in this target build")
+        tier = next((t for t in W4A16_TIERS if m <= t), W4A16_TIERS[-1])
+        raise KernelMissing(
+            f"w4a16_gemv_batch{tier} kernel missing in this target build (w4a16_gemv_batchm, m={m})"
+        )
     backend.launch(kernel, input, weight, output, m)
 
 

@@ -13,7 +13,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from metrale.backend import Backend, get_backend
+from metrale.backend import W4A16_TIERS, Backend, get_backend
 from metrale.errors import KernelMissing, MetraleError
 from metrale.reference.context import FfnConfig, ForwardContext
 from metrale.reference.dispatch import nvfp4_proj_small_m, quant_gemm, quant_gemv
@@ -399,7 +399,13 @@ class DenseFfnLayer:
             self.forward_k2(x, ctx)
         elif m == 3:
             self.forward_k3(x, ctx)
-        elif m <= self.narrow_rows() and self.can_forward_km(m) and self.q2_weights is None:
+        elif (
+            m <= self.narrow_rows()
+            and self.can_forward_km(m)
+            and self.q2_weights is None
+            # rows past the widest W4A16 tier run only on the W4A4 path (the M=32 cap)
+            and (m <= W4A16_TIERS[-1] or self.small_batch_w4a4())
+        ):
             self.forward_km(x, m, ctx)
         else:
             self.forward_prefill(x, m, ctx)

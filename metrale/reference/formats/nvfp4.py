@@ -126,7 +126,8 @@ class Nvfp4Weight:
     ) -> Nvfp4Weight:
         """Quantize a float weight [N, K] as ModelOpt does (fp32 arithmetic).
 
-        s2 = amax(W)/(6·448); block scale = e4m3((amax_b/6)/s2), zero → 1.0;
+        s2 = amax(W)/(6·448); block scale = e4m3(clamp(amax_b/(6·s2), 2^-9, 448)), zero → 1.0
+        (an all-zero weight gets s2 = 0 and every block scale 1.0, where ModelOpt would give NaN);
         codes = e2m1_rne(w / (f32(scale)·s2)), sign from w < 0. ``input_amax`` (calibrated
         amax of the activations) adds input_scale = amax/(6·448).
         """
@@ -135,11 +136,11 @@ class Nvfp4Weight:
         s2 = F32(np.abs(w32).max()) / F32(6.0 * 448.0)
         blocks = w32.reshape(n, k // BLOCK, BLOCK)
         amax_b = np.abs(blocks).max(axis=-1)
-        per_block = amax_b / F32(6.0)
         with np.errstate(divide="ignore", invalid="ignore"):
-            q_scale = per_block / s2 if s2 != 0 else np.zeros_like(per_block)
-        q_scale = np.where(per_block == 0, F32(1.0), q_scale).astype(F32)
-        scale = e4m3_saturate(q_scale)
+            q_scale = amax_b / (F32(6.0) * s2) if s2 != 0 else np.zeros_like(amax_b)
+        q_scale = np.where(q_scale == 0, F32(1.0), q_scale).astype(F32)
+        # ModelOpt clamps to [2^-9, 448] before the cast: no block scale underflows to 0.
+        scale = e4m3_saturate(np.maximum(q_scale, F32(2.0**-9)))
         denom = (scale.astype(F32) * s2)[..., None]
         with np.errstate(divide="ignore", invalid="ignore"):
             scaled = np.where(denom != 0, blocks / np.where(denom != 0, denom, 1), 0).astype(F32)

@@ -1,0 +1,515 @@
+"""``metrale convert``: a Hugging Face folder -> NVFP4 (ModelOpt), FP8 / W8A8
+(compressed-tensors) or Q2_0 (GGUF type 42).
+
+Everything is planned and checked before a byte is written (dtypes, shapes against the
+format's block, calibration entries, GGUF names), then tensors stream one at a time from the
+memory-mapped source into a temporary folder beside DST, renamed to DST on success. An error
+or Ctrl-C removes the temporary folder; SRC is only ever read.
+
+Memory bound: the resident memory beyond the interpreter is at most the working set of the
+tensors in flight — one with ``workers=1``, at most ``2·workers + 1`` with a pool — where a
+tensor's working set is below ``WORKING_SET_BYTES_PER_ELEMENT`` bytes per element of the
+largest quantized tensor; copies stream in 8 MiB pieces. The checkpoint's size does not enter.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+import secrets
+import shutil
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from metrale.checkpoint import layouts
+from metrale.checkpoint import work as _work
+from metrale.checkpoint.io import (
+    INDEX_NAME,
+    SOURCE_FLOAT_CODES,
+    HfFolder,
+    SafetensorsFile,
+    SafetensorsWriter,
+    TensorEntry,
+    dtype_code,
+    write_index,
+)
+from metrale.errors import MetraleError
+
+FORMATS = ("nvfp4", "fp8", "w8a8", "q2_0")
+#: The block along K each format needs (NVFP4 scale groups, the FP8/W8A8 16-element
+#: projection blocks of CONTRACT §5, ggml's 64-element Q2_0 block).
+BLOCKS = {"nvfp4": 16, "fp8": 16, "w8a8": 16, "q2_0": 64}
+#: Modules never quantized unless the user narrows these away with ``--no-default-exclude``.
+DEFAULT_EXCLUDE = ("lm_head", "*embed_tokens", "*embeddings", "*embedding", "*wte", "*wpe")
+FFN_RE = re.compile(r"(^|\.)mlp\.(gate_proj|up_proj|down_proj)$")
+REPORT_NAME = "conversion_report.json"
+#: Measured upper bound of one quantized tensor's transient memory, bytes per element
+#: (source f32 copy, quantizer temporaries, packed outputs, dequantized f32); see tests.
+WORKING_SET_BYTES_PER_ELEMENT = 40
+_COPY_CHUNK = 8 << 20
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    """What ``convert`` does: ``format``; extra ``exclude`` globs (module or tensor names);
+    ``all_linear`` widens the FFN projections to every Linear; ``calibration`` a safetensors
+    file of per-module activation amax (NVFP4 ``input_scale``); ``force`` replaces DST;
+    ``workers`` > 1 quantizes in a process pool."""
+
+    format: str
+    exclude: tuple[str, ...] = ()
+    all_linear: bool = False
+    default_exclude: bool = True
+    calibration: Path | None = None
+    force: bool = False
+    workers: int = 1
+
+
+@dataclass
+class TensorReport:
+    """One line of the conversion report."""
+
+    name: str
+    action: str  # "quantized" | "copied"
+    format: str
+    source_dtype: str
+    shape: list[int]
+    source_bytes: int
+    bytes: int
+    rel_error: float | None = None
+
+
+@dataclass
+class ConversionReport:
+    """The report written as ``conversion_report.json`` in DST."""
+
+    format: str
+    source: str
+    destination: str
+    layout: str
+    workers: int
+    seconds: float = 0.0
+    source_bytes: int = 0
+    output_bytes: int = 0
+    tensors: list[TensorReport] = field(default_factory=list)
+
+    @property
+    def quantized(self) -> list[TensorReport]:
+        return [t for t in self.tensors if t.action == "quantized"]
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["metrale_version"] = layouts.metrale_version()
+        d["source_mb_per_s"] = (self.source_bytes / 1e6 / self.seconds) if self.seconds > 0 else None
+        errs = [t.rel_error for t in self.quantized if t.rel_error is not None]
+        d["max_rel_error"] = max(errs) if errs else None
+        return d
+
+
+@dataclass(frozen=True)
+class _Plan:
+    name: str
+    shard: str
+    entry: TensorEntry
+    quantize: bool
+    input_amax: float | None = None
+    gguf_name: str | None = None
+    rope_heads: int | None = None
+
+
+def module_of(tensor_name: str) -> str:
+    """``model.layers.0.mlp.gate_proj.weight`` -> ``model.layers.0.mlp.gate_proj``."""
+    return tensor_name[: -len(".weight")] if tensor_name.endswith(".weight") else tensor_name
+
+
+def _matches(name: str, patterns: Sequence[str]) -> bool:
+    mod = module_of(name)
+    return any(fnmatch.fnmatchcase(mod, p) or fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def is_linear_weight(e: TensorEntry) -> bool:
+    """A 2-D ``*.weight`` tensor: a Linear's (or an embedding's, which the excludes catch)."""
+    return e.name.endswith(".weight") and len(e.shape) == 2
+
+
+def select(folder: HfFolder, opts: ConvertOptions) -> list[str]:
+    """Names of the tensors ``opts`` quantizes: the FFN projections (or every Linear), minus excludes."""
+    patterns = (DEFAULT_EXCLUDE if opts.default_exclude else ()) + tuple(opts.exclude)
+    out = []
+    for n in folder.names():
+        e = folder.entry(n)
+        if not is_linear_weight(e):
+            continue
+        if not opts.all_linear and not FFN_RE.search(module_of(n)):
+            continue
+        if _matches(n, patterns):
+            continue
+        out.append(n)
+    return out
+
+
+def read_calibration(path: Path, modules: Sequence[str]) -> dict[str, float]:
+    """Per-module activation amax from a safetensors file: key ``<module>.input_amax`` (or
+    ``<module>``, or ModelOpt's ``<module>.input_quantizer._amax``); any shape, amax = max |v|."""
+    try:
+        cal = SafetensorsFile(path)
+    except MetraleError as e:
+        raise MetraleError(f"--calibration: {e}") from None
+    out: dict[str, float] = {}
+    with cal:
+        for m in modules:
+            for key in (f"{m}.input_amax", m, f"{m}.input_quantizer._amax"):
+                if key in cal.entries:
+                    v = np.abs(np.asarray(cal.tensor(key), dtype=np.float64))
+                    amax = float(v.max()) if v.size else float("nan")
+                    if not np.isfinite(amax) or amax <= 0:
+                        raise MetraleError(f"{path}: calibration {key!r} = {amax}: want a finite positive amax")
+                    out[m] = amax
+                    break
+            else:
+                raise MetraleError(f"{path}: no calibration entry for module {m!r} (want key {m + '.input_amax'!r})")
+    return out
+
+
+def _check_paths(src: Path, dst: Path, force: bool) -> None:
+    if not src.is_dir():
+        raise MetraleError(f"{src}: SRC is not a folder")
+    s, d = src.resolve(), dst.resolve()
+    if d == s or s in d.parents:
+        raise MetraleError(f"{dst}: DST must not be SRC or lie inside it (SRC is never written)")
+    if d in s.parents:
+        raise MetraleError(f"{dst}: DST contains SRC; refusing to replace it")
+    if not d.parent.is_dir():
+        raise MetraleError(f"{dst.parent}: the folder that would hold DST does not exist")
+    if dst.exists() or dst.is_symlink():
+        if not force:
+            raise MetraleError(f"{dst}: DST exists; pass --force to replace it")
+        if not dst.is_dir():
+            raise MetraleError(f"{dst}: DST exists and is not a folder; refusing to replace it")
+
+
+def plan(src: Path, opts: ConvertOptions) -> tuple[HfFolder, list[_Plan]]:
+    """Open and check SRC, and decide each tensor's fate; raises before anything is written."""
+    if opts.format not in FORMATS:
+        raise MetraleError(f"unknown format {opts.format!r} (want one of {', '.join(FORMATS)})")
+    if opts.workers < 1:
+        raise MetraleError(f"--workers {opts.workers}: want at least 1")
+    if opts.calibration is not None and opts.format != "nvfp4":
+        raise MetraleError(f"--calibration applies to --format nvfp4 only (got {opts.format})")
+    folder = HfFolder(src)
+    try:
+        return folder, _plan(folder, opts)
+    except BaseException:
+        folder.close()
+        raise
+
+
+def _plan(folder: HfFolder, opts: ConvertOptions) -> list[_Plan]:
+    cfg = folder.config
+    if cfg.get("quantization_config") or cfg.get("compression_config"):
+        raise MetraleError(f"{folder.path / 'config.json'}: SRC is already quantized (has a quantization_config)")
+    if (folder.path / layouts.HF_QUANT_CONFIG).exists():
+        raise MetraleError(f"{folder.path}: SRC is already quantized (has {layouts.HF_QUANT_CONFIG})")
+    chosen = select(folder, opts)
+    if not chosen:
+        what = "Linear" if opts.all_linear else "FFN projection (mlp.gate_proj / up_proj / down_proj)"
+        raise MetraleError(f"{folder.path}: no {what} weights left to quantize after the excludes")
+    block = BLOCKS[opts.format]
+    for n in chosen:
+        e = folder.entry(n)
+        f = folder.path / folder.where[n]
+        if e.dtype not in SOURCE_FLOAT_CODES:
+            raise MetraleError(f"{f}: tensor {n!r} has unsupported dtype {e.dtype} (want BF16, F16 or F32)")
+        rows, k = e.shape
+        if k % block or k == 0 or rows == 0:
+            raise MetraleError(
+                f"{f}: tensor {n!r} shape [{rows}, {k}]: K={k} is not a multiple of the "
+                f"{opts.format} block of {block}"
+            )
+    amax = read_calibration(opts.calibration, [module_of(n) for n in chosen]) if opts.calibration else {}
+    mapper = None
+    if opts.format == "q2_0":
+        from metrale.checkpoint.gguf_q2 import NameMapper
+
+        mapper = NameMapper(cfg)
+        for key in ("hidden_size", "intermediate_size"):
+            if key not in cfg:
+                raise MetraleError(f"{folder.path / 'config.json'}: lacks {key!r}, which GGUF metadata needs")
+    chosen_set = set(chosen)
+    plans = []
+    for n in folder.names():
+        e = folder.entry(n)
+        q = n in chosen_set
+        gname = heads = None
+        if mapper is not None:
+            from metrale.checkpoint.gguf_q2 import rope_heads
+
+            gname = mapper(n)
+            heads = rope_heads(n, cfg)
+            if not q and e.dtype not in SOURCE_FLOAT_CODES:
+                raise MetraleError(
+                    f"{folder.path / folder.where[n]}: tensor {n!r} has dtype {e.dtype}, which the GGUF "
+                    "output cannot carry (want BF16, F16 or F32)"
+                )
+        plans.append(_Plan(n, folder.where[n], e, q, amax.get(module_of(n)), gname, heads))
+    return plans
+
+
+def _out_entries(p: _Plan, fmt: str) -> list[tuple[str, str, tuple[int, ...]]]:
+    """The safetensors entries tensor ``p`` becomes."""
+    e = p.entry
+    if not p.quantize:
+        return [(p.name, e.dtype, e.shape)]
+    mod = module_of(p.name)
+    n, k = e.shape
+    if fmt == "nvfp4":
+        out = [
+            (f"{mod}.weight", "U8", (n, k // 2)),
+            (f"{mod}.weight_scale", "F8_E4M3", (n, k // 16)),
+            (f"{mod}.weight_scale_2", "F32", ()),
+        ]
+        if p.input_amax is not None:
+            out.append((f"{mod}.input_scale", "F32", ()))
+        return out
+    code = "F8_E4M3" if fmt == "fp8" else "I8"
+    return [(f"{mod}.weight", code, (n, k)), (f"{mod}.weight_scale", "F32", (n, 1))]
+
+
+Progress = Callable[[str, int], None]
+
+
+def _results(
+    folder: HfFolder, plans: list[_Plan], opts: ConvertOptions
+) -> Iterator[tuple[_Plan, _work.QuantResult | None]]:
+    """Plans in order with their quantization results (None for copies)."""
+
+    def task(p: _Plan) -> _work.QuantTask:
+        return _work.QuantTask(opts.format, str(folder.path / p.shard), p.name, p.input_amax, p.rope_heads)
+
+    if opts.workers <= 1:
+        for p in plans:
+            yield p, (_work.quantize_tensor(task(p)) if p.quantize else None)
+        return
+    import multiprocessing as mp
+
+    ex = ProcessPoolExecutor(max_workers=opts.workers, mp_context=mp.get_context("spawn"))
+    try:
+        pending: deque[tuple[_Plan, Future[_work.QuantResult] | None]] = deque()
+        it = iter(plans)
+        window = opts.workers + 1
+
+        def fill() -> None:
+            while sum(1 for _, f in pending if f is not None) < window:
+                p = next(it, None)
+                if p is None:
+                    return
+                pending.append((p, ex.submit(_work.quantize_tensor, task(p)) if p.quantize else None))
+
+        fill()
+        while pending:
+            p, fut = pending.popleft()
+            res = fut.result() if fut is not None else None
+            fill()
+            yield p, res
+    finally:
+        ex.shutdown(wait=True, cancel_futures=True)
+
+
+def _copy_other_files(src: Path, tmp: Path, skip: set[str]) -> None:
+    for item in sorted(src.iterdir()):
+        if item.name in skip or item.suffix == ".safetensors":
+            continue
+        if item.is_dir():
+            shutil.copytree(item, tmp / item.name, symlinks=True)
+        else:
+            shutil.copy2(item, tmp / item.name)
+
+
+def _write_safetensors(
+    folder: HfFolder, plans: list[_Plan], opts: ConvertOptions, tmp: Path, report: ConversionReport,
+    progress: Progress | None,
+) -> None:
+    fmt = opts.format
+    by_shard: dict[str, list[_Plan]] = {}
+    for p in plans:
+        by_shard.setdefault(p.shard, []).append(p)
+    writers: dict[str, SafetensorsWriter] = {}
+    out_of: dict[str, list[tuple[str, str, tuple[int, ...]]]] = {p.name: _out_entries(p, fmt) for p in plans}
+    weight_map: dict[str, str] = {}
+    total = 0
+    for shard in folder.shards:
+        entries = [e for p in by_shard.get(shard, []) for e in out_of[p.name]]
+        meta = dict(folder.files[shard].metadata)
+        meta.setdefault("format", "pt")
+        writers[shard] = SafetensorsWriter(tmp / shard, entries, metadata=meta)
+        for name, dt, shape in entries:
+            weight_map[name] = shard
+            total += int(np.prod(shape, dtype=np.int64)) * np.dtype(_dt(dt)).itemsize
+    try:
+        # Plans are in shard order, so each writer is fed in its planned order.
+        for p, res in _results(folder, plans, opts):
+            w = writers[p.shard]
+            e = p.entry
+            if res is None:
+                f = folder.files[p.shard]
+                w.write_raw(p.name, f.raw_chunks(p.name, _COPY_CHUNK))
+                report.tensors.append(TensorReport(p.name, "copied", e.dtype.lower(), e.dtype, list(e.shape), e.nbytes, e.nbytes))
+            else:
+                mod = module_of(p.name)
+                out_bytes = 0
+                for suffix, arr in res.arrays:
+                    w.write(f"{mod}.{suffix}", arr)
+                    out_bytes += int(arr.nbytes)
+                report.tensors.append(
+                    TensorReport(p.name, "quantized", fmt, e.dtype, list(e.shape), e.nbytes, out_bytes, res.rel_error)
+                )
+            if progress is not None:
+                progress(p.name, e.nbytes)
+        for w in writers.values():
+            w.close()
+    finally:
+        for w in writers.values():
+            w.abort()
+    if folder.index is not None:
+        write_index(tmp / INDEX_NAME, weight_map, total)
+    # config.json with the producer's quantization_config (+ ModelOpt's hf_quant_config.json)
+    quantized = {module_of(p.name) for p in plans if p.quantize}
+    ignore = sorted(
+        module_of(p.name) for p in plans if not p.quantize and is_linear_weight(p.entry) and not _is_embedding(p.name)
+    )
+    cfg = dict(folder.config)
+    if fmt == "nvfp4":
+        a4 = all(p.input_amax is not None for p in plans if p.quantize)
+        cfg["quantization_config"] = layouts.modelopt_quantization_config(ignore, a4)
+        hq = layouts.modelopt_hf_quant_config(ignore, a4)
+        (tmp / layouts.HF_QUANT_CONFIG).write_text(json.dumps(hq, indent=4) + "\n", encoding="utf-8")
+    else:
+        cfg["quantization_config"] = layouts.compressed_tensors_config(fmt, ignore)
+    assert quantized
+    (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
+
+
+def _is_embedding(name: str) -> bool:
+    return _matches(name, DEFAULT_EXCLUDE[1:])
+
+
+def _dt(code: str) -> Any:
+    from metrale.checkpoint.io import DTYPES
+
+    return DTYPES[code]
+
+
+def _write_gguf(
+    folder: HfFolder, plans: list[_Plan], opts: ConvertOptions, tmp: Path, report: ConversionReport,
+    progress: Progress | None,
+) -> None:
+    import gguf
+
+    from metrale.checkpoint.gguf_q2 import GGUF_NAME, Q2_0_TYPE, add_metadata, arch_for, permute_rows
+
+    cfg = folder.config
+    T = gguf.GGMLQuantizationType
+    writer = gguf.GGUFWriter(tmp / GGUF_NAME, gguf.MODEL_ARCH_NAMES[arch_for(cfg)])
+    add_metadata(writer, cfg, folder.path.name)
+    gtype = {"BF16": T.BF16, "F16": T.F16, "F32": T.F32}
+    for p in plans:
+        e = p.entry
+        assert p.gguf_name is not None
+        if p.quantize:
+            n, k = e.shape
+            writer.add_tensor_info(p.gguf_name, (n, k // 64 * 18), np.dtype(np.uint8), n * (k // 64) * 18, raw_dtype=Q2_0_TYPE)
+        elif len(e.shape) <= 1:
+            writer.add_tensor_info(p.gguf_name, e.shape or (1,), np.dtype(np.float32), 4 * e.numel, raw_dtype=T.F32)
+        else:
+            item = 2 if e.dtype in ("BF16", "F16") else 4
+            writer.add_tensor_info(p.gguf_name, e.shape, np.dtype(np.float32), item * e.numel, raw_dtype=gtype[e.dtype])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    try:
+        for p, res in _results(folder, plans, opts):
+            e = p.entry
+            if res is None:
+                f = folder.files[p.shard]
+                a = f.tensor(p.name)
+                if len(e.shape) <= 1:
+                    a = a.astype(np.float32).reshape(e.shape or (1,))
+                elif p.rope_heads is not None:
+                    a = permute_rows(a, p.rope_heads, p.name)
+                if e.dtype == "BF16" and len(e.shape) > 1:
+                    a = np.ascontiguousarray(a).view(np.uint16)
+                writer.write_tensor_data(np.ascontiguousarray(a))
+                f.release(p.name)
+                report.tensors.append(
+                    TensorReport(p.name, "copied", gtype[e.dtype].name.lower() if len(e.shape) > 1 else "f32",
+                                 e.dtype, list(e.shape), e.nbytes, int(a.nbytes))
+                )
+                del a
+            else:
+                (_, blocks), = res.arrays
+                writer.write_tensor_data(blocks)
+                report.tensors.append(
+                    TensorReport(p.name, "quantized", "q2_0", e.dtype, list(e.shape), e.nbytes, int(blocks.nbytes), res.rel_error)
+                )
+            if progress is not None:
+                progress(p.name, e.nbytes)
+    finally:
+        writer.close()
+    shutil.copy2(folder.path / "config.json", tmp / "config.json")
+
+
+def convert_checkpoint(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    opts: ConvertOptions,
+    *,
+    progress: Progress | None = None,
+    on_start: Callable[[int], None] | None = None,
+) -> ConversionReport:
+    """Convert SRC into DST (see the module docstring). ``on_start(total_source_bytes)`` is
+    called once the plan is checked; ``progress(tensor, source_bytes)`` after each tensor."""
+    srcp, dstp = Path(src), Path(dst)
+    _check_paths(srcp, dstp, opts.force)
+    folder, plans = plan(srcp, opts)
+    layout = {"nvfp4": "modelopt", "q2_0": "gguf"}.get(opts.format, "compressed-tensors")
+    report = ConversionReport(opts.format, str(srcp), str(dstp), layout, opts.workers)
+    report.source_bytes = sum(p.entry.nbytes for p in plans)
+    tmp = dstp.parent / f".{dstp.name}.metrale-tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    old: Path | None = None
+    t0 = time.perf_counter()
+    try:
+        tmp.mkdir()
+        if on_start is not None:
+            on_start(report.source_bytes)
+        skip = {INDEX_NAME, "config.json", layouts.HF_QUANT_CONFIG, REPORT_NAME}
+        if opts.format == "q2_0":
+            _write_gguf(folder, plans, opts, tmp, report, progress)
+        else:
+            _write_safetensors(folder, plans, opts, tmp, report, progress)
+        _copy_other_files(srcp, tmp, skip)
+        report.seconds = time.perf_counter() - t0
+        report.output_bytes = sum(f.stat().st_size for f in tmp.rglob("*") if f.is_file())
+        (tmp / REPORT_NAME).write_text(json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8")
+        if dstp.exists() or dstp.is_symlink():
+            old = dstp.parent / f".{dstp.name}.metrale-old-{os.getpid()}-{secrets.token_hex(4)}"
+            dstp.rename(old)
+        tmp.rename(dstp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and not dstp.exists():
+            old.rename(dstp)
+        raise
+    finally:
+        folder.close()
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return report

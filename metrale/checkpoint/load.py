@@ -1,0 +1,181 @@
+"""``DenseFfnLayer.from_checkpoint``: one decoder layer's FFN from a checkpoint folder.
+
+Reads what metrale writes and what the producers write: ModelOpt NVFP4 (``weight`` uint8,
+``weight_scale`` e4m3, ``weight_scale_2``, optional ``input_scale``), compressed-tensors FP8
+and W8A8 (``weight`` e4m3 / int8 with a per-channel ``weight_scale`` [N, 1]; a per-tensor
+scale is broadcast to every row, which is the same arithmetic), GGUF Q2_0 (type 42, also
+F16/BF16/F32 FFN tensors), and plain bf16 / f16 / f32 folders (rounded to bf16). The sizes and
+the activation come from ``config.json`` (``hidden_size``, ``intermediate_size``,
+``hidden_act``: silu / swish -> SiLU, gelu* -> GELU) or the GGUF metadata.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from metrale.backend import Backend
+from metrale.checkpoint.io import HfFolder
+from metrale.errors import MetraleError
+from metrale.reference.context import FfnConfig
+from metrale.reference.formats import DenseWeight, Fp8Weight, Nvfp4Weight, W8a8Weight
+from metrale.reference.layer import DenseFfnLayer, FfnActivation, FfnWeights
+from metrale.reference.w8a8_arm import W8a8Ffn
+
+F32 = np.float32
+PROJS = ("gate_proj", "up_proj", "down_proj")
+GGUF_PROJS = ("ffn_gate", "ffn_up", "ffn_down")
+
+
+def activation_of(name: str, where: str) -> FfnActivation:
+    """``hidden_act`` -> FfnActivation (silu, swish -> SiLU; gelu* -> GELU)."""
+    a = str(name).lower()
+    if a in ("silu", "swish"):
+        return FfnActivation.SiLU
+    if a.startswith("gelu"):
+        return FfnActivation.GELU
+    raise MetraleError(f"{where}: hidden_act {name!r} is not supported (want silu or gelu*)")
+
+
+def _scalar(a: np.ndarray, name: str) -> np.float32:
+    v = np.asarray(a, dtype=F32).reshape(-1)
+    if v.size != 1:
+        raise MetraleError(f"{name}: want a scalar, got shape {list(np.shape(a))}")
+    return F32(v[0])
+
+
+def _row_scale(a: np.ndarray, n: int, name: str) -> np.ndarray:
+    """A per-row f32 scale [N] from [N, 1], [N] or a per-tensor scalar."""
+    s = np.asarray(a).astype(F32)
+    if s.size == 1:
+        return np.full(n, s.reshape(-1)[0], dtype=F32)
+    if s.shape in ((n, 1), (n,)):
+        return np.ascontiguousarray(s.reshape(n))
+    raise MetraleError(f"{name}: shape {list(s.shape)}, want [{n}, 1], [{n}] or a scalar")
+
+
+def weight_from_tensors(mod: str, t: dict[str, np.ndarray]) -> Any:
+    """A reference format object from a module's tensors (by suffix: weight, weight_scale, ...)."""
+    w = t.get("weight")
+    if w is None:
+        raise MetraleError(f"{mod}: no {mod}.weight tensor")
+    dt = str(w.dtype)
+    if dt == "uint8" and "weight_scale" in t:
+        if "weight_scale_2" not in t:
+            raise MetraleError(f"{mod}: NVFP4 weight without weight_scale_2")
+        inp = t.get("input_scale")
+        return Nvfp4Weight(
+            weight=np.ascontiguousarray(w),
+            weight_scale=np.ascontiguousarray(t["weight_scale"]),
+            weight_scale_2=_scalar(t["weight_scale_2"], f"{mod}.weight_scale_2"),
+            input_scale=None if inp is None else _scalar(inp, f"{mod}.input_scale"),
+            name=mod,
+        )
+    if dt in ("float8_e4m3fn", "int8"):
+        if "weight_scale" not in t:
+            raise MetraleError(f"{mod}: {dt} weight without weight_scale")
+        zp = t.get("weight_zero_point")
+        if zp is not None and np.any(np.asarray(zp) != 0):
+            raise MetraleError(f"{mod}: asymmetric weights (non-zero weight_zero_point) are not supported")
+        scale = _row_scale(t["weight_scale"], w.shape[0], f"{mod}.weight_scale")
+        cls = Fp8Weight if dt == "float8_e4m3fn" else W8a8Weight
+        return cls(weight=np.ascontiguousarray(w), weight_scale=scale, name=mod)
+    if dt in ("bfloat16", "float16", "float32"):
+        return DenseWeight.quantize(np.asarray(w), name=mod)
+    raise MetraleError(f"{mod}.weight: dtype {dt} is not a format metrale loads")
+
+
+def _layer_prefix(names: list[str], layer: int, where: str) -> str:
+    pat = re.compile(rf"^(.*?\blayers\.{layer}\.mlp\.)gate_proj\.weight$")
+    for n in names:
+        m = pat.match(n)
+        if m:
+            return m.group(1)
+    found = sorted({int(m.group(1)) for n in names if (m := re.search(r"\blayers\.(\d+)\.mlp\.gate_proj\.weight$", n))})
+    raise MetraleError(f"{where}: no FFN for layer {layer} (layers with an FFN: {found})")
+
+
+def _build(
+    config: FfnConfig, act: FfnActivation, ws: list[Any], backend: Backend | str | None, where: str
+) -> DenseFfnLayer:
+    kinds = {type(w).__name__ for w in ws}
+    if len(kinds) != 1:
+        raise MetraleError(f"{where}: gate/up/down mix formats {sorted(kinds)}")
+    w0 = ws[0]
+    if isinstance(w0, W8a8Weight):
+        layer = DenseFfnLayer(config, activation=act, backend=backend)
+        layer.set_w8a8_decode_weights(W8a8Ffn(*ws), config.hidden_size, config.intermediate_size)
+        return layer
+    key = {"Nvfp4Weight": "weights", "Fp8Weight": "fp8_weights", "DenseWeight": "bf16_weights",
+           "Q2_0Weight": "q2_weights"}[type(w0).__name__]
+    return DenseFfnLayer(config, activation=act, backend=backend, **{key: FfnWeights(*ws)})
+
+
+def _load_folder(path: Path, layer: int, backend: Backend | str | None) -> DenseFfnLayer:
+    with HfFolder(path) as folder:
+        cfg = folder.config
+        where = str(path)
+        for key in ("hidden_size", "intermediate_size"):
+            if key not in cfg:
+                raise MetraleError(f"{path / 'config.json'}: lacks {key!r}")
+        act = activation_of(cfg.get("hidden_act", "silu"), str(path / "config.json"))
+        names = folder.names()
+        prefix = _layer_prefix(names, layer, where)
+        ws = []
+        for proj in PROJS:
+            mod = prefix + proj
+            tensors = {n[len(mod) + 1 :]: np.array(folder.tensor(n)) for n in names if n.startswith(mod + ".")}
+            ws.append(weight_from_tensors(mod, tensors))
+        conf = FfnConfig(int(cfg["hidden_size"]), int(cfg["intermediate_size"]))
+        return _build(conf, act, ws, backend, where)
+
+
+def _load_gguf(path: Path, layer: int, backend: Backend | str | None) -> DenseFfnLayer:
+    from metrale.checkpoint.gguf_q2 import HIDDEN_ACT_KEY, field_value, float_tensor, open_gguf, q2_weight
+    from metrale.reference.formats.q2_0 import GGML_TYPE_Q2_0
+
+    r = open_gguf(path)
+    arch = field_value(r, "general.architecture")
+    if arch is None:
+        raise MetraleError(f"{path}: GGUF lacks general.architecture")
+    hidden = field_value(r, f"{arch}.embedding_length")
+    inter = field_value(r, f"{arch}.feed_forward_length")
+    if hidden is None or inter is None:
+        raise MetraleError(f"{path}: GGUF lacks {arch}.embedding_length / {arch}.feed_forward_length")
+    if isinstance(inter, list):
+        inter = inter[layer]
+    act_name = field_value(r, HIDDEN_ACT_KEY) or ("gelu" if str(arch).startswith("gemma") else "silu")
+    act = activation_of(act_name, str(path))
+    by_name = {t.name: t for t in r.tensors}
+    ws = []
+    for proj in GGUF_PROJS:
+        nm = f"blk.{layer}.{proj}.weight"
+        t = by_name.get(nm)
+        if t is None:
+            raise MetraleError(f"{path}: no tensor {nm!r} (layer {layer})")
+        if int(t.tensor_type) == GGML_TYPE_Q2_0:
+            ws.append(q2_weight(t, nm))
+        else:
+            ws.append(DenseWeight.quantize(float_tensor(t, nm), name=nm))
+    return _build(FfnConfig(int(hidden), int(inter)), act, ws, backend, str(path))
+
+
+def load_ffn_layer(
+    path: str | os.PathLike[str], layer: int = 0, backend: Backend | str | None = "auto"
+) -> DenseFfnLayer:
+    """The FFN of decoder layer ``layer`` of the checkpoint at ``path`` (a folder, or a .gguf file)."""
+    from metrale.checkpoint.gguf_q2 import find_gguf
+
+    p = Path(path)
+    if not p.exists():
+        raise MetraleError(f"{p}: no such checkpoint")
+    if layer < 0:
+        raise MetraleError(f"layer={layer}: want >= 0")
+    g = find_gguf(p)
+    if g is not None:
+        return _load_gguf(g, layer, backend)
+    return _load_folder(p, layer, backend)

@@ -1,0 +1,112 @@
+"""One unit of conversion work: quantize one source tensor (runs in the main process or in a
+worker of the ``--workers`` pool; imports only numpy and the reference formats)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from metrale.checkpoint.io import SafetensorsFile
+from metrale.errors import MetraleError
+from metrale.reference.formats import Fp8Weight, Nvfp4Weight, Q2_0Weight, W8a8Weight
+
+F32 = np.float32
+#: Rows per chunk when measuring the error, so the f64 difference stays small.
+_ERR_ROWS = 256
+
+_OPEN: dict[str, SafetensorsFile] = {}
+
+
+@dataclass(frozen=True)
+class QuantTask:
+    """Quantize tensor ``name`` of file ``path`` to ``fmt`` (``input_amax`` for NVFP4 A4;
+    ``rope_heads`` permutes llama q/k rows for GGUF first)."""
+
+    fmt: str
+    path: str
+    name: str
+    input_amax: float | None = None
+    rope_heads: int | None = None
+
+
+@dataclass(frozen=True)
+class QuantResult:
+    """The packed tensors (suffix after the module name, array) and the relative error."""
+
+    arrays: tuple[tuple[str, np.ndarray], ...]
+    rel_error: float
+    nbytes: int
+
+
+def _file(path: str) -> SafetensorsFile:
+    f = _OPEN.get(path)
+    if f is None:
+        f = _OPEN[path] = SafetensorsFile(path)
+    return f
+
+
+def rel_error(src: np.ndarray, deq: np.ndarray) -> float:
+    """‖deq − src‖₂ / ‖src‖₂ in float64 (0 when both are zero, inf when only src is)."""
+    num = den = 0.0
+    for r0 in range(0, src.shape[0], _ERR_ROWS):
+        s = src[r0 : r0 + _ERR_ROWS].astype(np.float64)
+        d = deq[r0 : r0 + _ERR_ROWS].astype(np.float64) - s
+        num += float(np.dot(d.ravel(), d.ravel()))
+        den += float(np.dot(s.ravel(), s.ravel()))
+    if den == 0.0:
+        return 0.0 if num == 0.0 else float("inf")
+    return float(np.sqrt(num / den))
+
+
+def quantize_array(fmt: str, w: np.ndarray, name: str, input_amax: float | None = None):  # noqa: ANN201
+    """The reference format object for a source weight (the producers' quantizers)."""
+    if fmt == "nvfp4":
+        return Nvfp4Weight.quantize(w, input_amax=input_amax, name=name)
+    if fmt == "fp8":
+        return Fp8Weight.quantize(w, name=name)
+    if fmt == "w8a8":
+        return W8a8Weight.quantize(w, name=name)
+    if fmt == "q2_0":
+        return Q2_0Weight.quantize(w, name=name)
+    raise MetraleError(f"unknown format {fmt!r} (want nvfp4, fp8, w8a8 or q2_0)")
+
+
+def packed_arrays(q: object) -> tuple[tuple[str, np.ndarray], ...]:
+    """On-disk tensors of a quantized weight, by suffix (``weight``, ``weight_scale``, ...)."""
+    if isinstance(q, Nvfp4Weight):
+        out = [
+            ("weight", q.weight),
+            ("weight_scale", q.weight_scale),
+            ("weight_scale_2", np.array(q.weight_scale_2, dtype=F32)),
+        ]
+        if q.input_scale is not None:
+            out.append(("input_scale", np.array(q.input_scale, dtype=F32)))
+        return tuple(out)
+    if isinstance(q, (Fp8Weight, W8a8Weight)):
+        return (("weight", q.weight), ("weight_scale", q.weight_scale.reshape(-1, 1)))
+    if isinstance(q, Q2_0Weight):
+        return (("weight", q.blocks.reshape(q.n, -1)),)
+    raise MetraleError(f"no on-disk layout for {type(q).__name__}")
+
+
+def quantize_tensor(task: QuantTask) -> QuantResult:
+    """Read, quantize, measure and release one tensor."""
+    from metrale.checkpoint.gguf_q2 import permute_rows  # light: gguf only when q2_0 runs
+
+    f = _file(task.path)
+    where = f"{Path(task.path).name}: "
+    try:
+        src = f.tensor(task.name)
+        if task.rope_heads is not None:
+            src = permute_rows(src, task.rope_heads, task.name)
+        q = quantize_array(task.fmt, src, task.name, task.input_amax)
+        src32 = src.astype(F32)
+        err = rel_error(src32, q.dequantize())
+        nbytes = int(src.nbytes)
+    except MetraleError as e:
+        raise MetraleError(where + str(e)) from None
+    finally:
+        f.release(task.name)
+    return QuantResult(packed_arrays(q), err, nbytes)

@@ -1,0 +1,280 @@
+"""The ``metrale`` command line: convert, inspect, verify, demo (and a bench hook).
+
+Every command reports bad input as one line ``error: ...`` naming the file, tensor or option
+and exits 1 (2 for usage errors, from typer; 130 after Ctrl-C). ``convert`` never leaves a
+partial DST or temporary folder behind, and never writes into SRC.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+
+from metrale.errors import MetraleError
+
+app = typer.Typer(
+    name="metrale",
+    help="Quantize Hugging Face checkpoints (NVFP4, FP8, W8A8, Q2_0) and run their FFN layers with metrale.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _out() -> Console:
+    return Console(highlight=False)
+
+
+def _err() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def _fail(msg: str, code: int = 1) -> typer.Exit:
+    _err().print(f"[bold red]error:[/] {msg}", markup=True, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:,.2f} MB" if n >= 1e5 else f"{n / 1e3:,.1f} kB"
+
+
+def _report_table(report: Any, limit: int) -> Table:
+    t = Table(title=f"{report.format}: quantized tensors", title_justify="left")
+    for c, j in (("tensor", "left"), ("format", "left"), ("shape", "left"), ("source", "right"),
+                 ("bytes", "right"), ("ratio", "right"), ("rel. error", "right")):
+        t.add_column(c, justify=j, overflow="fold")
+    rows = report.quantized
+    for r in rows[:limit]:
+        t.add_row(r.name, r.format, "×".join(map(str, r.shape)), _mb(r.source_bytes), _mb(r.bytes),
+                  f"{r.source_bytes / r.bytes:.2f}", f"{r.rel_error:.3e}")
+    if len(rows) > limit:
+        t.add_row(f"… {len(rows) - limit} more (see conversion_report.json)", "", "", "", "", "", "")
+    return t
+
+
+@app.command()
+def convert(
+    src: Annotated[Path, typer.Argument(help="Hugging Face model folder (config.json + safetensors).")],
+    dst: Annotated[Path, typer.Argument(help="Output folder (must not exist unless --force).")],
+    format: Annotated[str, typer.Option("--format", "-f", help="nvfp4 | fp8 | w8a8 | q2_0")] = "nvfp4",
+    exclude: Annotated[
+        list[str] | None, typer.Option("--exclude", "-x", help="Glob of module/tensor names to keep unquantized (repeat).")
+    ] = None,
+    all_linear: Annotated[bool, typer.Option("--all-linear", help="Quantize every Linear, not only the FFN.")] = False,
+    no_default_exclude: Annotated[
+        bool, typer.Option("--no-default-exclude", help="Drop the default excludes (lm_head, embeddings).")
+    ] = False,
+    calibration: Annotated[
+        Path | None, typer.Option("--calibration", help="safetensors of per-module activation amax (NVFP4 input_scale).")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing DST.")] = False,
+    workers: Annotated[int, typer.Option("--workers", "-j", help="Quantize in a pool of N processes.")] = 1,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or table.")] = False,
+    show: Annotated[int, typer.Option("--show", help="Rows of the report table to print.")] = 30,
+) -> None:
+    """Quantize SRC's FFN projections (or every Linear) into DST."""
+    from metrale.checkpoint.convert import ConvertOptions, convert_checkpoint
+
+    opts = ConvertOptions(
+        format=format.lower(),
+        exclude=tuple(exclude or ()),
+        all_linear=all_linear,
+        default_exclude=not no_default_exclude,
+        calibration=calibration,
+        force=force,
+        workers=workers,
+    )
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=_err(),
+        transient=False,
+        disable=quiet,
+    )
+    task: list[Any] = []
+
+    def on_start(total: int) -> None:
+        task.append(progress.add_task(f"convert → {opts.format}", total=total))
+
+    def on_tensor(name: str, nbytes: int) -> None:
+        progress.advance(task[0], nbytes)
+
+    try:
+        with progress:
+            report = convert_checkpoint(src, dst, opts, progress=on_tensor, on_start=on_start)
+    except MetraleError as e:
+        raise _fail(str(e)) from None
+    except KeyboardInterrupt:
+        raise _fail("interrupted; DST was not written and no temporary files remain", 130) from None
+    if not quiet:
+        out = _out()
+        out.print(_report_table(report, show))
+        errs = [t.rel_error for t in report.quantized]
+        out.print(
+            f"wrote [bold]{dst}[/] ({report.layout}): {len(report.quantized)} tensors quantized, "
+            f"{len(report.tensors) - len(report.quantized)} copied; {_mb(report.source_bytes)} → "
+            f"{_mb(report.output_bytes)} in {report.seconds:.2f} s "
+            f"({report.source_bytes / 1e6 / max(report.seconds, 1e-9):.1f} MB/s); max rel. error {max(errs):.3e}"
+        )
+
+
+@app.command()
+def inspect(
+    path: Annotated[Path, typer.Argument(help="Model folder or .gguf file.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Tensors, formats, shapes, bytes and compression ratio (vs bf16) of a checkpoint."""
+    from metrale.checkpoint.inspect import scan
+
+    try:
+        s = scan(path)
+    except MetraleError as e:
+        raise _fail(str(e)) from None
+    if as_json:
+        rows = [{"tensor": r.name, "format": r.format, "shape": r.shape, "bytes": r.bytes, "ratio": r.ratio}
+                for r in s.rows]
+        typer.echo(json.dumps({"path": str(s.path), "layout": s.layout, "detail": s.detail, "tensors": rows}, indent=2))
+        return
+    t = Table(title=f"{s.path} — {s.layout}{' (' + s.detail + ')' if s.detail else ''}", title_justify="left")
+    for c, j in (("tensor", "left"), ("format", "left"), ("shape", "left"), ("bytes", "right"), ("ratio", "right")):
+        t.add_column(c, justify=j, overflow="fold")
+    for r in s.rows:
+        t.add_row(r.name, r.format, "×".join(map(str, r.shape)), f"{r.bytes:,}", f"{r.ratio:.2f}")
+    out = _out()
+    out.print(t)
+    ratio = s.logical_bf16_bytes / s.total_bytes if s.total_bytes else 0.0
+    out.print(f"{len(s.rows)} tensors, {s.total_bytes:,} bytes, {ratio:.2f}× smaller than bf16")
+
+
+@app.command()
+def verify(
+    path: Annotated[Path, typer.Argument(help="Model folder or .gguf file to check.")],
+    against: Annotated[Path | None, typer.Option("--against", help="Source folder to compare with.")] = None,
+    max_rel_error: Annotated[
+        float | None, typer.Option("--max-rel-error", help="Bound on ‖ŵ−w‖/‖w‖ (default: per format).")
+    ] = None,
+    exact: Annotated[bool, typer.Option("--exact", help="Require metrale's bit-exact quantization of SRC.")] = False,
+) -> None:
+    """Check layout invariants (and error statistics against SRC); exit 1 on any violation."""
+    from metrale.checkpoint.verify import verify_path
+
+    try:
+        res = verify_path(path, against, max_rel_error=max_rel_error, exact=exact)
+    except MetraleError as e:
+        raise _fail(str(e)) from None
+    out = _out()
+    if res.stats:
+        t = Table(title="error against SRC", title_justify="left")
+        for c, j in (("tensor", "left"), ("format", "left"), ("rel. error", "right"), ("max |err|", "right"),
+                     ("bit-exact", "left")):
+            t.add_column(c, justify=j, overflow="fold")
+        for st in res.stats:
+            t.add_row(st.name, st.format, f"{st.rel_error:.3e}", f"{st.max_abs_error:.3e}", "yes" if st.bit_exact else "no")
+        out.print(t)
+        errs = np.array([st.rel_error for st in res.stats])
+        out.print(f"rel. error: mean {errs.mean():.3e}, max {errs.max():.3e} over {len(errs)} tensors")
+    if res.violations:
+        for v in res.violations:
+            _err().print(f"[bold red]violation:[/] {v}", soft_wrap=True)
+        raise typer.Exit(1)
+    out.print(f"[green]OK[/]: {res.checked} tensors checked in {res.scan.path} ({res.scan.layout})")
+
+
+@app.command()
+def demo(
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Keep the files in this (new) folder.")] = None,
+    backend: Annotated[str, typer.Option("--backend", help="auto | reference | cuda")] = "auto",
+    layer: Annotated[int, typer.Option("--layer", help="Decoder layer whose FFN runs.")] = 0,
+) -> None:
+    """Generate a tiny Llama checkpoint, convert it to all four formats, inspect, verify, and
+    run the FFN of one layer of each through DenseFfnLayer.from_checkpoint."""
+    import ml_dtypes
+
+    from metrale.checkpoint.convert import FORMATS, ConvertOptions, convert_checkpoint
+    from metrale.checkpoint.example import make_example_checkpoint
+    from metrale.checkpoint.inspect import scan
+    from metrale.checkpoint.verify import verify_path
+    from metrale.reference.layer import DenseFfnLayer
+
+    out = _out()
+    tmp = None
+    if out_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="metrale-demo-")
+        root = Path(tmp.name)
+    else:
+        if out_dir.exists():
+            raise _fail(f"{out_dir}: exists; give a new folder to --out")
+        root = out_dir
+    try:
+        src = make_example_checkpoint(root / "llama-tiny", hidden=64, intermediate=128, layers=2)
+        out.print(f"example checkpoint: [bold]{src}[/] (Llama, hidden 64, intermediate 128, 2 layers, bf16)")
+        x = np.random.default_rng(0).standard_normal((4, 64)).astype(ml_dtypes.bfloat16)
+        ref = DenseFfnLayer.from_checkpoint(src, layer=layer, backend=backend)(x).astype(np.float64)
+        t = Table(title=f"FFN of layer {layer}, 4 rows, vs the bf16 source layer", title_justify="left")
+        for c in ("format", "layout", "bytes", "ratio", "max weight err", "verify", "FFN rel. error"):
+            t.add_column(c)
+        ok = True
+        for fmt in FORMATS:
+            dst = root / f"llama-tiny-{fmt}"
+            rep = convert_checkpoint(src, dst, ConvertOptions(fmt))
+            s = scan(dst)
+            v = verify_path(dst, src)
+            ok &= v.ok
+            y = DenseFfnLayer.from_checkpoint(dst, layer=layer, backend=backend)(x).astype(np.float64)
+            err = np.linalg.norm(y - ref) / np.linalg.norm(ref)
+            t.add_row(fmt, s.layout, f"{s.total_bytes:,}", f"{s.logical_bf16_bytes / s.total_bytes:.2f}",
+                      f"{max(q.rel_error for q in rep.quantized):.3f}", "OK" if v.ok else "; ".join(v.violations[:2]),
+                      f"{err:.3f}")
+        out.print(t)
+        out.print("next: [bold]metrale convert SRC DST --format nvfp4[/], [bold]metrale inspect DST[/], "
+                  "[bold]metrale verify DST --against SRC[/]")
+    except MetraleError as e:
+        raise _fail(str(e)) from None
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    if not ok:
+        raise typer.Exit(1)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench(ctx: typer.Context) -> None:
+    """Run tools/bench_ffn.py (source checkouts only); extra arguments pass through."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "tools" / "bench_ffn.py"
+    spec = importlib.util.spec_from_file_location("metrale_bench_ffn", path) if path.is_file() else None
+    if spec is None or spec.loader is None:
+        raise _fail(f"{path}: not found (metrale bench runs from a source checkout)")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rc = mod.main(list(ctx.args))
+    raise typer.Exit(int(rc or 0))
+
+
+def main() -> None:  # pragma: no cover - console entry for `python -m metrale.cli`
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()

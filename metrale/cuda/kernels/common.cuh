@@ -1,0 +1,119 @@
+// common.cuh -- device helpers shared by metrale's kernel files (CONTRACT §2, §4, §5).
+//
+// No system headers: the files compile under NVRTC (CuPy RawModule) and nvcc alike.
+// bf16 travels as raw 16-bit patterns (unsigned short); every function here is exact
+// or correctly rounded by IEEE rules, and the files are built with --fmad=false.
+//
+//   bf16_to_f32(bits)        exact widening
+//   f32_to_bf16(f)           round to nearest even, overflow to Inf, every NaN -> 0x7FC0
+//   e4m3_to_f32(byte)        exact (no NaN expected: weights are validated)
+//   f32_to_e4m3_sat(f)       RNE of a finite f in [0, 448] (caller clamps)
+//   pow2f(e)                 2^e as f32 for e in [-149, 127] (subnormal included)
+//   nib8_codes(w, c0, c1)    8 NVFP4 nibbles -> 8 int8 codes 2*e2m1 (byte n = element n)
+//   dp4a_su / dp4a_ss        int32 += 4 x (s8 * u8) / (s8 * s8)
+//   warp_sum_tree(v)         shfl_xor 1,2,4,8,16: lane l's value is leaf l of a 32-leaf tree
+//   a16_block(...)           A16 codes of one 16-element block (E, c_j, finite)
+#pragma once
+
+#define METRALE_NEG_ZERO (-0.0f)
+
+__device__ __forceinline__ float bf16_to_f32(unsigned short b) {
+    return __uint_as_float(((unsigned int)b) << 16);
+}
+
+__device__ __forceinline__ unsigned short f32_to_bf16(float f) {
+    unsigned int u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)0x7FC0u;  // canonical NaN
+    u += 0x7fffu + ((u >> 16) & 1u);  // RNE; a finite value past the top rounds to Inf
+    return (unsigned short)(u >> 16);
+}
+
+__device__ __forceinline__ float e4m3_to_f32(unsigned int v) {
+    unsigned int s = (v >> 7) & 1u, e = (v >> 3) & 15u, mm = v & 7u;
+    float r;
+    if (e == 0u) {
+        r = (float)mm * 0.001953125f;  // mm * 2^-9, exact
+    } else {
+        r = __uint_as_float(((e + 120u) << 23) | (mm << 20));
+    }
+    return s ? -r : r;
+}
+
+// e4m3 bits of a finite f in [0, 448] (round to nearest even); the caller saturates.
+__device__ __forceinline__ unsigned int f32_to_e4m3_sat(float f) {
+    if (f < 0.015625f) {  // below the smallest normal 2^-6: multiples of 2^-9
+        float q = rintf(f * 512.0f);  // exact product, RNE to an integer in [0, 8]
+        return (unsigned int)q;        // q = 8 is the normal 2^-6 (bits 0x08)
+    }
+    unsigned int u = __float_as_uint(f);
+    u += 0x7ffffu + ((u >> 20) & 1u);  // RNE to 3 mantissa bits
+    return (u >> 20) - (120u << 3);
+}
+
+__device__ __forceinline__ float pow2f(int e) {
+    if (e >= -126) return __uint_as_float((unsigned int)(e + 127) << 23);
+    return __uint_as_float(1u << (e + 149));
+}
+
+__device__ __forceinline__ unsigned int prmt(unsigned int a, unsigned int b, unsigned int s) {
+    unsigned int d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(s));
+    return d;
+}
+
+// Eight nibbles (element n in bits 4n..4n+3: bit 3 sign, bits 0-2 index e2m1 magnitudes)
+// -> int8 codes 2*e2m1 in {0,1,2,3,4,6,8,12} with sign; c0 holds elements 0-3, c1 4-7.
+__device__ __forceinline__ void nib8_codes(unsigned int w, unsigned int& c0, unsigned int& c1) {
+    const unsigned int P0 = 0x03020100u, P1 = 0x0C080604u;  // +0 +1 +2 +3 | +4 +6 +8 +12
+    const unsigned int N0 = 0xFDFEFF00u, N1 = 0xF4F8FAFCu;  // -0 -1 -2 -3 | -4 -6 -8 -12
+    unsigned int mag = w & 0x77777777u;
+    unsigned int sel = ((w >> 1) & 0x44444444u) | 0x32103210u;  // byte n from pos (n) or neg (n+4)
+    unsigned int mag1 = mag >> 16, sel1 = sel >> 16;
+    c0 = prmt(prmt(P0, P1, mag), prmt(N0, N1, mag), sel);
+    c1 = prmt(prmt(P0, P1, mag1), prmt(N0, N1, mag1), sel1);
+}
+
+__device__ __forceinline__ int dp4a_su(unsigned int a_s8, unsigned int b_u8, int c) {
+    int d;
+    asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a_s8), "r"(b_u8), "r"(c));
+    return d;
+}
+
+__device__ __forceinline__ int dp4a_ss(unsigned int a_s8, unsigned int b_s8, int c) {
+    int d;
+    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a_s8), "r"(b_s8), "r"(c));
+    return d;
+}
+
+// The contract's tree over 32 leaves, leaf l in lane l: adjacent pairs first (xor 1), then
+// pairs of pairs... Every lane ends with the root (fp32 add is commutative, so a+b == b+a).
+__device__ __forceinline__ float warp_sum_tree(float v) {
+    v = v + __shfl_xor_sync(0xffffffffu, v, 1);
+    v = v + __shfl_xor_sync(0xffffffffu, v, 2);
+    v = v + __shfl_xor_sync(0xffffffffu, v, 4);
+    v = v + __shfl_xor_sync(0xffffffffu, v, 8);
+    v = v + __shfl_xor_sync(0xffffffffu, v, 16);
+    return v;
+}
+
+// A16 (CONTRACT §4) for one block of 16 bf16 values xb[0..15]:
+// E = max(exponent field, zero field counted as 1) - 127; c_j = rne(x_j * 2^(14-E)) (exact in
+// double, then rint); finite = no field is 255. Codes of a non-finite block are 0.
+__device__ __forceinline__ void a16_block(const unsigned short* xb, int (&c)[16], int& E, bool& finite) {
+    int fmax = 1;
+    finite = true;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        int f = (xb[j] >> 7) & 0xff;
+        finite = finite && (f != 255);
+        fmax = f > fmax ? f : fmax;
+    }
+    E = fmax - 127;
+    // 2^(14-E) with 14-E in [-113, 140]: exact in double.
+    double sc = __longlong_as_double((long long)(1023 + 14 - E) << 52);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        double v = (double)bf16_to_f32(xb[j]) * sc;
+        c[j] = finite ? (int)rint(v) : 0;
+    }
+}

@@ -1,0 +1,170 @@
+// metrale/cuda/kernels/q2_0_gemv.cu -- Q2_0 (GGUF type 42) weights x A16 activations.
+//
+// Contract: CONTRACT.md §3 (Q2_0 layout), §4 (A16 block fixed point), §5 (exact block dot,
+// v_b = (f32(S_b) * f32(d)) * 2^(E_b - 14), the fixed tree, y = bf16(root)).
+//
+// Device weight layout (made at upload by metrale/cuda/q2.py): qs uint8 [N, K/4] (each 64-block's
+// 16 code bytes, contiguous), d uint16 [N, K/64] (the f16 bits). A 32-bit word of qs is one
+// 16-element A16 block: byte i holds elements 4i..4i+3 at bit pairs 0, 2, 4, 6.
+//
+// Kernels:
+//   q2_a16_prep(x, ldx, K, m, lohi, aux)
+//       grid (ceil(m * K/16 / 256)), block 256; one thread per (row, 16-block). A16 codes c
+//       (|c| < 2^15, common.cuh's a16_block) split c = 256 hi + lo,
+//       lo in [0, 255], hi in [-128, 127], stored as byte limbs permuted to match the 2-bit
+//       fields (word s holds elements s, s+4, s+8, s+12): lohi uint4 [m, B, 2] (lo, hi);
+//       aux uint2 [m, B] = (sum of c, f32 bits of 2^(E-14), or NaN for a block holding Inf/NaN).
+//   q2_0_gemv_r{1,2,4,8}(qs, d, N, K, lohi, aux, m, out, ldo)
+//       grid (ceil(N / (4 NC)), ceil(m / R)), block 128 (4 warps). Warp = NC columns x R rows.
+//       Lane l owns Q2 block 32 ch + l of chunk ch (64 elements = A16 blocks 4q..4q+3, one
+//       16-byte qs load + one d): S_b = 256 dp4a(q, hi) + dp4a(q, lo) - sum(c) with q in 0..3
+//       (so S_b = sum (q-1) c exactly in int32), v_b in the contract's fp32 order, then
+//       ((v0+v1)+(v2+v3)) and shfl_xor 1..16: the 128-block subtree of the chunk. Chunk roots
+//       go to shared memory; the padded tree over chunks (C <= 64, K <= 131072) finishes with
+//       the same shuffles. Serves q2_0_gemv_vec (R=1), q2_0_gemv_vec_batchm and q2_0_gemm
+//       (grid.y row groups): every output is the same arithmetic, whatever m.
+//
+// Build: --fmad=false; fp32 steps written with __fmul_rn / __fadd_rn.
+
+#include "common.cuh"
+
+typedef unsigned short u16;
+typedef unsigned int u32;
+
+// f16 bits -> f32, exact (finite inputs; the weight validator refuses non-finite d).
+__device__ __forceinline__ float q2_f16_f32(u32 h) {
+    const u32 sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
+    if (e == 0) {
+        const float v = __fmul_rn(__uint2float_rn(man), 5.9604644775390625e-08f);  // man * 2^-24
+        return __uint_as_float(__float_as_uint(v) | sign);
+    }
+    return __uint_as_float(sign | ((e + 112u) << 23) | (man << 13));
+}
+
+extern "C" __global__ void __launch_bounds__(256) q2_a16_prep(
+    const u16* __restrict__ x, long long ldx, int K, int m, uint4* __restrict__ lohi,
+    uint2* __restrict__ aux) {
+    const int B = K >> 4;
+    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (long long)m * B) return;
+    const int r = (int)(t / B), blk = (int)(t % B);
+    int c[16], E;
+    bool finite;
+    a16_block(x + (long long)r * ldx + blk * 16, c, E, finite);
+    u32 lo[4], hi[4];
+    int csum = 0;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+        lo[s] = 0u;
+        hi[s] = 0u;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int cj = c[4 * i + s];
+            lo[s] |= (u32)(cj & 0xFF) << (8 * i);
+            hi[s] |= (u32)((cj >> 8) & 0xFF) << (8 * i);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 16; ++j) csum += c[j];
+    lohi[2 * t] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    lohi[2 * t + 1] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    aux[t] = make_uint2((u32)csum, finite ? __float_as_uint(pow2f(E - 14)) : 0x7FC00000u);
+}
+
+// Block dot of one 16-element block: q word (16 2-bit fields) x permuted limbs.
+__device__ __forceinline__ int q2_block_dot(u32 qw, uint4 lo, uint4 hi, int csum) {
+    const u32 l[4] = {lo.x, lo.y, lo.z, lo.w}, h[4] = {hi.x, hi.y, hi.z, hi.w};
+    u32 slo = 0;
+    int shi = 0;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+        const u32 g = (qw >> (2 * s)) & 0x03030303u;
+        slo = __dp4a(g, l[s], slo);
+        shi = __dp4a((int)g, (int)h[s], shi);
+    }
+    return shi * 256 + (int)slo - csum;
+}
+
+template <int R, int NC>
+__device__ __forceinline__ void q2_gemv_warp(const uint4* __restrict__ qs, const u16* __restrict__ d, int N,
+                                             int K, const uint4* __restrict__ lohi,
+                                             const uint2* __restrict__ aux, int r0, int m, int n0,
+                                             u16* __restrict__ out, long long ldo, float* sroot) {
+    const int lane = threadIdx.x & 31;
+    const int nq = K >> 6, B = K >> 4, C = (nq + 31) >> 5;
+    for (int ch = 0; ch < C; ++ch) {
+        const int qb = ch * 32 + lane;
+        const bool valid = qb < nq;
+        uint4 wq[NC];
+        float dd[NC];
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+            const int n = n0 + c;
+            const bool ok = valid && n < N;
+            wq[c] = ok ? __ldg(qs + (long long)n * nq + qb) : make_uint4(0u, 0u, 0u, 0u);
+            dd[c] = ok ? q2_f16_f32(__ldg(d + (long long)n * nq + qb)) : 0.0f;
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const int row = r0 + r;
+            if (row >= m) continue;  // warp-uniform
+            uint4 lo[4], hi[4];
+            uint2 ax[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const long long bi = (long long)row * B + (valid ? 4 * qb + i : 0);
+                lo[i] = __ldg(lohi + 2 * bi);
+                hi[i] = __ldg(lohi + 2 * bi + 1);
+                ax[i] = __ldg(aux + bi);
+            }
+#pragma unroll
+            for (int c = 0; c < NC; ++c) {
+                const u32 qw[4] = {wq[c].x, wq[c].y, wq[c].z, wq[c].w};
+                float v[4];
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int S = q2_block_dot(qw[i], lo[i], hi[i], (int)ax[i].x);
+                    v[i] = valid ? __fmul_rn(__fmul_rn(__int2float_rn(S), dd[c]), __uint_as_float(ax[i].y))
+                                 : -0.0f;
+                }
+                float t = __fadd_rn(__fadd_rn(v[0], v[1]), __fadd_rn(v[2], v[3]));
+#pragma unroll
+                for (int o = 1; o < 32; o <<= 1) t = __fadd_rn(t, __shfl_xor_sync(0xffffffffu, t, o));
+                if (lane == 0) sroot[(c * R + r) * 64 + ch] = t;
+            }
+        }
+    }
+    __syncwarp();
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const int row = r0 + r;
+        if (row >= m) continue;
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+            const float* sr = sroot + (c * R + r) * 64;
+            const float a = 2 * lane < C ? sr[2 * lane] : -0.0f;
+            const float b = 2 * lane + 1 < C ? sr[2 * lane + 1] : -0.0f;
+            float t = __fadd_rn(a, b);
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) t = __fadd_rn(t, __shfl_xor_sync(0xffffffffu, t, o));
+            const int n = n0 + c;
+            if (lane == 0 && n < N) out[(long long)row * ldo + n] = f32_to_bf16(t);
+        }
+    }
+}
+
+#define Q2_GEMV(R, NC)                                                                           \
+    extern "C" __global__ void __launch_bounds__(128) q2_0_gemv_r##R(                             \
+        const uint4* __restrict__ qs, const u16* __restrict__ d, int N, int K,                   \
+        const uint4* __restrict__ lohi, const uint2* __restrict__ aux, int m, u16* __restrict__ out, \
+        long long ldo) {                                                                         \
+        __shared__ float sroot[4][NC * R * 64];                                                  \
+        const int warp = threadIdx.x >> 5;                                                       \
+        const int n0 = (blockIdx.x * 4 + warp) * NC;                                             \
+        q2_gemv_warp<R, NC>(qs, d, N, K, lohi, aux, blockIdx.y * R, m, n0, out, ldo, sroot[warp]); \
+    }
+
+Q2_GEMV(1, 4)
+Q2_GEMV(2, 4)
+Q2_GEMV(4, 4)
+Q2_GEMV(8, 2)

@@ -1,0 +1,35 @@
+// w4a16_gemv.cu -- NVFP4 weights x A16 activations (CONTRACT §4 A16, §5; body in nvfp4.cuh).
+//
+// Kernels (extern "C"), all with the same arguments:
+//   nvfp4_a16_r{1,2,3,4}_{e,o}(x, ldx, m, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1, N, K)
+//     R = 1..4 rows per pass; _e: B = K/16 even (16-byte weight loads), _o: B odd (8-byte).
+//   Launch: block 256 threads (8 warps, one output column each), grid (gx, gy, gz):
+//     gx persistent CTAs over the N columns, gy over groups of R rows (m rows in all),
+//     gz = 1 (weight set 0) or 2 (blockIdx.z = 1 takes set 1: gate and up in one launch).
+//     Dynamic shared memory R * 72 * P bytes, P = 32 * ceil(B / 64).
+//   The launchers (metrale/cuda/nvfp4.py) map w4a16_gemv (R=1), w4a16_gemv_batch2/3 and the
+//   dual_batch2/3 (R=2/3, gz=2), w4a16_gemv_batch4..32 and w4a16_gemm (R=4, gy groups).
+#include "nvfp4.cuh"
+
+#define NVFP4_A16(R, EV, SUFFIX)                                                                       \
+    extern "C" __global__ void __launch_bounds__(NVFP4_THREADS) nvfp4_a16_r##R##_##SUFFIX(            \
+        const unsigned short* x, long long ldx, int m, const unsigned char* w0, const unsigned char* s0, \
+        float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, const unsigned char* s1, \
+        float rs1, unsigned short* out1, long long ldo1, int N, int K) {                               \
+        Nvfp4Set set;                                                                                  \
+        if (blockIdx.z == 0) {                                                                         \
+            set.w = w0; set.ws = s0; set.rowscale = rs0; set.out = out0; set.ldo = ldo0;               \
+        } else {                                                                                       \
+            set.w = w1; set.ws = s1; set.rowscale = rs1; set.out = out1; set.ldo = ldo1;               \
+        }                                                                                              \
+        nvfp4_body<0, R, EV>(x, ldx, nullptr, m, set, N, K);                                           \
+    }
+
+NVFP4_A16(1, true, e)
+NVFP4_A16(1, false, o)
+NVFP4_A16(2, true, e)
+NVFP4_A16(2, false, o)
+NVFP4_A16(3, true, e)
+NVFP4_A16(3, false, o)
+NVFP4_A16(4, true, e)
+NVFP4_A16(4, false, o)

@@ -1,0 +1,271 @@
+"""Launchers of the NVFP4 kernels (``kernels/w4a16_gemv.cu``, ``kernels/w4a4.cu``), with the
+reference's signatures (metrale/reference/kernels.py).
+
+Activations and outputs are CuPy uint16 arrays (bf16 bits) with unit column stride; outputs
+may be row slices of larger buffers (the row stride is passed). Weights are ``DeviceWeight``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from metrale.backend import W4A16_TIERS
+from metrale.cuda import runtime
+from metrale.cuda.weights import upload_generic
+from metrale.errors import MetraleError
+from metrale.reference.activations import A4Codes
+from metrale.reference.elements import E4M3
+
+A16_FILE = "w4a16_gemv.cu"
+A4_FILE = "w4a4.cu"
+THREADS = 256
+WARPS = THREADS // 32
+#: K up to 64 chunks of 64 blocks (two 2048-block slots of the tree).
+MAX_K = 65536
+SMEM_LIMIT = 220 * 1024
+A16_ROWS = (1, 2, 3, 4)
+A4_ROWS = (1, 4)
+F32 = np.float32
+
+UPLOADERS: dict[str, Callable[[Any], Any]] = {"nvfp4": upload_generic}
+
+
+def mat(a: Any, name: str) -> tuple[Any, int]:
+    """Check a CuPy uint16 [rows, cols] array with unit column stride; return it and its row
+    stride in elements."""
+    import cupy
+
+    if not isinstance(a, cupy.ndarray) or a.dtype != cupy.uint16 or a.ndim != 2:
+        raise MetraleError(
+            f"{name}: want a 2-D CuPy uint16 (bf16 bits) array, got "
+            f"{type(a).__name__} {getattr(a, 'dtype', '')} {getattr(a, 'shape', '')}"
+        )
+    cols_ok = a.shape[1] <= 1 or a.strides[1] == 2
+    rows_ok = a.shape[0] <= 1 or (a.strides[0] > 0 and a.strides[0] % 2 == 0)
+    if not (cols_ok and rows_ok):
+        raise MetraleError(f"{name}: want contiguous columns and positive row stride (strides {a.strides})")
+    ld = a.strides[0] // 2 if a.shape[0] > 1 else a.shape[1]
+    return a, int(ld)
+
+
+def _geometry(k: int) -> tuple[int, int, int]:
+    if k % 16 or k <= 0:
+        raise MetraleError(f"K={k} is not a positive multiple of 16")
+    if k > MAX_K:
+        raise MetraleError(f"the CUDA NVFP4 kernels serve K up to {MAX_K} (K={k})")
+    b = k // 16
+    c = (b + 63) // 64
+    return b, c, 32 * c
+
+
+def _smem(mode: int, r: int, k: int) -> int:
+    _, _, p = _geometry(k)
+    return r * p * (72 if mode == 0 else 40)
+
+
+def _rows_per_pass(mode: int, want: int, k: int) -> int:
+    choices = A16_ROWS if mode == 0 else A4_ROWS
+    r = max(c for c in choices if c <= max(1, want))
+    while r > 1 and _smem(mode, r, k) > SMEM_LIMIT:
+        r = max(c for c in choices if c < r)
+    return r
+
+
+def _grid(n: int, groups: int, gz: int, smem: int) -> tuple[int, int, int]:
+    sms = runtime.sm_count()
+    occ = max(1, min(4, (228 * 1024) // (smem + 1024)))
+    total = sms * occ
+    gx_full = -(-n // WARPS)
+    gx = max(1, min(gx_full, total // gz))
+    gy = max(1, min(groups, total // (gx * gz)))
+    return gx, gy, gz
+
+
+def _check_weight(w: Any, x_k: int, name: str) -> None:
+    if getattr(w, "format", None) != "nvfp4" or not hasattr(w, "arrays"):
+        raise MetraleError(f"{name}: want a device NVFP4 weight (backend.upload), got {type(w).__name__}")
+    if w.k != x_k:
+        raise MetraleError(f"{w.name}: input K={x_k}, the weight wants K={w.k}")
+
+
+def _set(w: Any, out: Any, rowscale: np.float32, rows: int) -> tuple[Any, ...]:
+    o, ldo = mat(out, f"{w.name} output")
+    if o.shape[1] != w.n or o.shape[0] < rows:
+        raise MetraleError(f"{w.name}: output shape {tuple(o.shape)}, want at least [{rows}, {w.n}]")
+    return (w.arrays["weight"], w.arrays["weight_scale"], F32(rowscale), o, np.int64(ldo))
+
+
+def nvfp4_a16(x: Any, sets: list[tuple[Any, Any]], rows: int, r_want: int) -> None:
+    """Rows ``0..rows-1`` of ``x`` times each (weight, out) in ``sets`` (one or two), A16."""
+    x, ldx = mat(x, "input")
+    if rows <= 0:
+        return
+    if x.shape[0] < rows:
+        raise MetraleError(f"input has {x.shape[0]} rows, the kernel reads {rows}")
+    w0 = sets[0][0]
+    for w, _ in sets:
+        _check_weight(w, x.shape[1], "w4a16")
+    if len(sets) == 2 and (sets[1][0].n, sets[1][0].k) != (w0.n, w0.k):
+        raise MetraleError("dual launch: gate and up must have the same shape")
+    k = w0.k
+    b, _, _ = _geometry(k)
+    r = _rows_per_pass(0, min(r_want, rows), k)
+    name = f"nvfp4_a16_r{r}_{'e' if b % 2 == 0 else 'o'}"
+    kern = runtime.get_kernel(A16_FILE, name)
+    if kern is None:
+        raise MetraleError(f"{name} kernel missing in this target build")
+    smem = _smem(0, r, k)
+    runtime.set_dynamic_smem(kern, smem)
+    args0 = _set(sets[0][0], sets[0][1], F32(sets[0][0].weight_scale_2), rows)
+    args1 = _set(sets[-1][0], sets[-1][1], F32(sets[-1][0].weight_scale_2), rows)
+    grid = _grid(w0.n, -(-rows // r), len(sets), smem)
+    kern(
+        grid,
+        (THREADS,),
+        (x, np.int64(ldx), np.int32(rows), *args0, *args1, np.int32(w0.n), np.int32(k)),
+        shared_mem=smem,
+    )
+
+
+@dataclass
+class DeviceA4Codes:
+    """A4 activation codes on the device (``w4a4_quantize``): ``codes`` int8 [m, K],
+    ``scales`` uint8 e4m3 bits [m, B], ``finite`` uint8 [m, B], ``afac`` f32 [m, B]
+    (f32(scale), NaN for a non-finite block); ``input_scale`` the global scale used."""
+
+    codes: Any
+    scales: Any
+    finite: Any
+    afac: Any
+    input_scale: np.float32
+
+    @property
+    def m(self) -> int:
+        return int(self.codes.shape[0])
+
+    @property
+    def k(self) -> int:
+        return int(self.codes.shape[1])
+
+    def to_host(self) -> A4Codes:
+        """The reference's A4Codes (host copies)."""
+        return A4Codes(
+            codes=self.codes.get(),
+            scales=self.scales.get().view(E4M3),
+            finite=self.finite.get().astype(bool),
+        )
+
+    def __getitem__(self, rows: slice) -> DeviceA4Codes:
+        return DeviceA4Codes(
+            self.codes[rows], self.scales[rows], self.finite[rows], self.afac[rows], self.input_scale
+        )
+
+
+def w4a4_quantize(x: Any, input_scale: Any) -> DeviceA4Codes:
+    """A4 codes of bf16 rows ``x`` with global scale 1/input_scale (reference quantize_a4)."""
+    import cupy
+
+    x, ldx = mat(x, "input")
+    m, k = x.shape
+    b, _, _ = _geometry(k)
+    s = F32(input_scale)
+    if not (np.isfinite(s) and s > 0):
+        raise MetraleError(f"input_scale must be a finite positive f32, got {input_scale!r}")
+    g = F32(1.0) / s
+    inv_g = F32(1.0) / g
+    c16 = F32(1.0 / 6.0)
+    codes = cupy.empty((m, k), dtype=cupy.int8)
+    scales = cupy.empty((m, b), dtype=cupy.uint8)
+    finite = cupy.empty((m, b), dtype=cupy.uint8)
+    afac = cupy.empty((m, b), dtype=cupy.float32)
+    if m:
+        kern = runtime.get_kernel(A4_FILE, "w4a4_quantize")
+        if kern is None:
+            raise MetraleError("w4a4_quantize kernel missing in this target build")
+        items = m * b
+        kern(
+            (-(-items // THREADS),),
+            (THREADS,),
+            (x, np.int64(ldx), np.int32(m), np.int32(k), g, inv_g, c16, codes, scales, finite, afac),
+        )
+    return DeviceA4Codes(codes, scales, finite, afac, s)
+
+
+def w4a4_gemv_small_m(codes: DeviceA4Codes, w: Any, out: Any) -> None:
+    """out[:m] = NVFP4 x A4 projection of the codes' m rows (reference project(..., "A4"))."""
+    if not isinstance(codes, DeviceA4Codes):
+        raise MetraleError(f"w4a4_gemv_small_m: want codes from w4a4_quantize, got {type(codes).__name__}")
+    _check_weight(w, codes.k, "w4a4")
+    if w.input_scale is None:
+        raise MetraleError(f"{w.name}: A4 needs an input_scale (the weight declares no FP4 activations)")
+    m, k = codes.m, codes.k
+    if m <= 0:
+        return
+    b, _, _ = _geometry(k)
+    r = _rows_per_pass(1, m, k)
+    name = f"nvfp4_a4_r{r}_{'e' if b % 2 == 0 else 'o'}"
+    kern = runtime.get_kernel(A4_FILE, name)
+    if kern is None:
+        raise MetraleError(f"{name} kernel missing in this target build")
+    smem = _smem(1, r, k)
+    runtime.set_dynamic_smem(kern, smem)
+    rowscale = F32(F32(w.input_scale) * F32(w.weight_scale_2))
+    args = _set(w, out, rowscale, m)
+    c, ldc = codes.codes, codes.codes.strides[0]
+    grid = _grid(w.n, -(-m // r), 1, smem)
+    kern(
+        grid,
+        (THREADS,),
+        (c, np.int64(ldc), codes.afac, np.int32(m), *args, *args, np.int32(w.n), np.int32(k)),
+        shared_mem=smem,
+    )
+
+
+def _fixed(rows: int) -> Callable[..., None]:
+    def kernel(x: Any, w: Any, out: Any) -> None:
+        nvfp4_a16(x, [(w, out)], rows, rows)
+
+    return kernel
+
+
+def _dual(rows: int) -> Callable[..., None]:
+    def kernel(x: Any, w0: Any, out0: Any, w1: Any, out1: Any) -> None:
+        nvfp4_a16(x, [(w0, out0), (w1, out1)], rows, rows)
+
+    return kernel
+
+
+def _tier(max_m: int) -> Callable[..., None]:
+    def kernel(x: Any, w: Any, out: Any, m: int) -> None:
+        nvfp4_a16(x, [(w, out)], min(int(m), max_m), 4)  # a tier writes only its first MAX_M rows
+
+    return kernel
+
+
+def _gemm(x: Any, w: Any, out: Any) -> None:
+    x, _ = mat(x, "input")
+    nvfp4_a16(x, [(w, out)], int(x.shape[0]), 4)
+
+
+_LAUNCHERS: dict[str, tuple[str, str, Callable[..., Any]]] = {
+    "w4a16_gemv": (A16_FILE, "nvfp4_a16_r1_e", _fixed(1)),
+    "w4a16_gemv_batch2": (A16_FILE, "nvfp4_a16_r2_e", _fixed(2)),
+    "w4a16_gemv_batch3": (A16_FILE, "nvfp4_a16_r3_e", _fixed(3)),
+    "w4a16_gemv_dual_batch2": (A16_FILE, "nvfp4_a16_r2_e", _dual(2)),
+    "w4a16_gemv_dual_batch3": (A16_FILE, "nvfp4_a16_r3_e", _dual(3)),
+    **{f"w4a16_gemv_batch{t}": (A16_FILE, "nvfp4_a16_r4_e", _tier(t)) for t in W4A16_TIERS},
+    "w4a16_gemm": (A16_FILE, "nvfp4_a16_r4_e", _gemm),
+    "w4a4_quantize": (A4_FILE, "w4a4_quantize", w4a4_quantize),
+    "w4a4_gemv_small_m": (A4_FILE, "nvfp4_a4_r4_e", w4a4_gemv_small_m),
+}
+
+
+def kernels() -> dict[str, Callable[..., Any]]:
+    """The NVFP4 kernels whose module built on the current device."""
+    return {
+        name: fn for name, (cu, probe, fn) in _LAUNCHERS.items() if runtime.get_kernel(cu, probe) is not None
+    }

@@ -1,0 +1,156 @@
+"""Q2_0 (GGUF type 42) × A16 launchers: ``q2_0_gemv_vec``, ``q2_0_gemv_vec_batchm``, ``q2_0_gemm``
+(kernels in ``kernels/q2_0_gemv.cu``; CONTRACT §3-§5), the Q2_0 uploader, and the small argument
+helpers the other launcher modules of this family (``w8a8``, ``wide``) share.
+
+Every launch is two kernels: ``q2_a16_prep`` turns the bf16 rows into A16 codes (byte limbs,
+per-block code sum and 2^(E−14)), then ``q2_0_gemv_r{1,2,4,8}`` computes the exact block dots,
+the contract's fp32 block values and the fixed tree. The output of a row never depends on how
+many rows the call had.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from metrale.cuda.runtime import get_kernel
+from metrale.cuda.weights import DeviceWeight, to_device
+from metrale.errors import MetraleError
+from metrale.reference.formats.q2_0 import QK, Q2_0Weight
+
+CU_FILE = "q2_0_gemv.cu"
+#: Row tiers of the GEMV kernel (rows per warp) and columns per warp for each.
+Q2_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 4, 8: 2}
+#: The tree over 2048-element chunks keeps at most 64 chunk roots.
+Q2_MAX_K = 131072
+WARPS = 4
+BLOCK = 16
+
+
+# ---- argument helpers shared by q2, w8a8 and wide ----
+def device_rows(x: Any, k: int, rows: int, name: str = "x") -> Any:
+    """``x`` as CuPy uint16 bf16 bits [>= rows, k] with unit column stride and 16-byte aligned
+    rows (copied only when that does not hold); MetraleError naming ``name`` otherwise."""
+    import cupy
+
+    from metrale.cuda.backend import as_device_bits
+
+    a = as_device_bits(x, name)
+    if a.ndim != 2:
+        raise MetraleError(f"{name}: shape {tuple(a.shape)}, want 2-D [m, K]")
+    if a.shape[1] != k:
+        raise MetraleError(f"{name}: K={a.shape[1]}, the weight wants K={k}")
+    if a.shape[0] < rows:
+        raise MetraleError(f"{name}: {a.shape[0]} rows, the launch needs {rows}")
+    if a.strides[1] != 2 or a.strides[0] % 16 or a.data.ptr % 16:
+        a = cupy.ascontiguousarray(a)
+    return a
+
+
+def device_out(out: Any, rows: int, n: int, name: str = "out") -> tuple[Any, int]:
+    """The output buffer (CuPy uint16 [>= rows, n], unit column stride) and its row stride in
+    elements; MetraleError naming ``name`` otherwise. The kernels write rows [0, rows) only."""
+    import cupy
+
+    if not isinstance(out, cupy.ndarray) or out.dtype not in (cupy.uint16, cupy.int16):
+        raise MetraleError(f"{name}: want a CuPy uint16 (bf16 bits) buffer, got {type(out).__name__}")
+    if out.ndim != 2 or out.shape[1] != n or out.shape[0] < rows:
+        raise MetraleError(f"{name}: shape {tuple(out.shape)}, want [{rows}, {n}]")
+    if out.strides[1] != 2 or out.strides[0] % 2:
+        raise MetraleError(f"{name}: columns must be contiguous (strides {out.strides})")
+    return out, out.strides[0] // 2
+
+
+def weight_arrays(w: Any, fmt: str, kernel: str) -> dict[str, Any]:
+    """The device arrays of an uploaded weight of format ``fmt``."""
+    if not isinstance(w, DeviceWeight) or w.format != fmt:
+        raise MetraleError(
+            f"{kernel}: weight {getattr(w, 'name', '?')} is {type(w).__name__} "
+            f"(format {getattr(w, 'format', '?')}), want an uploaded {fmt} weight (backend.upload)"
+        )
+    return w.arrays
+
+
+def tier(m: int, tiers: dict[int, int]) -> int:
+    """The smallest row tier >= m, else the largest (then grid.y row groups)."""
+    for t in sorted(tiers):
+        if m <= t:
+            return t
+    return max(tiers)
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# ---- Q2_0 ----
+def upload_q2_0(w: Q2_0Weight) -> DeviceWeight:
+    """Q2_0 blocks [N, K/64, 18] -> qs uint8 [N, K/4] (each block's 16 code bytes) and d uint16
+    [N, K/64] (f16 bits): the same bytes, split so every row of codes is 16-byte aligned."""
+    qs = np.ascontiguousarray(w.blocks[..., 2:]).reshape(w.n, w.k // 4)
+    d = np.ascontiguousarray(w.blocks[..., :2]).view(np.uint16)[..., 0]
+    return DeviceWeight(host=w, arrays={"qs": to_device(qs), "d": to_device(np.ascontiguousarray(d))})
+
+
+def _q2_project(x: Any, w: Any, out: Any, m: int, kernel: str) -> None:
+    import cupy
+
+    arr = weight_arrays(w, "q2_0", kernel)
+    n, k = w.n, w.k
+    if k > Q2_MAX_K:
+        raise MetraleError(f"{kernel}: {w.name} has K={k}, above this kernel's limit of {Q2_MAX_K}")
+    if m <= 0:
+        return
+    xa = device_rows(x, k, m, "x")
+    outa, ldo = device_out(out, m, n, "out")
+    nb = k // BLOCK
+    lohi = cupy.empty((m * nb * 2 * 4,), dtype=cupy.uint32)
+    aux = cupy.empty((m * nb * 2,), dtype=cupy.uint32)
+    prep = get_kernel(CU_FILE, "q2_a16_prep")
+    prep(
+        (cdiv(m * nb, 256),), (256,), (xa, np.int64(xa.strides[0] // 2), np.int32(k), np.int32(m), lohi, aux)
+    )
+    r = tier(m, Q2_TIERS)
+    nc = Q2_TIERS[r]
+    gemv = get_kernel(CU_FILE, f"q2_0_gemv_r{r}")
+    gemv(
+        (cdiv(n, WARPS * nc), cdiv(m, r)),
+        (32 * WARPS,),
+        (arr["qs"], arr["d"], np.int32(n), np.int32(k), lohi, aux, np.int32(m), outa, np.int64(ldo)),
+    )
+
+
+def q2_0_gemv_vec(x: Any, w: Any, out: Any) -> None:
+    """out[:1] = Q2_0 × A16 projection of x[:1] (one row)."""
+    _q2_project(x, w, out, 1, "q2_0_gemv_vec")
+
+
+def q2_0_gemv_vec_batchm(x: Any, w: Any, out: Any, m: int) -> None:
+    """out[:m] = the projection of x[:m], any m >= 1."""
+    _q2_project(x, w, out, int(m), "q2_0_gemv_vec_batchm")
+
+
+def q2_0_gemm(x: Any, w: Any, out: Any) -> None:
+    """out = the projection of every row of x (prefill)."""
+    _q2_project(x, w, out, int(x.shape[0]), "q2_0_gemm")
+
+
+_KERNEL_FUNCS = ("q2_a16_prep", *(f"q2_0_gemv_r{t}" for t in Q2_TIERS))
+
+
+def kernels() -> dict[str, Callable[..., Any]]:
+    """The Q2_0 launchers, when ``q2_0_gemv.cu`` built on this device (else none)."""
+    if any(get_kernel(CU_FILE, f) is None for f in _KERNEL_FUNCS):
+        return {}
+    return {
+        "q2_0_gemv_vec": q2_0_gemv_vec,
+        "q2_0_gemv_vec_batchm": q2_0_gemv_vec_batchm,
+        "q2_0_gemm": q2_0_gemm,
+    }
+
+
+UPLOADERS: dict[str, Callable[[Any], DeviceWeight]] = {"q2_0": upload_q2_0}
+
+assert QK == 64  # the upload split above assumes GGUF's 64-element Q2_0 block

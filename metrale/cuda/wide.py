@@ -1,0 +1,149 @@
+"""FP8 (W8A16) and BF16 dense × A16 launchers: ``w8a16_gemv``, ``w8a16_gemm``, ``dense_gemv``,
+``dense_gemm`` (kernels in ``kernels/wide_gemv.cu``; CONTRACT §5 with 24-bit weight block
+codes), and their uploaders.
+
+The FP8 uploader keeps the e4m3 bytes. The BF16 uploader stores, per block, the weight values
+the contract's 24-bit codes stand for, c·2^(F−22) (``weight_codes24``): they equal the bf16
+weight except in blocks spanning more than 2^15, and are always bf16 values, so the kernel's
+exact float64 block dot of those values with the A16 codes is S_b·2^(F−22) exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from metrale.cuda.q2 import cdiv, device_out, device_rows, tier, weight_arrays
+from metrale.cuda.runtime import get_kernel
+from metrale.cuda.weights import DeviceWeight, to_device
+from metrale.errors import MetraleError
+from metrale.reference.activations import weight_codes24
+from metrale.reference.elements import BF16, bf16_exponent_field
+from metrale.reference.formats import DenseWeight, Fp8Weight
+
+CU_FILE = "wide_gemv.cu"
+#: Row tiers (rows per warp) -> columns per warp.
+WIDE_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 2, 8: 2}
+#: The tree over 1024-element chunks keeps at most 64 chunk roots.
+WIDE_MAX_K = 65536
+WARPS = 4
+BLOCK = 16
+#: Rows per prep/GEMV pass (bounds the float64 code scratch at ROW_CHUNK·K·8 bytes).
+ROW_CHUNK = 1024
+_UPLOAD_ROWS = 2048
+
+
+def effective_bf16(w: np.ndarray) -> np.ndarray:
+    """bf16 [N, K] whose blocks hold c·2^(F−22) for the 24-bit codes c of ``w`` (a copy of w
+    except in blocks whose exponent fields span more than 15)."""
+    out = np.array(w, dtype=BF16, copy=True)
+    n, k = w.shape
+    for r0 in range(0, n, _UPLOAD_ROWS):
+        sub = w[r0 : r0 + _UPLOAD_ROWS]
+        f = np.maximum(bf16_exponent_field(sub).reshape(sub.shape[0], k // BLOCK, BLOCK), 1)
+        rows = np.nonzero(((f.max(axis=-1, keepdims=True) - f) > 15).any(axis=(1, 2)))[0]
+        if rows.size == 0:
+            continue
+        wb = weight_codes24(sub[rows])
+        exact = np.ldexp(wb.codes, (wb.exp - 22)[..., None]).reshape(rows.size, k)
+        eff = exact.astype(BF16)
+        if not np.array_equal(eff.astype(np.float64), exact):  # pragma: no cover - by the argument above
+            raise MetraleError("dense upload: a 24-bit block code is not a bf16 value")
+        out[r0 + rows] = eff
+    return out
+
+
+def upload_fp8(w: Fp8Weight) -> DeviceWeight:
+    """e4m3 weight [N, K] (as uint8 bits) and f32 weight_scale [N]."""
+    return DeviceWeight(
+        host=w, arrays={"weight": to_device(w.weight), "weight_scale": to_device(w.weight_scale)}
+    )
+
+
+def upload_bf16(w: DenseWeight) -> DeviceWeight:
+    """bf16 weight [N, K] (uint16 bits) holding the 24-bit block codes' values."""
+    return DeviceWeight(host=w, arrays={"weight": to_device(effective_bf16(w.weight))})
+
+
+def _project(x: Any, w: Any, out: Any, m: int, kernel: str, fp8: bool) -> None:
+    import cupy
+
+    arr = weight_arrays(w, "fp8" if fp8 else "bf16", kernel)
+    n, k = w.n, w.k
+    if k > WIDE_MAX_K:
+        raise MetraleError(f"{kernel}: {w.name} has K={k}, above this kernel's limit of {WIDE_MAX_K}")
+    if m <= 0:
+        return
+    xa = device_rows(x, k, m, "x")
+    outa, ldo = device_out(out, m, n, "out")
+    nb = k // BLOCK
+    prep = get_kernel(CU_FILE, "wide_a16_prep")
+    scale = arr["weight_scale"] if fp8 else np.uint64(0)
+    for r0 in range(0, m, ROW_CHUNK):
+        mr = min(ROW_CHUNK, m - r0)
+        ac = cupy.empty((mr * k,), dtype=cupy.float64)
+        p2 = cupy.empty((mr * nb,), dtype=cupy.float64)
+        xs = xa[r0 : r0 + mr]
+        prep(
+            (cdiv(mr * nb, 256),),
+            (256,),
+            (xs, np.int64(xa.strides[0] // 2), np.int32(k), np.int32(mr), ac, p2),
+        )
+        r = tier(mr, WIDE_TIERS)
+        nc = WIDE_TIERS[r]
+        gemv = get_kernel(CU_FILE, f"{'fp8' if fp8 else 'bf16'}_gemv_r{r}")
+        gemv(
+            (cdiv(n, WARPS * nc), cdiv(mr, r)),
+            (32 * WARPS,),
+            (
+                arr["weight"],
+                scale,
+                np.int32(n),
+                np.int32(k),
+                ac,
+                p2,
+                np.int32(mr),
+                outa[r0 : r0 + mr],
+                np.int64(ldo),
+            ),
+        )
+
+
+def w8a16_gemv(x: Any, w: Any, out: Any) -> None:
+    """out[:1] = FP8 × A16 projection of x[:1]."""
+    _project(x, w, out, 1, "w8a16_gemv", True)
+
+
+def w8a16_gemm(x: Any, w: Any, out: Any) -> None:
+    """out = FP8 × A16 projection of every row of x."""
+    _project(x, w, out, int(x.shape[0]), "w8a16_gemm", True)
+
+
+def dense_gemv(x: Any, w: Any, out: Any) -> None:
+    """out[:1] = BF16 × A16 projection of x[:1]."""
+    _project(x, w, out, 1, "dense_gemv", False)
+
+
+def dense_gemm(x: Any, w: Any, out: Any) -> None:
+    """out = BF16 × A16 projection of every row of x."""
+    _project(x, w, out, int(x.shape[0]), "dense_gemm", False)
+
+
+_KERNEL_FUNCS = ("wide_a16_prep", *(f"{p}_gemv_r{t}" for p in ("fp8", "bf16") for t in WIDE_TIERS))
+
+
+def kernels() -> dict[str, Callable[..., Any]]:
+    """The FP8/BF16 launchers, when ``wide_gemv.cu`` built on this device (else none)."""
+    if any(get_kernel(CU_FILE, f) is None for f in _KERNEL_FUNCS):
+        return {}
+    return {
+        "w8a16_gemv": w8a16_gemv,
+        "w8a16_gemm": w8a16_gemm,
+        "dense_gemv": dense_gemv,
+        "dense_gemm": dense_gemm,
+    }
+
+
+UPLOADERS: dict[str, Callable[[Any], DeviceWeight]] = {"fp8": upload_fp8, "bf16": upload_bf16}

@@ -1,0 +1,233 @@
+"""CUDA NVFP4, act_mul and LoRA kernels against the numpy reference, bit for bit (CONTRACT §1).
+
+Fresh seeds every session (conftest.SESSION_SEED); N not a multiple of any tile, block counts
+that are not powers of two (3, 65, 129, 2113), m = 1 .. 64; outputs written into strided views
+of buffers whose guard bands (random bits) must survive.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from metrale.errors import MetraleError
+from metrale.reference.activations import quantize_a4
+from metrale.reference.elements import BF16
+from metrale.reference.lora import LoraAdapter, lora_expand, lora_shrink
+from metrale.reference.projection import project
+from metrale.reference.tables import act_mul
+
+from . import gen
+
+cp = pytest.importorskip("cupy")
+
+#: (N, K): block counts 3, 65, 129 (odd: 8-byte loads), 1, 256, and 2113 (> 32 chunks: two
+#: slots of the tree).
+SHAPES = ((37, 48), (100, 1040), (41, 2064), (7, 16), (130, 4096), (5, 33808))
+TIER_M = {4: (1, 3, 4), 8: (5, 8), 16: (9, 16), 32: (17, 23, 32)}
+FIXED = {"w4a16_gemv": 1, "w4a16_gemv_batch2": 2, "w4a16_gemv_batch3": 3}
+
+
+def ref(x: np.ndarray, w: Any, mode: str) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return project(x, w, mode).view(np.uint16)
+
+
+def bits_equal(got: np.ndarray, want: np.ndarray, what: str) -> int:
+    got = np.asarray(got, dtype=np.uint16)
+    want = np.asarray(want, dtype=np.uint16)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    bad = np.argwhere(got != want)
+    assert bad.size == 0, (
+        f"{what}: {len(bad)} of {got.size} differ; first at {tuple(bad[0])}: "
+        f"got {got[tuple(bad[0])]:#06x}, want {want[tuple(bad[0])]:#06x}"
+    )
+    return int(got.size)
+
+
+def dev_rows(x: np.ndarray) -> Any:
+    return cp.asarray(np.ascontiguousarray(x).view(np.uint16))
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"N{n}-K{k}" for n, k in SHAPES])
+def test_w4a16_every_kernel_matches_reference(
+    cuda: Any, fresh_rng: np.random.Generator, shape: tuple
+) -> None:
+    n, k = shape
+    big = k > 20000
+    w = gen.nvfp4(fresh_rng, n, k)
+    dw = cuda.upload(w)
+    mmax = 8 if big else 64
+    x = gen.rows(fresh_rng, mmax, k)
+    want = ref(x, w, "A16")  # the reference is row-wise: row r of any call is want[r]
+    xd = dev_rows(x)
+    # fixed-row kernels
+    for name, rows in FIXED.items():
+        buf, view, init = gen.guarded(cp, fresh_rng, rows, n)
+        cuda.launch(name, xd[:rows], dw, view)
+        bits_equal(gen.check_guard(buf, init, rows, n), want[:rows], f"{name} {shape}")
+    for rows in (2, 3):
+        b0, v0, i0 = gen.guarded(cp, fresh_rng, rows, n)
+        w1 = gen.nvfp4(fresh_rng, n, k, name="up")
+        b1, v1, i1 = gen.guarded(cp, fresh_rng, rows, n)
+        cuda.launch(f"w4a16_gemv_dual_batch{rows}", xd[:rows], dw, v0, cuda.upload(w1), v1)
+        bits_equal(gen.check_guard(b0, i0, rows, n), want[:rows], f"dual{rows} gate {shape}")
+        bits_equal(gen.check_guard(b1, i1, rows, n), ref(x[:rows], w1, "A16"), f"dual{rows} up {shape}")
+    # tiers write only their first T rows, from an output buffer with more rows
+    for t, ms in TIER_M.items():
+        for m in ms:
+            if m > mmax:
+                continue
+            buf, view, init = gen.guarded(cp, fresh_rng, m + 2, n)
+            cuda.launch(f"w4a16_gemv_batch{t}", xd[:m], dw, view, m)
+            bits_equal(gen.check_guard(buf, init, min(m, t), n), want[:m], f"batch{t} m={m} {shape}")
+    # prefill GEMM, every m up to mmax (plus one past 64 when cheap)
+    ms = range(1, mmax + 1) if n * k <= 200_000 else (1, 2, 5, 8, mmax)
+    for m in ms:
+        buf, view, init = gen.guarded(cp, fresh_rng, m, n)
+        cuda.launch("w4a16_gemm", xd[:m], dw, view)
+        bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"gemm m={m} {shape}")
+
+
+def test_w4a16_gemm_past_64_rows(cuda: Any, fresh_rng: np.random.Generator) -> None:
+    n, k = 29, 1040
+    w = gen.nvfp4(fresh_rng, n, k)
+    x = gen.rows(fresh_rng, 131, k)
+    buf, view, init = gen.guarded(cp, fresh_rng, 131, n)
+    cuda.launch("w4a16_gemm", dev_rows(x), cuda.upload(w), view)
+    bits_equal(gen.check_guard(buf, init, 131, n), ref(x, w, "A16"), "gemm m=131")
+
+
+@pytest.mark.parametrize("shape", SHAPES[:5], ids=[f"N{n}-K{k}" for n, k in SHAPES[:5]])
+def test_w4a4_quantize_and_gemv_match_reference(
+    cuda: Any, fresh_rng: np.random.Generator, shape: tuple
+) -> None:
+    n, k = shape
+    w = gen.nvfp4(fresh_rng, n, k, a4=True)
+    dw = cuda.upload(w)
+    x = gen.rows(fresh_rng, 64, k)
+    xd = dev_rows(x)
+    for m in (1, 2, 3, 4, 5, 17, 33, 64):
+        with np.errstate(all="ignore"):
+            rc = quantize_a4(x[:m], w.input_scale)
+            want = project(None, w, "A4", codes=rc).view(np.uint16)
+        dc = cuda.launch("w4a4_quantize", xd[:m], w.input_scale)
+        hc = dc.to_host()
+        bits_equal(hc.codes.view(np.uint8), rc.codes.view(np.uint8), f"a4 codes m={m}")
+        bits_equal(hc.scales.view(np.uint8), rc.scales.view(np.uint8), f"a4 scales m={m}")
+        assert np.array_equal(hc.finite, rc.finite), f"a4 finite m={m}"
+        buf, view, init = gen.guarded(cp, fresh_rng, m, n)
+        cuda.launch("w4a4_gemv_small_m", dc, dw, view)
+        bits_equal(gen.check_guard(buf, init, m, n), want, f"w4a4 gemv m={m} {shape}")
+
+
+def test_w4a4_quantize_scale_extremes(cuda: Any, fresh_rng: np.random.Generator) -> None:
+    """Global scales that push block scales to 0, subnormal e4m3, and past 448 (saturation)."""
+    k = 64
+    x = gen.rows(fresh_rng, 16, k, finite=True)
+    for s in (2.0**-20, 1e-3, 0.37, 1.0, 7.5, 2.0**20):
+        with np.errstate(all="ignore"):
+            rc = quantize_a4(x, np.float32(s))
+        hc = cuda.launch("w4a4_quantize", dev_rows(x), np.float32(s)).to_host()
+        bits_equal(hc.codes.view(np.uint8), rc.codes.view(np.uint8), f"codes s={s}")
+        bits_equal(hc.scales.view(np.uint8), rc.scales.view(np.uint8), f"scales s={s}")
+
+
+def test_batch_invariance_on_gpu(cuda: Any, fresh_rng: np.random.Generator) -> None:
+    """Row r of every m-row kernel equals the 1-row kernel on row r (A16 and A4)."""
+    n, k = 53, 1040
+    w = gen.nvfp4(fresh_rng, n, k)
+    dw = cuda.upload(w)
+    x = gen.rows(fresh_rng, 64, k)
+    xd = dev_rows(x)
+    single = cp.empty((64, n), dtype=cp.uint16)
+    single_a4 = cp.empty((64, n), dtype=cp.uint16)
+    for r in range(64):
+        cuda.launch("w4a16_gemv", xd[r : r + 1], dw, single[r : r + 1])
+        cuda.launch(
+            "w4a4_gemv_small_m",
+            cuda.launch("w4a4_quantize", xd[r : r + 1], w.input_scale),
+            dw,
+            single_a4[r : r + 1],
+        )
+    s, s4 = single.get(), single_a4.get()
+    for m in (2, 3, 4, 7, 8, 16, 31, 32, 33, 64):
+        out = cp.empty((m, n), dtype=cp.uint16)
+        kernel = "w4a16_gemm" if m > 32 else f"w4a16_gemv_batch{next(t for t in (4, 8, 16, 32) if m <= t)}"
+        if m > 32:
+            cuda.launch(kernel, xd[:m], dw, out)
+        else:
+            cuda.launch(kernel, xd[:m], dw, out, m)
+        bits_equal(out.get(), s[:m], f"{kernel} m={m} vs 1-row")
+        cuda.launch("w4a4_gemv_small_m", cuda.launch("w4a4_quantize", xd[:m], w.input_scale), dw, out)
+        bits_equal(out.get(), s4[:m], f"w4a4 m={m} vs 1-row")
+
+
+def test_torch_bf16_cuda_input_is_zero_copy(cuda: Any, fresh_rng: np.random.Generator) -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    n, k = 19, 80
+    w = gen.nvfp4(fresh_rng, n, k)
+    x = gen.rows(fresh_rng, 5, k)
+    t = torch.from_numpy(x.view(np.int16).copy()).view(torch.bfloat16).cuda()
+    xd = cuda.rows(t, k, name="x")
+    assert xd.data.ptr == t.data_ptr(), "rows() copied a torch CUDA tensor"
+    out = torch.empty((5, n), dtype=torch.bfloat16, device="cuda")
+    od = cuda.rows(out, n, name="out") if n % 16 == 0 else None
+    o = cuda.empty_bf16((5, n))
+    cuda.launch("w4a16_gemm", xd, cuda.upload(w), o)
+    bits_equal(o.get(), ref(x, w, "A16"), "torch input")
+    assert od is None or od.data.ptr == out.data_ptr()
+    with pytest.raises(MetraleError, match="dtype"):
+        cuda.rows(t.float(), k, name="x")
+    with pytest.raises(MetraleError, match="K=80, the weight wants K=96"):
+        cuda.rows(t, 96, name="x")
+
+
+@pytest.mark.parametrize("activation", ["silu", "gelu"])
+def test_act_mul_every_gate_pattern(cuda: Any, fresh_rng: np.random.Generator, activation: str) -> None:
+    gate = np.arange(65536, dtype=np.uint32).astype(np.uint16).reshape(256, 256)
+    up = fresh_rng.integers(0, 1 << 16, (256, 256), dtype=np.uint16)
+    up[fresh_rng.random(up.shape) < 0.3] = 0x3F80  # 1.0: the table value itself, rounded
+    with np.errstate(all="ignore"):
+        want = act_mul(gate.view(BF16), up.view(BF16), activation).view(np.uint16)  # type: ignore[arg-type]
+    buf, view, init = gen.guarded(cp, fresh_rng, 256, 256)
+    cuda.launch(f"act_mul_{activation}", cp.asarray(gate), cp.asarray(up), view)
+    bits_equal(gen.check_guard(buf, init, 256, 256), want, f"act_mul_{activation}")
+    g = cp.asarray(gate)
+    cuda.launch(f"act_mul_{activation}", g, cp.asarray(up), g)  # in place, as the layer calls it
+    bits_equal(g.get(), want, f"act_mul_{activation} in place")
+
+
+@pytest.mark.parametrize("rank", [1, 5, 16, 20, 64])
+def test_lora_matches_reference(cuda: Any, fresh_rng: np.random.Generator, rank: int) -> None:
+    k, n, m = 1040, 75, 9
+    a = (fresh_rng.standard_normal((rank, k)) * np.exp2(fresh_rng.integers(-20, 4, (rank, k)))).astype(BF16)
+    b = (fresh_rng.standard_normal((n, rank)) * np.exp2(fresh_rng.integers(-8, 2, (n, rank)))).astype(BF16)
+    ad = LoraAdapter(a=a, b=b, scale=np.float32(fresh_rng.uniform(0.1, 4)))
+    x = gen.rows(fresh_rng, m, k)
+    base = gen.rows(fresh_rng, m, n * 16)[:, :n].copy()
+    with np.errstate(all="ignore"):
+        t_want = lora_shrink(x, ad)
+        o_want = lora_expand(t_want, ad, base).view(np.uint16)
+    dad = cuda.upload(ad)
+    t = cuda.launch("lora_shrink", dev_rows(x), dad)
+    bits_equal(t.get(), t_want.view(np.uint16), f"lora_shrink r={rank}")
+    buf, view, init = gen.guarded(cp, fresh_rng, m, n)
+    view[...] = cp.asarray(base.view(np.uint16))
+    init[3 : 3 + m, 3 : 3 + n] = base.view(np.uint16)
+    cuda.launch("lora_expand", t, dad, view)
+    bits_equal(gen.check_guard(buf, init, m, n), o_want, f"lora_expand r={rank}")
+
+
+def test_bad_arguments_raise_metrale_errors(cuda: Any, fresh_rng: np.random.Generator) -> None:
+    w = cuda.upload(gen.nvfp4(fresh_rng, 8, 64))
+    with pytest.raises(MetraleError, match="K=32, the weight wants K=64"):
+        cuda.launch("w4a16_gemm", cp.zeros((2, 32), dtype=cp.uint16), w, cp.zeros((2, 8), dtype=cp.uint16))
+    with pytest.raises(MetraleError, match="output shape"):
+        cuda.launch("w4a16_gemm", cp.zeros((2, 64), dtype=cp.uint16), w, cp.zeros((2, 9), dtype=cp.uint16))
+    with pytest.raises(MetraleError, match="uint16"):
+        cuda.launch("w4a16_gemv", cp.zeros((1, 64), dtype=cp.float32), w, cp.zeros((1, 8), dtype=cp.uint16))

@@ -1,0 +1,76 @@
+"""Q2_0 × A16 on the GPU against the numpy reference, bit for bit (CONTRACT §5): the three
+Q2 entry points, m = 1..64, K whose block count is no power of two, N off every tile, named
+activation edge cases, guard bands, batch invariance."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from metrale.reference.formats import Q2_0Weight
+from metrale.reference.projection import project
+from tests.gpu.gen import check_guard, guarded, rows
+from tests.helpers import assert_bits_equal
+
+cp = pytest.importorskip("cupy")
+
+#: (N, K): K = 64·{3, 37, 65} gives 12, 148, 260 A16 blocks (1, 2, 3 tree chunks).
+SHAPES = [(37, 192), (29, 2368), (70, 4160)]
+M_VALUES = [1, 2, 3, 4, 5, 8, 9, 16, 33, 64]
+
+
+def q2_weight(rng: np.random.Generator, n: int, k: int) -> Q2_0Weight:
+    """Uniform 2-bit codes; f16 scales of random sign and magnitude, with zero and subnormals."""
+    q = rng.integers(0, 4, (n, k), dtype=np.uint8)
+    d = rng.standard_normal((n, k // 64)) * np.exp2(rng.integers(-26, 8, (n, k // 64)))
+    d = d.astype(np.float16)
+    d.flat[0] = 0.0
+    d.flat[-1] = np.float16(-(2.0**-24))  # the smallest subnormal, negative
+    return Q2_0Weight.from_parts(q, d, name="q2")
+
+
+def _launch(
+    cuda: Any, name: str, x: np.ndarray, w: Any, m: int, rng: np.random.Generator, *extra: Any
+) -> np.ndarray:
+    xb = cp.asarray(x.view(np.uint16))
+    buf, inner, init = guarded(cp, rng, x.shape[0], w.n)
+    cuda.launch(name, xb, w, inner, *extra)
+    return check_guard(buf, init, m, w.n)
+
+
+@pytest.mark.parametrize(("n", "k"), SHAPES)
+def test_q2_batchm_matches_reference(cuda: Any, fresh_rng: np.random.Generator, n: int, k: int) -> None:
+    host = q2_weight(fresh_rng, n, k)
+    w = cuda.upload(host)
+    x = rows(fresh_rng, 64, k)
+    single = np.stack([_launch(cuda, "q2_0_gemv_vec", x[i : i + 1], w, 1, fresh_rng)[0] for i in range(64)])
+    assert_bits_equal(single, project(x, host, "A16").view(np.uint16), "q2_0_gemv_vec rows")
+    for m in M_VALUES:
+        got = _launch(cuda, "q2_0_gemv_vec_batchm", x, w, m, fresh_rng, m)
+        want = project(x[:m], host, "A16").view(np.uint16)
+        assert_bits_equal(got, want, f"q2_0_gemv_vec_batchm m={m}")
+        assert_bits_equal(got, single[:m], f"batch invariance m={m}")
+
+
+@pytest.mark.parametrize(("n", "k"), SHAPES[:2])
+def test_q2_gemm_matches_reference(cuda: Any, fresh_rng: np.random.Generator, n: int, k: int) -> None:
+    host = q2_weight(fresh_rng, n, k)
+    w = cuda.upload(host)
+    for m in (1, 7, 64, 100):
+        x = rows(fresh_rng, m, k)
+        got = _launch(cuda, "q2_0_gemm", x, w, m, fresh_rng)
+        assert_bits_equal(got, project(x, host, "A16").view(np.uint16), f"q2_0_gemm m={m}")
+
+
+def test_q2_reads_row_slices(cuda: Any, fresh_rng: np.random.Generator) -> None:
+    """x may be the first rows of a bigger buffer; only out[:m] is written."""
+    host = q2_weight(fresh_rng, 33, 256)
+    w = cuda.upload(host)
+    x = rows(fresh_rng, 10, 256, finite=True)
+    xb = cp.asarray(x.view(np.uint16))
+    buf, inner, init = guarded(cp, fresh_rng, 10, 33)
+    cuda.launch("q2_0_gemv_vec_batchm", xb[:6], w, inner, 6)
+    got = check_guard(buf, init, 6, 33)
+    assert_bits_equal(got, project(x[:6], host, "A16").view(np.uint16), "row slice")

@@ -1,0 +1,93 @@
+"""The W8A8 arm on the GPU against the numpy reference, bit for bit (CONTRACT §4 A8, §5.5, §6):
+the per-token quantization (codes and scales), the int32 GEMV, and the fused
+silu -> quantize -> down launch, m = 1..64, rows with NaN/Inf, subnormal and zero amax, N off
+every tile, guard bands, batch invariance."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from metrale.reference.activations import quantize_a8
+from metrale.reference.formats import W8a8Weight
+from metrale.reference.kernels import REFERENCE_KERNELS
+from metrale.reference.projection import project
+from tests.gpu.gen import F32, check_guard, guarded, rows
+from tests.helpers import assert_bits_equal
+
+cp = pytest.importorskip("cupy")
+
+SHAPES = [(37, 48), (45, 1040), (70, 4112)]
+M_VALUES = [1, 2, 3, 4, 5, 8, 9, 16, 17, 32, 33, 64]
+
+
+def w8a8_weight(rng: np.random.Generator, n: int, k: int) -> W8a8Weight:
+    """Uniform int8 codes (-128 and 127 included) and positive row scales."""
+    q = rng.integers(-128, 128, (n, k), dtype=np.int16).astype(np.int8)
+    q[0, :2] = (-128, 127)
+    return W8a8Weight(weight=q, weight_scale=np.exp2(rng.uniform(-12, 2, n)).astype(F32), name="w8")
+
+
+@pytest.mark.parametrize("k", [16, 48, 4112])
+def test_quantize_matches_reference(cuda: Any, fresh_rng: np.random.Generator, k: int) -> None:
+    x = rows(fresh_rng, 40, k)
+    x[3] = 0  # amax = 0
+    got = cuda.launch("w8a8_quantize", cp.asarray(x.view(np.uint16)))
+    want = quantize_a8(x)
+    assert_bits_equal(got.q.get(), want.q, "q")
+    assert_bits_equal(got.scale.get(), want.scale, "scale")
+
+
+@pytest.mark.parametrize(("n", "k"), SHAPES)
+def test_gemv_matches_reference(cuda: Any, fresh_rng: np.random.Generator, n: int, k: int) -> None:
+    host = w8a8_weight(fresh_rng, n, k)
+    w = cuda.upload(host)
+    x = rows(fresh_rng, 64, k)
+    want = project(x, host, "A8").view(np.uint16)
+    for m in M_VALUES:
+        codes = cuda.launch("w8a8_quantize", cp.asarray(x[:m].view(np.uint16)))
+        buf, inner, init = guarded(cp, fresh_rng, m, n)
+        cuda.launch("w8a8_gemv", codes, w, inner)
+        assert_bits_equal(check_guard(buf, init, m, n), want[:m], f"w8a8_gemv m={m}")
+
+
+def _silu_inputs(rng: np.random.Generator, m: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    gate, up = rows(rng, m, k), rows(rng, m, k)
+    if m > 2:
+        gate[1] = 0  # h = 0: amax 0
+        up[2] = (np.asarray(up[2], dtype=F32) * F32(2.0**-120)).astype(up.dtype)  # subnormal amax
+    return gate, up
+
+
+@pytest.mark.parametrize(("n", "k"), SHAPES)
+def test_fused_silu_quant_gemv_matches_reference(
+    cuda: Any, fresh_rng: np.random.Generator, n: int, k: int
+) -> None:
+    host = w8a8_weight(fresh_rng, n, k)
+    w = cuda.upload(host)
+    gate, up = _silu_inputs(fresh_rng, 64, k)
+    want = np.empty((64, n), dtype=np.uint16).view(gate.dtype)
+    REFERENCE_KERNELS["w8a8_silu_quant_gemv"](gate, up, host, want)
+    want = want.view(np.uint16)
+    for m in M_VALUES:
+        buf, inner, init = guarded(cp, fresh_rng, m, n)
+        g, u = cp.asarray(gate.view(np.uint16)), cp.asarray(up.view(np.uint16))
+        cuda.launch("w8a8_silu_quant_gemv", g[:m], u[:m], w, inner)
+        got = check_guard(buf, init, m, n)
+        assert_bits_equal(got, want[:m], f"w8a8_silu_quant_gemv m={m} (reference and batch invariance)")
+
+
+def test_fused_large_k_uses_row_groups(cuda: Any, fresh_rng: np.random.Generator) -> None:
+    """K = 40960: fewer than 8 rows of codes fit in shared memory, so rows go in groups."""
+    host = w8a8_weight(fresh_rng, 20, 40960)
+    w = cuda.upload(host)
+    gate, up = _silu_inputs(fresh_rng, 11, 40960)
+    want = np.empty((11, 20), dtype=np.uint16).view(gate.dtype)
+    REFERENCE_KERNELS["w8a8_silu_quant_gemv"](gate, up, host, want)
+    buf, inner, init = guarded(cp, fresh_rng, 11, 20)
+    cuda.launch(
+        "w8a8_silu_quant_gemv", cp.asarray(gate.view(np.uint16)), cp.asarray(up.view(np.uint16)), w, inner
+    )
+    assert_bits_equal(check_guard(buf, init, 11, 20), want.view(np.uint16), "fused K=40960")

@@ -1,0 +1,74 @@
+"""FP8 (W8A16) and BF16 dense × A16 on the GPU against the numpy reference, bit for bit
+(CONTRACT §5, 24-bit weight block codes): GEMV and GEMM, every finite e4m3 code, bf16 weight
+blocks spanning far more than 2^15 (rounded codes), m = 1..64, odd N and block counts, named
+activation edge cases, guard bands, batch invariance."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from metrale.reference.formats import DenseWeight, Fp8Weight
+from metrale.reference.projection import project
+from tests.gpu.gen import BF16, E4M3, E4M3_FINITE, F32, check_guard, guarded, row, rows
+from tests.helpers import assert_bits_equal
+
+cp = pytest.importorskip("cupy")
+
+#: (N, K): 1, 3, 65 and 67 blocks of 16 (65, 67: two tree chunks).
+SHAPES = [(9, 16), (37, 48), (30, 1040), (21, 1072)]
+M_VALUES = [1, 2, 3, 4, 5, 8, 9, 17, 33, 64]
+
+
+def fp8_weight(rng: np.random.Generator, n: int, k: int) -> Fp8Weight:
+    """Random finite e4m3 codes (every one of them when n·k allows) and positive row scales."""
+    codes = rng.choice(E4M3_FINITE, (n, k))
+    flat = codes.reshape(-1)
+    flat[: min(flat.size, E4M3_FINITE.size)] = E4M3_FINITE[: min(flat.size, E4M3_FINITE.size)]
+    scale = np.exp2(rng.uniform(-12, 4, n)).astype(F32)
+    return Fp8Weight(weight=codes.view(E4M3), weight_scale=scale, name="fp8")
+
+
+def bf16_weight(rng: np.random.Generator, n: int, k: int) -> DenseWeight:
+    """Gaussian rows of random magnitude, and rows whose blocks span the whole bf16 range."""
+    w = np.stack([row(rng, k, ("gauss", "spread", "tiny", "subnormal")[i % 4]) for i in range(n)])
+    return DenseWeight(weight=w.astype(BF16), name="bf16")
+
+
+def _launch(cuda: Any, name: str, x: np.ndarray, w: Any, m: int, rng: np.random.Generator) -> np.ndarray:
+    buf, inner, init = guarded(cp, rng, x.shape[0], w.n)
+    cuda.launch(name, cp.asarray(x.view(np.uint16)), w, inner)
+    return check_guard(buf, init, m, w.n)
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "bf16"])
+@pytest.mark.parametrize(("n", "k"), SHAPES)
+def test_wide_matches_reference(cuda: Any, fresh_rng: np.random.Generator, fmt: str, n: int, k: int) -> None:
+    host = fp8_weight(fresh_rng, n, k) if fmt == "fp8" else bf16_weight(fresh_rng, n, k)
+    gemv, gemm = ("w8a16_gemv", "w8a16_gemm") if fmt == "fp8" else ("dense_gemv", "dense_gemm")
+    w = cuda.upload(host)
+    x = rows(fresh_rng, 64, k)
+    want = project(x, host, "A16").view(np.uint16)
+    single = np.stack([_launch(cuda, gemv, x[i : i + 1], w, 1, fresh_rng)[0] for i in range(64)])
+    assert_bits_equal(single, want, f"{gemv} rows")
+    for m in M_VALUES:
+        got = _launch(cuda, gemm, x[:m], w, m, fresh_rng)
+        assert_bits_equal(got, want[:m], f"{gemm} m={m} (reference and batch invariance)")
+
+
+def test_dense_upload_keeps_the_host_weight(cuda: Any, fresh_rng: np.random.Generator) -> None:
+    """The device copy of a BF16 weight holds its 24-bit code values; the host stays as it was."""
+    host = bf16_weight(fresh_rng, 8, 64)
+    before = host.weight.view(np.uint16).copy()
+    cuda.upload(host)
+    assert_bits_equal(host.weight.view(np.uint16), before, "host weight")
+
+
+def test_wide_large_m_gemm(cuda: Any, fresh_rng: np.random.Generator) -> None:
+    host = fp8_weight(fresh_rng, 19, 64)
+    w = cuda.upload(host)
+    x = rows(fresh_rng, 130, 64)
+    got = _launch(cuda, "w8a16_gemm", x, w, 130, fresh_rng)
+    assert_bits_equal(got, project(x, host, "A16").view(np.uint16), "w8a16_gemm m=130")
