@@ -53,6 +53,9 @@ INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
 _MAX_HEADER = 100 * 1024 * 1024
 _PAGE = mmap.PAGESIZE
+#: Released ranges reach this far past a tensor: the kernel's fault-around maps neighbouring
+#: pages (64 KiB by default) that would otherwise stay resident.
+_MARGIN = 256 * 1024
 
 
 def dtype_code(dtype: Any) -> str:
@@ -203,8 +206,8 @@ class SafetensorsFile:
     def _advise(self, start: int, end: int) -> None:
         if self._map is None or not hasattr(mmap, "MADV_DONTNEED"):
             return
-        lo = (start // _PAGE) * _PAGE
-        hi = min(self._size, -(-end // _PAGE) * _PAGE)
+        lo = max(0, ((start - _MARGIN) // _PAGE) * _PAGE)
+        hi = min(self._size, -(-(end + _MARGIN) // _PAGE) * _PAGE)
         if hi > lo:
             self._map.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
 
