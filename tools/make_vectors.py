@@ -24,6 +24,7 @@ The output is deterministic (fixed zip timestamps, sorted members): same bytes e
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import sys
 import zipfile
@@ -92,7 +93,7 @@ def proj_vector(fmt: str, mode: str, n: int, k: int) -> Arrays:
     pool = lc.x_pool(seed, SMALL_POOL_ROWS, k)
     arrays: Arrays = {"x_pool": lc.bits(pool)}
     dtypes: dict[str, str] = {}
-    for f in w.__dataclass_fields__:
+    for f in (fld.name for fld in dataclasses.fields(w)):
         v = getattr(w, f)
         if f != "name" and v is not None:
             arrays[f"w.{f}"], dtypes[f"w.{f}"] = lc.encode_tensor(v)

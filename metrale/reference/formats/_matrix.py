@@ -1,0 +1,85 @@
+"""Shared shape of the formats whose ``weight`` is a plain [N, K] matrix (BF16, FP8, W8A8)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+from metrale.reference.formats._checks import check_array, require
+
+BLOCK = 16
+F32 = np.float32
+
+
+@dataclass(frozen=True)
+class MatrixWeight:
+    """``weight`` [N, K] of ``element`` dtype (K a multiple of 16), validated on construction."""
+
+    weight: np.ndarray
+    name: str = field(default="weight", kw_only=True)
+
+    format: ClassVar[str]
+    element: ClassVar[np.dtype]
+    max_k: ClassVar[int | None] = None
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def n(self) -> int:
+        return int(self.weight.shape[0])
+
+    @property
+    def k(self) -> int:
+        return int(self.weight.shape[1])
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.weight.nbytes)
+
+    def validate(self) -> None:
+        """Check dtype, 2-D shape, K a multiple of 16 (and ≤ max_k) and finite values."""
+        nm = self.name
+        require(
+            isinstance(self.weight, np.ndarray) and self.weight.ndim == 2,
+            f"{nm}.weight: expected a 2-D {np.dtype(self.element)} array [N, K]",
+        )
+        n, k = self.weight.shape
+        require(k % BLOCK == 0 and k > 0, f"{nm}.weight: K={k} is not a multiple of {BLOCK}")
+        if self.max_k is not None:
+            require(k <= self.max_k, f"{nm}.weight: K={k} exceeds the W8A8 int32 limit of {self.max_k}")
+        check_array(f"{nm}.weight", self.weight, np.dtype(self.element), (n, k))
+        if self.weight.dtype.kind != "i":
+            require(
+                bool(np.isfinite(self.weight.astype(F32)).all()),
+                f"{nm}.weight: holds NaN codes"
+                if self.format == "fp8"
+                else f"{nm}.weight: holds non-finite values",
+            )
+
+    def dequantize(self) -> np.ndarray:
+        """f32 [N, K]."""
+        return self.weight.astype(F32)
+
+
+@dataclass(frozen=True)
+class RowScaledWeight(MatrixWeight):
+    """A [N, K] matrix with one f32 ``weight_scale`` per output row: ŵ = f32(w) · scale[n]."""
+
+    weight_scale: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.weight.nbytes + self.weight_scale.nbytes)
+
+    def validate(self) -> None:
+        super().validate()
+        nm = self.name
+        check_array(f"{nm}.weight_scale", self.weight_scale, np.dtype(F32), (self.n,))
+        require(bool(np.isfinite(self.weight_scale).all()), f"{nm}.weight_scale: non-finite")
+
+    def dequantize(self) -> np.ndarray:
+        """f32 [N, K]: f32(w) · scale[n]."""
+        return self.weight.astype(F32) * self.weight_scale[:, None]
