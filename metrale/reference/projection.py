@@ -186,14 +186,16 @@ def project(
             codes = quantize_a8(x)
         else:
             raise MetraleError(f"project: unknown mode {mode!r} (want A16, A4 or A8)")
-    if isinstance(weight, Nvfp4Weight) and isinstance(codes, A16Codes):
-        return _nvfp4_a16(codes, weight)
-    if isinstance(weight, Nvfp4Weight) and isinstance(codes, A4Codes):
-        return _nvfp4_a4(codes, weight)
-    if isinstance(weight, Q2_0Weight) and isinstance(codes, A16Codes):
-        return _q2_a16(codes, weight)
-    if isinstance(weight, (Fp8Weight, DenseWeight)) and isinstance(codes, A16Codes):
-        return to_bf16(project_root(codes, weight))
-    if isinstance(weight, W8a8Weight) and isinstance(codes, A8Codes):
-        return _w8a8(codes, weight)
+    # Overflow to ±Inf and Inf − Inf = NaN are IEEE fp32 behaviour the contract keeps, not errors.
+    with np.errstate(over="ignore", invalid="ignore"):
+        if isinstance(weight, Nvfp4Weight) and isinstance(codes, A16Codes):
+            return _nvfp4_a16(codes, weight)
+        if isinstance(weight, Nvfp4Weight) and isinstance(codes, A4Codes):
+            return _nvfp4_a4(codes, weight)
+        if isinstance(weight, Q2_0Weight) and isinstance(codes, A16Codes):
+            return _q2_a16(codes, weight)
+        if isinstance(weight, (Fp8Weight, DenseWeight)) and isinstance(codes, A16Codes):
+            return to_bf16(project_root(codes, weight))
+        if isinstance(weight, W8a8Weight) and isinstance(codes, A8Codes):
+            return _w8a8(codes, weight)
     raise MetraleError(f"{weight.name}: no projection for format {weight.format} with {type(codes).__name__}")

@@ -19,6 +19,7 @@ def tree_sum(v: np.ndarray, axis: int = 0) -> np.ndarray:
     if p != b:
         pad = np.full((p - b, *v.shape[1:]), NEG_ZERO, dtype=np.float32)
         v = np.concatenate([v, pad], axis=0)
-    while v.shape[0] > 1:
-        v = v[0::2] + v[1::2]
+    with np.errstate(over="ignore", invalid="ignore"):  # ±Inf / NaN propagate by IEEE rules
+        while v.shape[0] > 1:
+            v = v[0::2] + v[1::2]
     return v[0]
