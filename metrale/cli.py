@@ -56,13 +56,27 @@ def _mb(n: float) -> str:
 
 def _report_table(report: Any, limit: int) -> Table:
     t = Table(title=f"{report.format}: quantized tensors", title_justify="left")
-    for c, j in (("tensor", "left"), ("format", "left"), ("shape", "left"), ("source", "right"),
-                 ("bytes", "right"), ("ratio", "right"), ("rel. error", "right")):
+    for c, j in (
+        ("tensor", "left"),
+        ("format", "left"),
+        ("shape", "left"),
+        ("source", "right"),
+        ("bytes", "right"),
+        ("ratio", "right"),
+        ("rel. error", "right"),
+    ):
         t.add_column(c, justify=j, overflow="fold")
     rows = report.quantized
     for r in rows[:limit]:
-        t.add_row(r.name, r.format, "×".join(map(str, r.shape)), _mb(r.source_bytes), _mb(r.bytes),
-                  f"{r.source_bytes / r.bytes:.2f}", f"{r.rel_error:.3e}")
+        t.add_row(
+            r.name,
+            r.format,
+            "×".join(map(str, r.shape)),
+            _mb(r.source_bytes),
+            _mb(r.bytes),
+            f"{r.source_bytes / r.bytes:.2f}",
+            f"{r.rel_error:.3e}",
+        )
     if len(rows) > limit:
         t.add_row(f"… {len(rows) - limit} more (see conversion_report.json)", "", "", "", "", "", "")
     return t
@@ -74,14 +88,18 @@ def convert(
     dst: Annotated[Path, typer.Argument(help="Output folder (must not exist unless --force).")],
     format: Annotated[str, typer.Option("--format", "-f", help="nvfp4 | fp8 | w8a8 | q2_0")] = "nvfp4",
     exclude: Annotated[
-        list[str] | None, typer.Option("--exclude", "-x", help="Glob of module/tensor names to keep unquantized (repeat).")
+        list[str] | None,
+        typer.Option("--exclude", "-x", help="Glob of module/tensor names to keep unquantized (repeat)."),
     ] = None,
-    all_linear: Annotated[bool, typer.Option("--all-linear", help="Quantize every Linear, not only the FFN.")] = False,
+    all_linear: Annotated[
+        bool, typer.Option("--all-linear", help="Quantize every Linear, not only the FFN.")
+    ] = False,
     no_default_exclude: Annotated[
         bool, typer.Option("--no-default-exclude", help="Drop the default excludes (lm_head, embeddings).")
     ] = False,
     calibration: Annotated[
-        Path | None, typer.Option("--calibration", help="safetensors of per-module activation amax (NVFP4 input_scale).")
+        Path | None,
+        typer.Option("--calibration", help="safetensors of per-module activation amax (NVFP4 input_scale)."),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing DST.")] = False,
     workers: Annotated[int, typer.Option("--workers", "-j", help="Quantize in a pool of N processes.")] = 1,
@@ -114,13 +132,16 @@ def convert(
 
     def on_start(total: int) -> None:
         task.append(progress.add_task(f"convert → {opts.format}", total=total))
+        progress.start()
 
     def on_tensor(name: str, nbytes: int) -> None:
         progress.advance(task[0], nbytes)
 
     try:
-        with progress:
+        try:
             report = convert_checkpoint(src, dst, opts, progress=on_tensor, on_start=on_start)
+        finally:
+            progress.stop()
     except MetraleError as e:
         raise _fail(str(e)) from None
     except KeyboardInterrupt:
@@ -133,7 +154,8 @@ def convert(
             f"wrote [bold]{dst}[/] ({report.layout}): {len(report.quantized)} tensors quantized, "
             f"{len(report.tensors) - len(report.quantized)} copied; {_mb(report.source_bytes)} → "
             f"{_mb(report.output_bytes)} in {report.seconds:.2f} s "
-            f"({report.source_bytes / 1e6 / max(report.seconds, 1e-9):.1f} MB/s); max rel. error {max(errs):.3e}"
+            f"({report.source_bytes / 1e6 / max(report.seconds, 1e-9):.1f} MB/s); "
+            f"max rel. error {max(errs):.3e}"
         )
 
 
@@ -150,12 +172,24 @@ def inspect(
     except MetraleError as e:
         raise _fail(str(e)) from None
     if as_json:
-        rows = [{"tensor": r.name, "format": r.format, "shape": r.shape, "bytes": r.bytes, "ratio": r.ratio}
-                for r in s.rows]
-        typer.echo(json.dumps({"path": str(s.path), "layout": s.layout, "detail": s.detail, "tensors": rows}, indent=2))
+        rows = [
+            {"tensor": r.name, "format": r.format, "shape": r.shape, "bytes": r.bytes, "ratio": r.ratio}
+            for r in s.rows
+        ]
+        typer.echo(
+            json.dumps(
+                {"path": str(s.path), "layout": s.layout, "detail": s.detail, "tensors": rows}, indent=2
+            )
+        )
         return
     t = Table(title=f"{s.path} — {s.layout}{' (' + s.detail + ')' if s.detail else ''}", title_justify="left")
-    for c, j in (("tensor", "left"), ("format", "left"), ("shape", "left"), ("bytes", "right"), ("ratio", "right")):
+    for c, j in (
+        ("tensor", "left"),
+        ("format", "left"),
+        ("shape", "left"),
+        ("bytes", "right"),
+        ("ratio", "right"),
+    ):
         t.add_column(c, justify=j, overflow="fold")
     for r in s.rows:
         t.add_row(r.name, r.format, "×".join(map(str, r.shape)), f"{r.bytes:,}", f"{r.ratio:.2f}")
@@ -172,7 +206,9 @@ def verify(
     max_rel_error: Annotated[
         float | None, typer.Option("--max-rel-error", help="Bound on ‖ŵ−w‖/‖w‖ (default: per format).")
     ] = None,
-    exact: Annotated[bool, typer.Option("--exact", help="Require metrale's bit-exact quantization of SRC.")] = False,
+    exact: Annotated[
+        bool, typer.Option("--exact", help="Require metrale's bit-exact quantization of SRC.")
+    ] = False,
 ) -> None:
     """Check layout invariants (and error statistics against SRC); exit 1 on any violation."""
     from metrale.checkpoint.verify import verify_path
@@ -184,11 +220,22 @@ def verify(
     out = _out()
     if res.stats:
         t = Table(title="error against SRC", title_justify="left")
-        for c, j in (("tensor", "left"), ("format", "left"), ("rel. error", "right"), ("max |err|", "right"),
-                     ("bit-exact", "left")):
+        for c, j in (
+            ("tensor", "left"),
+            ("format", "left"),
+            ("rel. error", "right"),
+            ("max |err|", "right"),
+            ("bit-exact", "left"),
+        ):
             t.add_column(c, justify=j, overflow="fold")
         for st in res.stats:
-            t.add_row(st.name, st.format, f"{st.rel_error:.3e}", f"{st.max_abs_error:.3e}", "yes" if st.bit_exact else "no")
+            t.add_row(
+                st.name,
+                st.format,
+                f"{st.rel_error:.3e}",
+                f"{st.max_abs_error:.3e}",
+                "yes" if st.bit_exact else "no",
+            )
         out.print(t)
         errs = np.array([st.rel_error for st in res.stats])
         out.print(f"rel. error: mean {errs.mean():.3e}, max {errs.max():.3e} over {len(errs)} tensors")
@@ -201,7 +248,9 @@ def verify(
 
 @app.command()
 def demo(
-    out_dir: Annotated[Path | None, typer.Option("--out", help="Keep the files in this (new) folder.")] = None,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Keep the files in this (new) folder.")
+    ] = None,
     backend: Annotated[str, typer.Option("--backend", help="auto | reference | cuda")] = "auto",
     layer: Annotated[int, typer.Option("--layer", help="Decoder layer whose FFN runs.")] = 0,
 ) -> None:
@@ -230,8 +279,8 @@ def demo(
         x = np.random.default_rng(0).standard_normal((4, 64)).astype(ml_dtypes.bfloat16)
         ref = DenseFfnLayer.from_checkpoint(src, layer=layer, backend=backend)(x).astype(np.float64)
         t = Table(title=f"FFN of layer {layer}, 4 rows, vs the bf16 source layer", title_justify="left")
-        for c in ("format", "layout", "bytes", "ratio", "max weight err", "verify", "FFN rel. error"):
-            t.add_column(c)
+        for c in ("format", "layout", "bytes", "FFN ratio", "max weight err", "verify", "FFN rel. error"):
+            t.add_column(c, overflow="fold")
         ok = True
         for fmt in FORMATS:
             dst = root / f"llama-tiny-{fmt}"
@@ -241,12 +290,21 @@ def demo(
             ok &= v.ok
             y = DenseFfnLayer.from_checkpoint(dst, layer=layer, backend=backend)(x).astype(np.float64)
             err = np.linalg.norm(y - ref) / np.linalg.norm(ref)
-            t.add_row(fmt, s.layout, f"{s.total_bytes:,}", f"{s.logical_bf16_bytes / s.total_bytes:.2f}",
-                      f"{max(q.rel_error for q in rep.quantized):.3f}", "OK" if v.ok else "; ".join(v.violations[:2]),
-                      f"{err:.3f}")
+            ffn = sum(q.source_bytes for q in rep.quantized) / sum(q.bytes for q in rep.quantized)
+            t.add_row(
+                fmt,
+                s.layout,
+                f"{s.total_bytes:,}",
+                f"{ffn:.2f}",
+                f"{max(q.rel_error for q in rep.quantized):.3f}",
+                "OK" if v.ok else "; ".join(v.violations[:2]),
+                f"{err:.3f}",
+            )
         out.print(t)
-        out.print("next: [bold]metrale convert SRC DST --format nvfp4[/], [bold]metrale inspect DST[/], "
-                  "[bold]metrale verify DST --against SRC[/]")
+        out.print(
+            "next: [bold]metrale convert SRC DST --format nvfp4[/], [bold]metrale inspect DST[/], "
+            "[bold]metrale verify DST --against SRC[/]"
+        )
     except MetraleError as e:
         raise _fail(str(e)) from None
     finally:
@@ -265,9 +323,15 @@ def bench(ctx: typer.Context) -> None:
     spec = importlib.util.spec_from_file_location("metrale_bench_ffn", path) if path.is_file() else None
     if spec is None or spec.loader is None:
         raise _fail(f"{path}: not found (metrale bench runs from a source checkout)")
+    import sys
+
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    rc = mod.main(list(ctx.args))
+    argv, sys.argv = sys.argv, [str(path), *ctx.args]
+    try:
+        rc = mod.main()
+    finally:
+        sys.argv = argv
     raise typer.Exit(int(rc or 0))
 
 

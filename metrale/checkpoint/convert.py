@@ -6,10 +6,13 @@ format's block, calibration entries, GGUF names), then tensors stream one at a t
 memory-mapped source into a temporary folder beside DST, renamed to DST on success. An error
 or Ctrl-C removes the temporary folder; SRC is only ever read.
 
-Memory bound: the resident memory beyond the interpreter is at most the working set of the
-tensors in flight — one with ``workers=1``, at most ``2·workers + 1`` with a pool — where a
-tensor's working set is below ``WORKING_SET_BYTES_PER_ELEMENT`` bytes per element of the
-largest quantized tensor; copies stream in 8 MiB pieces. The checkpoint's size does not enter.
+Memory bound (``memory_bound``): with ``workers=1`` the memory a conversion allocates is at
+most ``WORKING_SET_BYTES_PER_ELEMENT`` (40) bytes per element of the largest quantized tensor
+(its f32 copy, the quantizer's temporaries, the packed output and the dequantized copy for the
+error) plus ``BOOKKEEPING_BYTES_PER_TENSOR`` (4 KiB) per tensor for the plan and the report;
+copies stream in 8 MiB pieces and every tensor's mapped pages are released once written. The
+checkpoint's size does not enter. With a pool, each worker process holds one such working
+set and the main process at most ``workers + 1`` packed results.
 """
 
 from __future__ import annotations
@@ -39,7 +42,6 @@ from metrale.checkpoint.io import (
     SafetensorsFile,
     SafetensorsWriter,
     TensorEntry,
-    dtype_code,
     write_index,
 )
 from metrale.errors import MetraleError
@@ -55,6 +57,14 @@ REPORT_NAME = "conversion_report.json"
 #: Measured upper bound of one quantized tensor's transient memory, bytes per element
 #: (source f32 copy, quantizer temporaries, packed outputs, dequantized f32); see tests.
 WORKING_SET_BYTES_PER_ELEMENT = 40
+BOOKKEEPING_BYTES_PER_TENSOR = 4096
+
+
+def memory_bound(max_elements: int, n_tensors: int) -> int:
+    """Bytes a ``workers=1`` conversion may allocate beyond the interpreter (module docstring)."""
+    return WORKING_SET_BYTES_PER_ELEMENT * max_elements + BOOKKEEPING_BYTES_PER_TENSOR * n_tensors
+
+
 _COPY_CHUNK = 8 << 20
 
 
@@ -172,11 +182,15 @@ def read_calibration(path: Path, modules: Sequence[str]) -> dict[str, float]:
                     v = np.abs(np.asarray(cal.tensor(key), dtype=np.float64))
                     amax = float(v.max()) if v.size else float("nan")
                     if not np.isfinite(amax) or amax <= 0:
-                        raise MetraleError(f"{path}: calibration {key!r} = {amax}: want a finite positive amax")
+                        raise MetraleError(
+                            f"{path}: calibration {key!r} = {amax}: want a finite positive amax"
+                        )
                     out[m] = amax
                     break
             else:
-                raise MetraleError(f"{path}: no calibration entry for module {m!r} (want key {m + '.input_amax'!r})")
+                raise MetraleError(
+                    f"{path}: no calibration entry for module {m!r} (want key {m + '.input_amax'!r})"
+                )
     return out
 
 
@@ -197,14 +211,19 @@ def _check_paths(src: Path, dst: Path, force: bool) -> None:
             raise MetraleError(f"{dst}: DST exists and is not a folder; refusing to replace it")
 
 
-def plan(src: Path, opts: ConvertOptions) -> tuple[HfFolder, list[_Plan]]:
-    """Open and check SRC, and decide each tensor's fate; raises before anything is written."""
+def check_options(opts: ConvertOptions) -> None:
+    """Refuse an unknown format, a worker count below 1, or calibration for a non-NVFP4 format."""
     if opts.format not in FORMATS:
         raise MetraleError(f"unknown format {opts.format!r} (want one of {', '.join(FORMATS)})")
     if opts.workers < 1:
         raise MetraleError(f"--workers {opts.workers}: want at least 1")
     if opts.calibration is not None and opts.format != "nvfp4":
         raise MetraleError(f"--calibration applies to --format nvfp4 only (got {opts.format})")
+
+
+def plan(src: Path, opts: ConvertOptions) -> tuple[HfFolder, list[_Plan]]:
+    """Open and check SRC, and decide each tensor's fate; raises before anything is written."""
+    check_options(opts)
     folder = HfFolder(src)
     try:
         return folder, _plan(folder, opts)
@@ -216,7 +235,9 @@ def plan(src: Path, opts: ConvertOptions) -> tuple[HfFolder, list[_Plan]]:
 def _plan(folder: HfFolder, opts: ConvertOptions) -> list[_Plan]:
     cfg = folder.config
     if cfg.get("quantization_config") or cfg.get("compression_config"):
-        raise MetraleError(f"{folder.path / 'config.json'}: SRC is already quantized (has a quantization_config)")
+        raise MetraleError(
+            f"{folder.path / 'config.json'}: SRC is already quantized (has a quantization_config)"
+        )
     if (folder.path / layouts.HF_QUANT_CONFIG).exists():
         raise MetraleError(f"{folder.path}: SRC is already quantized (has {layouts.HF_QUANT_CONFIG})")
     chosen = select(folder, opts)
@@ -335,7 +356,11 @@ def _copy_other_files(src: Path, tmp: Path, skip: set[str]) -> None:
 
 
 def _write_safetensors(
-    folder: HfFolder, plans: list[_Plan], opts: ConvertOptions, tmp: Path, report: ConversionReport,
+    folder: HfFolder,
+    plans: list[_Plan],
+    opts: ConvertOptions,
+    tmp: Path,
+    report: ConversionReport,
     progress: Progress | None,
 ) -> None:
     fmt = opts.format
@@ -362,7 +387,11 @@ def _write_safetensors(
             if res is None:
                 f = folder.files[p.shard]
                 w.write_raw(p.name, f.raw_chunks(p.name, _COPY_CHUNK))
-                report.tensors.append(TensorReport(p.name, "copied", e.dtype.lower(), e.dtype, list(e.shape), e.nbytes, e.nbytes))
+                report.tensors.append(
+                    TensorReport(
+                        p.name, "copied", e.dtype.lower(), e.dtype, list(e.shape), e.nbytes, e.nbytes
+                    )
+                )
             else:
                 mod = module_of(p.name)
                 out_bytes = 0
@@ -370,7 +399,9 @@ def _write_safetensors(
                     w.write(f"{mod}.{suffix}", arr)
                     out_bytes += int(arr.nbytes)
                 report.tensors.append(
-                    TensorReport(p.name, "quantized", fmt, e.dtype, list(e.shape), e.nbytes, out_bytes, res.rel_error)
+                    TensorReport(
+                        p.name, "quantized", fmt, e.dtype, list(e.shape), e.nbytes, out_bytes, res.rel_error
+                    )
                 )
             if progress is not None:
                 progress(p.name, e.nbytes)
@@ -384,7 +415,9 @@ def _write_safetensors(
     # config.json with the producer's quantization_config (+ ModelOpt's hf_quant_config.json)
     quantized = {module_of(p.name) for p in plans if p.quantize}
     ignore = sorted(
-        module_of(p.name) for p in plans if not p.quantize and is_linear_weight(p.entry) and not _is_embedding(p.name)
+        module_of(p.name)
+        for p in plans
+        if not p.quantize and is_linear_weight(p.entry) and not _is_embedding(p.name)
     )
     cfg = dict(folder.config)
     if fmt == "nvfp4":
@@ -409,7 +442,11 @@ def _dt(code: str) -> Any:
 
 
 def _write_gguf(
-    folder: HfFolder, plans: list[_Plan], opts: ConvertOptions, tmp: Path, report: ConversionReport,
+    folder: HfFolder,
+    plans: list[_Plan],
+    opts: ConvertOptions,
+    tmp: Path,
+    report: ConversionReport,
     progress: Progress | None,
 ) -> None:
     import gguf
@@ -426,12 +463,18 @@ def _write_gguf(
         assert p.gguf_name is not None
         if p.quantize:
             n, k = e.shape
-            writer.add_tensor_info(p.gguf_name, (n, k // 64 * 18), np.dtype(np.uint8), n * (k // 64) * 18, raw_dtype=Q2_0_TYPE)
+            writer.add_tensor_info(
+                p.gguf_name, (n, k // 64 * 18), np.dtype(np.uint8), n * (k // 64) * 18, raw_dtype=Q2_0_TYPE
+            )
         elif len(e.shape) <= 1:
-            writer.add_tensor_info(p.gguf_name, e.shape or (1,), np.dtype(np.float32), 4 * e.numel, raw_dtype=T.F32)
+            writer.add_tensor_info(
+                p.gguf_name, e.shape or (1,), np.dtype(np.float32), 4 * e.numel, raw_dtype=T.F32
+            )
         else:
             item = 2 if e.dtype in ("BF16", "F16") else 4
-            writer.add_tensor_info(p.gguf_name, e.shape, np.dtype(np.float32), item * e.numel, raw_dtype=gtype[e.dtype])
+            writer.add_tensor_info(
+                p.gguf_name, e.shape, np.dtype(np.float32), item * e.numel, raw_dtype=gtype[e.dtype]
+            )
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
@@ -450,15 +493,31 @@ def _write_gguf(
                 writer.write_tensor_data(np.ascontiguousarray(a))
                 f.release(p.name)
                 report.tensors.append(
-                    TensorReport(p.name, "copied", gtype[e.dtype].name.lower() if len(e.shape) > 1 else "f32",
-                                 e.dtype, list(e.shape), e.nbytes, int(a.nbytes))
+                    TensorReport(
+                        p.name,
+                        "copied",
+                        gtype[e.dtype].name.lower() if len(e.shape) > 1 else "f32",
+                        e.dtype,
+                        list(e.shape),
+                        e.nbytes,
+                        int(a.nbytes),
+                    )
                 )
                 del a
             else:
-                (_, blocks), = res.arrays
+                ((_, blocks),) = res.arrays
                 writer.write_tensor_data(blocks)
                 report.tensors.append(
-                    TensorReport(p.name, "quantized", "q2_0", e.dtype, list(e.shape), e.nbytes, int(blocks.nbytes), res.rel_error)
+                    TensorReport(
+                        p.name,
+                        "quantized",
+                        "q2_0",
+                        e.dtype,
+                        list(e.shape),
+                        e.nbytes,
+                        int(blocks.nbytes),
+                        res.rel_error,
+                    )
                 )
             if progress is not None:
                 progress(p.name, e.nbytes)
@@ -478,6 +537,7 @@ def convert_checkpoint(
     """Convert SRC into DST (see the module docstring). ``on_start(total_source_bytes)`` is
     called once the plan is checked; ``progress(tensor, source_bytes)`` after each tensor."""
     srcp, dstp = Path(src), Path(dst)
+    check_options(opts)
     _check_paths(srcp, dstp, opts.force)
     folder, plans = plan(srcp, opts)
     layout = {"nvfp4": "modelopt", "q2_0": "gguf"}.get(opts.format, "compressed-tensors")

@@ -108,12 +108,19 @@ def make_example_checkpoint(
         raise MetraleError(f"{out}: exists and is not empty")
     out.mkdir(parents=True, exist_ok=True)
     cfg = example_config(
-        hidden=hidden, intermediate=intermediate, layers=layers, vocab=vocab, heads=heads,
-        kv_heads=kv_heads, hidden_act=hidden_act, dtype=dtype,
+        hidden=hidden,
+        intermediate=intermediate,
+        layers=layers,
+        vocab=vocab,
+        heads=heads,
+        kv_heads=kv_heads,
+        hidden_act=hidden_act,
+        dtype=dtype,
     )
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
     (out / "generation_config.json").write_text(
-        json.dumps({"bos_token_id": 1, "eos_token_id": 2, "do_sample": False}, indent=2) + "\n", encoding="utf-8"
+        json.dumps({"bos_token_id": 1, "eos_token_id": 2, "do_sample": False}, indent=2) + "\n",
+        encoding="utf-8",
     )
     tensors = example_tensors(cfg)
     shards = max(1, min(shards, len(tensors)))

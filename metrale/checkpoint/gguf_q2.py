@@ -51,7 +51,9 @@ def register_q2_0() -> gguf.GGMLQuantizationType:
         raise MetraleError(f"gguf already defines type {GGML_TYPE_Q2_0} as {member.name}, not Q2_0")
     gconst.GGML_QUANT_SIZES.setdefault(member, (QK, BLOCK_BYTES))
     if gconst.GGML_QUANT_SIZES[member] != (QK, BLOCK_BYTES):
-        raise MetraleError(f"gguf's Q2_0 block is {gconst.GGML_QUANT_SIZES[member]}, want ({QK}, {BLOCK_BYTES})")
+        raise MetraleError(
+            f"gguf's Q2_0 block is {gconst.GGML_QUANT_SIZES[member]}, want ({QK}, {BLOCK_BYTES})"
+        )
     traits = gquants._type_traits
     if member not in traits:
         base: Any = gquants.__dict__["__Quant"]
@@ -61,11 +63,15 @@ def register_q2_0() -> gguf.GGMLQuantizationType:
 
             @classmethod
             def quantize_blocks(cls, blocks: np.ndarray) -> np.ndarray:
-                return Q2_0Weight.quantize(blocks.reshape(-1, QK), name="gguf Q2_0 blocks").blocks.reshape(-1, BLOCK_BYTES)
+                return Q2_0Weight.quantize(blocks.reshape(-1, QK), name="gguf Q2_0 blocks").blocks.reshape(
+                    -1, BLOCK_BYTES
+                )
 
             @classmethod
             def dequantize_blocks(cls, blocks: np.ndarray) -> np.ndarray:
-                w = Q2_0Weight(blocks=np.ascontiguousarray(blocks).reshape(-1, 1, BLOCK_BYTES), name="gguf Q2_0 blocks")
+                w = Q2_0Weight(
+                    blocks=np.ascontiguousarray(blocks).reshape(-1, 1, BLOCK_BYTES), name="gguf Q2_0 blocks"
+                )
                 return w.dequantize().reshape(-1, QK)
 
     return member
@@ -164,7 +170,9 @@ def find_gguf(path: str | Path) -> Path | None:
     if p.is_dir():
         found = sorted(p.glob("*.gguf"))
         if len(found) > 1:
-            raise MetraleError(f"{p}: holds several .gguf files ({', '.join(f.name for f in found)}); name one")
+            raise MetraleError(
+                f"{p}: holds several .gguf files ({', '.join(f.name for f in found)}); name one"
+            )
         return found[0] if found else None
     return None
 

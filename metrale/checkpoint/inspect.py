@@ -41,11 +41,16 @@ class Row:
     tensors: list[str] = field(default_factory=list)
 
     @property
-    def ratio(self) -> float:
+    def bf16_bytes(self) -> int:
+        """Bytes of the logical shape in bf16."""
         n = 1
         for s in self.shape:
             n *= s
-        return (2.0 * n / self.bytes) if self.bytes else 0.0
+        return 2 * n
+
+    @property
+    def ratio(self) -> float:
+        return (self.bf16_bytes / self.bytes) if self.bytes else 0.0
 
 
 @dataclass
@@ -65,7 +70,7 @@ class Scan:
 
     @property
     def logical_bf16_bytes(self) -> int:
-        return sum(int(round(r.ratio * r.bytes)) for r in self.rows)
+        return sum(r.bf16_bytes for r in self.rows)
 
 
 def _fmt_of(dtypes: dict[str, str]) -> str:
@@ -88,7 +93,12 @@ def _scan_folder(path: Path) -> Scan:
         cfg = folder.config
         layout = layouts.detect(cfg, hq)
         q = cfg.get("quantization_config") or {}
-        detail = str(q.get("quant_algo") or q.get("format") or (hq or {}).get("quantization", {}).get("quant_algo") or "")
+        detail = str(
+            q.get("quant_algo")
+            or q.get("format")
+            or (hq or {}).get("quantization", {}).get("quant_algo")
+            or ""
+        )
         names = folder.names()
         entries = {n: folder.entry(n) for n in names}
         mods: dict[str, dict[str, str]] = {}
@@ -110,7 +120,9 @@ def _scan_folder(path: Path) -> Scan:
             shape = list(main.shape)
             if fmt.startswith("nvfp4") and shape:
                 shape[-1] *= 2
-            rows.append(Row(mod, fmt, shape, sum(entries[n].nbytes for n in group.values()), list(group.values())))
+            rows.append(
+                Row(mod, fmt, shape, sum(entries[n].nbytes for n in group.values()), list(group.values()))
+            )
             used.update(group.values())
         for n in names:
             if n not in used:

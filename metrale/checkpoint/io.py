@@ -101,7 +101,9 @@ class SafetensorsFile:
             raise MetraleError(f"{p}: safetensors file is missing")
         size = p.stat().st_size
         if size < 8:
-            raise MetraleError(f"{p}: truncated safetensors file ({size} bytes, shorter than its 8-byte header length)")
+            raise MetraleError(
+                f"{p}: truncated safetensors file ({size} bytes, shorter than its 8-byte header length)"
+            )
         with open(p, "rb") as f:
             (hlen,) = struct.unpack("<Q", f.read(8))
             if hlen > min(size - 8, _MAX_HEADER):
@@ -337,7 +339,9 @@ def from_torch(t: Any) -> np.ndarray:
     return t.numpy()
 
 
-def save_tensors(path: str | os.PathLike[str], tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None) -> None:
+def save_tensors(
+    path: str | os.PathLike[str], tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None
+) -> None:
     """Write a dict of numpy arrays with ``safetensors.torch.save_file`` (float8 via torch views)."""
     from safetensors.torch import save_file
 
@@ -384,7 +388,9 @@ class HfFolder:
         else:
             self.shards = sorted(p.name for p in self.path.glob("*.safetensors"))
         if not self.shards:
-            raise MetraleError(f"{self.path}: no safetensors files (want model.safetensors or shards with {INDEX_NAME})")
+            raise MetraleError(
+                f"{self.path}: no safetensors files (want model.safetensors or shards with {INDEX_NAME})"
+            )
         self.files: dict[str, SafetensorsFile] = {}
         self.where: dict[str, str] = {}
         for s in self.shards:

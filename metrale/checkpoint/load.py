@@ -95,7 +95,9 @@ def _layer_prefix(names: list[str], layer: int, where: str) -> str:
         m = pat.match(n)
         if m:
             return m.group(1)
-    found = sorted({int(m.group(1)) for n in names if (m := re.search(r"\blayers\.(\d+)\.mlp\.gate_proj\.weight$", n))})
+    found = sorted(
+        {int(m.group(1)) for n in names if (m := re.search(r"\blayers\.(\d+)\.mlp\.gate_proj\.weight$", n))}
+    )
     raise MetraleError(f"{where}: no FFN for layer {layer} (layers with an FFN: {found})")
 
 
@@ -110,8 +112,12 @@ def _build(
         layer = DenseFfnLayer(config, activation=act, backend=backend)
         layer.set_w8a8_decode_weights(W8a8Ffn(*ws), config.hidden_size, config.intermediate_size)
         return layer
-    key = {"Nvfp4Weight": "weights", "Fp8Weight": "fp8_weights", "DenseWeight": "bf16_weights",
-           "Q2_0Weight": "q2_weights"}[type(w0).__name__]
+    key = {
+        "Nvfp4Weight": "weights",
+        "Fp8Weight": "fp8_weights",
+        "DenseWeight": "bf16_weights",
+        "Q2_0Weight": "q2_weights",
+    }[type(w0).__name__]
     return DenseFfnLayer(config, activation=act, backend=backend, **{key: FfnWeights(*ws)})
 
 
@@ -128,7 +134,9 @@ def _load_folder(path: Path, layer: int, backend: Backend | str | None) -> Dense
         ws = []
         for proj in PROJS:
             mod = prefix + proj
-            tensors = {n[len(mod) + 1 :]: np.array(folder.tensor(n)) for n in names if n.startswith(mod + ".")}
+            tensors = {
+                n[len(mod) + 1 :]: np.array(folder.tensor(n)) for n in names if n.startswith(mod + ".")
+            }
             ws.append(weight_from_tensors(mod, tensors))
         conf = FfnConfig(int(cfg["hidden_size"]), int(cfg["intermediate_size"]))
         return _build(conf, act, ws, backend, where)

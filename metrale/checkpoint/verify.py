@@ -73,9 +73,13 @@ def _check_configs(res: VerifyResult, quant_rows: list[Row]) -> None:
         if hq is None:
             v.append("modelopt layout without hf_quant_config.json")
         if qc and qc.get("quant_method") not in ("modelopt", "modelopt_fp4"):
-            v.append(f"config.json quantization_config quant_method {qc.get('quant_method')!r}, want 'modelopt'")
+            v.append(
+                f"config.json quantization_config quant_method {qc.get('quant_method')!r}, want 'modelopt'"
+            )
         if qc and hq and qc.get("quant_algo") not in (None, algo):
-            v.append(f"quant_algo {qc.get('quant_algo')!r} in config.json but {algo!r} in hf_quant_config.json")
+            v.append(
+                f"quant_algo {qc.get('quant_algo')!r} in config.json but {algo!r} in hf_quant_config.json"
+            )
         if fmts - {"nvfp4"}:
             v.append(f"modelopt NVFP4 folder holds {sorted(fmts - {'nvfp4'})} tensors")
         a4 = [r.format == "nvfp4+a4" for r in quant_rows]
@@ -106,7 +110,9 @@ def _check_configs(res: VerifyResult, quant_rows: list[Row]) -> None:
         v.append(f"unknown quantization layout {s.layout!r}")
     elif s.layout == "none" and quant_rows:
         v.append(f"quantized tensors ({len(quant_rows)}) but config.json declares no quantization_config")
-    ignore = [str(x) for x in ((hq or {}).get("quantization", {}).get("exclude_modules") or qc.get("ignore") or [])]
+    ignore = [
+        str(x) for x in ((hq or {}).get("quantization", {}).get("exclude_modules") or qc.get("ignore") or [])
+    ]
     for m in mods:
         for pat in ignore:
             plain = pat[3:] if pat.startswith("re:") else pat
@@ -212,7 +218,12 @@ def _against(res: VerifyResult, src: Path, weights: dict[str, Any], bound: float
 
 
 def _compare(
-    res: VerifyResult, src: Path, out: HfFolder | None, weights: dict[str, Any], bound: float | None, exact: bool
+    res: VerifyResult,
+    src: Path,
+    out: HfFolder | None,
+    weights: dict[str, Any],
+    bound: float | None,
+    exact: bool,
 ) -> None:
     s = res.scan
     with HfFolder(src) as source:
@@ -251,7 +262,9 @@ def _compare(
                 if h is not None:
                     src_w = permute_rows(src_w, h, src_name)
             if tuple(src_w.shape) != (w.n, w.k):
-                res.violations.append(f"{r.name}: shape [{w.n}, {w.k}] but SRC {src_name} is {list(src_w.shape)}")
+                res.violations.append(
+                    f"{r.name}: shape [{w.n}, {w.k}] but SRC {src_name} is {list(src_w.shape)}"
+                )
                 continue
             deq = w.dequantize()
             src32 = src_w.astype(np.float32)

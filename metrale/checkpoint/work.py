@@ -60,7 +60,7 @@ def rel_error(src: np.ndarray, deq: np.ndarray) -> float:
     return float(np.sqrt(num / den))
 
 
-def quantize_array(fmt: str, w: np.ndarray, name: str, input_amax: float | None = None):  # noqa: ANN201
+def quantize_array(fmt: str, w: np.ndarray, name: str, input_amax: float | None = None):
     """The reference format object for a source weight (the producers' quantizers)."""
     if fmt == "nvfp4":
         return Nvfp4Weight.quantize(w, input_amax=input_amax, name=name)

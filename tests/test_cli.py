@@ -1,0 +1,161 @@
+"""The ``metrale`` command line through typer's CliRunner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from metrale.checkpoint.example import make_example_checkpoint
+from metrale.checkpoint.io import HfFolder, save_tensors
+from metrale.cli import app
+
+ENV = {"COLUMNS": "240", "NO_COLOR": "1"}
+
+
+def run(*args: str) -> object:
+    return CliRunner().invoke(app, list(args), env=ENV)
+
+
+def listing(d: Path) -> list[str]:
+    return sorted(str(p.relative_to(d)) for p in d.rglob("*"))
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_example_checkpoint(
+        tmp_path_factory.mktemp("s") / "llama", hidden=64, intermediate=128, layers=2
+    )
+
+
+@pytest.fixture(scope="module")
+def converted(src: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("o")
+    out = {}
+    for fmt in ("nvfp4", "fp8", "w8a8", "q2_0"):
+        r = run("convert", str(src), str(root / fmt), "--format", fmt)
+        assert r.exit_code == 0, r.output
+        assert "model.layers.1.mlp.down_proj.weight" in r.output  # the report table
+        assert f"wrote {root / fmt}" in r.output and "max rel. error" in r.output
+        out[fmt] = root / fmt
+    return out
+
+
+def test_convert_inspect_verify_each_format(src: Path, converted: dict[str, Path]) -> None:
+    formats = {"nvfp4": "nvfp4", "fp8": "fp8", "w8a8": "w8a8", "q2_0": "q2_0"}
+    names = {
+        "nvfp4": "model.layers.0.mlp.gate_proj",
+        "fp8": "model.layers.0.mlp.gate_proj",
+        "w8a8": "model.layers.0.mlp.gate_proj",
+        "q2_0": "blk.0.ffn_gate.weight",
+    }
+    ratio = {
+        "nvfp4": 2 * 64 * 128 / (64 * 128 // 2 + 64 * 128 // 16 + 4),
+        "fp8": 2 * 64 * 128 / (64 * 128 + 512),
+        "w8a8": 2 * 64 * 128 / (64 * 128 + 512),
+        "q2_0": 2 * 64 * 128 / (128 * 18),
+    }
+    for fmt, d in converted.items():
+        r = run("inspect", str(d))
+        assert r.exit_code == 0, r.output
+        line = next(ln for ln in r.output.splitlines() if names[fmt] in ln)
+        assert formats[fmt] in line and "128×64" in line and f"{ratio[fmt]:.2f}" in line
+        j = run("inspect", str(d), "--json")
+        rows = {t["tensor"]: t for t in json.loads(j.stdout)["tensors"]}
+        assert rows[names[fmt]]["format"] == formats[fmt]
+        assert rows[names[fmt]]["ratio"] == pytest.approx(ratio[fmt])
+        v = run("verify", str(d))
+        assert v.exit_code == 0 and "OK" in v.output, v.output
+        v = run("verify", str(d), "--against", str(src), "--exact")
+        assert v.exit_code == 0, v.output
+        assert "error against SRC" in v.output and "yes" in v.output
+
+
+def test_convert_with_calibration_and_workers(src: Path, tmp_path: Path) -> None:
+    with HfFolder(src) as f:
+        mods = [n[: -len(".weight")] for n in f.names() if ".mlp." in n]
+    cal = tmp_path / "amax.safetensors"
+    save_tensors(cal, {f"{m}.input_amax": np.array(5.0, np.float32) for m in mods})
+    r = run(
+        "convert", str(src), str(tmp_path / "a4"), "-f", "nvfp4", "--calibration", str(cal), "-j", "2", "-q"
+    )
+    assert r.exit_code == 0, r.output
+    hq = json.loads((tmp_path / "a4" / "hf_quant_config.json").read_text())
+    assert hq["quantization"]["quant_algo"] == "NVFP4"
+    r = run("inspect", str(tmp_path / "a4"))
+    assert "nvfp4+a4" in r.output
+
+
+def test_verify_reports_violations(converted: dict[str, Path], src: Path, tmp_path: Path) -> None:
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(converted["nvfp4"], bad)
+    hq = json.loads((bad / "hf_quant_config.json").read_text())
+    hq["quantization"]["quant_algo"] = "NVFP4"  # declares A4 but no input_scale was written
+    (bad / "hf_quant_config.json").write_text(json.dumps(hq))
+    r = run("verify", str(bad))
+    assert r.exit_code == 1
+    assert (
+        "violation: quant_algo NVFP4 declares FP4 activations but some modules lack input_scale" in r.stderr
+    )
+    r = run("verify", str(converted["w8a8"]), "--against", str(src), "--max-rel-error", "1e-6")
+    assert r.exit_code == 1 and "relative error" in r.stderr and "exceeds 1e-06 (w8a8)" in r.stderr
+    r = run("verify", str(tmp_path / "missing"))
+    assert r.exit_code == 1 and "no such file or folder" in r.stderr
+
+
+def test_cli_errors_leave_filesystem_unchanged(src: Path, tmp_path: Path) -> None:
+    before_src, before = listing(src), listing(tmp_path)
+    r = run("convert", str(src), str(tmp_path / "o"), "--format", "int3")
+    assert r.exit_code == 1 and "error: unknown format 'int3'" in r.stderr
+    r = run("convert", str(src), str(tmp_path / "o"), "--bogus")
+    assert r.exit_code == 2 and "No such option: --bogus" in r.output
+    r = run("convert", str(tmp_path / "nothing"), str(tmp_path / "o"))
+    assert r.exit_code == 1 and "SRC is not a folder" in r.stderr
+    (tmp_path / "o").mkdir()
+    r = run("convert", str(src), str(tmp_path / "o"), "-f", "fp8")
+    assert r.exit_code == 1 and "DST exists; pass --force to replace it" in r.stderr
+    (tmp_path / "o").rmdir()
+    assert listing(src) == before_src and listing(tmp_path) == before
+
+
+def test_ctrl_c_exit_code(src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import metrale.checkpoint.work as work
+
+    def boom(task: object) -> object:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(work, "quantize_tensor", boom)
+    r = run("convert", str(src), str(tmp_path / "o"), "-f", "w8a8")
+    assert r.exit_code == 130 and "interrupted" in r.stderr
+    assert listing(tmp_path) == []
+
+
+def test_demo(tmp_path: Path) -> None:
+    r = run("demo", "--out", str(tmp_path / "d"), "--backend", "reference")
+    assert r.exit_code == 0, r.output
+    for fmt in ("nvfp4", "fp8", "w8a8", "q2_0"):
+        assert any(ln.split("│")[1].strip() == fmt for ln in r.output.splitlines() if ln.count("│") > 3)
+        assert (tmp_path / "d" / f"llama-tiny-{fmt}").is_dir()
+    assert "OK" in r.output
+    r = run("demo", "--out", str(tmp_path / "d"))
+    assert r.exit_code == 1 and "exists" in r.stderr
+
+
+def test_help_lists_commands() -> None:
+    r = run("--help")
+    assert r.exit_code == 0
+    for c in ("convert", "inspect", "verify", "demo", "bench"):
+        assert c in r.output
+
+
+def test_bench_without_tool_or_with_it() -> None:
+    tool = Path(__file__).resolve().parent.parent / "tools" / "bench_ffn.py"
+    if tool.exists():
+        pytest.skip("tools/bench_ffn.py exists; its own tests run it")
+    r = run("bench")
+    assert r.exit_code == 1 and "bench_ffn.py: not found" in r.stderr
