@@ -7,6 +7,7 @@ may be row slices of larger buffers (the row stride is passed). Weights are ``De
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,9 @@ SMEM_LIMIT = 220 * 1024
 A16_ROWS = (1, 2, 3, 4)
 A4_ROWS = (1, 4)
 F32 = np.float32
+#: Use the cp.async fast A16 kernels where they apply (B % 64 == 0); METRALE_CUDA_FAST=0 turns
+#: them off (the generic kernels give the same bits).
+FAST_ENABLED = os.environ.get("METRALE_CUDA_FAST", "1") != "0"
 
 UPLOADERS: dict[str, Callable[[Any], Any]] = {"nvfp4": upload_generic}
 
@@ -99,6 +103,32 @@ def _set(w: Any, out: Any, rowscale: np.float32, rows: int) -> tuple[Any, ...]:
     return (w.arrays["weight"], w.arrays["weight_scale"], F32(rowscale), o, np.int64(ldo))
 
 
+FAST_STAGES = 4
+FAST_STAGE_BYTES = 576
+
+
+def _fast_threads(r: int) -> int:
+    return 1024 if r == 1 else 512
+
+
+def _fast_smem(r: int, k: int) -> int:
+    _, _, p = _geometry(k)
+    return r * p * 72 + (_fast_threads(r) // 32) * FAST_STAGES * FAST_STAGE_BYTES
+
+
+def _fast_rows(want: int, k: int) -> int | None:
+    """Rows per pass of the fast A16 kernel (B % 64 == 0), or None when it does not apply."""
+    b, _, _ = _geometry(k)
+    if b % 64:
+        return None
+    r = max(c for c in A16_ROWS if c <= max(1, want))
+    while _fast_smem(r, k) > SMEM_LIMIT:
+        if r == 1:
+            return None
+        r = max(c for c in A16_ROWS if c < r)
+    return r
+
+
 def nvfp4_a16(x: Any, sets: list[tuple[Any, Any]], rows: int, r_want: int) -> None:
     """Rows ``0..rows-1`` of ``x`` times each (weight, out) in ``sets`` (one or two), A16."""
     x, ldx = mat(x, "input")
@@ -113,6 +143,28 @@ def nvfp4_a16(x: Any, sets: list[tuple[Any, Any]], rows: int, r_want: int) -> No
         raise MetraleError("dual launch: gate and up must have the same shape")
     k = w0.k
     b, _, _ = _geometry(k)
+    args0 = _set(sets[0][0], sets[0][1], F32(sets[0][0].weight_scale_2), rows)
+    args1 = _set(sets[-1][0], sets[-1][1], F32(sets[-1][0].weight_scale_2), rows)
+    tail = (np.int32(w0.n), np.int32(k))
+    fast = _fast_rows(min(r_want, rows), k) if FAST_ENABLED else None
+    if fast is not None:
+        name = f"nvfp4_a16f_r{fast}"
+        kern = runtime.get_kernel(A16_FILE, name)
+        if kern is not None:
+            smem = _fast_smem(fast, k)
+            runtime.set_dynamic_smem(kern, smem)
+            threads = _fast_threads(fast)
+            gz = len(sets)
+            sms = runtime.sm_count()
+            gx = max(1, min(-(-w0.n // (threads // 32)), sms // gz))
+            gy = max(1, min(-(-rows // fast), sms // (gx * gz)))
+            kern(
+                (gx, gy, gz),
+                (threads,),
+                (x, np.int64(ldx), np.int32(rows), *args0, *args1, *tail),
+                shared_mem=smem,
+            )
+            return
     r = _rows_per_pass(0, min(r_want, rows), k)
     name = f"nvfp4_a16_r{r}_{'e' if b % 2 == 0 else 'o'}"
     kern = runtime.get_kernel(A16_FILE, name)
@@ -120,15 +172,8 @@ def nvfp4_a16(x: Any, sets: list[tuple[Any, Any]], rows: int, r_want: int) -> No
         raise MetraleError(f"{name} kernel missing in this target build")
     smem = _smem(0, r, k)
     runtime.set_dynamic_smem(kern, smem)
-    args0 = _set(sets[0][0], sets[0][1], F32(sets[0][0].weight_scale_2), rows)
-    args1 = _set(sets[-1][0], sets[-1][1], F32(sets[-1][0].weight_scale_2), rows)
     grid = _grid(w0.n, -(-rows // r), len(sets), smem)
-    kern(
-        grid,
-        (THREADS,),
-        (x, np.int64(ldx), np.int32(rows), *args0, *args1, np.int32(w0.n), np.int32(k)),
-        shared_mem=smem,
-    )
+    kern(grid, (THREADS,), (x, np.int64(ldx), np.int32(rows), *args0, *args1, *tail), shared_mem=smem)
 
 
 @dataclass

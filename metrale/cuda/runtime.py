@@ -1,10 +1,15 @@
 """Run-time compilation of the CUDA kernel files (``kernels/*.cu``) with CuPy.
 
-Each ``.cu`` file is compiled once per process and device with ``cupy.RawModule`` (NVRTC),
-options ``-std=c++17 --fmad=false --ftz=false --prec-div=true --prec-sqrt=true`` (exactness:
-no contraction of a multiply and an add, IEEE division, subnormals kept; no fast math) for the
-current device's architecture (CuPy picks it). ``#include "x.cuh"`` lines naming a file of
-``kernels/`` are inlined textually, so the module's cache key covers the headers too.
+Each ``.cu`` file is compiled once per process and device with NVRTC to a cubin for the
+device's architecture (``sm_XY``), options ``-std=c++17 --fmad=false --ftz=false
+--prec-div=true --prec-sqrt=true`` (exactness: no contraction of a multiply and an add, IEEE
+division, subnormals kept; no fast math), and loaded with ``cupy.RawModule(path=...)``.
+NVRTC is called directly (CuPy's ``cupy.cuda.compiler.compile_using_nvrtc`` path appends
+``-ftz=true`` to every compile, and NVRTC honours the last occurrence: subnormals would be
+flushed and the results would differ from the reference). ``#include "x.cuh"`` lines naming a
+file of ``kernels/`` are inlined textually, so the cache key covers the headers too. Cubins
+are cached on disk under ``$METRALE_CACHE_DIR`` (default ``~/.cache/metrale/kernels``), keyed
+by the SHA-256 of source, options, architecture and NVRTC version.
 
 ``get_kernel(cu_file, name)`` returns the ``cupy.RawKernel`` or None when the module cannot be
 built for this device; the reason is kept in ``build_errors`` and the backend then lacks the
@@ -13,7 +18,10 @@ kernels of that file ("missing in this target build").
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -79,8 +87,49 @@ def sm_count(dev: int | None = None) -> int:
     return int(device_props(device_id() if dev is None else dev)["multiProcessorCount"])
 
 
+def cache_dir() -> Path:
+    """Where compiled cubins are kept."""
+    return Path(os.environ.get("METRALE_CACHE_DIR") or Path.home() / ".cache" / "metrale" / "kernels")
+
+
+def compile_cubin(cu_file: str, arch: str) -> Path:
+    """NVRTC-compile ``cu_file`` (headers inlined) for ``arch`` (e.g. ``sm_90``) with exactly
+    COMPILE_OPTIONS; return the path of the cubin (cached on disk, or a temporary file that
+    lives as long as the process). Raise RuntimeError carrying the compiler log on failure."""
+    from cupy_backends.cuda.libs import nvrtc
+
+    src = source(cu_file)
+    opts = (*COMPILE_OPTIONS, f"--gpu-architecture={arch}")
+    key = hashlib.sha256(repr((src, opts, nvrtc.getVersion())).encode()).hexdigest()[:32]
+    path = cache_dir() / f"{cu_file}.{arch}.{key}.cubin"
+    if path.is_file():
+        return path
+    prog = nvrtc.createProgram(src, cu_file, (), ())
+    try:
+        try:
+            nvrtc.compileProgram(prog, opts)
+        except Exception as exc:
+            raise RuntimeError(f"NVRTC failed on {cu_file}: {exc}\n{nvrtc.getProgramLog(prog)}") from exc
+        get_cubin = getattr(nvrtc, "getCUBIN", None)
+        # PTX keeps the compile's choices (no .ftz on any instruction); the driver assembles it.
+        cubin = bytes(get_cubin(prog) if get_cubin is not None else nvrtc.getPTX(prog))
+    finally:
+        nvrtc.destroyProgram(prog)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent)
+    except OSError:  # no writable cache: a temporary file for this process
+        fd, tmp = tempfile.mkstemp(suffix=".cubin")
+        path = Path(tmp)
+    with os.fdopen(fd, "wb") as f:
+        f.write(cubin)
+    if Path(tmp) != path:
+        os.replace(tmp, path)
+    return path
+
+
 def get_module(cu_file: str) -> Any | None:
-    """The compiled ``cupy.RawModule`` of ``cu_file`` for the current device, or None."""
+    """The loaded ``cupy.RawModule`` of ``cu_file`` for the current device, or None."""
     dev = device_id()
     key = (cu_file, dev)
     if key in _modules:
@@ -89,8 +138,8 @@ def get_module(cu_file: str) -> Any | None:
     try:
         import cupy
 
-        mod = cupy.RawModule(code=source(cu_file), options=COMPILE_OPTIONS)
-        mod.compile()
+        props = device_props(dev)
+        mod = cupy.RawModule(path=str(compile_cubin(cu_file, f"sm_{props['major']}{props['minor']}")))
     except Exception as exc:  # compile or load failure: the kernels are absent on this device
         build_errors[key] = f"{type(exc).__name__}: {exc}"
         mod = None
@@ -111,9 +160,12 @@ def get_kernel(cu_file: str, name: str) -> Any | None:
         return None
 
 
+_smem_set: dict[int, int] = {}
+
+
 def set_dynamic_smem(kernel: Any, nbytes: int) -> None:
     """Allow ``kernel`` up to ``nbytes`` of dynamic shared memory (raises the opt-in cap once)."""
-    cur = getattr(kernel, "_metrale_smem", 0)
-    if nbytes > cur and nbytes > 48 * 1024:
+    cur = _smem_set.get(id(kernel), 48 * 1024)
+    if nbytes > cur:
         kernel.max_dynamic_shared_size_bytes = int(nbytes)
-        kernel._metrale_smem = int(nbytes)
+        _smem_set[id(kernel)] = int(nbytes)

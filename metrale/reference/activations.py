@@ -111,8 +111,10 @@ def quantize_a4(x: np.ndarray, input_scale: np.float32) -> A4Codes:
     d = scale.astype(F32) * inv_g
     with np.errstate(divide="ignore"):
         os_ = np.where(d == 0, F32(0), F32(1.0) / np.where(d == 0, F32(1), d)).astype(F32)
-    with np.errstate(over="ignore"):
-        scaled = np.clip(xb * os_[..., None], F32(-6.0), F32(6.0))
+    with np.errstate(over="ignore", invalid="ignore"):
+        prod = xb * os_[..., None]
+    # A tiny d makes os = Inf; then 0 · Inf = NaN, which the sequence defines as code 0.
+    scaled = np.clip(np.where(np.isnan(prod), F32(0), prod), F32(-6.0), F32(6.0))
     nib = e2m1_rne(scaled).view(np.uint8) & np.uint8(0x0F)
     codes = E2M1_CODE2[nib].reshape(m, k)
     return A4Codes(codes=codes, scales=scale.astype(E4M3), finite=finite)
@@ -128,7 +130,8 @@ class A8Codes:
 
 def quantize_a8(x: np.ndarray) -> A8Codes:
     """vLLM dynamic per-token int8: amax = max|x|, s = amax/127, inv = 127/amax (0 if amax = 0),
-    q = saturate_int8(rne(x · inv)). A row holding Inf/NaN gets q = 0 and s = NaN."""
+    q = saturate_int8(rne(x · inv)), with 0 · Inf (inv = Inf for a tiny amax) giving 0.
+    A row holding Inf/NaN gets q = 0 and s = NaN."""
     x = check_rows(x)
     xf = x.astype(F32)
     finite = np.isfinite(xf).all(axis=1)
@@ -137,7 +140,12 @@ def quantize_a8(x: np.ndarray) -> A8Codes:
     s = (amax / F32(127.0)).astype(F32)
     with np.errstate(divide="ignore"):
         inv = np.where(amax == 0, F32(0), F32(127.0) / np.where(amax == 0, F32(1), amax))
-    q = np.clip(np.rint(xf * inv.astype(F32)[:, None]), -128, 127).astype(np.int8)
+    with np.errstate(over="ignore", invalid="ignore"):
+        prod = xf * inv.astype(F32)[:, None]
+    # amax below ~3.7e-37 makes inv = Inf; then 0 · Inf = NaN, which is defined as code 0
+    # (what CUDA's cvt.rni.sat.s8 gives), not left to numpy's NaN -> int cast.
+    prod = np.where(np.isnan(prod), F32(0), prod)
+    q = np.clip(np.rint(prod), -128, 127).astype(np.int8)
     s = np.where(finite, s, F32(np.nan)).astype(F32)
     return A8Codes(q=q, scale=s)
 

@@ -51,3 +51,13 @@ def fresh_rng(request: pytest.FixtureRequest) -> np.random.Generator:
     import zlib
 
     return np.random.default_rng([SESSION_SEED, zlib.crc32(request.node.nodeid.encode())])
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    from tests.gpu import gen
+
+    c = gen.COMPARED
+    terminalreporter.write_line(
+        f"metrale GPU comparisons: {c['calls']} output arrays, {c['values']} bf16 values matched bit for bit "
+        f"(seed {SESSION_SEED})"
+    )

@@ -18,6 +18,9 @@ SENTINEL = 0xDEAD
 #: Every e4m3 code but the NaNs 0x7F, 0xFF.
 E4M3_FINITE = np.array([c for c in range(256) if c & 0x7F != 0x7F], dtype=np.uint8)
 
+#: Outputs compared bit for bit by ``bits_equal`` in this session (reported by conftest).
+COMPARED = {"calls": 0, "values": 0}
+
 ROW_KINDS = ("gauss", "spread", "subnormal", "zeros", "specials", "huge", "ties", "tiny")
 
 
@@ -103,3 +106,18 @@ def check_guard(buf: Any, init: np.ndarray, rows_written: int, cols: int, g: int
     bad = np.argwhere((host != init) & mask)
     assert bad.size == 0, f"guard band overwritten at {tuple(bad[0])} (inner rows {rows_written})"
     return host[g : g + rows_written, g : g + cols]
+
+
+def bits_equal(got: np.ndarray, want: np.ndarray, what: str) -> int:
+    """Assert two uint16 arrays are equal bit for bit; count the comparison; return its size."""
+    got = np.asarray(got, dtype=np.uint16)
+    want = np.asarray(want, dtype=np.uint16)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    bad = np.argwhere(got != want)
+    assert bad.size == 0, (
+        f"{what}: {len(bad)} of {got.size} differ; first at {tuple(bad[0])}: "
+        f"got {got[tuple(bad[0])]:#06x}, want {want[tuple(bad[0])]:#06x}"
+    )
+    COMPARED["calls"] += 1
+    COMPARED["values"] += int(got.size)
+    return int(got.size)

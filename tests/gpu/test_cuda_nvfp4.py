@@ -18,14 +18,13 @@ from metrale.reference.elements import BF16
 from metrale.reference.lora import LoraAdapter, lora_expand, lora_shrink
 from metrale.reference.projection import project
 from metrale.reference.tables import act_mul
-
-from . import gen
+from tests.gpu import gen
 
 cp = pytest.importorskip("cupy")
 
-#: (N, K): block counts 3, 65, 129 (odd: 8-byte loads), 1, 256, and 2113 (> 32 chunks: two
-#: slots of the tree).
-SHAPES = ((37, 48), (100, 1040), (41, 2064), (7, 16), (130, 4096), (5, 33808))
+#: (N, K): block counts 3, 65, 129 (odd: 8-byte loads), 1, 2113 (> 32 chunks: two slots of the
+#: tree) on the generic kernels; 64, 256 and 2112 (B % 64 == 0: the cp.async fast kernels).
+SHAPES = ((37, 48), (100, 1040), (41, 2064), (7, 16), (5, 33808), (37, 1024), (130, 4096), (5, 33792))
 TIER_M = {4: (1, 3, 4), 8: (5, 8), 16: (9, 16), 32: (17, 23, 32)}
 FIXED = {"w4a16_gemv": 1, "w4a16_gemv_batch2": 2, "w4a16_gemv_batch3": 3}
 
@@ -33,18 +32,6 @@ FIXED = {"w4a16_gemv": 1, "w4a16_gemv_batch2": 2, "w4a16_gemv_batch3": 3}
 def ref(x: np.ndarray, w: Any, mode: str) -> np.ndarray:
     with np.errstate(all="ignore"):
         return project(x, w, mode).view(np.uint16)
-
-
-def bits_equal(got: np.ndarray, want: np.ndarray, what: str) -> int:
-    got = np.asarray(got, dtype=np.uint16)
-    want = np.asarray(want, dtype=np.uint16)
-    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
-    bad = np.argwhere(got != want)
-    assert bad.size == 0, (
-        f"{what}: {len(bad)} of {got.size} differ; first at {tuple(bad[0])}: "
-        f"got {got[tuple(bad[0])]:#06x}, want {want[tuple(bad[0])]:#06x}"
-    )
-    return int(got.size)
 
 
 def dev_rows(x: np.ndarray) -> Any:
@@ -67,14 +54,14 @@ def test_w4a16_every_kernel_matches_reference(
     for name, rows in FIXED.items():
         buf, view, init = gen.guarded(cp, fresh_rng, rows, n)
         cuda.launch(name, xd[:rows], dw, view)
-        bits_equal(gen.check_guard(buf, init, rows, n), want[:rows], f"{name} {shape}")
+        gen.bits_equal(gen.check_guard(buf, init, rows, n), want[:rows], f"{name} {shape}")
     for rows in (2, 3):
         b0, v0, i0 = gen.guarded(cp, fresh_rng, rows, n)
         w1 = gen.nvfp4(fresh_rng, n, k, name="up")
         b1, v1, i1 = gen.guarded(cp, fresh_rng, rows, n)
         cuda.launch(f"w4a16_gemv_dual_batch{rows}", xd[:rows], dw, v0, cuda.upload(w1), v1)
-        bits_equal(gen.check_guard(b0, i0, rows, n), want[:rows], f"dual{rows} gate {shape}")
-        bits_equal(gen.check_guard(b1, i1, rows, n), ref(x[:rows], w1, "A16"), f"dual{rows} up {shape}")
+        gen.bits_equal(gen.check_guard(b0, i0, rows, n), want[:rows], f"dual{rows} gate {shape}")
+        gen.bits_equal(gen.check_guard(b1, i1, rows, n), ref(x[:rows], w1, "A16"), f"dual{rows} up {shape}")
     # tiers write only their first T rows, from an output buffer with more rows
     for t, ms in TIER_M.items():
         for m in ms:
@@ -82,13 +69,33 @@ def test_w4a16_every_kernel_matches_reference(
                 continue
             buf, view, init = gen.guarded(cp, fresh_rng, m + 2, n)
             cuda.launch(f"w4a16_gemv_batch{t}", xd[:m], dw, view, m)
-            bits_equal(gen.check_guard(buf, init, min(m, t), n), want[:m], f"batch{t} m={m} {shape}")
+            gen.bits_equal(gen.check_guard(buf, init, min(m, t), n), want[:m], f"batch{t} m={m} {shape}")
     # prefill GEMM, every m up to mmax (plus one past 64 when cheap)
     ms = range(1, mmax + 1) if n * k <= 200_000 else (1, 2, 5, 8, mmax)
     for m in ms:
         buf, view, init = gen.guarded(cp, fresh_rng, m, n)
         cuda.launch("w4a16_gemm", xd[:m], dw, view)
-        bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"gemm m={m} {shape}")
+        gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"gemm m={m} {shape}")
+
+
+@pytest.mark.parametrize("shape", [(45, 1024), (33, 4096)], ids=["N45-K1024", "N33-K4096"])
+def test_w4a16_generic_and_fast_kernels_agree(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, shape: tuple
+) -> None:
+    """Where the fast kernels apply (B % 64 == 0), the generic ones give the same bits too."""
+    from metrale.cuda import nvfp4
+
+    n, k = shape
+    w = gen.nvfp4(fresh_rng, n, k)
+    dw = cuda.upload(w)
+    x = gen.rows(fresh_rng, 40, k)
+    want = ref(x, w, "A16")
+    for fast in (True, False):
+        monkeypatch.setattr(nvfp4, "FAST_ENABLED", fast)
+        for m in (1, 2, 3, 4, 9, 40):
+            out = cp.empty((m, n), dtype=cp.uint16)
+            cuda.launch("w4a16_gemm", dev_rows(x[:m]), dw, out)
+            gen.bits_equal(out.get(), want[:m], f"gemm fast={fast} m={m} {shape}")
 
 
 def test_w4a16_gemm_past_64_rows(cuda: Any, fresh_rng: np.random.Generator) -> None:
@@ -97,7 +104,7 @@ def test_w4a16_gemm_past_64_rows(cuda: Any, fresh_rng: np.random.Generator) -> N
     x = gen.rows(fresh_rng, 131, k)
     buf, view, init = gen.guarded(cp, fresh_rng, 131, n)
     cuda.launch("w4a16_gemm", dev_rows(x), cuda.upload(w), view)
-    bits_equal(gen.check_guard(buf, init, 131, n), ref(x, w, "A16"), "gemm m=131")
+    gen.bits_equal(gen.check_guard(buf, init, 131, n), ref(x, w, "A16"), "gemm m=131")
 
 
 @pytest.mark.parametrize("shape", SHAPES[:5], ids=[f"N{n}-K{k}" for n, k in SHAPES[:5]])
@@ -115,12 +122,12 @@ def test_w4a4_quantize_and_gemv_match_reference(
             want = project(None, w, "A4", codes=rc).view(np.uint16)
         dc = cuda.launch("w4a4_quantize", xd[:m], w.input_scale)
         hc = dc.to_host()
-        bits_equal(hc.codes.view(np.uint8), rc.codes.view(np.uint8), f"a4 codes m={m}")
-        bits_equal(hc.scales.view(np.uint8), rc.scales.view(np.uint8), f"a4 scales m={m}")
+        gen.bits_equal(hc.codes.view(np.uint8), rc.codes.view(np.uint8), f"a4 codes m={m}")
+        gen.bits_equal(hc.scales.view(np.uint8), rc.scales.view(np.uint8), f"a4 scales m={m}")
         assert np.array_equal(hc.finite, rc.finite), f"a4 finite m={m}"
         buf, view, init = gen.guarded(cp, fresh_rng, m, n)
         cuda.launch("w4a4_gemv_small_m", dc, dw, view)
-        bits_equal(gen.check_guard(buf, init, m, n), want, f"w4a4 gemv m={m} {shape}")
+        gen.bits_equal(gen.check_guard(buf, init, m, n), want, f"w4a4 gemv m={m} {shape}")
 
 
 def test_w4a4_quantize_scale_extremes(cuda: Any, fresh_rng: np.random.Generator) -> None:
@@ -131,13 +138,14 @@ def test_w4a4_quantize_scale_extremes(cuda: Any, fresh_rng: np.random.Generator)
         with np.errstate(all="ignore"):
             rc = quantize_a4(x, np.float32(s))
         hc = cuda.launch("w4a4_quantize", dev_rows(x), np.float32(s)).to_host()
-        bits_equal(hc.codes.view(np.uint8), rc.codes.view(np.uint8), f"codes s={s}")
-        bits_equal(hc.scales.view(np.uint8), rc.scales.view(np.uint8), f"scales s={s}")
+        gen.bits_equal(hc.codes.view(np.uint8), rc.codes.view(np.uint8), f"codes s={s}")
+        gen.bits_equal(hc.scales.view(np.uint8), rc.scales.view(np.uint8), f"scales s={s}")
 
 
-def test_batch_invariance_on_gpu(cuda: Any, fresh_rng: np.random.Generator) -> None:
+@pytest.mark.parametrize("k", [1040, 2048])
+def test_batch_invariance_on_gpu(cuda: Any, fresh_rng: np.random.Generator, k: int) -> None:
     """Row r of every m-row kernel equals the 1-row kernel on row r (A16 and A4)."""
-    n, k = 53, 1040
+    n = 53
     w = gen.nvfp4(fresh_rng, n, k)
     dw = cuda.upload(w)
     x = gen.rows(fresh_rng, 64, k)
@@ -160,9 +168,9 @@ def test_batch_invariance_on_gpu(cuda: Any, fresh_rng: np.random.Generator) -> N
             cuda.launch(kernel, xd[:m], dw, out)
         else:
             cuda.launch(kernel, xd[:m], dw, out, m)
-        bits_equal(out.get(), s[:m], f"{kernel} m={m} vs 1-row")
+        gen.bits_equal(out.get(), s[:m], f"{kernel} m={m} vs 1-row")
         cuda.launch("w4a4_gemv_small_m", cuda.launch("w4a4_quantize", xd[:m], w.input_scale), dw, out)
-        bits_equal(out.get(), s4[:m], f"w4a4 m={m} vs 1-row")
+        gen.bits_equal(out.get(), s4[:m], f"w4a4 m={m} vs 1-row")
 
 
 def test_torch_bf16_cuda_input_is_zero_copy(cuda: Any, fresh_rng: np.random.Generator) -> None:
@@ -179,7 +187,7 @@ def test_torch_bf16_cuda_input_is_zero_copy(cuda: Any, fresh_rng: np.random.Gene
     od = cuda.rows(out, n, name="out") if n % 16 == 0 else None
     o = cuda.empty_bf16((5, n))
     cuda.launch("w4a16_gemm", xd, cuda.upload(w), o)
-    bits_equal(o.get(), ref(x, w, "A16"), "torch input")
+    gen.bits_equal(o.get(), ref(x, w, "A16"), "torch input")
     assert od is None or od.data.ptr == out.data_ptr()
     with pytest.raises(MetraleError, match="dtype"):
         cuda.rows(t.float(), k, name="x")
@@ -196,10 +204,10 @@ def test_act_mul_every_gate_pattern(cuda: Any, fresh_rng: np.random.Generator, a
         want = act_mul(gate.view(BF16), up.view(BF16), activation).view(np.uint16)  # type: ignore[arg-type]
     buf, view, init = gen.guarded(cp, fresh_rng, 256, 256)
     cuda.launch(f"act_mul_{activation}", cp.asarray(gate), cp.asarray(up), view)
-    bits_equal(gen.check_guard(buf, init, 256, 256), want, f"act_mul_{activation}")
+    gen.bits_equal(gen.check_guard(buf, init, 256, 256), want, f"act_mul_{activation}")
     g = cp.asarray(gate)
     cuda.launch(f"act_mul_{activation}", g, cp.asarray(up), g)  # in place, as the layer calls it
-    bits_equal(g.get(), want, f"act_mul_{activation} in place")
+    gen.bits_equal(g.get(), want, f"act_mul_{activation} in place")
 
 
 @pytest.mark.parametrize("rank", [1, 5, 16, 20, 64])
@@ -215,12 +223,12 @@ def test_lora_matches_reference(cuda: Any, fresh_rng: np.random.Generator, rank:
         o_want = lora_expand(t_want, ad, base).view(np.uint16)
     dad = cuda.upload(ad)
     t = cuda.launch("lora_shrink", dev_rows(x), dad)
-    bits_equal(t.get(), t_want.view(np.uint16), f"lora_shrink r={rank}")
+    gen.bits_equal(t.get(), t_want.view(np.uint16), f"lora_shrink r={rank}")
     buf, view, init = gen.guarded(cp, fresh_rng, m, n)
     view[...] = cp.asarray(base.view(np.uint16))
     init[3 : 3 + m, 3 : 3 + n] = base.view(np.uint16)
     cuda.launch("lora_expand", t, dad, view)
-    bits_equal(gen.check_guard(buf, init, m, n), o_want, f"lora_expand r={rank}")
+    gen.bits_equal(gen.check_guard(buf, init, m, n), o_want, f"lora_expand r={rank}")
 
 
 def test_bad_arguments_raise_metrale_errors(cuda: Any, fresh_rng: np.random.Generator) -> None:

@@ -11,8 +11,7 @@ import pytest
 
 from metrale.reference.formats import Q2_0Weight
 from metrale.reference.projection import project
-from tests.gpu.gen import check_guard, guarded, rows
-from tests.helpers import assert_bits_equal
+from tests.gpu.gen import bits_equal, check_guard, guarded, rows
 
 cp = pytest.importorskip("cupy")
 
@@ -46,12 +45,12 @@ def test_q2_batchm_matches_reference(cuda: Any, fresh_rng: np.random.Generator, 
     w = cuda.upload(host)
     x = rows(fresh_rng, 64, k)
     single = np.stack([_launch(cuda, "q2_0_gemv_vec", x[i : i + 1], w, 1, fresh_rng)[0] for i in range(64)])
-    assert_bits_equal(single, project(x, host, "A16").view(np.uint16), "q2_0_gemv_vec rows")
+    bits_equal(single, project(x, host, "A16").view(np.uint16), "q2_0_gemv_vec rows")
     for m in M_VALUES:
         got = _launch(cuda, "q2_0_gemv_vec_batchm", x, w, m, fresh_rng, m)
         want = project(x[:m], host, "A16").view(np.uint16)
-        assert_bits_equal(got, want, f"q2_0_gemv_vec_batchm m={m}")
-        assert_bits_equal(got, single[:m], f"batch invariance m={m}")
+        bits_equal(got, want, f"q2_0_gemv_vec_batchm m={m}")
+        bits_equal(got, single[:m], f"batch invariance m={m}")
 
 
 @pytest.mark.parametrize(("n", "k"), SHAPES[:2])
@@ -61,7 +60,7 @@ def test_q2_gemm_matches_reference(cuda: Any, fresh_rng: np.random.Generator, n:
     for m in (1, 7, 64, 100):
         x = rows(fresh_rng, m, k)
         got = _launch(cuda, "q2_0_gemm", x, w, m, fresh_rng)
-        assert_bits_equal(got, project(x, host, "A16").view(np.uint16), f"q2_0_gemm m={m}")
+        bits_equal(got, project(x, host, "A16").view(np.uint16), f"q2_0_gemm m={m}")
 
 
 def test_q2_reads_row_slices(cuda: Any, fresh_rng: np.random.Generator) -> None:
@@ -73,4 +72,4 @@ def test_q2_reads_row_slices(cuda: Any, fresh_rng: np.random.Generator) -> None:
     buf, inner, init = guarded(cp, fresh_rng, 10, 33)
     cuda.launch("q2_0_gemv_vec_batchm", xb[:6], w, inner, 6)
     got = check_guard(buf, init, 6, 33)
-    assert_bits_equal(got, project(x[:6], host, "A16").view(np.uint16), "row slice")
+    bits_equal(got, project(x[:6], host, "A16").view(np.uint16), "row slice")

@@ -12,8 +12,7 @@ import pytest
 
 from metrale.reference.formats import DenseWeight, Fp8Weight
 from metrale.reference.projection import project
-from tests.gpu.gen import BF16, E4M3, E4M3_FINITE, F32, check_guard, guarded, row, rows
-from tests.helpers import assert_bits_equal
+from tests.gpu.gen import BF16, E4M3, E4M3_FINITE, F32, bits_equal, check_guard, guarded, row, rows
 
 cp = pytest.importorskip("cupy")
 
@@ -52,10 +51,10 @@ def test_wide_matches_reference(cuda: Any, fresh_rng: np.random.Generator, fmt: 
     x = rows(fresh_rng, 64, k)
     want = project(x, host, "A16").view(np.uint16)
     single = np.stack([_launch(cuda, gemv, x[i : i + 1], w, 1, fresh_rng)[0] for i in range(64)])
-    assert_bits_equal(single, want, f"{gemv} rows")
+    bits_equal(single, want, f"{gemv} rows")
     for m in M_VALUES:
         got = _launch(cuda, gemm, x[:m], w, m, fresh_rng)
-        assert_bits_equal(got, want[:m], f"{gemm} m={m} (reference and batch invariance)")
+        bits_equal(got, want[:m], f"{gemm} m={m} (reference and batch invariance)")
 
 
 def test_dense_upload_keeps_the_host_weight(cuda: Any, fresh_rng: np.random.Generator) -> None:
@@ -63,7 +62,7 @@ def test_dense_upload_keeps_the_host_weight(cuda: Any, fresh_rng: np.random.Gene
     host = bf16_weight(fresh_rng, 8, 64)
     before = host.weight.view(np.uint16).copy()
     cuda.upload(host)
-    assert_bits_equal(host.weight.view(np.uint16), before, "host weight")
+    bits_equal(host.weight.view(np.uint16), before, "host weight")
 
 
 def test_wide_large_m_gemm(cuda: Any, fresh_rng: np.random.Generator) -> None:
@@ -71,4 +70,4 @@ def test_wide_large_m_gemm(cuda: Any, fresh_rng: np.random.Generator) -> None:
     w = cuda.upload(host)
     x = rows(fresh_rng, 130, 64)
     got = _launch(cuda, "w8a16_gemm", x, w, 130, fresh_rng)
-    assert_bits_equal(got, project(x, host, "A16").view(np.uint16), "w8a16_gemm m=130")
+    bits_equal(got, project(x, host, "A16").view(np.uint16), "w8a16_gemm m=130")

@@ -117,3 +117,65 @@ __device__ __forceinline__ void a16_block(const unsigned short* xb, int (&c)[16]
         c[j] = finite ? (int)rint(v) : 0;
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Helper-2 section (q2_0_gemv.cu, w8a8.cu, wide_gemv.cu): IEEE fp32 steps that keep subnormals
+// whatever the compile flags. CuPy appends '-ftz=true' to every NVRTC compile (after our
+// '--ftz=false', so it wins): then a*b, a+b, a/b, (double)f and __double2float_rn flush
+// subnormal inputs and results to zero. Inline PTX without .ftz is immune to the flag.
+//   ieee_mul / ieee_add / ieee_div   fp32 mul.rn / add.rn / div.rn, subnormals kept
+//   ieee_d2f(d)                      cvt.rn.f32.f64 (one rounding, subnormal results kept)
+//   a16_block_int(xb, c, E, finite)  A16 codes by exact integer arithmetic on the bf16 bits
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ float ieee_mul(float a, float b) {
+    float d;
+    asm("mul.rn.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+}
+__device__ __forceinline__ float ieee_add(float a, float b) {
+    float d;
+    asm("add.rn.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+}
+__device__ __forceinline__ float ieee_div(float a, float b) {
+    float d;
+    asm("div.rn.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+}
+__device__ __forceinline__ float ieee_d2f(double a) {
+    float d;
+    asm("cvt.rn.f32.f64 %0, %1;" : "=f"(d) : "d"(a));
+    return d;
+}
+
+// A16 (CONTRACT §4) without floating point: with F = max(field, 1) and f_j = max(field_j, 1),
+// |x_j| 2^(14-E) = m_j 2^(7 + f_j - F) (m_j the 8-bit significand), so c_j = m_j << (7 - d) for
+// d = F - f_j <= 7, else m_j >> (d - 7) rounded to nearest even. Codes of a non-finite block: 0.
+__device__ __forceinline__ void a16_block_int(const unsigned short* xb, int (&c)[16], int& E, bool& finite) {
+    int F = 1, nf = 0;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        const int f = (xb[j] >> 7) & 0xFF;
+        F = max(F, f);
+        nf |= (f == 255);
+    }
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        const int f = (xb[j] >> 7) & 0xFF;
+        const int man = (int)(xb[j] & 0x7Fu) | (f ? 0x80 : 0);
+        const int d = F - max(f, 1);
+        int q;
+        if (d <= 7) {
+            q = man << (7 - d);
+        } else if (d > 16) {
+            q = 0;
+        } else {
+            const int sh = d - 7, half = 1 << (sh - 1), rem = man & ((1 << sh) - 1);
+            q = man >> sh;
+            if (rem > half || (rem == half && (q & 1))) q += 1;
+        }
+        c[j] = nf ? 0 : ((xb[j] & 0x8000u) ? -q : q);
+    }
+    E = F - 127;
+    finite = !nf;
+}

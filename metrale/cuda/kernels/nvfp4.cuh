@@ -210,3 +210,190 @@ __device__ __forceinline__ void nvfp4_body(const void* act, long long lda, const
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Fast path (A16, B % 64 == 0, so every chunk is full and rows are 16-byte aligned): the same
+// arithmetic and tree as nvfp4_body, with
+//   * one CTA per SM (R = 1: 1024 threads; R > 1: 512), so each SM prepares the activation
+//     codes once (integer A16: common.cuh's a16_block_int);
+//   * the weight chunks (512 B of nibbles + 64 B of scales per warp and chunk) streamed by
+//     cp.async into a per-warp ring of FAST_STAGES stages, FAST_STAGES - 1 chunks ahead,
+//     across column boundaries; the first chunks are requested before the prologue runs.
+// Dynamic shared memory: R * 72 * P (activation codes) + warps * FAST_STAGES * 576 bytes.
+// ---------------------------------------------------------------------------------------------
+#define FAST_STAGES 4
+#define FAST_STAGE_BYTES 576
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    const unsigned int s = (unsigned int)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// Two e4m3 scales (low byte, high byte) -> f32, exactly: each e4m3 value is an f16 value times
+// 2^-8 (same mantissa, exponent bias 7 vs 15), and f16 -> f32 and * 256 are exact.
+__device__ __forceinline__ void e4m3x2_to_f32(unsigned int v, float& lo, float& hi) {
+    const unsigned short l = (unsigned short)(((v & 0x7fu) << 7) | ((v & 0x80u) << 8));
+    const unsigned short h = (unsigned short)(((v & 0x7f00u) >> 1) | (v & 0x8000u));
+    float a, b;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(a) : "h"(l));
+    asm("cvt.f32.f16 %0, %1;" : "=f"(b) : "h"(h));
+    lo = a * 256.0f;
+    hi = b * 256.0f;
+}
+
+template <int R, int THREADS>
+__device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long long ldx, int m, Nvfp4Set set,
+                                                int N, int K) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    constexpr int WARPS = THREADS / 32;
+    const int B = K >> 4;
+    const int C = B >> 6;  // B % 64 == 0
+    const int P = C * 32;
+    const int rowbytes = P * 72;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    unsigned char* ring = smem + (size_t)R * rowbytes + (size_t)warp * FAST_STAGES * FAST_STAGE_BYTES;
+    const int ngroups = (m + R - 1) / R;
+    const int n_first = blockIdx.x * WARPS + warp, n_step = gridDim.x * WARPS;
+    const int ncols = n_first < N ? (N - 1 - n_first) / n_step + 1 : 0;
+    const int items = ncols * C;  // (column, chunk) items of this warp, in order
+
+    for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
+        const int row0 = g * R;
+        __syncthreads();
+        // request the first chunks, then prepare the activation codes while they fly
+        auto issue = [&](int i) {
+            if (i < items) {
+                const int j = i / C, c = i - j * C;
+                const int n = n_first + j * n_step;
+                unsigned char* st = ring + (i % FAST_STAGES) * FAST_STAGE_BYTES;
+                const unsigned char* wsrc = set.w + (size_t)n * (size_t)(K >> 1) + (size_t)c * 512 + lane * 16;
+                cp_async16(st + lane * 16, wsrc);
+                if (lane < 4) {
+                    const unsigned char* ssrc = set.ws + (size_t)n * (size_t)B + (size_t)c * 64 + lane * 16;
+                    cp_async16(st + 512 + lane * 16, ssrc);
+                }
+            }
+            cp_async_commit();
+        };
+#pragma unroll
+        for (int i = 0; i < FAST_STAGES - 1; ++i) issue(i);
+
+        for (int it = threadIdx.x; it < R * B; it += THREADS) {
+            const int r = it / B, b = it - r * B;
+            const int p = b >> 1, h = b & 1;
+            uint4* limbs = (uint4*)(smem + (size_t)r * rowbytes);
+            float* fac = (float*)(smem + (size_t)r * rowbytes + (size_t)P * 64);
+            const int row = row0 + r;
+            uint4 lo = make_uint4(0, 0, 0, 0), hi = make_uint4(0, 0, 0, 0);
+            float f = METRALE_NEG_ZERO;
+            if (row < m) {
+                const unsigned short* src = x + (size_t)row * ldx + (size_t)b * 16;
+                unsigned short xs[16];
+                if ((((size_t)src) & 15) == 0) {
+                    const uint4 v0 = *(const uint4*)src, v1 = *(const uint4*)(src + 8);
+                    const unsigned int ws_[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+                    for (int q = 0; q < 8; ++q) {
+                        xs[2 * q] = (unsigned short)(ws_[q] & 0xffffu);
+                        xs[2 * q + 1] = (unsigned short)(ws_[q] >> 16);
+                    }
+                } else {
+#pragma unroll
+                    for (int j = 0; j < 16; ++j) xs[j] = src[j];
+                }
+                int c[16];
+                int E;
+                bool fin;
+                a16_block_int(xs, c, E, fin);
+                unsigned int l[4], hh[4];
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    l[q] = (c[4 * q] & 0xff) | ((c[4 * q + 1] & 0xff) << 8) | ((c[4 * q + 2] & 0xff) << 16) |
+                           ((unsigned int)(c[4 * q + 3] & 0xff) << 24);
+                    hh[q] = ((c[4 * q] >> 8) & 0xff) | (((c[4 * q + 1] >> 8) & 0xff) << 8) |
+                            (((c[4 * q + 2] >> 8) & 0xff) << 16) | ((unsigned int)((c[4 * q + 3] >> 8) & 0xff) << 24);
+                }
+                lo = make_uint4(l[0], l[1], l[2], l[3]);
+                hi = make_uint4(hh[0], hh[1], hh[2], hh[3]);
+                f = fin ? pow2f(E - 15) : __uint_as_float(0x7fc00000u);
+            }
+            limbs[h * P + p] = lo;
+            limbs[(2 + h) * P + p] = hi;
+            fac[b] = f;
+        }
+        __syncthreads();
+
+        float keep0[R], keep1[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            keep0[r] = METRALE_NEG_ZERO;
+            keep1[r] = METRALE_NEG_ZERO;
+        }
+        for (int i = 0; i < items; ++i) {
+            cp_async_wait<FAST_STAGES - 2>();
+            __syncwarp();
+            const unsigned char* st = ring + (i % FAST_STAGES) * FAST_STAGE_BYTES;
+            const uint4 wv = *(const uint4*)(st + lane * 16);
+            const unsigned int sc = *(const unsigned short*)(st + 512 + lane * 2);
+            __syncwarp();
+            issue(i + FAST_STAGES - 1);  // refills the stage consumed one step ago
+            const int j = i / C, c = i - j * C;
+            const int p = c * 32 + lane;
+            unsigned int ce0, ce1, ce2, ce3, co0, co1, co2, co3;
+            nib8_codes(wv.x, ce0, ce1);
+            nib8_codes(wv.y, ce2, ce3);
+            nib8_codes(wv.z, co0, co1);
+            nib8_codes(wv.w, co2, co3);
+            float wse, wso;
+            e4m3x2_to_f32(sc, wse, wso);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const unsigned char* rb = smem + (size_t)r * rowbytes;
+                const uint4* limbs = (const uint4*)rb;
+                const float2 f = ((const float2*)(rb + (size_t)P * 64))[p];
+                const uint4 le = limbs[p], lo = limbs[P + p];
+                const uint4 he = limbs[2 * P + p], ho = limbs[3 * P + p];
+                int sle = dp4a_su(ce0, le.x, 0);
+                sle = dp4a_su(ce1, le.y, sle);
+                sle = dp4a_su(ce2, le.z, sle);
+                sle = dp4a_su(ce3, le.w, sle);
+                int she = dp4a_ss(ce0, he.x, 0);
+                she = dp4a_ss(ce1, he.y, she);
+                she = dp4a_ss(ce2, he.z, she);
+                she = dp4a_ss(ce3, he.w, she);
+                int slo = dp4a_su(co0, lo.x, 0);
+                slo = dp4a_su(co1, lo.y, slo);
+                slo = dp4a_su(co2, lo.z, slo);
+                slo = dp4a_su(co3, lo.w, slo);
+                int sho = dp4a_ss(co0, ho.x, 0);
+                sho = dp4a_ss(co1, ho.y, sho);
+                sho = dp4a_ss(co2, ho.z, sho);
+                sho = dp4a_ss(co3, ho.w, sho);
+                const float ve = ((float)(she * 256 + sle) * wse) * f.x;
+                const float vo = ((float)(sho * 256 + slo) * wso) * f.y;
+                const float root = warp_sum_tree(ve + vo);
+                if (lane == (c & 31)) {
+                    if (c < 32) keep0[r] = root;
+                    else keep1[r] = root;
+                }
+            }
+            if (c == C - 1) {  // column done: the tree over its chunk roots, then the output
+                const int n = n_first + j * n_step;
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    float root = warp_sum_tree(keep0[r]);
+                    if (C > 32) root = root + warp_sum_tree(keep1[r]);
+                    const int row = row0 + r;
+                    if (lane == r && row < m) set.out[(size_t)row * set.ldo + n] = f32_to_bf16(root * set.rowscale);
+                    keep0[r] = METRALE_NEG_ZERO;
+                    keep1[r] = METRALE_NEG_ZERO;
+                }
+            }
+        }
+        cp_async_wait<0>();
+    }
+}

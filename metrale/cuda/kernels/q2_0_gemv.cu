@@ -10,7 +10,7 @@
 // Kernels:
 //   q2_a16_prep(x, ldx, K, m, lohi, aux)
 //       grid (ceil(m * K/16 / 256)), block 256; one thread per (row, 16-block). A16 codes c
-//       (|c| < 2^15, common.cuh's a16_block) split c = 256 hi + lo,
+//       (|c| < 2^15, common.cuh's a16_block_int) split c = 256 hi + lo,
 //       lo in [0, 255], hi in [-128, 127], stored as byte limbs permuted to match the 2-bit
 //       fields (word s holds elements s, s+4, s+8, s+12): lohi uint4 [m, B, 2] (lo, hi);
 //       aux uint2 [m, B] = (sum of c, f32 bits of 2^(E-14), or NaN for a block holding Inf/NaN).
@@ -24,7 +24,8 @@
 //       the same shuffles. Serves q2_0_gemv_vec (R=1), q2_0_gemv_vec_batchm and q2_0_gemm
 //       (grid.y row groups): every output is the same arithmetic, whatever m.
 //
-// Build: --fmad=false; fp32 steps written with __fmul_rn / __fadd_rn.
+// Build: --fmad=false; fp32 steps are common.cuh's inline-PTX ieee_mul / ieee_add (subnormals kept
+// whatever -ftz the compiler was given).
 
 #include "common.cuh"
 
@@ -35,7 +36,7 @@ typedef unsigned int u32;
 __device__ __forceinline__ float q2_f16_f32(u32 h) {
     const u32 sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
     if (e == 0) {
-        const float v = __fmul_rn(__uint2float_rn(man), 5.9604644775390625e-08f);  // man * 2^-24
+        const float v = ieee_mul(__uint2float_rn(man), 5.9604644775390625e-08f);  // man * 2^-24
         return __uint_as_float(__float_as_uint(v) | sign);
     }
     return __uint_as_float(sign | ((e + 112u) << 23) | (man << 13));
@@ -50,7 +51,7 @@ extern "C" __global__ void __launch_bounds__(256) q2_a16_prep(
     const int r = (int)(t / B), blk = (int)(t % B);
     int c[16], E;
     bool finite;
-    a16_block(x + (long long)r * ldx + blk * 16, c, E, finite);
+    a16_block_int(x + (long long)r * ldx + blk * 16, c, E, finite);
     u32 lo[4], hi[4];
     int csum = 0;
 #pragma unroll
@@ -124,12 +125,12 @@ __device__ __forceinline__ void q2_gemv_warp(const uint4* __restrict__ qs, const
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
                     const int S = q2_block_dot(qw[i], lo[i], hi[i], (int)ax[i].x);
-                    v[i] = valid ? __fmul_rn(__fmul_rn(__int2float_rn(S), dd[c]), __uint_as_float(ax[i].y))
+                    v[i] = valid ? ieee_mul(ieee_mul(__int2float_rn(S), dd[c]), __uint_as_float(ax[i].y))
                                  : -0.0f;
                 }
-                float t = __fadd_rn(__fadd_rn(v[0], v[1]), __fadd_rn(v[2], v[3]));
+                float t = ieee_add(ieee_add(v[0], v[1]), ieee_add(v[2], v[3]));
 #pragma unroll
-                for (int o = 1; o < 32; o <<= 1) t = __fadd_rn(t, __shfl_xor_sync(0xffffffffu, t, o));
+                for (int o = 1; o < 32; o <<= 1) t = ieee_add(t, __shfl_xor_sync(0xffffffffu, t, o));
                 if (lane == 0) sroot[(c * R + r) * 64 + ch] = t;
             }
         }
@@ -144,9 +145,9 @@ __device__ __forceinline__ void q2_gemv_warp(const uint4* __restrict__ qs, const
             const float* sr = sroot + (c * R + r) * 64;
             const float a = 2 * lane < C ? sr[2 * lane] : -0.0f;
             const float b = 2 * lane + 1 < C ? sr[2 * lane + 1] : -0.0f;
-            float t = __fadd_rn(a, b);
+            float t = ieee_add(a, b);
 #pragma unroll
-            for (int o = 1; o < 32; o <<= 1) t = __fadd_rn(t, __shfl_xor_sync(0xffffffffu, t, o));
+            for (int o = 1; o < 32; o <<= 1) t = ieee_add(t, __shfl_xor_sync(0xffffffffu, t, o));
             const int n = n0 + c;
             if (lane == 0 && n < N) out[(long long)row * ldo + n] = f32_to_bf16(t);
         }

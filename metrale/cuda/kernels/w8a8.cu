@@ -18,7 +18,8 @@
 //       into shared memory), then runs the GEMV above on its columns reading the codes from
 //       shared memory. Identical arithmetic to w8a8_quantize + w8a8_gemv.
 //
-// Build: --fmad=false (no contraction); every fp32 step is written with __fmul_rn/__fdiv_rn.
+// Build: --fmad=false; every fp32 step is an inline-PTX ieee_mul/ieee_div (common.cuh): exact
+// IEEE with subnormals whatever -ftz the compiler was given; zero tests are on the bits.
 
 #include "common.cuh"
 
@@ -37,13 +38,13 @@ __device__ __forceinline__ void w8_row_params(u32 amax_bits, int bad, float* s, 
         *inv = 0.0f;
         return;
     }
-    *s = __fdiv_rn(amax, 127.0f);
-    *inv = (amax == 0.0f) ? 0.0f : __fdiv_rn(127.0f, amax);
+    *s = ieee_div(amax, 127.0f);
+    *inv = (amax_bits == 0u) ? 0.0f : ieee_div(127.0f, amax);
 }
 
 // q = saturate_int8(rne(x * inv)); NaN (0 * Inf for a subnormal amax) -> 0 as numpy's cast.
 __device__ __forceinline__ u32 w8_q(u32 xbits, float inv) {
-    float p = __fmul_rn(w8_bf16_f32(xbits), inv);
+    float p = ieee_mul(w8_bf16_f32(xbits), inv);
     int q = __float2int_rn(p);  // NaN -> 0, +-Inf -> INT_MAX/INT_MIN
     q = max(-128, min(127, q));
     return (u32)(q & 0xFF);
@@ -177,7 +178,7 @@ __device__ __forceinline__ void w8_gemv_warp(const signed char* __restrict__ w, 
                 const int n = n0 + c;
                 if (n < N)
                     out[(long long)row * ldo + n] =
-                        w8_f32_bf16(__fmul_rn(__fmul_rn(__int2float_rn(acc[c][r]), s_a), sw[n]));
+                        w8_f32_bf16(ieee_mul(ieee_mul(__int2float_rn(acc[c][r]), s_a), sw[n]));
             }
         }
     }
@@ -205,8 +206,8 @@ __device__ __forceinline__ uint4 w8_silu8(uint4 g, uint4 u, const float* __restr
     u32 gw[4] = {g.x, g.y, g.z, g.w}, uw[4] = {u.x, u.y, u.z, u.w}, hw[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        const u16 h0 = w8_f32_bf16(__fmul_rn(__ldg(table + (gw[i] & 0xFFFFu)), w8_bf16_f32(uw[i] & 0xFFFFu)));
-        const u16 h1 = w8_f32_bf16(__fmul_rn(__ldg(table + (gw[i] >> 16)), w8_bf16_f32(uw[i] >> 16)));
+        const u16 h0 = w8_f32_bf16(ieee_mul(__ldg(table + (gw[i] & 0xFFFFu)), w8_bf16_f32(uw[i] & 0xFFFFu)));
+        const u16 h1 = w8_f32_bf16(ieee_mul(__ldg(table + (gw[i] >> 16)), w8_bf16_f32(uw[i] >> 16)));
         hw[i] = (u32)h0 | ((u32)h1 << 16);
     }
     return make_uint4(hw[0], hw[1], hw[2], hw[3]);

@@ -12,7 +12,7 @@
 // moving its bits into a double's exponent/fraction (a "raw" double = w 2^-1016 for e4m3,
 // w 2^-896 for bf16; subnormals included), and the block is summed with DFMA: every product and
 // every partial sum is an integer multiple of the smallest weight ulp below 2^53 of it, so all
-// are exact in any order. v_b = __double2float_rn((acc 2^1016|896) 2^(E-14)): two exact scalings
+// are exact in any order. v_b = ieee_d2f((acc 2^1016|896) 2^(E-14)): two exact scalings
 // and one rounding to f32 (subnormal results included).
 //
 // Kernels:
@@ -27,7 +27,8 @@
 //       tree over chunks (C <= 64, so K <= 65536) finishes with the same shuffles. They serve
 //       w8a16_gemv / dense_gemv (R = 1) and w8a16_gemm / dense_gemm (grid.y row groups).
 //
-// Build: --fmad=false; the only fma() calls are exact by the argument above.
+// Build: --fmad=false; the only fma() calls are exact by the argument above; fp32 steps and the
+// f64 -> f32 rounding are common.cuh's inline-PTX ieee_* (subnormals kept whatever -ftz).
 
 #include "common.cuh"
 
@@ -43,7 +44,7 @@ extern "C" __global__ void __launch_bounds__(256) wide_a16_prep(
     const int r = (int)(t / B), blk = (int)(t % B);
     int c[16], E;
     bool finite;
-    a16_block(x + (long long)r * ldx + blk * 16, c, E, finite);
+    a16_block_int(x + (long long)r * ldx + blk * 16, c, E, finite);
     double2* o = reinterpret_cast<double2*>(ac + (long long)r * K + blk * 16);
 #pragma unroll
     for (int j = 0; j < 8; ++j) o[j] = make_double2((double)c[2 * j], (double)c[2 * j + 1]);
@@ -122,7 +123,7 @@ __device__ __forceinline__ void wide_gemv_warp(const uint4* __restrict__ w, cons
                     }
                     const double s = __ldg(p2 + (long long)row * B + b);
 #pragma unroll
-                    for (int c = 0; c < NC; ++c) v[h][c] = __double2float_rn(__dmul_rn(__dmul_rn(acc[c], unscale), s));
+                    for (int c = 0; c < NC; ++c) v[h][c] = ieee_d2f(__dmul_rn(__dmul_rn(acc[c], unscale), s));
                 } else {
 #pragma unroll
                     for (int c = 0; c < NC; ++c) v[h][c] = -0.0f;
@@ -130,9 +131,9 @@ __device__ __forceinline__ void wide_gemv_warp(const uint4* __restrict__ w, cons
             }
 #pragma unroll
             for (int c = 0; c < NC; ++c) {
-                float t = __fadd_rn(v[0][c], v[1][c]);
+                float t = ieee_add(v[0][c], v[1][c]);
 #pragma unroll
-                for (int o = 1; o < 32; o <<= 1) t = __fadd_rn(t, __shfl_xor_sync(0xffffffffu, t, o));
+                for (int o = 1; o < 32; o <<= 1) t = ieee_add(t, __shfl_xor_sync(0xffffffffu, t, o));
                 if (lane == 0) sroot[(c * R + r) * 64 + ch] = t;
             }
         }
@@ -147,12 +148,12 @@ __device__ __forceinline__ void wide_gemv_warp(const uint4* __restrict__ w, cons
             const float* sr = sroot + (c * R + r) * 64;
             const float a = 2 * lane < C ? sr[2 * lane] : -0.0f;
             const float b = 2 * lane + 1 < C ? sr[2 * lane + 1] : -0.0f;
-            float t = __fadd_rn(a, b);
+            float t = ieee_add(a, b);
 #pragma unroll
-            for (int o = 1; o < 32; o <<= 1) t = __fadd_rn(t, __shfl_xor_sync(0xffffffffu, t, o));
+            for (int o = 1; o < 32; o <<= 1) t = ieee_add(t, __shfl_xor_sync(0xffffffffu, t, o));
             const int n = n0 + c;
             if (lane == 0 && n < N)
-                out[(long long)row * ldo + n] = f32_to_bf16(scale ? __fmul_rn(t, scale[n]) : t);
+                out[(long long)row * ldo + n] = f32_to_bf16(scale ? ieee_mul(t, scale[n]) : t);
         }
     }
 }
