@@ -31,7 +31,7 @@ SMEM_LIMIT = 220 * 1024
 A16_ROWS = (1, 2, 3, 4)
 A4_ROWS = (1, 4)
 F32 = np.float32
-#: Use the cp.async fast A16 kernels where they apply (B % 64 == 0); METRALE_CUDA_FAST=0 turns
+#: Use the cp.async fast A16 kernels where they apply (B % 128 == 0); METRALE_CUDA_FAST=0 turns
 #: them off (the generic kernels give the same bits).
 FAST_ENABLED = os.environ.get("METRALE_CUDA_FAST", "1") != "0"
 
@@ -104,7 +104,7 @@ def _set(w: Any, out: Any, rowscale: np.float32, rows: int) -> tuple[Any, ...]:
 
 
 FAST_STAGES = 4
-FAST_STAGE_BYTES = 576
+FAST_STAGE_BYTES = 1152
 
 
 def _fast_threads(r: int) -> int:
@@ -112,14 +112,14 @@ def _fast_threads(r: int) -> int:
 
 
 def _fast_smem(r: int, k: int) -> int:
-    _, _, p = _geometry(k)
-    return r * p * 72 + (_fast_threads(r) // 32) * FAST_STAGES * FAST_STAGE_BYTES
+    b, _, _ = _geometry(k)
+    return r * b * 36 + (_fast_threads(r) // 32) * FAST_STAGES * FAST_STAGE_BYTES
 
 
 def _fast_rows(want: int, k: int) -> int | None:
-    """Rows per pass of the fast A16 kernel (B % 64 == 0), or None when it does not apply."""
+    """Rows per pass of the fast A16 kernel (B % 128 == 0), or None when it does not apply."""
     b, _, _ = _geometry(k)
-    if b % 64:
+    if b % 128:
         return None
     r = max(c for c in A16_ROWS if c <= max(1, want))
     while _fast_smem(r, k) > SMEM_LIMIT:

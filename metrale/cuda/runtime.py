@@ -147,25 +147,35 @@ def get_module(cu_file: str) -> Any | None:
     return mod
 
 
+_kernels: dict[tuple[str, str, int], Any] = {}
+
+
 def get_kernel(cu_file: str, name: str) -> Any | None:
     """The ``cupy.RawKernel`` ``name`` of ``cu_file`` on the current device, or None when the
-    module did not build or lacks the function (reason in ``build_errors``)."""
+    module did not build or lacks the function (reason in ``build_errors``). The same object
+    is returned on every call (attributes set on it persist)."""
+    key = (cu_file, name, device_id())
+    if key in _kernels:
+        return _kernels[key]
     mod = get_module(cu_file)
-    if mod is None:
-        return None
-    try:
-        return mod.get_function(name)
-    except Exception as exc:
-        build_errors[(f"{cu_file}:{name}", device_id())] = f"{type(exc).__name__}: {exc}"
-        return None
+    k = None
+    if mod is not None:
+        try:
+            k = mod.get_function(name)
+        except Exception as exc:
+            build_errors[(f"{cu_file}:{name}", key[2])] = f"{type(exc).__name__}: {exc}"
+    _kernels[key] = k
+    return k
 
 
-_smem_set: dict[int, int] = {}
+#: Dynamic shared memory opted in per kernel (keyed by the kernel object, which get_kernel keeps).
+_smem_set: dict[int, tuple[Any, int]] = {}
 
 
 def set_dynamic_smem(kernel: Any, nbytes: int) -> None:
     """Allow ``kernel`` up to ``nbytes`` of dynamic shared memory (raises the opt-in cap once)."""
-    cur = _smem_set.get(id(kernel), 48 * 1024)
+    held = _smem_set.get(id(kernel))
+    cur = held[1] if held is not None and held[0] is kernel else 48 * 1024
     if nbytes > cur:
         kernel.max_dynamic_shared_size_bytes = int(nbytes)
-        _smem_set[id(kernel)] = int(nbytes)
+        _smem_set[id(kernel)] = (kernel, int(nbytes))

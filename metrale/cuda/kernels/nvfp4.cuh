@@ -212,17 +212,22 @@ __device__ __forceinline__ void nvfp4_body(const void* act, long long lda, const
 }
 
 // ---------------------------------------------------------------------------------------------
-// Fast path (A16, B % 64 == 0, so every chunk is full and rows are 16-byte aligned): the same
-// arithmetic and tree as nvfp4_body, with
+// Fast path (A16, B % 128 == 0): the same arithmetic and the same tree as nvfp4_body, with
 //   * one CTA per SM (R = 1: 1024 threads; R > 1: 512), so each SM prepares the activation
 //     codes once (integer A16: common.cuh's a16_block_int);
-//   * the weight chunks (512 B of nibbles + 64 B of scales per warp and chunk) streamed by
-//     cp.async into a per-warp ring of FAST_STAGES stages, FAST_STAGES - 1 chunks ahead,
-//     across column boundaries; the first chunks are requested before the prologue runs.
-// Dynamic shared memory: R * 72 * P (activation codes) + warps * FAST_STAGES * 576 bytes.
+//   * work items of 128 blocks (1024 bytes of nibbles + 128 bytes of scales per warp), streamed
+//     by cp.async into a per-warp ring of FAST_STAGES stages, FAST_STAGES - 1 items ahead,
+//     across column boundaries; the first items are requested before the prologue runs;
+//   * lane l owns blocks 4l .. 4l+3 of an item: the lane adds ((v0 + v1) + (v2 + v3)) and
+//     warp_sum_tree finishes the item's aligned 128-block subtree; lane (item mod 32) keeps the
+//     item roots, whose tree (and the sum of two 4096-block slots) is the column's root.
+//   The ring holds each item's 16-byte pieces swizzled (piece q at slot q/2 for even q, 32 +
+//   q/2 for odd q) and the activation codes are stored per (block mod 4) so that every
+//   shared-memory load of a warp is one contiguous 512-byte run (no bank conflicts).
+// Dynamic shared memory: R * 36 * B (activation codes) + warps * FAST_STAGES * 1152 bytes.
 // ---------------------------------------------------------------------------------------------
 #define FAST_STAGES 4
-#define FAST_STAGE_BYTES 576
+#define FAST_STAGE_BYTES 1152
 
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
     const unsigned int s = (unsigned int)__cvta_generic_to_shared(dst);
@@ -233,8 +238,9 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-// Two e4m3 scales (low byte, high byte) -> f32, exactly: each e4m3 value is an f16 value times
-// 2^-8 (same mantissa, exponent bias 7 vs 15), and f16 -> f32 and * 256 are exact.
+// Two e4m3 scales (low byte, high byte of v) -> f32, exactly: an e4m3 value is the f16 value
+// with the same sign, exponent and mantissa bits times 2^8 (bias 7 vs 15); f16 -> f32 and the
+// multiply by 256 are exact.
 __device__ __forceinline__ void e4m3x2_to_f32(unsigned int v, float& lo, float& hi) {
     const unsigned short l = (unsigned short)(((v & 0x7fu) << 7) | ((v & 0x80u) << 8));
     const unsigned short h = (unsigned short)(((v & 0x7f00u) >> 1) | (v & 0x8000u));
@@ -245,48 +251,71 @@ __device__ __forceinline__ void e4m3x2_to_f32(unsigned int v, float& lo, float& 
     hi = b * 256.0f;
 }
 
+// S of one block: 8 weight nibbles in each of w0, w1 (elements 0-7, 8-15), activation limbs
+// lo (unsigned bytes) and hi (signed bytes) of the same elements.
+__device__ __forceinline__ int block_dot_a16(unsigned int w0, unsigned int w1, uint4 lo, uint4 hi) {
+    unsigned int c0, c1, c2, c3;
+    nib8_codes(w0, c0, c1);
+    nib8_codes(w1, c2, c3);
+    int sl = dp4a_su(c0, lo.x, 0);
+    sl = dp4a_su(c1, lo.y, sl);
+    sl = dp4a_su(c2, lo.z, sl);
+    sl = dp4a_su(c3, lo.w, sl);
+    int sh = dp4a_ss(c0, hi.x, 0);
+    sh = dp4a_ss(c1, hi.y, sh);
+    sh = dp4a_ss(c2, hi.z, sh);
+    sh = dp4a_ss(c3, hi.w, sh);
+    return sh * 256 + sl;
+}
+
 template <int R, int THREADS>
 __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long long ldx, int m, Nvfp4Set set,
                                                 int N, int K) {
     extern __shared__ __align__(16) unsigned char smem[];
     constexpr int WARPS = THREADS / 32;
     const int B = K >> 4;
-    const int C = B >> 6;  // B % 64 == 0
-    const int P = C * 32;
-    const int rowbytes = P * 72;
+    const int C = B >> 7;  // items (128 blocks) per column; B % 128 == 0
+    const int P = B >> 2;  // lane slots per row: 32 per item
+    const int rowbytes = P * 144;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     unsigned char* ring = smem + (size_t)R * rowbytes + (size_t)warp * FAST_STAGES * FAST_STAGE_BYTES;
     const int ngroups = (m + R - 1) / R;
     const int n_first = blockIdx.x * WARPS + warp, n_step = gridDim.x * WARPS;
-    const int ncols = n_first < N ? (N - 1 - n_first) / n_step + 1 : 0;
-    const int items = ncols * C;  // (column, chunk) items of this warp, in order
+    const size_t wrow = (size_t)(K >> 1), srow = (size_t)B;
+    // the swizzled destinations of this lane's two weight pieces (q = lane, lane + 32)
+    const int dst0 = ((lane & 1) ? 32 + (lane >> 1) : (lane >> 1)) * 16;
+    const int dst1 = (((lane + 32) & 1) ? 32 + ((lane + 32) >> 1) : ((lane + 32) >> 1)) * 16;
 
     for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
         const int row0 = g * R;
         __syncthreads();
-        // request the first chunks, then prepare the activation codes while they fly
-        auto issue = [&](int i) {
-            if (i < items) {
-                const int j = i / C, c = i - j * C;
-                const int n = n_first + j * n_step;
-                unsigned char* st = ring + (i % FAST_STAGES) * FAST_STAGE_BYTES;
-                const unsigned char* wsrc = set.w + (size_t)n * (size_t)(K >> 1) + (size_t)c * 512 + lane * 16;
-                cp_async16(st + lane * 16, wsrc);
-                if (lane < 4) {
-                    const unsigned char* ssrc = set.ws + (size_t)n * (size_t)B + (size_t)c * 64 + lane * 16;
-                    cp_async16(st + 512 + lane * 16, ssrc);
+        // issue pointer: column n_issue, item s_issue, ring stage st_issue
+        int n_issue = n_first, s_issue = 0, st_issue = 0;
+        auto issue = [&]() {
+            if (n_issue < N) {
+                unsigned char* st = ring + st_issue * FAST_STAGE_BYTES;
+                const unsigned char* wsrc = set.w + (size_t)n_issue * wrow + (size_t)s_issue * 1024;
+                cp_async16(st + dst0, wsrc + lane * 16);
+                cp_async16(st + dst1, wsrc + 512 + lane * 16);
+                if (lane < 8) cp_async16(st + 1024 + lane * 16, set.ws + (size_t)n_issue * srow + s_issue * 128 + lane * 16);
+                if (++s_issue == C) {
+                    s_issue = 0;
+                    n_issue += n_step;
                 }
             }
+            st_issue = st_issue == FAST_STAGES - 1 ? 0 : st_issue + 1;
             cp_async_commit();
         };
 #pragma unroll
-        for (int i = 0; i < FAST_STAGES - 1; ++i) issue(i);
+        for (int i = 0; i < FAST_STAGES - 1; ++i) issue();
 
+        // ---- prologue: A16 codes of rows row0 .. row0+R-1, block b at slot (b>>7)*32 + ((b&127)>>2),
+        //      array (b & 3) ----
         for (int it = threadIdx.x; it < R * B; it += THREADS) {
             const int r = it / B, b = it - r * B;
-            const int p = b >> 1, h = b & 1;
+            const int idx = ((b >> 7) << 5) + ((b & 127) >> 2), k = b & 3;
             uint4* limbs = (uint4*)(smem + (size_t)r * rowbytes);
-            float* fac = (float*)(smem + (size_t)r * rowbytes + (size_t)P * 64);
+            float* fac = (float*)(smem + (size_t)r * rowbytes + (size_t)P * 128);
             const int row = row0 + r;
             uint4 lo = make_uint4(0, 0, 0, 0), hi = make_uint4(0, 0, 0, 0);
             float f = METRALE_NEG_ZERO;
@@ -321,9 +350,9 @@ __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long lo
                 hi = make_uint4(hh[0], hh[1], hh[2], hh[3]);
                 f = fin ? pow2f(E - 15) : __uint_as_float(0x7fc00000u);
             }
-            limbs[h * P + p] = lo;
-            limbs[(2 + h) * P + p] = hi;
-            fac[b] = f;
+            limbs[k * P + idx] = lo;
+            limbs[(4 + k) * P + idx] = hi;
+            fac[4 * idx + k] = f;
         }
         __syncthreads();
 
@@ -333,56 +362,41 @@ __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long lo
             keep0[r] = METRALE_NEG_ZERO;
             keep1[r] = METRALE_NEG_ZERO;
         }
-        for (int i = 0; i < items; ++i) {
+        int n = n_first, s = 0, st_use = 0;
+        while (n < N) {
             cp_async_wait<FAST_STAGES - 2>();
             __syncwarp();
-            const unsigned char* st = ring + (i % FAST_STAGES) * FAST_STAGE_BYTES;
-            const uint4 wv = *(const uint4*)(st + lane * 16);
-            const unsigned int sc = *(const unsigned short*)(st + 512 + lane * 2);
+            const unsigned char* st = ring + st_use * FAST_STAGE_BYTES;
+            const uint4 wa = *(const uint4*)(st + lane * 16);       // blocks 4l, 4l+1
+            const uint4 wb = *(const uint4*)(st + 512 + lane * 16); // blocks 4l+2, 4l+3
+            const unsigned int sc = *(const unsigned int*)(st + 1024 + lane * 4);
             __syncwarp();
-            issue(i + FAST_STAGES - 1);  // refills the stage consumed one step ago
-            const int j = i / C, c = i - j * C;
-            const int p = c * 32 + lane;
-            unsigned int ce0, ce1, ce2, ce3, co0, co1, co2, co3;
-            nib8_codes(wv.x, ce0, ce1);
-            nib8_codes(wv.y, ce2, ce3);
-            nib8_codes(wv.z, co0, co1);
-            nib8_codes(wv.w, co2, co3);
-            float wse, wso;
-            e4m3x2_to_f32(sc, wse, wso);
+            issue();  // refills the stage consumed one step ago
+            st_use = st_use == FAST_STAGES - 1 ? 0 : st_use + 1;
+            float ws0, ws1, ws2, ws3;
+            e4m3x2_to_f32(sc & 0xffffu, ws0, ws1);
+            e4m3x2_to_f32(sc >> 16, ws2, ws3);
+            const int p = (s << 5) + lane;
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 const unsigned char* rb = smem + (size_t)r * rowbytes;
                 const uint4* limbs = (const uint4*)rb;
-                const float2 f = ((const float2*)(rb + (size_t)P * 64))[p];
-                const uint4 le = limbs[p], lo = limbs[P + p];
-                const uint4 he = limbs[2 * P + p], ho = limbs[3 * P + p];
-                int sle = dp4a_su(ce0, le.x, 0);
-                sle = dp4a_su(ce1, le.y, sle);
-                sle = dp4a_su(ce2, le.z, sle);
-                sle = dp4a_su(ce3, le.w, sle);
-                int she = dp4a_ss(ce0, he.x, 0);
-                she = dp4a_ss(ce1, he.y, she);
-                she = dp4a_ss(ce2, he.z, she);
-                she = dp4a_ss(ce3, he.w, she);
-                int slo = dp4a_su(co0, lo.x, 0);
-                slo = dp4a_su(co1, lo.y, slo);
-                slo = dp4a_su(co2, lo.z, slo);
-                slo = dp4a_su(co3, lo.w, slo);
-                int sho = dp4a_ss(co0, ho.x, 0);
-                sho = dp4a_ss(co1, ho.y, sho);
-                sho = dp4a_ss(co2, ho.z, sho);
-                sho = dp4a_ss(co3, ho.w, sho);
-                const float ve = ((float)(she * 256 + sle) * wse) * f.x;
-                const float vo = ((float)(sho * 256 + slo) * wso) * f.y;
-                const float root = warp_sum_tree(ve + vo);
-                if (lane == (c & 31)) {
-                    if (c < 32) keep0[r] = root;
+                const float4 f = ((const float4*)(rb + (size_t)P * 128))[p];
+                const int s0 = block_dot_a16(wa.x, wa.y, limbs[p], limbs[4 * P + p]);
+                const int s1 = block_dot_a16(wa.z, wa.w, limbs[P + p], limbs[5 * P + p]);
+                const int s2 = block_dot_a16(wb.x, wb.y, limbs[2 * P + p], limbs[6 * P + p]);
+                const int s3 = block_dot_a16(wb.z, wb.w, limbs[3 * P + p], limbs[7 * P + p]);
+                const float v0 = ((float)s0 * ws0) * f.x;
+                const float v1 = ((float)s1 * ws1) * f.y;
+                const float v2 = ((float)s2 * ws2) * f.z;
+                const float v3 = ((float)s3 * ws3) * f.w;
+                const float root = warp_sum_tree((v0 + v1) + (v2 + v3));
+                if (lane == (s & 31)) {
+                    if (s < 32) keep0[r] = root;
                     else keep1[r] = root;
                 }
             }
-            if (c == C - 1) {  // column done: the tree over its chunk roots, then the output
-                const int n = n_first + j * n_step;
+            if (++s == C) {  // column done: the tree over its item roots, then the output
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
                     float root = warp_sum_tree(keep0[r]);
@@ -392,6 +406,8 @@ __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long lo
                     keep0[r] = METRALE_NEG_ZERO;
                     keep1[r] = METRALE_NEG_ZERO;
                 }
+                s = 0;
+                n += n_step;
             }
         }
         cp_async_wait<0>();

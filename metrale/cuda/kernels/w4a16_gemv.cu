@@ -34,9 +34,9 @@ NVFP4_A16(3, false, o)
 NVFP4_A16(4, true, e)
 NVFP4_A16(4, false, o)
 
-// Fast path (nvfp4.cuh nvfp4_fast_body), for B % 64 == 0:
+// Fast path (nvfp4.cuh nvfp4_fast_body), for B % 128 == 0:
 //   nvfp4_a16f_r{1,2,3,4}(same arguments as above); block 1024 threads (R = 1) or 512 (R > 1),
-//   one CTA per SM along grid.x, dynamic shared memory R*72*P + warps*4*576 bytes.
+//   one CTA per SM along grid.x, dynamic shared memory R*36*B + warps*4*1152 bytes.
 #define NVFP4_A16F(R, T)                                                                               \
     extern "C" __global__ void __launch_bounds__(T) nvfp4_a16f_r##R(                                 \
         const unsigned short* x, long long ldx, int m, const unsigned char* w0, const unsigned char* s0, \
