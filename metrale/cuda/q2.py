@@ -27,6 +27,9 @@ Q2_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 4, 8: 2}
 Q2_MAX_K = 131072
 WARPS = 4
 BLOCK = 16
+#: Threads per CTA of ``q2_a16_prep`` (one per row and 16-block): small CTAs spread one row's
+#: blocks over several multiprocessors.
+PREP_THREADS = 64
 
 
 # ---- argument helpers shared by q2, w8a8 and wide ----
@@ -110,7 +113,9 @@ def _q2_project(x: Any, w: Any, out: Any, m: int, kernel: str) -> None:
     aux = cupy.empty((m * nb * 2,), dtype=cupy.uint32)
     prep = get_kernel(CU_FILE, "q2_a16_prep")
     prep(
-        (cdiv(m * nb, 256),), (256,), (xa, np.int64(xa.strides[0] // 2), np.int32(k), np.int32(m), lohi, aux)
+        (cdiv(m * nb, PREP_THREADS),),
+        (PREP_THREADS,),
+        (xa, np.int64(xa.strides[0] // 2), np.int32(k), np.int32(m), lohi, aux),
     )
     r = tier(m, Q2_TIERS)
     nc = Q2_TIERS[r]

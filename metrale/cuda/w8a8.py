@@ -1,8 +1,17 @@
 """W8A8 launchers (kernels in ``kernels/w8a8.cu``; CONTRACT §4 A8, §5.5, §6):
-``w8a8_quantize`` (vLLM per-token int8), ``w8a8_gemv`` (int32 dp4a over all of K,
-y = bf16((f32(S)·s_a)·s_w[n])) and ``w8a8_silu_quant_gemv``, the fused launch of
-``dense_ffn_w8a8.rs``: h = bf16(silu[gate]·f32(up)), its per-row quantization and the down
-GEMV in ONE kernel launch, with the same bits as the three separate steps.
+``w8a8_quantize`` (vLLM per-token int8), ``w8a8_gemv`` (S = q_a · q_w over all of K in int32,
+exact: dp4a for one row, the integer tensor cores (mma.sync m16n8k32 s8) from two rows;
+y = bf16((f32(S)·s_a)·s_w[n])) and
+``w8a8_silu_quant_gemv``, the fused step of ``dense_ffn_w8a8.rs``: h = bf16(silu[gate]·f32(up)),
+its per-row quantization and the down GEMV, with the same bits as the three separate steps.
+
+The fused entry point issues two kernels: ``w8a8_silu_quantize`` (one CTA per row: h is
+computed per row, not per GEMV CTA) into a per-device scratch buffer, then the GEMV above. One launch that
+quantizes inside every GEMV CTA recomputes h for every row in every CTA (the row's amax needs
+all of K before any code exists): measured 2.5x the weight-streaming floor at m = 1 and 36x at
+m = 32 on an H200; the two kernels measured 2.3x at m = 1 and 2.6x at m = 32 (the quantize
+kernel alone 7-10 us: one CTA per row, two dependent passes of SiLU-table reads). The scratch buffer makes the
+entry point graph-capturable; two streams running it at once on one device would share it.
 """
 
 from __future__ import annotations
@@ -14,20 +23,22 @@ from typing import Any
 import numpy as np
 
 from metrale.cuda.q2 import cdiv, device_out, device_rows, tier, weight_arrays
-from metrale.cuda.runtime import device_id, get_kernel, set_dynamic_smem
+from metrale.cuda.runtime import device_id, get_kernel, sm_count
 from metrale.cuda.weights import DeviceWeight, to_device
 from metrale.errors import MetraleError
 from metrale.reference.formats.w8a8 import MAX_K, W8a8Weight
 from metrale.reference.tables import table
 
 CU_FILE = "w8a8.cu"
-#: GEMV row tiers (rows per warp) -> columns per warp.
-W8A8_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 4, 8: 4, 16: 2, 32: 1}
-WARPS = 4
-#: The fused kernel: 8 warps x 4 columns per CTA; up to 8 rows of int8 codes in shared memory.
-FUSED_COLS = 32
-FUSED_ROWS = 8
-FUSED_SMEM = 200 * 1024
+#: Tensor-core GEMV row tiers (activation rows per CTA) -> output columns per CTA.
+MMA_TIERS: dict[int, int] = {8: 16, 16: 16, 32: 32}
+#: Warps per CTA (each takes an equal run of K). Measured on an H200 (12288x4096 and
+#: 4096x12288): 8 is faster for the 32-row tier and whenever the grid has fewer than two CTAs
+#: per multiprocessor; 4 and 8 are within 2% otherwise.
+MMA_WARPS = (4, 8)
+#: One row goes to the dp4a kernel ``w8a8_gemv_r1`` (1.14x the floor at 12288x4096 against the
+#: MMA kernels' 1.53x: a single row leaves 7 of 8 MMA columns idle); 4 columns per warp.
+R1_COLS_PER_WARP = 4
 
 _tables: dict[int, Any] = {}
 
@@ -77,8 +88,50 @@ def w8a8_quantize(x: Any) -> DeviceA8Codes:
     return DeviceA8Codes(q=q, scale=s)
 
 
-def w8a8_gemv(codes: DeviceA8Codes, w: Any, out: Any) -> None:
-    """out[:m] = bf16((f32(q_a · q_w) · s_a) · s_w[n]) for the m rows of ``codes``."""
+def mma_kernel_name(m: int, n: int, warps: int | None = None) -> tuple[str, int, int]:
+    """(kernel name, columns per CTA, rows per CTA) of the tensor-core GEMV for m rows, N = n."""
+    r = tier(m, dict.fromkeys(MMA_TIERS, 0))
+    cols = MMA_TIERS[r]
+    if warps is None:
+        warps = 8 if r == 32 or cdiv(n, cols) * cdiv(m, r) < 2 * sm_count() else 4
+    if warps not in MMA_WARPS:
+        raise MetraleError(f"w8a8_gemv: warps={warps}, want one of {MMA_WARPS}")
+    return f"w8a8_mma_r{r}_w{warps}", cols, r
+
+
+def _gemv_launch(
+    q: Any, scale: Any, w: Any, arr: dict[str, Any], out: Any, ldo: int, warps: int | None
+) -> None:
+    """One GEMV launch over the m rows of codes ``q``/``scale``: the dp4a kernel for one row
+    unless ``warps`` asks for a tensor-core CTA shape, else the tensor-core kernels."""
+    m, k = q.shape
+    if m == 1 and warps is None:
+        name, grid, block = "w8a8_gemv_r1", (cdiv(w.n, 4 * R1_COLS_PER_WARP), 1), (128,)
+    else:
+        name, cols, rows_ = mma_kernel_name(m, w.n, warps)
+        grid, block = (cdiv(w.n, cols), cdiv(m, rows_)), (32 * int(name.rsplit("_w", 1)[1]),)
+    get_kernel(CU_FILE, name)(
+        grid,
+        block,
+        (
+            arr["weight"],
+            arr["weight_scale"],
+            np.int32(w.n),
+            np.int32(k),
+            q,
+            np.int64(k),
+            scale,
+            np.int32(m),
+            out,
+            np.int64(ldo),
+        ),
+    )
+
+
+def w8a8_gemv(codes: DeviceA8Codes, w: Any, out: Any, warps: int | None = None) -> None:
+    """out[:m] = bf16((f32(q_a · q_w) · s_a) · s_w[n]) for the m rows of ``codes``; ``warps``
+    (4 or 8) forces a tensor-core CTA shape, also for one row (tests and benchmarks; every
+    choice gives the same bits)."""
     arr = weight_arrays(w, "w8a8", "w8a8_gemv")
     if not isinstance(codes, DeviceA8Codes):
         raise MetraleError(f"w8a8_gemv: codes are {type(codes).__name__}, want w8a8_quantize's result")
@@ -88,28 +141,29 @@ def w8a8_gemv(codes: DeviceA8Codes, w: Any, out: Any) -> None:
     outa, ldo = device_out(out, m, w.n, "out")
     if m == 0:
         return
-    r = tier(m, W8A8_TIERS)
-    nc = W8A8_TIERS[r]
-    get_kernel(CU_FILE, f"w8a8_gemv_r{r}")(
-        (cdiv(w.n, WARPS * nc), cdiv(m, r)),
-        (32 * WARPS,),
-        (
-            arr["weight"],
-            arr["weight_scale"],
-            np.int32(w.n),
-            np.int32(k),
-            codes.q,
-            np.int64(k),
-            codes.scale,
-            np.int32(m),
-            outa,
-            np.int64(ldo),
-        ),
-    )
+    _gemv_launch(codes.q, codes.scale, w, arr, outa, ldo, warps)
 
 
-def w8a8_silu_quant_gemv(gate: Any, up: Any, w: Any, out: Any) -> None:
-    """out[:m] = down(quantize_a8(bf16(silu[gate] · f32(up)))) in one launch."""
+_scratch: dict[tuple[int, int], DeviceA8Codes] = {}
+
+
+def _codes_scratch(m: int, k: int) -> DeviceA8Codes:
+    """A reusable device buffer for m rows of A8 codes of length k (grown on demand)."""
+    import cupy
+
+    key = (device_id(), k)
+    buf = _scratch.get(key)
+    if buf is None or buf.q.shape[0] < m:
+        rows_ = max(m, 64)
+        buf = _scratch[key] = DeviceA8Codes(
+            q=cupy.empty((rows_, k), dtype=cupy.int8), scale=cupy.empty((rows_,), dtype=cupy.float32)
+        )
+    return DeviceA8Codes(q=buf.q[:m], scale=buf.scale[:m])
+
+
+def w8a8_silu_quant_gemv(gate: Any, up: Any, w: Any, out: Any, warps: int | None = None) -> None:
+    """out[:m] = down(quantize_a8(bf16(silu[gate] · f32(up)))): the SiLU-quantize kernel into a
+    scratch buffer, then the tensor-core GEMV (see the module docstring)."""
     arr = weight_arrays(w, "w8a8", "w8a8_silu_quant_gemv")
     k = w.k
     if k > MAX_K:
@@ -127,33 +181,30 @@ def w8a8_silu_quant_gemv(gate: Any, up: Any, w: Any, out: Any) -> None:
     outa, ldo = device_out(out, m, w.n, "out")
     if m == 0:
         return
-    rows = max(1, min(FUSED_ROWS, FUSED_SMEM // k))
-    smem = rows * k + 64
-    kern = get_kernel(CU_FILE, "w8a8_silu_quant_gemv")
-    set_dynamic_smem(kern, smem)
-    kern(
-        (cdiv(w.n, FUSED_COLS),),
-        (256,),
+    codes = _codes_scratch(m, k)
+    get_kernel(CU_FILE, "w8a8_silu_quantize")(
+        (m,),
+        (1024,),
         (
             g,
             np.int64(g.strides[0] // 2),
             u,
             np.int64(u.strides[0] // 2),
             silu_table(),
-            arr["weight"],
-            arr["weight_scale"],
-            np.int32(w.n),
             np.int32(k),
-            np.int32(m),
-            outa,
-            np.int64(ldo),
-            np.int32(rows),
+            codes.q,
+            codes.scale,
         ),
-        shared_mem=smem,
     )
+    _gemv_launch(codes.q, codes.scale, w, arr, outa, ldo, warps)
 
 
-_KERNEL_FUNCS = ("w8a8_quantize", "w8a8_silu_quant_gemv", *(f"w8a8_gemv_r{t}" for t in W8A8_TIERS))
+_KERNEL_FUNCS = (
+    "w8a8_quantize",
+    "w8a8_silu_quantize",
+    "w8a8_gemv_r1",
+    *(f"w8a8_mma_r{t}_w{nw}" for t in MMA_TIERS for nw in MMA_WARPS),
+)
 
 
 def kernels() -> dict[str, Callable[..., Any]]:

@@ -1,7 +1,8 @@
 """The W8A8 arm on the GPU against the numpy reference, bit for bit (CONTRACT §4 A8, §5.5, §6):
-the per-token quantization (codes and scales), the int32 GEMV, and the fused
-silu -> quantize -> down launch, m = 1..64, rows with NaN/Inf, subnormal and zero amax, N off
-every tile, guard bands, batch invariance."""
+the per-token quantization (codes and scales), the int32 tensor-core GEMV (every row tier and
+both CTA shapes), and the fused silu -> quantize -> down step, m = 1..64, rows with NaN/Inf,
+subnormal and zero amax, N off every tile, K not a multiple of the 64-byte step, guard bands,
+batch invariance."""
 
 from __future__ import annotations
 
@@ -53,6 +54,24 @@ def test_gemv_matches_reference(cuda: Any, fresh_rng: np.random.Generator, n: in
         bits_equal(check_guard(buf, init, m, n), want[:m], f"w8a8_gemv m={m}")
 
 
+@pytest.mark.parametrize("warps", [4, 8])
+def test_gemv_every_cta_shape(cuda: Any, fresh_rng: np.random.Generator, warps: int) -> None:
+    """Both warps-per-CTA variants (the launcher picks one by grid size) on every row tier;
+    K = 2128 gives 34 steps of 64 bytes (ragged last step, uneven split over the warps)."""
+    from metrale.cuda.w8a8 import w8a8_gemv
+
+    n, k = 83, 2128
+    host = w8a8_weight(fresh_rng, n, k)
+    w = cuda.upload(host)
+    x = rows(fresh_rng, 40, k)
+    want = project(x, host, "A8").view(np.uint16)
+    for m in (1, 7, 8, 12, 16, 31, 32, 40):
+        codes = cuda.launch("w8a8_quantize", cp.asarray(x[:m].view(np.uint16)))
+        buf, inner, init = guarded(cp, fresh_rng, m, n)
+        w8a8_gemv(codes, w, inner, warps=warps)
+        bits_equal(check_guard(buf, init, m, n), want[:m], f"w8a8_gemv warps={warps} m={m}")
+
+
 def _silu_inputs(rng: np.random.Generator, m: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     gate, up = rows(rng, m, k), rows(rng, m, k)
     if m > 2:
@@ -79,8 +98,8 @@ def test_fused_silu_quant_gemv_matches_reference(
         bits_equal(got, want[:m], f"w8a8_silu_quant_gemv m={m} (reference and batch invariance)")
 
 
-def test_fused_large_k_uses_row_groups(cuda: Any, fresh_rng: np.random.Generator) -> None:
-    """K = 40960: fewer than 8 rows of codes fit in shared memory, so rows go in groups."""
+def test_fused_large_k(cuda: Any, fresh_rng: np.random.Generator) -> None:
+    """K = 40960 (a long row for the one-CTA-per-row quantization; 640 GEMV steps)."""
     host = w8a8_weight(fresh_rng, 20, 40960)
     w = cuda.upload(host)
     gate, up = _silu_inputs(fresh_rng, 11, 40960)

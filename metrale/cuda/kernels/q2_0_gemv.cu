@@ -9,7 +9,7 @@
 //
 // Kernels:
 //   q2_a16_prep(x, ldx, K, m, lohi, aux)
-//       grid (ceil(m * K/16 / 256)), block 256; one thread per (row, 16-block). A16 codes c
+//       grid (ceil(m * K/16 / 64)), block 64; one thread per (row, 16-block) (two 16-byte loads). A16 codes c
 //       (|c| < 2^15, common.cuh's a16_block_int) split c = 256 hi + lo,
 //       lo in [0, 255], hi in [-128, 127], stored as byte limbs permuted to match the 2-bit
 //       fields (word s holds elements s, s+4, s+8, s+12): lohi uint4 [m, B, 2] (lo, hi);
@@ -42,16 +42,26 @@ __device__ __forceinline__ float q2_f16_f32(u32 h) {
     return __uint_as_float(sign | ((e + 112u) << 23) | (man << 13));
 }
 
-extern "C" __global__ void __launch_bounds__(256) q2_a16_prep(
+extern "C" __global__ void __launch_bounds__(64) q2_a16_prep(
     const u16* __restrict__ x, long long ldx, int K, int m, uint4* __restrict__ lohi,
     uint2* __restrict__ aux) {
     const int B = K >> 4;
     const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (long long)m * B) return;
     const int r = (int)(t / B), blk = (int)(t % B);
+    // the block's 16 bf16 values with two 16-byte loads (rows are 16-byte aligned)
+    const uint4* xp = reinterpret_cast<const uint4*>(x + (long long)r * ldx + blk * 16);
+    const uint4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
+    const u32 xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    u16 xb[16];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        xb[2 * j] = (u16)(xw[j] & 0xFFFFu);
+        xb[2 * j + 1] = (u16)(xw[j] >> 16);
+    }
     int c[16], E;
     bool finite;
-    a16_block_int(x + (long long)r * ldx + blk * 16, c, E, finite);
+    a16_block_int(xb, c, E, finite);
     u32 lo[4], hi[4];
     int csum = 0;
 #pragma unroll

@@ -7,16 +7,23 @@
 //   w8a8_quantize(x, ldx, K, q, scale)
 //       grid (m), block 256. Row r: amax = max|x|, s = amax/127, inv = 127/amax (0 when
 //       amax == 0), q = sat_int8(rne(x * inv)); a row holding Inf/NaN: q = 0, s = NaN.
-//   w8a8_gemv_r{1,2,4,8,16,32}(w, sw, N, K, q, ldq, sa, m, out, ldo)
-//       grid (ceil(N / (4 * NC)), ceil(m / R)), block 128 (4 warps). Warp = NC output columns x
-//       R rows; lane l streams 16 weight bytes at k = 16 l + 512 i of each column (coalesced
-//       512-byte rows), dp4a into int32 (exact), warp shfl_xor reduction (exact).
-//   w8a8_silu_quant_gemv(gate, ldg, up, ldu, table, w, sw, N, K, m, out, ldo, G)
-//       grid (ceil(N / 32)), block 256 (8 warps x NC = 4 columns), dynamic smem G * K + 64 B.
-//       The fused launch of dense_ffn_w8a8.rs: for each group of G <= 8 rows every CTA
-//       computes h = bf16(silu[gate] * f32(up)) twice (pass 1: row amax; pass 2: int8 codes
-//       into shared memory), then runs the GEMV above on its columns reading the codes from
-//       shared memory. Identical arithmetic to w8a8_quantize + w8a8_gemv.
+//   w8a8_gemv_r1(w, sw, N, K, q, ldq, sa, m, out, ldo)            (m = 1)
+//       grid (ceil(N / 16)), block 128 (4 warps). Warp = 4 output columns x 1 row; lane l
+//       streams 16 weight bytes at k = 16 l + 512 i of each column (coalesced 512-byte rows),
+//       dp4a into int32 (exact), warp shfl_xor reduction (exact). Measured 1.14x the
+//       weight-streaming floor at 12288x4096 on an H200 (the MMA kernels: 1.53x there).
+//   w8a8_mma_r{8,16,32}_w{4,8}(w, sw, N, K, q, ldq, sa, m, out, ldo)          (m >= 2)
+//       Integer tensor cores, mma.sync m16n8k32 s8.s8.s32 (exact int32). CTA = W warps on
+//       16 MT output columns (MT = 1, 1, 2) x R = 8 NT activation rows; grid (ceil(N / 16 MT),
+//       ceil(m / R)), block 32 W. Weights are the A operand (16 columns), activation rows the
+//       B operand (8 rows); each warp takes an equal run of K in 64-byte steps (split-K inside
+//       the CTA), 16-byte loads (weights with L1::no_allocate), U steps of loads in flight;
+//       the warps' int32 partials are summed with shared-memory integer atomics (exact,
+//       order-free), then y = bf16((f32(S) * s_a) * s_w[n]). Details at w8_mma_gemv below.
+//   w8a8_silu_quantize(gate, ldg, up, ldu, table, K, q, scale)
+//       grid (m), block 1024: A8 codes of h = bf16(silu[gate] * f32(up)) (CONTRACT §6), h
+//       computed in pass 1 (row amax) and again in pass 2 (codes). With a GEMV kernel above
+//       it serves w8a8_silu_quant_gemv (two kernels; metrale/cuda/w8a8.py says why).
 //
 // Build: --fmad=false; every fp32 step is an inline-PTX ieee_mul/ieee_div (common.cuh): exact
 // IEEE with subnormals whatever -ftz the compiler was given; zero tests are on the bits.
@@ -194,13 +201,121 @@ __device__ __forceinline__ void w8_gemv_warp(const signed char* __restrict__ w, 
     }
 
 W8A8_GEMV(1, 4)
-W8A8_GEMV(2, 4)
-W8A8_GEMV(4, 4)
-W8A8_GEMV(8, 4)
-W8A8_GEMV(16, 2)
-W8A8_GEMV(32, 1)
 
-// ---- the fused silu -> quantize -> down launch ----
+// ---- tensor-core GEMV (mma.sync m16n8k32 s8 x s8 -> s32, exact integer accumulation) ----
+// CTA = W warps on 16 MT output columns x 8 NT activation rows; warp w takes an equal run of the
+// K steps (64 bytes each). In a step, lane (g = lane / 4, t = lane % 4) loads 16 weight bytes
+// k = 64 s + 16 t .. + 15 of columns n0 + 16 mt + g and + g + 8 (two 16-byte loads per 16-column
+// tile) and 16 code bytes of activation row 8 nt + g at the same k: words (x, y) are the A / B
+// fragments of one m16n8k32 MMA, words (z, w) of a second one. Both operands use the same k
+// permutation, and S is an exact integer sum, so any k order gives the same S. Warp partials
+// meet in shared memory through integer atomics (exact, order-free). Rows >= m and columns >= N
+// read clamped (valid) memory and are never written.
+__device__ __forceinline__ void w8_mma(int (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// 16 weight bytes, read once: no L1 allocation (the activation codes keep L1).
+__device__ __forceinline__ uint4 w8_ld_stream(const signed char* p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+template <int NT, int MT, int W, int U>
+__device__ __forceinline__ void w8_mma_gemv(const signed char* __restrict__ w, const float* __restrict__ sw,
+                                            int N, int K, const signed char* __restrict__ q, long long ldq,
+                                            const float* __restrict__ sa, int m, u16* __restrict__ out,
+                                            long long ldo) {
+    constexpr int NACC = MT * NT * 4 * 32;
+    __shared__ int red[NACC];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int n0 = blockIdx.x * 16 * MT, r0 = blockIdx.y * 8 * NT;
+    for (int i = threadIdx.x; i < NACC; i += 32 * W) red[i] = 0;
+    const signed char* wr[MT][2];
+    const signed char* ar[NT];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            wr[mt][h] = w + (long long)min(n0 + 16 * mt + 8 * h + g, N - 1) * K + 16 * t;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) ar[nt] = q + (long long)min(r0 + 8 * nt + g, m - 1) * ldq + 16 * t;
+    int acc[MT][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0;
+    const int steps = (K + 63) >> 6, per = (steps + W - 1) / W;
+    const int s0 = warp * per, s1 = min(steps, s0 + per);
+    const uint4 z4 = make_uint4(0u, 0u, 0u, 0u);
+    for (int s = s0; s < s1; s += U) {
+        uint4 wa[U][MT][2], av[U][NT];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int k = (s + u) * 64;
+            const bool ok = (s + u < s1) && (k + 16 * t < K);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) wa[u][mt][h] = ok ? w8_ld_stream(wr[mt][h] + k) : z4;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+                av[u][nt] = ok ? __ldg(reinterpret_cast<const uint4*>(ar[nt] + k)) : z4;
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+                    w8_mma(acc[mt][nt], wa[u][mt][0].x, wa[u][mt][1].x, wa[u][mt][0].y, wa[u][mt][1].y,
+                           av[u][nt].x, av[u][nt].y);
+                    w8_mma(acc[mt][nt], wa[u][mt][0].z, wa[u][mt][1].z, wa[u][mt][0].w, wa[u][mt][1].w,
+                           av[u][nt].z, av[u][nt].w);
+                }
+    }
+    __syncthreads();  // red[] zeroed by every thread
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) atomicAdd(&red[((mt * NT + nt) * 4 + j) * 32 + lane], acc[mt][nt][j]);
+    __syncthreads();
+    for (int i = threadIdx.x; i < NACC; i += 32 * W) {
+        const int ln = i & 31, j = (i >> 5) & 3, tile = i >> 7, nt = tile % NT, mt = tile / NT;
+        // C fragment: c0, c1 at (column g, rows 2t, 2t+1), c2, c3 at column g + 8.
+        const int n = n0 + 16 * mt + (ln >> 2) + 8 * (j >> 1), r = r0 + 8 * nt + 2 * (ln & 3) + (j & 1);
+        if (n < N && r < m)
+            out[(long long)r * ldo + n] = w8_f32_bf16(ieee_mul(ieee_mul(__int2float_rn(red[i]), sa[r]), sw[n]));
+    }
+}
+
+// w8a8_mma_r{8 NT}_w{W}: grid (ceil(N / (16 MT)), ceil(m / (8 NT))), block 32 W.
+#define W8A8_MMA(R, NT, MT, W, U)                                                                   \
+    extern "C" __global__ void __launch_bounds__(32 * W) w8a8_mma_r##R##_w##W(                     \
+        const signed char* __restrict__ w, const float* __restrict__ sw, int N, int K,              \
+        const signed char* __restrict__ q, long long ldq, const float* __restrict__ sa, int m,      \
+        u16* __restrict__ out, long long ldo) {                                                     \
+        w8_mma_gemv<NT, MT, W, U>(w, sw, N, K, q, ldq, sa, m, out, ldo);                            \
+    }
+
+W8A8_MMA(8, 1, 1, 4, 4)
+W8A8_MMA(8, 1, 1, 8, 4)
+W8A8_MMA(16, 2, 1, 4, 4)
+W8A8_MMA(16, 2, 1, 8, 4)
+W8A8_MMA(32, 4, 2, 4, 2)
+W8A8_MMA(32, 4, 2, 8, 2)
+
 // h = bf16(table[gate] * f32(up)) for 8 packed elements (one uint4 of gate and of up).
 __device__ __forceinline__ uint4 w8_silu8(uint4 g, uint4 u, const float* __restrict__ table) {
     u32 gw[4] = {g.x, g.y, g.z, g.w}, uw[4] = {u.x, u.y, u.z, u.w}, hw[4];
@@ -213,51 +328,33 @@ __device__ __forceinline__ uint4 w8_silu8(uint4 g, uint4 u, const float* __restr
     return make_uint4(hw[0], hw[1], hw[2], hw[3]);
 }
 
-extern "C" __global__ void __launch_bounds__(256) w8a8_silu_quant_gemv(
+// ---- w8a8_silu_quantize: A8 codes of h = bf16(silu[gate] * f32(up)), one CTA per row ----
+// grid (m), block 1024. Pass 1: amax / non-finite flag of h; pass 2: codes (h recomputed).
+extern "C" __global__ void __launch_bounds__(1024) w8a8_silu_quantize(
     const u16* __restrict__ gate, long long ldg_, const u16* __restrict__ up, long long ldu,
-    const float* __restrict__ table, const signed char* __restrict__ w, const float* __restrict__ sw,
-    int N, int K, int m, u16* __restrict__ out, long long ldo, int G) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    signed char* sq = reinterpret_cast<signed char*>(smem);  // [G][K] int8 codes
-    float* ss = reinterpret_cast<float*>(smem + (long long)G * K);  // [8] row scales
+    const float* __restrict__ table, int K, signed char* __restrict__ q, float* __restrict__ scale) {
     __shared__ u32 red[64];
-    __shared__ float sinv[8];
-    constexpr int NC = 4;
-    const int n0 = (blockIdx.x * 8 + (threadIdx.x >> 5)) * NC;
-    for (int g0 = 0; g0 < m; g0 += G) {
-        const int gn = min(G, m - g0);
-        // pass 1: amax and non-finite flag of each row of h
-        for (int r = 0; r < gn; ++r) {
-            const u16* gr = gate + (long long)(g0 + r) * ldg_;
-            const u16* ur = up + (long long)(g0 + r) * ldu;
-            u32 amax = 0;
-            int bad = 0;
-            for (int k = threadIdx.x * 8; k < K; k += blockDim.x * 8)
-                w8_scan8(w8_silu8(*reinterpret_cast<const uint4*>(gr + k),
-                                  *reinterpret_cast<const uint4*>(ur + k), table),
-                         &amax, &bad);
-            w8_block_reduce(&amax, &bad, red);
-            if (threadIdx.x == 0) {
-                float s, inv;
-                w8_row_params(amax, bad, &s, &inv);
-                ss[r] = s;
-                sinv[r] = inv;
-            }
-        }
-        __syncthreads();
-        // pass 2: int8 codes of h into shared memory
-        for (int r = 0; r < gn; ++r) {
-            const u16* gr = gate + (long long)(g0 + r) * ldg_;
-            const u16* ur = up + (long long)(g0 + r) * ldu;
-            const float inv = sinv[r];
-            for (int k = threadIdx.x * 8; k < K; k += blockDim.x * 8)
-                *reinterpret_cast<uint2*>(sq + (long long)r * K + k) =
-                    w8_quant8(w8_silu8(*reinterpret_cast<const uint4*>(gr + k),
-                                       *reinterpret_cast<const uint4*>(ur + k), table),
-                              inv);
-        }
-        __syncthreads();
-        w8_gemv_warp<8, NC>(w, sw, N, K, sq, K, ss, 0, gn, n0, out + (long long)g0 * ldo, ldo);
-        __syncthreads();
+    __shared__ float sinv;
+    const int r = blockIdx.x;
+    const u16* gr = gate + (long long)r * ldg_;
+    const u16* ur = up + (long long)r * ldu;
+    u32 amax = 0;
+    int bad = 0;
+    for (int k = threadIdx.x * 8; k < K; k += blockDim.x * 8)
+        w8_scan8(w8_silu8(*reinterpret_cast<const uint4*>(gr + k), *reinterpret_cast<const uint4*>(ur + k), table),
+                 &amax, &bad);
+    w8_block_reduce(&amax, &bad, red);
+    if (threadIdx.x == 0) {
+        float s, inv;
+        w8_row_params(amax, bad, &s, &inv);
+        scale[r] = s;
+        sinv = inv;
     }
+    __syncthreads();
+    const float inv = sinv;
+    signed char* qr = q + (long long)r * K;
+    for (int k = threadIdx.x * 8; k < K; k += blockDim.x * 8)
+        *reinterpret_cast<uint2*>(qr + k) =
+            w8_quant8(w8_silu8(*reinterpret_cast<const uint4*>(gr + k), *reinterpret_cast<const uint4*>(ur + k), table),
+                      inv);
 }
