@@ -108,12 +108,15 @@ class Backend:
 
 
 def get_backend(name: str | None = None) -> Backend:
-    """Select a backend: ``name`` or ``METRALE_BACKEND`` or ``auto``.
+    """Select a backend: an explicit ``name`` (reference, cuda) wins; ``auto`` or None reads
+    ``METRALE_BACKEND`` (default ``auto``).
 
     ``auto`` takes CUDA where CuPy imports and a GPU is present, else the reference.
     ``cuda`` where it cannot run raises BackendUnavailable naming what is missing.
     """
-    choice = (name or os.environ.get("METRALE_BACKEND") or "auto").strip().lower()
+    choice = (name or "auto").strip().lower()
+    if choice == "auto":  # METRALE_BACKEND overrides the automatic choice, not an explicit one
+        choice = (os.environ.get("METRALE_BACKEND") or "auto").strip().lower() or "auto"
     if choice not in BACKEND_CHOICES:
         raise MetraleError(
             f"backend {choice!r} unknown (METRALE_BACKEND or backend=): "

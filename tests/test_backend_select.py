@@ -47,6 +47,12 @@ def test_argument_wins_over_env(monkeypatch: pytest.MonkeyPatch) -> None:
     assert get_backend("reference").name == "reference"
 
 
+def test_env_overrides_auto(monkeypatch: pytest.MonkeyPatch) -> None:
+    """backend="auto" (the layer's default) defers to METRALE_BACKEND."""
+    monkeypatch.setenv("METRALE_BACKEND", "reference")
+    assert get_backend("auto").name == "reference"
+
+
 @pytest.mark.parametrize("env", [None, "auto", ""])
 def test_auto(env: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
     """auto (the default) takes CUDA where it can run, else the reference."""
