@@ -31,7 +31,7 @@ SMEM_LIMIT = 220 * 1024
 A16_ROWS = (1, 2, 3, 4)
 A4_ROWS = (1, 4)
 F32 = np.float32
-#: Use the cp.async fast A16 kernels where they apply (B % 128 == 0); METRALE_CUDA_FAST=0 turns
+#: Use the fast A16 kernels where they apply (B % 64 == 0); METRALE_CUDA_FAST=0 turns
 #: them off (the generic kernels give the same bits).
 FAST_ENABLED = os.environ.get("METRALE_CUDA_FAST", "1") != "0"
 
@@ -103,23 +103,26 @@ def _set(w: Any, out: Any, rowscale: np.float32, rows: int) -> tuple[Any, ...]:
     return (w.arrays["weight"], w.arrays["weight_scale"], F32(rowscale), o, np.int64(ldo))
 
 
-FAST_STAGES = 4
-FAST_STAGE_BYTES = 1152
+#: The fast A16 kernels (kernels/nvfp4.cuh nvfp4_fast_body): 512 threads, one CTA per SM,
+#: work items of 256 blocks (4 chunks of 64), shared memory 72 bytes per lane slot and row.
+FAST_THREADS = 512
+FAST_ITEM_BLOCKS = 256
 
 
 def _fast_threads(r: int) -> int:
-    return 1024 if r == 1 else 512
+    return FAST_THREADS
 
 
 def _fast_smem(r: int, k: int) -> int:
     b, _, _ = _geometry(k)
-    return r * b * 36 + (_fast_threads(r) // 32) * FAST_STAGES * FAST_STAGE_BYTES
+    items = -(-b // FAST_ITEM_BLOCKS)
+    return r * 72 * 128 * items
 
 
 def _fast_rows(want: int, k: int) -> int | None:
-    """Rows per pass of the fast A16 kernel (B % 128 == 0), or None when it does not apply."""
+    """Rows per pass of the fast A16 kernel (B % 64 == 0), or None when it does not apply."""
     b, _, _ = _geometry(k)
-    if b % 128:
+    if b % 64:
         return None
     r = max(c for c in A16_ROWS if c <= max(1, want))
     while _fast_smem(r, k) > SMEM_LIMIT:

@@ -212,51 +212,87 @@ __device__ __forceinline__ void nvfp4_body(const void* act, long long lda, const
 }
 
 // ---------------------------------------------------------------------------------------------
-// Fast path (A16, B % 128 == 0): the same arithmetic and the same tree as nvfp4_body, with
-//   * one CTA per SM (R = 1: 1024 threads; R > 1: 512), so each SM prepares the activation
-//     codes once (integer A16: common.cuh's a16_block_int);
-//   * work items of 128 blocks (1024 bytes of nibbles + 128 bytes of scales per warp), streamed
-//     by cp.async into a per-warp ring of FAST_STAGES stages, FAST_STAGES - 1 items ahead,
-//     across column boundaries; the first items are requested before the prologue runs;
-//   * lane l owns blocks 4l .. 4l+3 of an item: the lane adds ((v0 + v1) + (v2 + v3)) and
-//     warp_sum_tree finishes the item's aligned 128-block subtree; lane (item mod 32) keeps the
-//     item roots, whose tree (and the sum of two 4096-block slots) is the column's root.
-//   The ring holds each item's 16-byte pieces swizzled (piece q at slot q/2 for even q, 32 +
-//   q/2 for odd q) and the activation codes are stored per (block mod 4) so that every
-//   shared-memory load of a warp is one contiguous 512-byte run (no bank conflicts).
-// Dynamic shared memory: R * 36 * B (activation codes) + warps * FAST_STAGES * 1152 bytes.
+// Fast path (A16, B % 64 == 0): the same block values and the same tree as nvfp4_body, with
+//   * one CTA of FAST_THREADS per SM (persistent over columns), so each SM prepares the
+//     activation codes once (integer A16: common.cuh's a16_block_int); the first weight items
+//     are requested before the prologue runs;
+//   * work items of 256 blocks (4 chunks of 64) of one column; lane l loads blocks (2l, 2l+1) of
+//     each chunk straight into registers (4 x 16-byte __ldg, every warp load one contiguous
+//     512 B, plus 4 x 2-byte scale loads), DEPTH - 1 items ahead, across column boundaries;
+//   * lane l adds its pair v_2l + v_2l+1 of each chunk; the 4 chunks' 32-leaf trees run
+//     "transposed": at xor 1 even lanes keep chunks 0 and 2 and odd lanes chunks 1 and 3 (each
+//     lane sends the pair values it does not keep), at xor 2 lane l keeps chunk
+//     (l & 1) + 2 ((l >> 1) & 1); xor 4, 8, 16 finish every chunk's aligned 64-block subtree,
+//     then xor 1 and xor 2 give the item root (r0 + r1) + (r2 + r3) in every lane. Chunks past B
+//     are -0.0 leaves (zero weights and scales, activation factor -0.0: (0 * 0) * -0.0 = -0.0).
+//     Lane (item mod 32) keeps the item roots; their padded 32-leaf tree is the column root
+//     (K <= 65536: at most 16 items) -- the contract's padded tree, cut at aligned nodes.
+//   * block value v = (f32(S) * f32(wscale)) * 2^(E - 15), the scales decoded by
+//     cvt.rn.f16x2.e4m3x2 (exact) and widened to f32.
+// Shared memory: per chunk c and row r a 2304-byte record at (c * R + r) * 2304: limbs lo even,
+// lo odd, hi even, hi odd (4 x 512 B, slot = pair lane) then the factors (float2 [32]); every
+// warp load is one contiguous run and every offset inside an item is an immediate.
+// R * 72 * P bytes in all, P = 128 * items.
 // ---------------------------------------------------------------------------------------------
-#define FAST_STAGES 4
-#define FAST_STAGE_BYTES 1152
+#define FAST_THREADS 512
+#define FAST_WARPS (FAST_THREADS / 32)
+#define FAST_REC 2304
 
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-    const unsigned int s = (unsigned int)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
-// Two e4m3 scales (low byte, high byte of v) -> f32, exactly: an e4m3 value is the f16 value
-// with the same sign, exponent and mantissa bits times 2^8 (bias 7 vs 15); f16 -> f32 and the
-// multiply by 256 are exact.
+// Two e4m3 scales (low byte, high byte of v) -> f32, exactly (e4m3 is a subset of f16).
 __device__ __forceinline__ void e4m3x2_to_f32(unsigned int v, float& lo, float& hi) {
-    const unsigned short l = (unsigned short)(((v & 0x7fu) << 7) | ((v & 0x80u) << 8));
-    const unsigned short h = (unsigned short)(((v & 0x7f00u) >> 1) | (v & 0x8000u));
-    float a, b;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(a) : "h"(l));
-    asm("cvt.f32.f16 %0, %1;" : "=f"(b) : "h"(h));
-    lo = a * 256.0f;
-    hi = b * 256.0f;
+    unsigned int h2;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"((unsigned short)v));
+    asm("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;\n\t}"
+        : "=f"(lo), "=f"(hi)
+        : "r"(h2));
 }
 
-// S of one block: 8 weight nibbles in each of w0, w1 (elements 0-7, 8-15), activation limbs
-// lo (unsigned bytes) and hi (signed bytes) of the same elements.
-__device__ __forceinline__ int block_dot_a16(unsigned int w0, unsigned int w1, uint4 lo, uint4 hi) {
-    unsigned int c0, c1, c2, c3;
-    nib8_codes(w0, c0, c1);
-    nib8_codes(w1, c2, c3);
+// The nibble decode of common.cuh's nib8_codes with its constants held in registers (k: the
+// 4 tables and the selector base 0x32103210), so each step is one LOP3, SHF or PRMT.
+struct NibConsts {
+    unsigned int p0, p1, n0, n1, base;
+};
+__device__ __forceinline__ void nib8_codes_k(unsigned int w, const NibConsts& k, unsigned int& c0,
+                                             unsigned int& c1) {
+    const unsigned int mag = w & 0x77777777u;
+    unsigned int sel;
+    asm("lop3.b32 %0, %1, 0x44444444, %2, 0xEA;" : "=r"(sel) : "r"(w >> 1), "r"(k.base));  // (a & b) | c
+    const unsigned int mag1 = mag >> 16, sel1 = sel >> 16;
+    c0 = prmt(prmt(k.p0, k.p1, mag), prmt(k.n0, k.n1, mag), sel);
+    c1 = prmt(prmt(k.p0, k.p1, mag1), prmt(k.n0, k.n1, mag1), sel1);
+}
+
+// One lane's share of a work item: blocks (2l, 2l+1) of 4 chunks.
+struct FastItem {
+    uint4 w[4];
+    unsigned int sc[4];
+};
+
+__device__ __forceinline__ void fast_load(FastItem& it, const unsigned char* wp, const unsigned char* sp,
+                                          int nvalid) {
+    if (nvalid >= 4) {  // a full item (warp-uniform branch: the common case has no predicates)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            it.w[j] = __ldg((const uint4*)(wp + j * 512));
+            it.sc[j] = __ldg((const unsigned short*)(sp + j * 64));
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            if (j < nvalid) {
+                it.w[j] = __ldg((const uint4*)(wp + j * 512));
+                it.sc[j] = __ldg((const unsigned short*)(sp + j * 64));
+            } else {
+                it.w[j] = make_uint4(0u, 0u, 0u, 0u);
+                it.sc[j] = 0u;
+            }
+        }
+    }
+}
+
+// S of one block from its code words c0..c3 (elements 0-3, 4-7, 8-11, 12-15) and its limbs.
+__device__ __forceinline__ int block_dot_codes(unsigned int c0, unsigned int c1, unsigned int c2,
+                                               unsigned int c3, uint4 lo, uint4 hi) {
     int sl = dp4a_su(c0, lo.x, 0);
     sl = dp4a_su(c1, lo.y, sl);
     sl = dp4a_su(c2, lo.z, sl);
@@ -268,67 +304,68 @@ __device__ __forceinline__ int block_dot_a16(unsigned int w0, unsigned int w1, u
     return sh * 256 + sl;
 }
 
-template <int R, int THREADS>
+template <int R, int DEPTH>
 __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long long ldx, int m, Nvfp4Set set,
                                                 int N, int K) {
     extern __shared__ __align__(16) unsigned char smem[];
-    constexpr int WARPS = THREADS / 32;
     const int B = K >> 4;
-    const int C = B >> 7;  // items (128 blocks) per column; B % 128 == 0
-    const int P = B >> 2;  // lane slots per row: 32 per item
-    const int rowbytes = P * 144;
+    const int C64 = B >> 6;            // chunks of 64 blocks; B % 64 == 0
+    const int items = (C64 + 3) >> 2;  // work items (256 blocks) per column
+    const int nblk = items << 8;       // blocks incl. the -0.0 padding of the last item
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    unsigned char* ring = smem + (size_t)R * rowbytes + (size_t)warp * FAST_STAGES * FAST_STAGE_BYTES;
     const int ngroups = (m + R - 1) / R;
-    const int n_first = blockIdx.x * WARPS + warp, n_step = gridDim.x * WARPS;
-    const size_t wrow = (size_t)(K >> 1), srow = (size_t)B;
-    // the swizzled destinations of this lane's two weight pieces (q = lane, lane + 32)
-    const int dst0 = ((lane & 1) ? 32 + (lane >> 1) : (lane >> 1)) * 16;
-    const int dst1 = (((lane + 32) & 1) ? 32 + ((lane + 32) >> 1) : ((lane + 32) >> 1)) * 16;
+    const int n_first = blockIdx.x * FAST_WARPS + warp, n_step = gridDim.x * FAST_WARPS;
+    const long long wrow = (long long)(K >> 1);
+    // pointer steps: from past the last item of a column to the first of the next one
+    const long long wjump = (long long)n_step * wrow - (long long)items * 2048;
+    const long long sjump = (long long)n_step * B - (long long)items * 256;
+    NibConsts kc;
+    asm volatile("mov.b32 %0, 0x03020100;" : "=r"(kc.p0));
+    asm volatile("mov.b32 %0, 0x0C080604;" : "=r"(kc.p1));
+    asm volatile("mov.b32 %0, 0xFDFEFF00;" : "=r"(kc.n0));
+    asm volatile("mov.b32 %0, 0xF4F8FAFC;" : "=r"(kc.n1));
+    asm volatile("mov.b32 %0, 0x32103210;" : "=r"(kc.base));
 
     for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
         const int row0 = g * R;
         __syncthreads();
-        // issue pointer: column n_issue, item s_issue, ring stage st_issue
-        int n_issue = n_first, s_issue = 0, st_issue = 0;
-        auto issue = [&]() {
-            if (n_issue < N) {
-                unsigned char* st = ring + st_issue * FAST_STAGE_BYTES;
-                const unsigned char* wsrc = set.w + (size_t)n_issue * wrow + (size_t)s_issue * 1024;
-                cp_async16(st + dst0, wsrc + lane * 16);
-                cp_async16(st + dst1, wsrc + 512 + lane * 16);
-                if (lane < 8) cp_async16(st + 1024 + lane * 16, set.ws + (size_t)n_issue * srow + s_issue * 128 + lane * 16);
-                if (++s_issue == C) {
-                    s_issue = 0;
-                    n_issue += n_step;
-                }
-            }
-            st_issue = st_issue == FAST_STAGES - 1 ? 0 : st_issue + 1;
-            cp_async_commit();
-        };
+        // issue cursor: column n_i, item s_i, pointers at this lane's bytes of that item
+        int n_i = n_first, s_i = 0;
+        const unsigned char* wp = set.w + (long long)n_i * wrow + lane * 16;
+        const unsigned char* sp = set.ws + (long long)n_i * B + lane * 2;
+        FastItem buf[DEPTH];
 #pragma unroll
-        for (int i = 0; i < FAST_STAGES - 1; ++i) issue();
+        for (int d = 0; d < DEPTH - 1; ++d) {
+            fast_load(buf[d], wp, sp, n_i < N ? C64 - 4 * s_i : 0);
+            wp += 2048;
+            sp += 256;
+            if (++s_i == items) {
+                s_i = 0;
+                n_i += n_step;
+                wp += wjump;
+                sp += sjump;
+            }
+        }
 
-        // ---- prologue: A16 codes of rows row0 .. row0+R-1, block b at slot (b>>7)*32 + ((b&127)>>2),
-        //      array (b & 3) ----
-        for (int it = threadIdx.x; it < R * B; it += THREADS) {
-            const int r = it / B, b = it - r * B;
-            const int idx = ((b >> 7) << 5) + ((b & 127) >> 2), k = b & 3;
-            uint4* limbs = (uint4*)(smem + (size_t)r * rowbytes);
-            float* fac = (float*)(smem + (size_t)r * rowbytes + (size_t)P * 128);
+        // ---- prologue: A16 codes of rows row0 .. row0+R-1; block b of row r: chunk c = b >> 6,
+        //      slot q = (b & 63) >> 1, parity h = b & 1 in record (c * R + r) ----
+        for (int it = threadIdx.x; it < R * nblk; it += FAST_THREADS) {
+            const int r = it / nblk, b = it - r * nblk;
+            const int q = (b & 63) >> 1, h = b & 1;
+            unsigned char* rec = smem + (size_t)((b >> 6) * R + r) * FAST_REC;
             const int row = row0 + r;
             uint4 lo = make_uint4(0, 0, 0, 0), hi = make_uint4(0, 0, 0, 0);
             float f = METRALE_NEG_ZERO;
-            if (row < m) {
+            if (row < m && b < B) {
                 const unsigned short* src = x + (size_t)row * ldx + (size_t)b * 16;
                 unsigned short xs[16];
                 if ((((size_t)src) & 15) == 0) {
                     const uint4 v0 = *(const uint4*)src, v1 = *(const uint4*)(src + 8);
                     const unsigned int ws_[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
 #pragma unroll
-                    for (int q = 0; q < 8; ++q) {
-                        xs[2 * q] = (unsigned short)(ws_[q] & 0xffffu);
-                        xs[2 * q + 1] = (unsigned short)(ws_[q] >> 16);
+                    for (int j = 0; j < 8; ++j) {
+                        xs[2 * j] = (unsigned short)(ws_[j] & 0xffffu);
+                        xs[2 * j + 1] = (unsigned short)(ws_[j] >> 16);
                     }
                 } else {
 #pragma unroll
@@ -340,76 +377,115 @@ __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long lo
                 a16_block_int(xs, c, E, fin);
                 unsigned int l[4], hh[4];
 #pragma unroll
-                for (int q = 0; q < 4; ++q) {
-                    l[q] = (c[4 * q] & 0xff) | ((c[4 * q + 1] & 0xff) << 8) | ((c[4 * q + 2] & 0xff) << 16) |
-                           ((unsigned int)(c[4 * q + 3] & 0xff) << 24);
-                    hh[q] = ((c[4 * q] >> 8) & 0xff) | (((c[4 * q + 1] >> 8) & 0xff) << 8) |
-                            (((c[4 * q + 2] >> 8) & 0xff) << 16) | ((unsigned int)((c[4 * q + 3] >> 8) & 0xff) << 24);
+                for (int j = 0; j < 4; ++j) {
+                    l[j] = (c[4 * j] & 0xff) | ((c[4 * j + 1] & 0xff) << 8) | ((c[4 * j + 2] & 0xff) << 16) |
+                           ((unsigned int)(c[4 * j + 3] & 0xff) << 24);
+                    hh[j] = ((c[4 * j] >> 8) & 0xff) | (((c[4 * j + 1] >> 8) & 0xff) << 8) |
+                            (((c[4 * j + 2] >> 8) & 0xff) << 16) | ((unsigned int)((c[4 * j + 3] >> 8) & 0xff) << 24);
                 }
                 lo = make_uint4(l[0], l[1], l[2], l[3]);
                 hi = make_uint4(hh[0], hh[1], hh[2], hh[3]);
                 f = fin ? pow2f(E - 15) : __uint_as_float(0x7fc00000u);
             }
-            limbs[k * P + idx] = lo;
-            limbs[(4 + k) * P + idx] = hi;
-            fac[4 * idx + k] = f;
+            *(uint4*)(rec + h * 512 + q * 16) = lo;
+            *(uint4*)(rec + (2 + h) * 512 + q * 16) = hi;
+            *(float*)(rec + 2048 + q * 8 + h * 4) = f;
         }
         __syncthreads();
 
-        float keep0[R], keep1[R];
+        const bool odd1 = (lane & 1) != 0, odd2 = (lane & 2) != 0;
+        float keep[R], last[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-            keep0[r] = METRALE_NEG_ZERO;
-            keep1[r] = METRALE_NEG_ZERO;
+            keep[r] = METRALE_NEG_ZERO;
+            last[r] = METRALE_NEG_ZERO;
         }
-        int n = n_first, s = 0, st_use = 0;
+        int n = n_first, s = 0;
+        // this lane's limbs and factors in the current item's first record
+        const unsigned char* const a0 = smem + lane * 16;
+        const unsigned char* const f0 = smem + 2048 + lane * 8;
+        const unsigned char* ap = a0;
+        const unsigned char* fp = f0;
         while (n < N) {
-            cp_async_wait<FAST_STAGES - 2>();
-            __syncwarp();
-            const unsigned char* st = ring + st_use * FAST_STAGE_BYTES;
-            const uint4 wa = *(const uint4*)(st + lane * 16);       // blocks 4l, 4l+1
-            const uint4 wb = *(const uint4*)(st + 512 + lane * 16); // blocks 4l+2, 4l+3
-            const unsigned int sc = *(const unsigned int*)(st + 1024 + lane * 4);
-            __syncwarp();
-            issue();  // refills the stage consumed one step ago
-            st_use = st_use == FAST_STAGES - 1 ? 0 : st_use + 1;
-            float ws0, ws1, ws2, ws3;
-            e4m3x2_to_f32(sc & 0xffffu, ws0, ws1);
-            e4m3x2_to_f32(sc >> 16, ws2, ws3);
-            const int p = (s << 5) + lane;
 #pragma unroll
-            for (int r = 0; r < R; ++r) {
-                const unsigned char* rb = smem + (size_t)r * rowbytes;
-                const uint4* limbs = (const uint4*)rb;
-                const float4 f = ((const float4*)(rb + (size_t)P * 128))[p];
-                const int s0 = block_dot_a16(wa.x, wa.y, limbs[p], limbs[4 * P + p]);
-                const int s1 = block_dot_a16(wa.z, wa.w, limbs[P + p], limbs[5 * P + p]);
-                const int s2 = block_dot_a16(wb.x, wb.y, limbs[2 * P + p], limbs[6 * P + p]);
-                const int s3 = block_dot_a16(wb.z, wb.w, limbs[3 * P + p], limbs[7 * P + p]);
-                const float v0 = ((float)s0 * ws0) * f.x;
-                const float v1 = ((float)s1 * ws1) * f.y;
-                const float v2 = ((float)s2 * ws2) * f.z;
-                const float v3 = ((float)s3 * ws3) * f.w;
-                const float root = warp_sum_tree((v0 + v1) + (v2 + v3));
-                if (lane == (s & 31)) {
-                    if (s < 32) keep0[r] = root;
-                    else keep1[r] = root;
+            for (int d = 0; d < DEPTH; ++d) {
+                if (n >= N) break;
+                fast_load(buf[(d + DEPTH - 1) % DEPTH], wp, sp, n_i < N ? C64 - 4 * s_i : 0);
+                wp += 2048;
+                sp += 256;
+                if (++s_i == items) {
+                    s_i = 0;
+                    n_i += n_step;
+                    wp += wjump;
+                    sp += sjump;
                 }
-            }
-            if (++s == C) {  // column done: the tree over its item roots, then the output
+                const FastItem& cur = buf[d];
+                float pr[R][4];
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    unsigned int e0, e1, e2, e3, o0, o1, o2, o3;
+                    nib8_codes_k(cur.w[j].x, kc, e0, e1);
+                    nib8_codes_k(cur.w[j].y, kc, e2, e3);
+                    nib8_codes_k(cur.w[j].z, kc, o0, o1);
+                    nib8_codes_k(cur.w[j].w, kc, o2, o3);
+                    float we, wo;
+                    e4m3x2_to_f32(cur.sc[j], we, wo);
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        const int off = (j * R + r) * FAST_REC;
+                        const uint4 le = *(const uint4*)(ap + off);
+                        const uint4 lo = *(const uint4*)(ap + off + 512);
+                        const uint4 hE = *(const uint4*)(ap + off + 1024);
+                        const uint4 hO = *(const uint4*)(ap + off + 1536);
+                        const float2 f = *(const float2*)(fp + off);
+                        const int se = block_dot_codes(e0, e1, e2, e3, le, hE);
+                        const int so = block_dot_codes(o0, o1, o2, o3, lo, hO);
+                        const float ve = ((float)se * we) * f.x;
+                        const float vo = ((float)so * wo) * f.y;
+                        pr[r][j] = ve + vo;
+                    }
+                }
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
-                    float root = warp_sum_tree(keep0[r]);
-                    if (C > 32) root = root + warp_sum_tree(keep1[r]);
-                    const int row = row0 + r;
-                    if (lane == r && row < m) set.out[(size_t)row * set.ldo + n] = f32_to_bf16(root * set.rowscale);
-                    keep0[r] = METRALE_NEG_ZERO;
-                    keep1[r] = METRALE_NEG_ZERO;
+                    // xor 1: even lanes keep chunks 0, 2; odd lanes chunks 1, 3
+                    float k0 = odd1 ? pr[r][1] : pr[r][0];
+                    const float t0 = odd1 ? pr[r][0] : pr[r][1];
+                    float k1 = odd1 ? pr[r][3] : pr[r][2];
+                    const float t1 = odd1 ? pr[r][2] : pr[r][3];
+                    k0 = k0 + __shfl_xor_sync(0xffffffffu, t0, 1);
+                    k1 = k1 + __shfl_xor_sync(0xffffffffu, t1, 1);
+                    // xor 2: keep chunk (l & 1) + 2 ((l >> 1) & 1)
+                    float k = odd2 ? k1 : k0;
+                    const float t = odd2 ? k0 : k1;
+                    k = k + __shfl_xor_sync(0xffffffffu, t, 2);
+                    k = k + __shfl_xor_sync(0xffffffffu, k, 4);
+                    k = k + __shfl_xor_sync(0xffffffffu, k, 8);
+                    k = k + __shfl_xor_sync(0xffffffffu, k, 16);
+                    // chunk roots r0 (lanes 4i), r1 (4i+1), r2 (4i+2), r3 (4i+3): (r0 + r1) + (r2 + r3)
+                    k = k + __shfl_xor_sync(0xffffffffu, k, 1);
+                    k = k + __shfl_xor_sync(0xffffffffu, k, 2);
+                    keep[r] = lane == s ? k : keep[r];
+                    last[r] = k;  // the item root, in every lane
                 }
-                s = 0;
-                n += n_step;
+                ap += 4 * R * FAST_REC;
+                fp += 4 * R * FAST_REC;
+                if (++s == items) {  // column done: the tree over its item roots, then the output
+                    float val = 0.0f;
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        const float root = items == 1 ? last[r] : warp_sum_tree(keep[r]);
+                        val = lane == r ? root : val;
+                        keep[r] = METRALE_NEG_ZERO;
+                    }
+                    if (lane < R && row0 + lane < m) {
+                        set.out[(size_t)(row0 + lane) * set.ldo + n] = f32_to_bf16(val * set.rowscale);
+                    }
+                    s = 0;
+                    ap = a0;
+                    fp = f0;
+                    n += n_step;
+                }
             }
         }
-        cp_async_wait<0>();
     }
 }

@@ -34,11 +34,12 @@ NVFP4_A16(3, false, o)
 NVFP4_A16(4, true, e)
 NVFP4_A16(4, false, o)
 
-// Fast path (nvfp4.cuh nvfp4_fast_body), for B % 128 == 0:
-//   nvfp4_a16f_r{1,2,3,4}(same arguments as above); block 1024 threads (R = 1) or 512 (R > 1),
-//   one CTA per SM along grid.x, dynamic shared memory R*36*B + warps*4*1152 bytes.
-#define NVFP4_A16F(R, T)                                                                               \
-    extern "C" __global__ void __launch_bounds__(T) nvfp4_a16f_r##R(                                 \
+// Fast path (nvfp4.cuh nvfp4_fast_body), for B % 64 == 0:
+//   nvfp4_a16f_r{1,2,3,4}(same arguments as above); block FAST_THREADS = 512 threads (16 warps,
+//   one column at a time each), one CTA per SM along grid.x, dynamic shared memory R * 72 * P
+//   bytes, P = 128 * ceil(B / 256); D = items in flight per warp, minus one being computed.
+#define NVFP4_A16F(R, D)                                                                               \
+    extern "C" __global__ void __launch_bounds__(FAST_THREADS, 1) nvfp4_a16f_r##R(                                 \
         const unsigned short* x, long long ldx, int m, const unsigned char* w0, const unsigned char* s0, \
         float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, const unsigned char* s1, \
         float rs1, unsigned short* out1, long long ldo1, int N, int K) {                               \
@@ -48,10 +49,10 @@ NVFP4_A16(4, false, o)
         } else {                                                                                       \
             set.w = w1; set.ws = s1; set.rowscale = rs1; set.out = out1; set.ldo = ldo1;               \
         }                                                                                              \
-        nvfp4_fast_body<R, T>(x, ldx, m, set, N, K);                                                   \
+        nvfp4_fast_body<R, D>(x, ldx, m, set, N, K);                                                   \
     }
 
-NVFP4_A16F(1, 1024)
-NVFP4_A16F(2, 512)
-NVFP4_A16F(3, 512)
-NVFP4_A16F(4, 512)
+NVFP4_A16F(1, 2)
+NVFP4_A16F(2, 2)
+NVFP4_A16F(3, 2)
+NVFP4_A16F(4, 2)
