@@ -326,6 +326,7 @@ def bench(ctx: typer.Context) -> None:
     import sys
 
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses and the reference worker pool look the module up by name
     spec.loader.exec_module(mod)
     argv, sys.argv = sys.argv, [str(path), *ctx.args]
     try:
