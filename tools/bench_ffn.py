@@ -66,7 +66,7 @@ from typing import Any
 
 import numpy as np
 
-from metrale.backend import W4A16_TIERS, Backend, get_backend
+from metrale.backend import Backend, get_backend
 from metrale.reference.context import FfnConfig, ForwardContext
 from metrale.reference.elements import BF16, E4M3
 from metrale.reference.formats import DenseWeight, Fp8Weight, Nvfp4Weight, Q2_0Weight, W8a8Weight
@@ -210,22 +210,10 @@ def x_rows(hidden: int, seed: int, shape: str, rows: int = 64) -> np.ndarray:
 
 # ---------------------------------------------------------------- routing ----
 def route(layer: DenseFfnLayer, m: int) -> tuple[str, Callable[[Any, ForwardContext], None]]:
-    """The entry point ``DenseFfnLayer.__call__`` takes for m rows, as (name, callable(x, ctx)),
-    without ``__call__``'s host copy (so it can be captured in a CUDA graph)."""
-    if m == 1:
-        return "forward", layer.forward
-    if m == 2:
-        return "forward_k2", layer.forward_k2
-    if m == 3:
-        return "forward_k3", layer.forward_k3
-    if (
-        m <= layer.narrow_rows()
-        and layer.can_forward_km(m)
-        and layer.q2_weights is None
-        and (m <= W4A16_TIERS[-1] or layer.small_batch_w4a4())
-    ):
-        return "forward_km", lambda x, ctx: layer.forward_km(x, m, ctx)
-    return "forward_prefill", lambda x, ctx: layer.forward_prefill(x, m, ctx)
+    """The entry point ``DenseFfnLayer.__call__`` takes for m rows (``layer.route``), as
+    (name, callable(x, ctx)), without ``__call__``'s host copy (so it can be captured in a
+    CUDA graph)."""
+    return layer.route(m)
 
 
 # ---------------------------------------------------------------- reference (worker pool) ----

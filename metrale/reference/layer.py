@@ -7,6 +7,7 @@ the W4A16 fixed-row kernels or to ``forward_km``. Output is always ``moe_output[
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Generic, TypeVar
@@ -387,26 +388,29 @@ class DenseFfnLayer:
         return load_ffn_layer(path, layer=layer, backend=backend)
 
     # ---- convenience ----
-    def __call__(self, x: Any, ctx: ForwardContext | None = None) -> np.ndarray:
-        """Run m rows through the entry point a decoder would pick and return a host copy of
-        ``moe_output[:m]``: 1 → forward, 2 → k2, 3 → k3, ≤ narrow_rows → forward_km, else
-        forward_prefill."""
-        ctx = ctx or ForwardContext(self.config, backend=self.backend, max_rows=max(64, len(x)))
-        m = int(x.shape[0])
+    def route(self, m: int) -> tuple[str, Callable[[Any, ForwardContext], None]]:
+        """The entry point a decoder takes for m rows, as (name, callable(x, ctx)): 1 → forward,
+        2 → k2, 3 → k3, ≤ narrow_rows → forward_km, else forward_prefill."""
         if m == 1:
-            self.forward(x, ctx)
-        elif m == 2:
-            self.forward_k2(x, ctx)
-        elif m == 3:
-            self.forward_k3(x, ctx)
-        elif (
+            return "forward", self.forward
+        if m == 2:
+            return "forward_k2", self.forward_k2
+        if m == 3:
+            return "forward_k3", self.forward_k3
+        if (
             m <= self.narrow_rows()
             and self.can_forward_km(m)
             and self.q2_weights is None
             # rows past the widest W4A16 tier run only on the W4A4 path (the M=32 cap)
             and (m <= W4A16_TIERS[-1] or self.small_batch_w4a4())
         ):
-            self.forward_km(x, m, ctx)
-        else:
-            self.forward_prefill(x, m, ctx)
+            return "forward_km", lambda x, ctx: self.forward_km(x, m, ctx)
+        return "forward_prefill", lambda x, ctx: self.forward_prefill(x, m, ctx)
+
+    def __call__(self, x: Any, ctx: ForwardContext | None = None) -> np.ndarray:
+        """Run m rows through ``route(m)``'s entry point and return a host copy of
+        ``moe_output[:m]``."""
+        ctx = ctx or ForwardContext(self.config, backend=self.backend, max_rows=max(64, len(x)))
+        m = int(x.shape[0])
+        self.route(m)[1](x, ctx)
         return ctx.backend.to_numpy(ctx.buffers.moe_output()[:m])
