@@ -128,7 +128,6 @@ class SafetensorsFile:
         for name, e in header.items():
             entries[name] = self._entry(name, e, data_len)
         self.entries = entries
-        self._file: BinaryIO | None = None
         self._map: mmap.mmap | None = None
         self._size = size
 
@@ -165,8 +164,10 @@ class SafetensorsFile:
 
     def _mapped(self) -> mmap.mmap:
         if self._map is None:
-            self._file = open(self.path, "rb")
-            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+            # mmap keeps its own duplicate of the descriptor: the file object can close at once,
+            # so a folder dropped without close() leaks no open file.
+            with open(self.path, "rb") as f:
+                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         return self._map
 
     def names(self) -> list[str]:
@@ -220,9 +221,6 @@ class SafetensorsFile:
             except BufferError:  # a view is still alive; the GC closes it with the view
                 pass
             self._map = None
-        if self._file is not None:
-            self._file.close()
-            self._file = None
 
 
 class SafetensorsWriter:
