@@ -34,6 +34,18 @@ F32 = np.float32
 #: Use the fast A16 kernels where they apply (B % 64 == 0); METRALE_CUDA_FAST=0 turns
 #: them off (the generic kernels give the same bits).
 FAST_ENABLED = os.environ.get("METRALE_CUDA_FAST", "1") != "0"
+#: Tensor-core A16 kernels (kernels/w4a16_mma.cu) for m >= MMA_MIN_ROWS, in chunks of MMA_ROWS
+#: rows; METRALE_CUDA_MMA=0 forces the CUDA-core kernels (same bits). MMA_MIN_ROWS = 4: on the
+#: H200 the FFN at m = 2 took 77.2 us on the MMA path against 56.0 us on the CUDA-core kernels
+#: (docs/performance.md); the tests lower it to 2 to keep m = 2, 3 covered.
+MMA_FILE = "w4a16_mma.cu"
+MMA_ENABLED = os.environ.get("METRALE_CUDA_MMA", "1") != "0"
+MMA_ROWS = 32
+MMA_MIN_ROWS = 4
+MMA_WARPS = 4
+MMA_RUN = 64
+#: (device, nbytes) -> persistent prologue workspace (stream-ordered reuse; graph-capture safe).
+_mma_ws: dict[int, Any] = {}
 
 UPLOADERS: dict[str, Callable[[Any], Any]] = {"nvfp4": upload_generic}
 
@@ -149,6 +161,8 @@ def nvfp4_a16(x: Any, sets: list[tuple[Any, Any]], rows: int, r_want: int) -> No
     args0 = _set(sets[0][0], sets[0][1], F32(sets[0][0].weight_scale_2), rows)
     args1 = _set(sets[-1][0], sets[-1][1], F32(sets[-1][0].weight_scale_2), rows)
     tail = (np.int32(w0.n), np.int32(k))
+    if MMA_ENABLED and rows >= MMA_MIN_ROWS and _nvfp4_mma(x, ldx, rows, b, args0, args1, len(sets), w0.n):
+        return
     fast = _fast_rows(min(r_want, rows), k) if FAST_ENABLED else None
     if fast is not None:
         name = f"nvfp4_a16f_r{fast}"
@@ -177,6 +191,74 @@ def nvfp4_a16(x: Any, sets: list[tuple[Any, Any]], rows: int, r_want: int) -> No
     runtime.set_dynamic_smem(kern, smem)
     grid = _grid(w0.n, -(-rows // r), len(sets), smem)
     kern(grid, (THREADS,), (x, np.int64(ldx), np.int32(rows), *args0, *args1, *tail), shared_mem=smem)
+
+
+def _mma_workspace(nbytes: int) -> Any:
+    import cupy
+
+    dev = runtime.device_id()
+    buf = _mma_ws.get(dev)
+    if buf is None or buf.nbytes < nbytes:
+        buf = cupy.empty(nbytes, dtype=cupy.uint8)
+        _mma_ws[dev] = buf
+    return buf
+
+
+def _nvfp4_mma(x: Any, ldx: int, rows: int, b: int, args0: tuple, args1: tuple, gz: int, n: int) -> bool:
+    """Tensor-core A16 path (kernels/w4a16_mma.cu) over chunks of up to MMA_ROWS rows; False
+    (nothing launched) where its kernels did not build or its shared memory does not fit."""
+    nb = MMA_RUN * -(-b // MMA_RUN)
+    runs = nb // MMA_RUN
+    suffix = "a" if b % 8 == 0 else "u"
+    prep = runtime.get_kernel(MMA_FILE, "w4a16_mma_prep")
+    if prep is None:
+        return False
+    plan = []
+    for r0 in range(0, rows, MMA_ROWS):
+        m = min(MMA_ROWS, rows - r0)
+        nt = -(-m // 8)
+        smem = 16 * 8 * nt * runs * 4
+        kern = runtime.get_kernel(MMA_FILE, f"w4a16_mma_nt{nt}_{suffix}")
+        if kern is None or smem > SMEM_LIMIT:
+            return False
+        plan.append((r0, m, nt, smem, kern))
+    ws = _mma_workspace(MMA_ROWS * nb * 36)
+    (w0, s0, rs0, o0, ldo0), (w1, s1, rs1, o1, ldo1) = args0, args1
+    for r0, m, nt, smem, kern in plan:
+        rows8 = 8 * nt
+        act = ws[: rows8 * nb * 32]
+        fac = ws[rows8 * nb * 32 : rows8 * nb * 36]
+        items = rows8 * nb
+        prep(
+            (-(-items // THREADS),),
+            (THREADS,),
+            (x[r0:], np.int64(ldx), np.int32(m), np.int32(rows8), np.int32(b), np.int32(nb), act, fac),
+        )
+        runtime.set_dynamic_smem(kern, smem)
+        kern(
+            (-(-n // 16), 1, gz),
+            (32 * MMA_WARPS,),
+            (
+                act,
+                fac,
+                np.int32(m),
+                w0,
+                s0,
+                rs0,
+                o0[r0:],
+                ldo0,
+                w1,
+                s1,
+                rs1,
+                o1[r0:],
+                ldo1,
+                np.int32(n),
+                np.int32(b),
+                np.int32(nb),
+            ),
+            shared_mem=smem,
+        )
+    return True
 
 
 @dataclass

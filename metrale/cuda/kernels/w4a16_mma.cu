@@ -1,0 +1,307 @@
+// w4a16_mma.cu -- NVFP4 weights x A16 activations on integer tensor cores, m = 2..32 rows in one
+// pass over the weights (CONTRACT §4 A16, §5; the CUDA-core kernels are in w4a16_gemv.cu).
+//
+// Kernels (extern "C"):
+//   w4a16_mma_prep(x, ldx, m, rows8, B, NB, act, fac)     (rows8 = 8 NT)
+//       grid ceil(8 NT * NB / 256), block 256; one thread per (row r < 8 NT, block b < NB),
+//       NB = 64 * ceil(B / 64). A16 codes of the block (common.cuh a16_block_int) split into
+//       limbs c = 256 hi + lo (lo u8, hi s8), stored in mma B-fragment order:
+//         act u32 [NT][NB/2][32 lanes][4]: lane 4g+t, words (lo, hi) of block b (b even: .x .y,
+//             odd: .z .w) hold elements 4t..4t+3 of row 8 nt + g;
+//         fac f32 [NT][NB/8][4 t][8 blocks][2 h]: 2^(E-15) of row 8 nt + 2t + h (NaN for a
+//             non-finite block; -0.0 for rows >= m and blocks >= B).
+//   w4a16_mma_nt{1,2,3,4}_{a,u}(act, fac, m, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1,
+//                              N, B, NB)
+//       NT = ceil(m / 8) tiles of 8 rows; _a: B % 8 == 0 (16-byte weight, 8-byte scale loads),
+//       _u: any B (8-byte weight loads, byte scale loads). grid (ceil(N / 16), 1, gz), block
+//       32 W (W = MMA_WARPS); gz = 2 takes weight set 1 on blockIdx.z = 1 (gate and up).
+//       Dynamic shared memory 16 * 8 NT * (NB / 64) floats.
+//
+// Exactness. mma.sync.m16n8k16 s8 x s8 / s8 x u8 -> s32: k = 16 is exactly one quant block, so
+// each accumulator is one block dot; weights are the A operand (16 output columns), activation
+// rows the B operand (8 rows). S_b = 256 S_hi + S_lo: the hi MMA runs first, its accumulator is
+// shifted left by 8 and fed as C of the lo MMA (|S_b| < 2^23: exact in int32). Then
+// v_b = (f32(S_b) * f32(wscale_b)) * fac (one fp32 multiply each, IEEE, subnormals kept).
+// Tree: a step is 8 aligned blocks (one 8-leaf subtree in registers); a run is 8 steps = an
+// aligned 64-block subtree (binary counter of depth 3); warps take runs round-robin and park
+// the run roots in shared memory; the tree over the run roots (padded with -0.0) gives the
+// root. Blocks past B have zero weights, zero scale and fac = -0.0: v = (0 * 0) * -0.0 = -0.0,
+// the contract's padding leaf. y = f32_to_bf16(root * rowscale).
+//
+// Weight loads. Lane (g, t) loads 16 bytes of weight rows n0 + g and n0 + g + 8 at byte 16 t of
+// each 64-byte step (blocks 2t, 2t+1); a 4 x 4 transpose of 16-bit pieces across the 4 lanes
+// of a group (two shfl_xor stages) gives lane t the elements 4t..4t+3 of each of the 8 blocks,
+// which nib8 decode turns into the A fragments. Any k order inside a block is exact.
+#include "nvfp4.cuh"
+
+#define MMA_WARPS 4
+#define MMA_RUN 64
+
+// ---- prologue: A16 limbs and factors in fragment order ----
+extern "C" __global__ void __launch_bounds__(256) w4a16_mma_prep(const unsigned short* __restrict__ x,
+                                                                 long long ldx, int m, int rows8, int B,
+                                                                 int NB, unsigned int* __restrict__ act,
+                                                                 float* __restrict__ fac) {
+    const int it = blockIdx.x * blockDim.x + threadIdx.x;
+    if (it >= NB * rows8) return;
+    const int r = it / NB, b = it - r * NB;
+    unsigned int lo[4] = {0u, 0u, 0u, 0u}, hi[4] = {0u, 0u, 0u, 0u};
+    float f = METRALE_NEG_ZERO;
+    if (r < m && b < B) {
+        const unsigned short* src = x + (size_t)r * ldx + (size_t)b * 16;
+        unsigned short xs[16];
+#pragma unroll
+        for (int j = 0; j < 16; ++j) xs[j] = src[j];
+        int c[16];
+        int E;
+        bool fin;
+        a16_block_int(xs, c, E, fin);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            lo[q] = (c[4 * q] & 0xff) | ((c[4 * q + 1] & 0xff) << 8) | ((c[4 * q + 2] & 0xff) << 16) |
+                    ((unsigned int)(c[4 * q + 3] & 0xff) << 24);
+            hi[q] = ((c[4 * q] >> 8) & 0xff) | (((c[4 * q + 1] >> 8) & 0xff) << 8) |
+                    (((c[4 * q + 2] >> 8) & 0xff) << 16) | ((unsigned int)((c[4 * q + 3] >> 8) & 0xff) << 24);
+        }
+        f = fin ? pow2f(E - 15) : __uint_as_float(0x7fc00000u);
+    }
+    const int nt = r >> 3, g = r & 7;
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+        const size_t base = (((size_t)nt * (NB >> 1) + (b >> 1)) * 32 + (4 * g + t)) * 4 + 2 * (b & 1);
+        act[base] = lo[t];
+        act[base + 1] = hi[t];
+    }
+    const int tt = (r & 7) >> 1, h = r & 1;
+    fac[((((size_t)nt * (NB >> 3) + (b >> 3)) * 4 + tt) * 8 + (b & 7)) * 2 + h] = f;
+}
+
+__device__ __forceinline__ void mma_s8s8(int (&d)[4], unsigned int a0, unsigned int a1, unsigned int b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(b));
+}
+__device__ __forceinline__ void mma_s8u8(int (&d)[4], unsigned int a0, unsigned int a1, unsigned int b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(b));
+}
+
+// Lane (g, t) holds blocks 2t, 2t+1 of a step in (x, y), (z, w). Return u[s] = piece t of blocks
+// 2s (low half) and 2s+1 (high half): piece t = elements 4t..4t+3 = bits 16 (t & 1) of word t >> 1.
+__device__ __forceinline__ void step_pieces(uint4 v, int t, unsigned int (&u)[4]) {
+    // units U[t'] of this lane (source s = t): piece t' of blocks 2s, 2s+1
+    const unsigned int U0 = prmt(v.x, v.z, 0x5410u), U1 = prmt(v.x, v.z, 0x7632u);
+    const unsigned int U2 = prmt(v.y, v.w, 0x5410u), U3 = prmt(v.y, v.w, 0x7632u);
+    const bool odd = (t & 1) != 0, b1 = (t & 2) != 0;
+    // stage 1 (xor 1): keep units with t' & 1 == t & 1, receive the partner's
+    const unsigned int k0 = odd ? U1 : U0, k1 = odd ? U3 : U2;
+    const unsigned int r0 = __shfl_xor_sync(0xffffffffu, odd ? U0 : U1, 1);  // U[s^1][t&1]
+    const unsigned int r1 = __shfl_xor_sync(0xffffffffu, odd ? U2 : U3, 1);  // U[s^1][(t&1)+2]
+    // stage 2 (xor 2): keep units with t' == t
+    const unsigned int q0 = __shfl_xor_sync(0xffffffffu, b1 ? k0 : k1, 2);  // U[s^2][t]
+    const unsigned int q1 = __shfl_xor_sync(0xffffffffu, b1 ? r0 : r1, 2);  // U[s^3][t]
+    const unsigned int mine = b1 ? k1 : k0, from1 = b1 ? r1 : r0;          // U[s][t], U[s^1][t]
+    // position x holds source t ^ x: reorder to source index
+    unsigned int p0 = mine, p1 = from1, p2 = q0, p3 = q1;
+    if (odd) {  // swap (0,1), (2,3)
+        const unsigned int a = p0, c = p2;
+        p0 = p1; p1 = a; p2 = p3; p3 = c;
+    }
+    if (b1) {  // swap (0,2), (1,3)
+        const unsigned int a = p0, c = p1;
+        p0 = p2; p2 = a; p1 = p3; p3 = c;
+    }
+    u[0] = p0; u[1] = p1; u[2] = p2; u[3] = p3;
+}
+
+template <int NT, bool AL>
+__device__ __forceinline__ void w4a16_mma_body(const uint4* __restrict__ act, const float4* __restrict__ fac,
+                                               int m, Nvfp4Set set, int N, int B, int NB) {
+    extern __shared__ __align__(16) float red[];  // [16 columns][8 NT rows][runs]
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int n0 = blockIdx.x * 16;
+    const int runs = NB / MMA_RUN;
+    const int S8 = NB >> 3;
+    NibConsts kc;
+    asm volatile("mov.b32 %0, 0x03020100;" : "=r"(kc.p0));
+    asm volatile("mov.b32 %0, 0x0C080604;" : "=r"(kc.p1));
+    asm volatile("mov.b32 %0, 0xFDFEFF00;" : "=r"(kc.n0));
+    asm volatile("mov.b32 %0, 0xF4F8FAFC;" : "=r"(kc.n1));
+    asm volatile("mov.b32 %0, 0x32103210;" : "=r"(kc.base));
+    const long long wrow = (long long)B * 8;
+    const unsigned char* wr0 = set.w + (long long)min(n0 + g, N - 1) * wrow;
+    const unsigned char* wr1 = set.w + (long long)min(n0 + g + 8, N - 1) * wrow;
+    const unsigned char* sr0 = set.ws + (long long)min(n0 + g, N - 1) * B;
+    const unsigned char* sr1 = set.ws + (long long)min(n0 + g + 8, N - 1) * B;
+
+    for (int run = warp; run < runs; run += MMA_WARPS) {
+        float p1[NT][4], p2[NT][4], p0[NT][4], root[NT][4];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            uint4 wv[4][2];
+            unsigned int sc[4][2][2];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int blk0 = run * MMA_RUN + (half * 4 + i) * 8;  // first block of the step
+                if (AL) {
+                    const bool ok = blk0 < B;  // B % 8 == 0: whole steps
+                    const long long wo = (long long)blk0 * 8 + 16 * t;
+                    wv[i][0] = ok ? __ldg((const uint4*)(wr0 + wo)) : make_uint4(0u, 0u, 0u, 0u);
+                    wv[i][1] = ok ? __ldg((const uint4*)(wr1 + wo)) : make_uint4(0u, 0u, 0u, 0u);
+                    const uint2 z2 = make_uint2(0u, 0u);
+                    const uint2 a = ok ? __ldg((const uint2*)(sr0 + blk0)) : z2;
+                    const uint2 c = ok ? __ldg((const uint2*)(sr1 + blk0)) : z2;
+                    sc[i][0][0] = a.x; sc[i][0][1] = a.y;
+                    sc[i][1][0] = c.x; sc[i][1][1] = c.y;
+                } else {
+                    const int be = blk0 + 2 * t, bo = be + 1;
+                    uint2 e0 = make_uint2(0u, 0u), o0 = e0, e1 = e0, o1 = e0;
+                    if (be < B) {
+                        e0 = __ldg((const uint2*)(wr0 + (long long)be * 8));
+                        e1 = __ldg((const uint2*)(wr1 + (long long)be * 8));
+                    }
+                    if (bo < B) {
+                        o0 = __ldg((const uint2*)(wr0 + (long long)bo * 8));
+                        o1 = __ldg((const uint2*)(wr1 + (long long)bo * 8));
+                    }
+                    wv[i][0] = make_uint4(e0.x, e0.y, o0.x, o0.y);
+                    wv[i][1] = make_uint4(e1.x, e1.y, o1.x, o1.y);
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const unsigned char* sr = h ? sr1 : sr0;
+                        unsigned int s0 = 0u, s1 = 0u;
+#pragma unroll
+                        for (int j = 0; j < 4; ++j) {
+                            if (blk0 + j < B) s0 |= (unsigned int)__ldg(sr + blk0 + j) << (8 * j);
+                            if (blk0 + 4 + j < B) s1 |= (unsigned int)__ldg(sr + blk0 + 4 + j) << (8 * j);
+                        }
+                        sc[i][h][0] = s0;
+                        sc[i][h][1] = s1;
+                    }
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int step = half * 4 + i;
+                const int s8 = run * (MMA_RUN / 8) + step;
+                // A fragments: codes of rows g (a0) and g + 8 (a1) for the 8 blocks
+                unsigned int a0[8], a1[8];
+                {
+                    unsigned int u[4];
+                    step_pieces(wv[i][0], t, u);
+#pragma unroll
+                    for (int s = 0; s < 4; ++s) nib8_codes_k(u[s], kc, a0[2 * s], a0[2 * s + 1]);
+                    step_pieces(wv[i][1], t, u);
+#pragma unroll
+                    for (int s = 0; s < 4; ++s) nib8_codes_k(u[s], kc, a1[2 * s], a1[2 * s + 1]);
+                }
+                // weight scales of columns g, g + 8 for the 8 blocks
+                float ws0[8], ws1[8];
+#pragma unroll
+                for (int q = 0; q < 2; ++q) {
+                    e4m3x2_to_f32(sc[i][0][q] & 0xffffu, ws0[4 * q], ws0[4 * q + 1]);
+                    e4m3x2_to_f32(sc[i][0][q] >> 16, ws0[4 * q + 2], ws0[4 * q + 3]);
+                    e4m3x2_to_f32(sc[i][1][q] & 0xffffu, ws1[4 * q], ws1[4 * q + 1]);
+                    e4m3x2_to_f32(sc[i][1][q] >> 16, ws1[4 * q + 2], ws1[4 * q + 3]);
+                }
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+                    const uint4* ap = act + ((size_t)nt * (NB >> 1) + (size_t)s8 * 4) * 32 + lane;
+                    const float4* fp = fac + (((size_t)nt * S8 + s8) * 4 + t) * 4;
+                    float v[8][4];
+#pragma unroll
+                    for (int pr = 0; pr < 4; ++pr) {
+                        const uint4 bv = __ldg(ap + pr * 32);  // blocks 2 pr (x lo, y hi), 2 pr + 1
+                        const float4 ff = __ldg(fp + pr);      // blocks 2 pr, 2 pr + 1: (h0, h1) each
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            const int bb = 2 * pr + e;
+                            int d[4] = {0, 0, 0, 0};
+                            mma_s8s8(d, a0[bb], a1[bb], e ? bv.w : bv.y);
+#pragma unroll
+                            for (int j = 0; j < 4; ++j) d[j] = d[j] << 8;
+                            mma_s8u8(d, a0[bb], a1[bb], e ? bv.z : bv.x);
+                            const float f0 = e ? ff.z : ff.x, f1 = e ? ff.w : ff.y;
+                            // c0 (col g, row 2t), c1 (col g, 2t+1), c2 (col g+8, 2t), c3 (col g+8, 2t+1)
+                            v[bb][0] = ieee_mul(ieee_mul((float)d[0], ws0[bb]), f0);
+                            v[bb][1] = ieee_mul(ieee_mul((float)d[1], ws0[bb]), f1);
+                            v[bb][2] = ieee_mul(ieee_mul((float)d[2], ws1[bb]), f0);
+                            v[bb][3] = ieee_mul(ieee_mul((float)d[3], ws1[bb]), f1);
+                        }
+                    }
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        const float s01 = ieee_add(v[0][j], v[1][j]), s23 = ieee_add(v[2][j], v[3][j]);
+                        const float s45 = ieee_add(v[4][j], v[5][j]), s67 = ieee_add(v[6][j], v[7][j]);
+                        const float sr = ieee_add(ieee_add(s01, s23), ieee_add(s45, s67));
+                        // binary counter over the 8 steps of the run (levels p0, p1, p2)
+                        if ((step & 1) == 0) {
+                            p0[nt][j] = sr;
+                        } else {
+                            const float l1 = ieee_add(p0[nt][j], sr);
+                            if ((step & 2) == 0) {
+                                p1[nt][j] = l1;
+                            } else {
+                                const float l2 = ieee_add(p1[nt][j], l1);
+                                if ((step & 4) == 0) {
+                                    p2[nt][j] = l2;
+                                } else {
+                                    root[nt][j] = ieee_add(p2[nt][j], l2);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // park the run roots: value j of tile nt is column g + 8 (j >> 1), row 8 nt + 2t + (j & 1)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int c = g + 8 * (j >> 1), rr = 8 * nt + 2 * t + (j & 1);
+                red[(c * 8 * NT + rr) * runs + run] = root[nt][j];
+            }
+    }
+    __syncthreads();
+    // the tree over the run roots of each (column, row), padded with -0.0 (in place)
+    for (int pidx = threadIdx.x; pidx < 16 * 8 * NT; pidx += blockDim.x) {
+        const int c = pidx / (8 * NT), rr = pidx - c * (8 * NT);
+        const int n = n0 + c;
+        if (n >= N || rr >= m) continue;
+        float* a = red + (size_t)pidx * runs;
+        int len = runs;
+        while (len > 1) {
+            const int half = (len + 1) >> 1;
+            for (int i = 0; i < half; ++i) a[i] = (2 * i + 1 < len) ? ieee_add(a[2 * i], a[2 * i + 1]) : a[2 * i];
+            len = half;
+        }
+        set.out[(size_t)rr * set.ldo + n] = f32_to_bf16(ieee_mul(a[0], set.rowscale));
+    }
+}
+
+#define W4A16_MMA(NT, AL, SUFFIX)                                                                        \
+    extern "C" __global__ void __launch_bounds__(32 * MMA_WARPS) w4a16_mma_nt##NT##_##SUFFIX(            \
+        const uint4* __restrict__ act, const float4* __restrict__ fac, int m, const unsigned char* w0,   \
+        const unsigned char* s0, float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, \
+        const unsigned char* s1, float rs1, unsigned short* out1, long long ldo1, int N, int B, int NB) { \
+        Nvfp4Set set;                                                                                    \
+        if (blockIdx.z == 0) {                                                                           \
+            set.w = w0; set.ws = s0; set.rowscale = rs0; set.out = out0; set.ldo = ldo0;                 \
+        } else {                                                                                         \
+            set.w = w1; set.ws = s1; set.rowscale = rs1; set.out = out1; set.ldo = ldo1;                 \
+        }                                                                                                \
+        w4a16_mma_body<NT, AL>(act, fac, m, set, N, B, NB);                                              \
+    }
+
+W4A16_MMA(1, true, a)
+W4A16_MMA(1, false, u)
+W4A16_MMA(2, true, a)
+W4A16_MMA(2, false, u)
+W4A16_MMA(3, true, a)
+W4A16_MMA(3, false, u)
+W4A16_MMA(4, true, a)
+W4A16_MMA(4, false, u)

@@ -1,0 +1,81 @@
+"""Tensor-core NVFP4 x A16 kernels (kernels/w4a16_mma.cu) against the numpy reference and the
+CUDA-core kernels, bit for bit (CONTRACT §4 A16, §5).
+
+Shapes: block counts B = K/16 that are not powers of two, not multiples of the 8-block step
+(the byte-load ``_u`` kernels) nor of the 64-block run, N not a multiple of the 16-column tile;
+m = 2..32 and a gemm past 32 rows (chunks); rows of every edge kind (NaN/Inf blocks,
+subnormals, zeros, ties, huge); outputs in strided views whose guard bands must survive.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from metrale.reference.projection import project
+from tests.gpu import gen
+
+cp = pytest.importorskip("cupy")
+
+#: (N, K): B = 3, 9 (odd, < one step), 65, 130 (partial run), 64, 256, 768 (B % 64 == 0).
+SHAPES = ((37, 48), (19, 144), (50, 1040), (33, 2080), (16, 1024), (45, 4096), (7, 12288))
+
+
+def ref(x: np.ndarray, w: Any) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return project(x, w, "A16").view(np.uint16)
+
+
+def dev_rows(x: np.ndarray) -> Any:
+    return cp.asarray(np.ascontiguousarray(x).view(np.uint16))
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"N{n}-K{k}" for n, k in SHAPES])
+def test_mma_matches_reference_and_cuda_cores(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, shape: tuple
+) -> None:
+    from metrale.cuda import nvfp4
+
+    n, k = shape
+    w = gen.nvfp4(fresh_rng, n, k)
+    dw = cuda.upload(w)
+    x = gen.rows(fresh_rng, 40, k)
+    want = ref(x, w)
+    xd = dev_rows(x)
+    ms = (2, 3, 4, 5, 8, 9, 16, 17, 24, 31, 32)
+    monkeypatch.setattr(nvfp4, "MMA_MIN_ROWS", 2)  # cover m = 2, 3 on the MMA path too
+    for mma in (True, False):
+        monkeypatch.setattr(nvfp4, "MMA_ENABLED", mma)
+        for m in ms:
+            t = next(t for t in (4, 8, 16, 32) if m <= t)
+            buf, view, init = gen.guarded(cp, fresh_rng, m + 1, n)
+            cuda.launch(f"w4a16_gemv_batch{t}", xd[:m], dw, view, m)
+            gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"mma={mma} batch{t} m={m} {shape}")
+        for rows in (2, 3):
+            b0, v0, i0 = gen.guarded(cp, fresh_rng, rows, n)
+            cuda.launch(f"w4a16_gemv_batch{rows}", xd[:rows], dw, v0)
+            gen.bits_equal(gen.check_guard(b0, i0, rows, n), want[:rows], f"mma={mma} batch{rows} {shape}")
+            w1 = gen.nvfp4(fresh_rng, n, k, name="up")
+            b1, v1, i1 = gen.guarded(cp, fresh_rng, rows, n)
+            b2, v2, i2 = gen.guarded(cp, fresh_rng, rows, n)
+            cuda.launch(f"w4a16_gemv_dual_batch{rows}", xd[:rows], dw, v1, cuda.upload(w1), v2)
+            gen.bits_equal(gen.check_guard(b1, i1, rows, n), want[:rows], f"mma={mma} dual{rows} gate")
+            gen.bits_equal(gen.check_guard(b2, i2, rows, n), ref(x[:rows], w1), f"mma={mma} dual{rows} up")
+        for m in (33, 40):  # gemm in chunks of 32 rows
+            buf, view, init = gen.guarded(cp, fresh_rng, m, n)
+            cuda.launch("w4a16_gemm", xd[:m], dw, view)
+            gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"mma={mma} gemm m={m} {shape}")
+
+
+def test_mma_edge_rows_every_kind(cuda: Any, fresh_rng: np.random.Generator) -> None:
+    """Each edge kind in every row position of an 8-row tile, one call per kind."""
+    n, k = 29, 1040
+    w = gen.nvfp4(fresh_rng, n, k)
+    dw = cuda.upload(w)
+    for kind in gen.ROW_KINDS:
+        x = np.stack([gen.row(fresh_rng, k, kind) for _ in range(11)])
+        buf, view, init = gen.guarded(cp, fresh_rng, 11, n)
+        cuda.launch("w4a16_gemv_batch16", dev_rows(x), dw, view, 11)
+        gen.bits_equal(gen.check_guard(buf, init, 11, n), ref(x, w), f"mma edge rows {kind}")
