@@ -3,8 +3,6 @@ layer must leave alone (CONTRACT §7, §8)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import layer_cases as lc
 import numpy as np
 import pytest
@@ -23,14 +21,6 @@ Q2_MISSING = (
     "q2_0_gemv_vec_batchm kernel missing in this target build — packed-Q2 batched decode "
     "(METRALE_GGUF_NATIVE_Q2, C>=2) is unavailable"
 )
-
-
-@pytest.fixture(autouse=True)
-def _fresh_tier(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv("METRALE_WEIGHT_QUANT", raising=False)
-    lc.weight_quantization.cache_clear()
-    yield
-    lc.weight_quantization.cache_clear()
 
 
 def parts(kind: str) -> lc.LayerParts:

@@ -7,8 +7,6 @@ the launch log is the routing, whatever backend runs it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import layer_cases as lc
 import numpy as np
 import pytest
@@ -23,14 +21,6 @@ from metrale.reference.layer import DenseFfnLayer, FfnLora
 from metrale.reference.tiers import WEIGHT_QUANT_CHOICES, W4a16BatchmTiers, WeightQuantTier
 
 HID, INTER = 48, 80
-
-
-@pytest.fixture(autouse=True)
-def _fresh_tier(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv("METRALE_WEIGHT_QUANT", raising=False)
-    lc.weight_quantization.cache_clear()
-    yield
-    lc.weight_quantization.cache_clear()
 
 
 def set_mode(monkeypatch: pytest.MonkeyPatch, mode: str) -> None:

@@ -60,14 +60,6 @@ def _ids(case: tuple[str, int]) -> str:
     return f"{case[0][:-4]}-m{case[1]}"
 
 
-@pytest.fixture(autouse=True)
-def _fresh_tier(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.delenv("METRALE_WEIGHT_QUANT", raising=False)
-    lc.weight_quantization.cache_clear()
-    yield
-    lc.weight_quantization.cache_clear()
-
-
 def test_vector_files_are_exactly_the_tools() -> None:
     present = sorted(p.name for p in VECTOR_DIR.glob("*.npz"))
     assert present == sorted(NAMES), "run tools/make_vectors.py: the vector set differs from the tool's"
