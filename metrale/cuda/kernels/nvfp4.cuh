@@ -32,6 +32,38 @@ struct Nvfp4Set {
     long long ldo;
 };
 
+// The weight set of this CTA: blockIdx.z == 0 takes set 0, 1 takes set 1 (gate and up in one
+// launch). Every NVFP4 kernel takes the two sets as these ten arguments.
+__device__ __forceinline__ Nvfp4Set nvfp4_set(const unsigned char* w0, const unsigned char* s0, float rs0,
+                                              unsigned short* out0, long long ldo0, const unsigned char* w1,
+                                              const unsigned char* s1, float rs1, unsigned short* out1,
+                                              long long ldo1) {
+    Nvfp4Set set;
+    if (blockIdx.z == 0) {
+        set.w = w0; set.ws = s0; set.rowscale = rs0; set.out = out0; set.ldo = ldo0;
+    } else {
+        set.w = w1; set.ws = s1; set.rowscale = rs1; set.out = out1; set.ldo = ldo1;
+    }
+    return set;
+}
+
+// A16 codes c[16] of one block as the two limb words c = 256*hi + lo: lo[q] holds the unsigned
+// low bytes of elements 4q..4q+3 (byte n = element 4q+n), hi[q] their signed high bytes.
+__device__ __forceinline__ void a16_limbs(const int c[16], unsigned int lo[4], unsigned int hi[4]) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        lo[q] = (c[4 * q] & 0xff) | ((c[4 * q + 1] & 0xff) << 8) | ((c[4 * q + 2] & 0xff) << 16) |
+                ((unsigned int)(c[4 * q + 3] & 0xff) << 24);
+        hi[q] = ((c[4 * q] >> 8) & 0xff) | (((c[4 * q + 1] >> 8) & 0xff) << 8) |
+                (((c[4 * q + 2] >> 8) & 0xff) << 16) | ((unsigned int)((c[4 * q + 3] >> 8) & 0xff) << 24);
+    }
+}
+
+// The block factor of NVFP4 x A16: 2^(E - 15), or NaN for a non-finite activation block.
+__device__ __forceinline__ float a16_factor(int E, bool fin) {
+    return fin ? pow2f(E - 15) : __uint_as_float(0x7fc00000u);
+}
+
 // Shared-memory bytes per activation row: A16 72*P, A4 40*P (P = 32 * chunks).
 template <int MODE> struct ActLayout { static constexpr int LIMB_WORDS = MODE == 0 ? 4 : 2; };
 
@@ -72,17 +104,10 @@ __device__ __forceinline__ void nvfp4_body(const void* act, long long lda, const
                     bool fin;
                     a16_block(xs, c, E, fin);
                     unsigned int l[4], hh[4];
-#pragma unroll
-                    for (int q = 0; q < 4; ++q) {
-                        l[q] = (c[4 * q] & 0xff) | ((c[4 * q + 1] & 0xff) << 8) | ((c[4 * q + 2] & 0xff) << 16) |
-                               ((unsigned int)(c[4 * q + 3] & 0xff) << 24);
-                        hh[q] = ((c[4 * q] >> 8) & 0xff) | (((c[4 * q + 1] >> 8) & 0xff) << 8) |
-                                (((c[4 * q + 2] >> 8) & 0xff) << 16) |
-                                ((unsigned int)((c[4 * q + 3] >> 8) & 0xff) << 24);
-                    }
+                    a16_limbs(c, l, hh);
                     lo = make_uint4(l[0], l[1], l[2], l[3]);
                     hi = make_uint4(hh[0], hh[1], hh[2], hh[3]);
-                    f = fin ? pow2f(E - 15) : __uint_as_float(0x7fc00000u);
+                    f = a16_factor(E, fin);
                 }
                 limbs[h * P + p] = lo;        // lo_even, lo_odd
                 limbs[(2 + h) * P + p] = hi;  // hi_even, hi_odd
@@ -376,16 +401,10 @@ __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long lo
                 bool fin;
                 a16_block_int(xs, c, E, fin);
                 unsigned int l[4], hh[4];
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    l[j] = (c[4 * j] & 0xff) | ((c[4 * j + 1] & 0xff) << 8) | ((c[4 * j + 2] & 0xff) << 16) |
-                           ((unsigned int)(c[4 * j + 3] & 0xff) << 24);
-                    hh[j] = ((c[4 * j] >> 8) & 0xff) | (((c[4 * j + 1] >> 8) & 0xff) << 8) |
-                            (((c[4 * j + 2] >> 8) & 0xff) << 16) | ((unsigned int)((c[4 * j + 3] >> 8) & 0xff) << 24);
-                }
+                a16_limbs(c, l, hh);
                 lo = make_uint4(l[0], l[1], l[2], l[3]);
                 hi = make_uint4(hh[0], hh[1], hh[2], hh[3]);
-                f = fin ? pow2f(E - 15) : __uint_as_float(0x7fc00000u);
+                f = a16_factor(E, fin);
             }
             *(uint4*)(rec + h * 512 + q * 16) = lo;
             *(uint4*)(rec + (2 + h) * 512 + q * 16) = hi;

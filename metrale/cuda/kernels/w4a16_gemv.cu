@@ -16,12 +16,7 @@
         const unsigned short* x, long long ldx, int m, const unsigned char* w0, const unsigned char* s0, \
         float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, const unsigned char* s1, \
         float rs1, unsigned short* out1, long long ldo1, int N, int K) {                               \
-        Nvfp4Set set;                                                                                  \
-        if (blockIdx.z == 0) {                                                                         \
-            set.w = w0; set.ws = s0; set.rowscale = rs0; set.out = out0; set.ldo = ldo0;               \
-        } else {                                                                                       \
-            set.w = w1; set.ws = s1; set.rowscale = rs1; set.out = out1; set.ldo = ldo1;               \
-        }                                                                                              \
+        const Nvfp4Set set = nvfp4_set(w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);             \
         nvfp4_body<0, R, EV>(x, ldx, nullptr, m, set, N, K);                                           \
     }
 
@@ -43,12 +38,7 @@ NVFP4_A16(4, false, o)
         const unsigned short* x, long long ldx, int m, const unsigned char* w0, const unsigned char* s0, \
         float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, const unsigned char* s1, \
         float rs1, unsigned short* out1, long long ldo1, int N, int K) {                               \
-        Nvfp4Set set;                                                                                  \
-        if (blockIdx.z == 0) {                                                                         \
-            set.w = w0; set.ws = s0; set.rowscale = rs0; set.out = out0; set.ldo = ldo0;               \
-        } else {                                                                                       \
-            set.w = w1; set.ws = s1; set.rowscale = rs1; set.out = out1; set.ldo = ldo1;               \
-        }                                                                                              \
+        const Nvfp4Set set = nvfp4_set(w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);             \
         nvfp4_fast_body<R, D>(x, ldx, m, set, N, K);                                                   \
     }
 

@@ -56,14 +56,8 @@ extern "C" __global__ void __launch_bounds__(256) w4a16_mma_prep(const unsigned 
         int E;
         bool fin;
         a16_block_int(xs, c, E, fin);
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            lo[q] = (c[4 * q] & 0xff) | ((c[4 * q + 1] & 0xff) << 8) | ((c[4 * q + 2] & 0xff) << 16) |
-                    ((unsigned int)(c[4 * q + 3] & 0xff) << 24);
-            hi[q] = ((c[4 * q] >> 8) & 0xff) | (((c[4 * q + 1] >> 8) & 0xff) << 8) |
-                    (((c[4 * q + 2] >> 8) & 0xff) << 16) | ((unsigned int)((c[4 * q + 3] >> 8) & 0xff) << 24);
-        }
-        f = fin ? pow2f(E - 15) : __uint_as_float(0x7fc00000u);
+        a16_limbs(c, lo, hi);
+        f = a16_factor(E, fin);
     }
     const int nt = r >> 3, g = r & 7;
 #pragma unroll
@@ -288,12 +282,7 @@ __device__ __forceinline__ void w4a16_mma_body(const uint4* __restrict__ act, co
         const uint4* __restrict__ act, const float4* __restrict__ fac, int m, const unsigned char* w0,   \
         const unsigned char* s0, float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, \
         const unsigned char* s1, float rs1, unsigned short* out1, long long ldo1, int N, int B, int NB) { \
-        Nvfp4Set set;                                                                                    \
-        if (blockIdx.z == 0) {                                                                           \
-            set.w = w0; set.ws = s0; set.rowscale = rs0; set.out = out0; set.ldo = ldo0;                 \
-        } else {                                                                                         \
-            set.w = w1; set.ws = s1; set.rowscale = rs1; set.out = out1; set.ldo = ldo1;                 \
-        }                                                                                                \
+        const Nvfp4Set set = nvfp4_set(w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);             \
         w4a16_mma_body<NT, AL>(act, fac, m, set, N, B, NB);                                              \
     }
 
