@@ -148,6 +148,22 @@ __device__ __forceinline__ float ieee_d2f(double a) {
     return d;
 }
 
+// The contract's tree over 32 leaves (leaf l in lane l: xor 1 adds adjacent pairs first), every
+// add the non-FTZ ieee_add.
+__device__ __forceinline__ float warp_tree_ieee(float t) {
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) t = ieee_add(t, __shfl_xor_sync(0xffffffffu, t, o));
+    return t;
+}
+
+// The tree over C <= 64 chunk roots sr[0 .. C) in K order, padded with -0.0 leaves: lane l adds
+// the pair (2l, 2l + 1), then warp_tree_ieee. Every lane returns the root.
+__device__ __forceinline__ float chunk_roots_tree(const float* sr, int C, int lane) {
+    const float a = 2 * lane < C ? sr[2 * lane] : -0.0f;
+    const float b = 2 * lane + 1 < C ? sr[2 * lane + 1] : -0.0f;
+    return warp_tree_ieee(ieee_add(a, b));
+}
+
 // A16 (CONTRACT §4) without floating point: with F = max(field, 1) and f_j = max(field_j, 1),
 // |x_j| 2^(14-E) = m_j 2^(7 + f_j - F) (m_j the 8-bit significand), so c_j = m_j << (7 - d) for
 // d = F - f_j <= 7, else m_j >> (d - 7) rounded to nearest even. Codes of a non-finite block: 0.

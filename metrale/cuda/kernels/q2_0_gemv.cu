@@ -138,9 +138,7 @@ __device__ __forceinline__ void q2_gemv_warp(const uint4* __restrict__ qs, const
                     v[i] = valid ? ieee_mul(ieee_mul(__int2float_rn(S), dd[c]), __uint_as_float(ax[i].y))
                                  : -0.0f;
                 }
-                float t = ieee_add(ieee_add(v[0], v[1]), ieee_add(v[2], v[3]));
-#pragma unroll
-                for (int o = 1; o < 32; o <<= 1) t = ieee_add(t, __shfl_xor_sync(0xffffffffu, t, o));
+                const float t = warp_tree_ieee(ieee_add(ieee_add(v[0], v[1]), ieee_add(v[2], v[3])));
                 if (lane == 0) sroot[(c * R + r) * 64 + ch] = t;
             }
         }
@@ -153,11 +151,7 @@ __device__ __forceinline__ void q2_gemv_warp(const uint4* __restrict__ qs, const
 #pragma unroll
         for (int c = 0; c < NC; ++c) {
             const float* sr = sroot + (c * R + r) * 64;
-            const float a = 2 * lane < C ? sr[2 * lane] : -0.0f;
-            const float b = 2 * lane + 1 < C ? sr[2 * lane + 1] : -0.0f;
-            float t = ieee_add(a, b);
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) t = ieee_add(t, __shfl_xor_sync(0xffffffffu, t, o));
+            const float t = chunk_roots_tree(sr, C, lane);
             const int n = n0 + c;
             if (lane == 0 && n < N) out[(long long)row * ldo + n] = f32_to_bf16(t);
         }

@@ -131,9 +131,7 @@ __device__ __forceinline__ void wide_gemv_warp(const uint4* __restrict__ w, cons
             }
 #pragma unroll
             for (int c = 0; c < NC; ++c) {
-                float t = ieee_add(v[0][c], v[1][c]);
-#pragma unroll
-                for (int o = 1; o < 32; o <<= 1) t = ieee_add(t, __shfl_xor_sync(0xffffffffu, t, o));
+                const float t = warp_tree_ieee(ieee_add(v[0][c], v[1][c]));
                 if (lane == 0) sroot[(c * R + r) * 64 + ch] = t;
             }
         }
@@ -146,11 +144,7 @@ __device__ __forceinline__ void wide_gemv_warp(const uint4* __restrict__ w, cons
 #pragma unroll
         for (int c = 0; c < NC; ++c) {
             const float* sr = sroot + (c * R + r) * 64;
-            const float a = 2 * lane < C ? sr[2 * lane] : -0.0f;
-            const float b = 2 * lane + 1 < C ? sr[2 * lane + 1] : -0.0f;
-            float t = ieee_add(a, b);
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) t = ieee_add(t, __shfl_xor_sync(0xffffffffu, t, o));
+            const float t = chunk_roots_tree(sr, C, lane);
             const int n = n0 + c;
             if (lane == 0 && n < N)
                 out[(long long)row * ldo + n] = f32_to_bf16(scale ? ieee_mul(t, scale[n]) : t);
