@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from metrale.cuda.launch_args import cdiv, device_out, device_rows, tier, weight_arrays
 from metrale.cuda.runtime import get_kernel
 from metrale.cuda.weights import DeviceWeight, to_device
 from metrale.errors import MetraleError
@@ -30,62 +31,6 @@ BLOCK = 16
 #: Threads per CTA of ``q2_a16_prep`` (one per row and 16-block): small CTAs spread one row's
 #: blocks over several multiprocessors.
 PREP_THREADS = 64
-
-
-# ---- argument helpers shared by q2, w8a8 and wide ----
-def device_rows(x: Any, k: int, rows: int, name: str = "x") -> Any:
-    """``x`` as CuPy uint16 bf16 bits [>= rows, k] with unit column stride and 16-byte aligned
-    rows (copied only when that does not hold); MetraleError naming ``name`` otherwise."""
-    import cupy
-
-    from metrale.cuda.backend import as_device_bits
-
-    a = as_device_bits(x, name)
-    if a.ndim != 2:
-        raise MetraleError(f"{name}: shape {tuple(a.shape)}, want 2-D [m, K]")
-    if a.shape[1] != k:
-        raise MetraleError(f"{name}: K={a.shape[1]}, the weight wants K={k}")
-    if a.shape[0] < rows:
-        raise MetraleError(f"{name}: {a.shape[0]} rows, the launch needs {rows}")
-    if a.strides[1] != 2 or a.strides[0] % 16 or a.data.ptr % 16:
-        a = cupy.ascontiguousarray(a)
-    return a
-
-
-def device_out(out: Any, rows: int, n: int, name: str = "out") -> tuple[Any, int]:
-    """The output buffer (CuPy uint16 [>= rows, n], unit column stride) and its row stride in
-    elements; MetraleError naming ``name`` otherwise. The kernels write rows [0, rows) only."""
-    import cupy
-
-    if not isinstance(out, cupy.ndarray) or out.dtype not in (cupy.uint16, cupy.int16):
-        raise MetraleError(f"{name}: want a CuPy uint16 (bf16 bits) buffer, got {type(out).__name__}")
-    if out.ndim != 2 or out.shape[1] != n or out.shape[0] < rows:
-        raise MetraleError(f"{name}: shape {tuple(out.shape)}, want [{rows}, {n}]")
-    if out.strides[1] != 2 or out.strides[0] % 2:
-        raise MetraleError(f"{name}: columns must be contiguous (strides {out.strides})")
-    return out, out.strides[0] // 2
-
-
-def weight_arrays(w: Any, fmt: str, kernel: str) -> dict[str, Any]:
-    """The device arrays of an uploaded weight of format ``fmt``."""
-    if not isinstance(w, DeviceWeight) or w.format != fmt:
-        raise MetraleError(
-            f"{kernel}: weight {getattr(w, 'name', '?')} is {type(w).__name__} "
-            f"(format {getattr(w, 'format', '?')}), want an uploaded {fmt} weight (backend.upload)"
-        )
-    return w.arrays
-
-
-def tier(m: int, tiers: dict[int, int]) -> int:
-    """The smallest row tier >= m, else the largest (then grid.y row groups)."""
-    for t in sorted(tiers):
-        if m <= t:
-            return t
-    return max(tiers)
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 # ---- Q2_0 ----

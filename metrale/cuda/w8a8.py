@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from metrale.cuda.q2 import cdiv, device_out, device_rows, tier, weight_arrays
+from metrale.cuda.launch_args import cdiv, device_out, device_rows, tier, weight_arrays
 from metrale.cuda.runtime import device_id, get_kernel, sm_count
 from metrale.cuda.weights import DeviceWeight, to_device
 from metrale.errors import MetraleError

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from metrale.cuda.q2 import cdiv, device_out, device_rows, tier, weight_arrays
+from metrale.cuda.launch_args import cdiv, device_out, device_rows, tier, weight_arrays
 from metrale.cuda.runtime import get_kernel
 from metrale.cuda.weights import DeviceWeight, to_device
 from metrale.errors import MetraleError
