@@ -286,6 +286,8 @@ def test_report(src: Path, outputs: dict[str, Path]) -> None:
     deq = got[f"{mod}.weight"].to(torch.float64).numpy() * got[f"{mod}.weight_scale"].numpy().astype(
         np.float64
     )
+    # a float64 statistic the converter sums in another order (chunked): rel 1e-6 covers the
+    # reordering (≈ n·2^-53 relative for n = 8192 terms) with a wide margin; it is no contract bit
     assert err[f"{mod}.weight"] == pytest.approx(np.linalg.norm(deq - x) / np.linalg.norm(x), rel=1e-6)
 
 
