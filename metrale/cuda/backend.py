@@ -22,11 +22,11 @@ import numpy as np
 from metrale.backend import KERNEL_NAMES, Backend
 from metrale.cuda.weights import DeviceLora, DeviceWeight, upload_generic, upload_lora
 from metrale.errors import MetraleError
+from metrale.reference.activations import check_row_shape
 from metrale.reference.elements import BF16
 from metrale.reference.lora import LoraAdapter
 
 LAUNCHER_MODULES: tuple[str, ...] = ("nvfp4", "elementwise", "q2", "w8a8", "wide")
-BLOCK = 16
 
 
 def _load_launchers() -> tuple[dict[str, Callable[..., Any]], dict[str, Callable[..., Any]], dict[str, str]]:
@@ -134,12 +134,7 @@ class CudaBackend(Backend):
         import cupy
 
         a = as_device_bits(x, name)
-        if a.ndim != 2:
-            raise MetraleError(f"{name}: shape {tuple(a.shape)}, want 2-D [m, K]")
-        if a.shape[1] % BLOCK != 0 or a.shape[1] == 0:
-            raise MetraleError(f"{name}: K={a.shape[1]} is not a multiple of {BLOCK}")
-        if k is not None and a.shape[1] != k:
-            raise MetraleError(f"{name}: K={a.shape[1]}, the weight wants K={k}")
+        check_row_shape(tuple(a.shape), k, name)
         if a.strides[1] != 2 or a.strides[0] % 2 or (a.data.ptr % 16):
             a = cupy.ascontiguousarray(a)
         return a

@@ -34,13 +34,19 @@ def check_rows(x: object, k: int | None = None, name: str = "x") -> np.ndarray:
         raise MetraleError(f"{name}: expected a numpy bf16 array, got {type(x).__name__}")
     if x.dtype != BF16:
         raise MetraleError(f"{name}: dtype {x.dtype}, want bfloat16")
-    if x.ndim != 2:
-        raise MetraleError(f"{name}: shape {tuple(x.shape)}, want 2-D [m, K]")
-    if x.shape[1] % BLOCK != 0 or x.shape[1] == 0:
-        raise MetraleError(f"{name}: K={x.shape[1]} is not a multiple of {BLOCK}")
-    if k is not None and x.shape[1] != k:
-        raise MetraleError(f"{name}: K={x.shape[1]}, the weight wants K={k}")
+    check_row_shape(x.shape, k, name)
     return x
+
+
+def check_row_shape(shape: tuple[int, ...], k: int | None = None, name: str = "x") -> None:
+    """The shape rule of activation rows on every backend: 2-D [m, K], K a positive multiple
+    of 16 (and == k if given); MetraleError naming ``name`` otherwise."""
+    if len(shape) != 2:
+        raise MetraleError(f"{name}: shape {tuple(shape)}, want 2-D [m, K]")
+    if shape[1] % BLOCK != 0 or shape[1] == 0:
+        raise MetraleError(f"{name}: K={shape[1]} is not a multiple of {BLOCK}")
+    if k is not None and shape[1] != k:
+        raise MetraleError(f"{name}: K={shape[1]}, the weight wants K={k}")
 
 
 def block_fixed_point(
