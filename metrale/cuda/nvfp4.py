@@ -116,9 +116,12 @@ def _set(w: Any, out: Any, rowscale: np.float32, rows: int) -> tuple[Any, ...]:
 
 
 #: The fast A16 kernels (kernels/nvfp4.cuh nvfp4_fast_body): 512 threads, one CTA per SM,
-#: work items of 256 blocks (4 chunks of 64), shared memory 72 bytes per lane slot and row.
+#: work items of 256 blocks (4 chunks of 64); shared memory: 72 bytes per lane slot and row
+#: (the activation records), then each of the 16 warps' rings of FAST_DEPTH[r] item slots.
 FAST_THREADS = 512
 FAST_ITEM_BLOCKS = 256
+FAST_SLOT = 2304
+FAST_DEPTH = {1: 4, 2: 4, 3: 3, 4: 3}
 
 
 def _fast_threads(r: int) -> int:
@@ -128,7 +131,7 @@ def _fast_threads(r: int) -> int:
 def _fast_smem(r: int, k: int) -> int:
     b, _, _ = _geometry(k)
     items = -(-b // FAST_ITEM_BLOCKS)
-    return r * 72 * 128 * items
+    return r * 72 * 128 * items + (FAST_THREADS // 32) * FAST_DEPTH[r] * FAST_SLOT
 
 
 def _fast_rows(want: int, k: int) -> int | None:
