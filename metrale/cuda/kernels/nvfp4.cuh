@@ -265,6 +265,7 @@ __device__ __forceinline__ void nvfp4_body(const void* act, long long lda, const
 #define FAST_THREADS 512
 #define FAST_WARPS (FAST_THREADS / 32)
 #define FAST_REC 2304
+#define FAST_PRE 2  // prologue blocks per thread whose x is requested first (the use site assumes 2)
 
 // Two e4m3 scales (low byte, high byte of v) -> f32, exactly (e4m3 is a subset of f16).
 __device__ __forceinline__ void e4m3x2_to_f32(unsigned int v, float& lo, float& hi) {
@@ -396,6 +397,26 @@ __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long lo
         __syncthreads();
         // issue cursor: column n_i, item s_i
         int n_i = n_first, s_i = 0;
+        // the x bytes of this thread's first FAST_PRE prologue blocks, requested before the weight
+        // ring (behind ~100 KB of weight requests per SM they arrived ~2 us late on the H200)
+        uint4 xa[FAST_PRE], xb[FAST_PRE];
+        bool pre[FAST_PRE];
+#pragma unroll
+        for (int u = 0; u < FAST_PRE; ++u) {
+            const int it = threadIdx.x + u * FAST_THREADS;
+            xa[u] = make_uint4(0, 0, 0, 0);
+            xb[u] = make_uint4(0, 0, 0, 0);
+            pre[u] = false;
+            if (it < R * nblk) {
+                const int r = it / nblk, b = it - r * nblk;
+                const unsigned short* src = x + (size_t)(row0 + r) * ldx + (size_t)b * 16;
+                if (row0 + r < m && b < B && (((size_t)src) & 15) == 0) {
+                    xa[u] = *(const uint4*)src;
+                    xb[u] = *(const uint4*)(src + 8);
+                    pre[u] = true;
+                }
+            }
+        }
         auto issue = [&](int slot) {
             const bool live = n_i < N;
             const unsigned char* wi = live ? set.w + (long long)n_i * wrow + (long long)s_i * 2048 : set.w;
@@ -411,7 +432,7 @@ __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long lo
 
         // ---- prologue: A16 codes of rows row0 .. row0+R-1; block b of row r: chunk c = b >> 6,
         //      slot q = (b & 63) >> 1, parity h = b & 1 in record (c * R + r) ----
-        for (int it = threadIdx.x; it < R * nblk; it += FAST_THREADS) {
+        for (int it = threadIdx.x, u = 0; it < R * nblk; it += FAST_THREADS, ++u) {
             const int r = it / nblk, b = it - r * nblk;
             const int q = (b & 63) >> 1, h = b & 1;
             unsigned char* rec = smem + (size_t)((b >> 6) * R + r) * FAST_REC;
@@ -422,7 +443,14 @@ __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long lo
                 const unsigned short* src = x + (size_t)row * ldx + (size_t)b * 16;
                 unsigned short xs[16];
                 if ((((size_t)src) & 15) == 0) {
-                    const uint4 v0 = *(const uint4*)src, v1 = *(const uint4*)(src + 8);
+                    uint4 v0, v1;
+                    if ((u == 0 && pre[0]) || (u == 1 && pre[1])) {  // FAST_PRE == 2
+                        v0 = u == 0 ? xa[0] : xa[1];
+                        v1 = u == 0 ? xb[0] : xb[1];
+                    } else {
+                        v0 = *(const uint4*)src;
+                        v1 = *(const uint4*)(src + 8);
+                    }
                     const unsigned int ws_[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
 #pragma unroll
                     for (int j = 0; j < 8; ++j) {
