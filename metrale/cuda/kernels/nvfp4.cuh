@@ -265,7 +265,7 @@ __device__ __forceinline__ void nvfp4_body(const void* act, long long lda, const
 #define FAST_THREADS 512
 #define FAST_WARPS (FAST_THREADS / 32)
 #define FAST_REC 2304
-#define FAST_PRE 2  // prologue blocks per thread whose x is requested first (the use site assumes 2)
+#define FAST_PRE 2  // prologue blocks per thread whose x is requested first
 
 // Two e4m3 scales (low byte, high byte of v) -> f32, exactly (e4m3 is a subset of f16).
 __device__ __forceinline__ void e4m3x2_to_f32(unsigned int v, float& lo, float& hi) {
@@ -399,6 +399,7 @@ __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long lo
         int n_i = n_first, s_i = 0;
         // the x bytes of this thread's first FAST_PRE prologue blocks, requested before the weight
         // ring (behind ~100 KB of weight requests per SM they arrived ~2 us late on the H200)
+        static_assert(FAST_PRE == 2, "the prologue's use of xa / xb / pre below names elements 0 and 1");
         uint4 xa[FAST_PRE], xb[FAST_PRE];
         bool pre[FAST_PRE];
 #pragma unroll
@@ -444,7 +445,7 @@ __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long lo
                 unsigned short xs[16];
                 if ((((size_t)src) & 15) == 0) {
                     uint4 v0, v1;
-                    if ((u == 0 && pre[0]) || (u == 1 && pre[1])) {  // FAST_PRE == 2
+                    if ((u == 0 && pre[0]) || (u == 1 && pre[1])) {
                         v0 = u == 0 ? xa[0] : xa[1];
                         v1 = u == 0 ? xb[0] : xb[1];
                     } else {
