@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from metrale.backend import KERNEL_NAMES, Backend
+from metrale.cuda import pdl
 from metrale.cuda.weights import DeviceLora, DeviceWeight, upload_generic, upload_lora
 from metrale.errors import MetraleError
 from metrale.reference.activations import check_row_shape
@@ -130,8 +131,12 @@ class CudaBackend(Backend):
 
     def rows(self, x: Any, k: int, name: str = "input") -> Any:
         """Activation rows [m, k] as CuPy uint16 bits with unit column stride (a copy only when
-        ``x`` is on the host or its columns are strided). Errors as the reference's check_rows."""
+        ``x`` is on the host or its columns are strided). Errors as the reference's check_rows.
+        An entry point's input arrives here: the next PDL-capable kernel is launched plainly
+        (metrale/cuda/pdl.py), so the FFN does not overlap the work before it."""
         import cupy
+
+        pdl.entry_start()
 
         a = as_device_bits(x, name)
         check_row_shape(tuple(a.shape), k, name)

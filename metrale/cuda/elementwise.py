@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from metrale.cuda import runtime
+from metrale.cuda import pdl, runtime
 from metrale.cuda.nvfp4 import mat
 from metrale.cuda.weights import DeviceLora, upload_lora
 from metrale.errors import MetraleError
@@ -55,7 +55,8 @@ def _act(name: str) -> Callable[..., None]:
         if m == 0 or n == 0:
             return
         tab = device_table(name)
-        _kernel("act_mul")(
+        pdl.launch(
+            _kernel("act_mul"),
             ((n + THREADS - 1) // THREADS, m),
             (THREADS,),
             (g, np.int64(ldg), u, np.int64(ldu), o, np.int64(ldo), np.int32(m), np.int32(n), tab),

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from metrale.backend import W4A16_TIERS
-from metrale.cuda import runtime
+from metrale.cuda import pdl, runtime
 from metrale.cuda.weights import upload_generic
 from metrale.errors import MetraleError
 from metrale.reference.activations import A4Codes
@@ -178,11 +178,12 @@ def nvfp4_a16(x: Any, sets: list[tuple[Any, Any]], rows: int, r_want: int) -> No
             sms = runtime.sm_count()
             gx = max(1, min(-(-w0.n // (threads // 32)), sms // gz))
             gy = max(1, min(-(-rows // fast), sms // (gx * gz)))
-            kern(
+            pdl.launch(
+                kern,
                 (gx, gy, gz),
                 (threads,),
                 (x, np.int64(ldx), np.int32(rows), *args0, *args1, *tail),
-                shared_mem=smem,
+                smem,
             )
             return
     r = _rows_per_pass(0, min(r_want, rows), k)

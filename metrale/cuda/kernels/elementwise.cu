@@ -4,6 +4,7 @@
 // Kernels (extern "C"):
 //   act_mul(gate, ldg, up, ldu, out, ldo, m, N, table)
 //     h = to_bf16(table[bits(gate)] * f32(up)); out may alias gate. grid (ceil(N/256), m), 256.
+//     PDL-capable (metrale/cuda/pdl.py): triggers its dependents, then waits, before any access.
 //   lora_shrink(x, ldx, m, K, a, r, rpad, t, ldt)
 //     t[i, j] = to_bf16(root(x_i . a_j)) for j < r, 0 for r <= j < rpad. One warp per (i, j):
 //     grid (ceil(rpad/8), m), 256 threads.
@@ -20,6 +21,8 @@
 extern "C" __global__ void act_mul(const unsigned short* gate, long long ldg, const unsigned short* up,
                                    long long ldu, unsigned short* out, long long ldo, int m, int N,
                                    const float* table) {
+    pdl_trigger();  // launched programmatically (metrale/cuda/pdl.py): no access before pdl_wait
+    pdl_wait();
     const int col = blockIdx.x * blockDim.x + threadIdx.x;
     const int row = blockIdx.y;
     if (col >= N || row >= m) return;

@@ -1,0 +1,171 @@
+"""Programmatic dependent launch (PDL) of the kernels built for it, through ``cuLaunchKernelEx``.
+
+A kernel launched here with ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`` may start
+while the previous launch in the stream is still running, once that launch's CTAs have executed
+``griddepcontrol.launch_dependents`` (kernels/common.cuh ``pdl_trigger``) or exited. Such a kernel
+must call ``pdl_wait`` (``griddepcontrol.wait``: the previous grid has completed and its writes are
+visible) before it reads anything a launch may have written and before it writes anything; before
+the wait it may only read the weights, which no launch writes. Kernels that follow this rule:
+``nvfp4_a16f_r*`` (kernels/w4a16_gemv.cu, the fast A16 GEMV) and ``act_mul``
+(kernels/elementwise.cu). The bits cannot change: the same kernels run on the same data.
+
+The first PDL-capable launch after ``entry_start()`` (called by ``CudaBackend.rows``, i.e. when an
+entry point of ``DenseFfnLayer`` takes its input) is launched plainly: an FFN never overlaps the
+work that precedes it in the stream, so one FFN's time is what a benchmark measures. The later
+launches of the FFN (up after gate, ``act_mul``, down) are programmatic. ``METRALE_CUDA_PDL=0``
+launches everything plainly; so does a device below compute capability 9.0 or a driver without
+``cuLaunchKernelEx``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from metrale.errors import MetraleError
+
+#: cuda.h: CUlaunchAttributeID CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION.
+ATTR_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+ENABLED = os.environ.get("METRALE_CUDA_PDL", "1") != "0"
+
+
+class LaunchAttributeValue(ctypes.Union):
+    """cuda.h ``CUlaunchAttributeValue`` (a 64-byte union; 8-byte aligned)."""
+
+    _fields_ = [("pad", ctypes.c_char * 64), ("align", ctypes.c_uint64), ("flag", ctypes.c_int)]
+
+
+class LaunchAttribute(ctypes.Structure):
+    """cuda.h ``CUlaunchAttribute``: id, 4 bytes of padding, value (72 bytes)."""
+
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", LaunchAttributeValue)]
+
+
+class LaunchConfig(ctypes.Structure):
+    """cuda.h ``CUlaunchConfig`` (56 bytes on 64-bit hosts)."""
+
+    _fields_ = [
+        ("gridDimX", ctypes.c_uint),
+        ("gridDimY", ctypes.c_uint),
+        ("gridDimZ", ctypes.c_uint),
+        ("blockDimX", ctypes.c_uint),
+        ("blockDimY", ctypes.c_uint),
+        ("blockDimZ", ctypes.c_uint),
+        ("sharedMemBytes", ctypes.c_uint),
+        ("hStream", ctypes.c_void_p),
+        ("attrs", ctypes.POINTER(LaunchAttribute)),
+        ("numAttrs", ctypes.c_uint),
+    ]
+
+
+def kernel_params(args: Sequence[Any]) -> tuple[list[Any], Any]:
+    """``args`` as cuLaunchKernelEx's ``void** kernelParams``: (the ctypes values, which must
+    outlive the call, and the pointer array). CuPy arrays pass their device address; numpy
+    scalars their value with their width (int32, int64, uint64, float32)."""
+    vals: list[Any] = []
+    for i, a in enumerate(args):
+        data = getattr(a, "data", None)
+        if hasattr(data, "ptr") and hasattr(a, "__cuda_array_interface__"):
+            vals.append(ctypes.c_uint64(int(data.ptr)))
+        elif isinstance(a, np.int32):
+            vals.append(ctypes.c_int32(int(a)))
+        elif isinstance(a, np.int64):
+            vals.append(ctypes.c_int64(int(a)))
+        elif isinstance(a, np.uint64):
+            vals.append(ctypes.c_uint64(int(a)))
+        elif isinstance(a, np.float32):
+            vals.append(ctypes.c_float(float(a)))
+        else:
+            raise MetraleError(
+                f"PDL launch: argument {i} is {type(a).__name__}; want a CuPy array or a numpy "
+                "int32/int64/uint64/float32 scalar"
+            )
+    ptrs = (ctypes.c_void_p * max(1, len(vals)))(
+        *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in vals]
+    )
+    return vals, ptrs
+
+
+def launch_config(
+    grid: tuple[int, ...], block: tuple[int, ...], shared_mem: int, stream: int, attr: LaunchAttribute | None
+) -> LaunchConfig:
+    """A ``CUlaunchConfig`` for ``grid`` x ``block`` (missing dimensions are 1) on ``stream``
+    with at most one attribute."""
+    g = (*grid, 1, 1)[:3]
+    b = (*block, 1, 1)[:3]
+    cfg = LaunchConfig(*g, *b, int(shared_mem), ctypes.c_void_p(int(stream) or None), None, 0)
+    if attr is not None:
+        cfg.attrs = ctypes.pointer(attr)
+        cfg.numAttrs = 1
+    return cfg
+
+
+class _State(threading.local):
+    def __init__(self) -> None:
+        self.plain_next = True
+
+
+_state = _State()
+#: Launches made here since import, by kind ("plain", "programmatic"); the GPU tests read it.
+counts: dict[str, int] = {"plain": 0, "programmatic": 0}
+#: Why PDL is off on this machine (None while it is on or untried).
+unavailable: str | None = None
+_launch_ex: Any = None
+
+
+def entry_start() -> None:
+    """The next PDL-capable launch (in this thread) is launched plainly."""
+    _state.plain_next = True
+
+
+def _driver() -> Any:
+    """``cuLaunchKernelEx`` of the loaded CUDA driver, or None (reason in ``unavailable``)."""
+    global _launch_ex, unavailable
+    if _launch_ex is None and unavailable is None:
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")
+            fn = lib.cuLaunchKernelEx
+            fn.restype = ctypes.c_int
+            fn.argtypes = [ctypes.POINTER(LaunchConfig), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+            _launch_ex = fn
+        except (OSError, AttributeError) as exc:
+            unavailable = f"cuLaunchKernelEx not found in the CUDA driver ({exc})"
+    return _launch_ex
+
+
+def _capable() -> bool:
+    from metrale.cuda import runtime
+
+    props = runtime.device_props(runtime.device_id())
+    return int(props["major"]) >= 9 and _driver() is not None
+
+
+def launch(
+    kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any], shared_mem: int = 0
+) -> None:
+    """Launch the CuPy ``RawKernel`` ``kernel`` (a kernel that keeps the rule of this module's
+    docstring) on the current stream: programmatic unless it is the first since
+    ``entry_start()``, PDL is off, or the device/driver lacks it."""
+    plain = _state.plain_next or not ENABLED or not _capable()
+    _state.plain_next = False
+    if plain:
+        kernel(grid, block, tuple(args), shared_mem=shared_mem)
+        counts["plain"] += 1
+        return
+    import cupy
+
+    attr = LaunchAttribute()
+    attr.id = ATTR_PROGRAMMATIC_STREAM_SERIALIZATION
+    attr.value.flag = 1
+    cfg = launch_config(grid, block, shared_mem, cupy.cuda.get_current_stream().ptr, attr)
+    vals, ptrs = kernel_params(args)
+    rc = _launch_ex(ctypes.byref(cfg), ctypes.c_void_p(int(kernel.kernel.ptr)), ptrs, None)
+    del vals
+    if rc != 0:
+        raise MetraleError(f"cuLaunchKernelEx of {kernel.name} failed with CUresult {rc}")
+    counts["programmatic"] += 1

@@ -1,0 +1,102 @@
+"""Programmatic dependent launch (metrale/cuda/pdl.py) on the FFN's fast A16 path: the chain
+up -> act_mul -> down is launched programmatically on sm_90+, the first kernel of every entry
+point plainly, and the bits are the reference's with PDL on, off, and over back-to-back calls
+without a host synchronisation in between (a kernel that read before its pdl_wait would race)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from metrale.backend import get_backend
+from metrale.cuda import pdl, runtime
+from metrale.reference.context import FfnConfig, ForwardContext
+from metrale.reference.layer import DenseFfnLayer, FfnActivation, FfnWeights
+from tests.gpu import gen
+
+cp = pytest.importorskip("cupy")
+
+# K = 1024 and 2048: B = 64 and 128 blocks, so every GEMV takes the fast kernels (B % 64 == 0);
+# N = 2000 / 1000 columns are not multiples of the 16 warps per CTA.
+HIDDEN, INTER = 1024, 2048
+ENTRIES = {1: "forward", 2: "forward_k2", 3: "forward_k3"}
+#: Programmatic launches per entry point: m = 1 up, act_mul, down; m = 2, 3 act_mul, down
+#: (gate and up are one dual launch).
+CHAINED = {1: 3, 2: 2, 3: 2}
+
+
+def _pdl_expected() -> bool:
+    props = runtime.device_props(runtime.device_id())
+    return pdl.ENABLED and int(props["major"]) >= 9 and pdl._driver() is not None
+
+
+def _layers(rng: np.random.Generator, act: FfnActivation) -> tuple[DenseFfnLayer, DenseFfnLayer]:
+    cfg = FfnConfig(HIDDEN, INTER)
+    ws = FfnWeights(
+        gen.nvfp4(rng, INTER, HIDDEN, a4=False, name="gate"),
+        gen.nvfp4(rng, INTER, HIDDEN, a4=False, name="up"),
+        gen.nvfp4(rng, HIDDEN, INTER, a4=False, name="down"),
+    )
+    ref = DenseFfnLayer(cfg, weights=ws, activation=act, backend=get_backend("reference"))
+    gpu = DenseFfnLayer(cfg, weights=ws, activation=act, backend=get_backend("cuda"))
+    return ref, gpu
+
+
+def _forward(layer: DenseFfnLayer, ctx: ForwardContext, x: Any, m: int) -> None:
+    getattr(layer, ENTRIES[m])(x, ctx)
+
+
+def _reference(ref: DenseFfnLayer, x: np.ndarray) -> np.ndarray:
+    m = x.shape[0]
+    ctx = ForwardContext(ref.config, backend=ref.backend, max_rows=m)
+    with np.errstate(all="ignore"):
+        _forward(ref, ctx, ref.backend.rows(x, HIDDEN), m)
+    return np.asarray(ctx.buffers.moe_output()[:m]).view(np.uint16)
+
+
+@pytest.mark.parametrize("act", [FfnActivation.SiLU, FfnActivation.GELU])
+def test_pdl_chain_kinds_and_bits(
+    fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, act: Any
+) -> None:
+    ref, gpu = _layers(fresh_rng, act)
+    x = gen.rows(fresh_rng, 3, HIDDEN)
+    for m in (1, 2, 3):
+        want = _reference(ref, x[:m])
+        for enabled in (True, False):
+            monkeypatch.setattr(pdl, "ENABLED", enabled)
+            ctx = ForwardContext(gpu.config, backend=gpu.backend, max_rows=m)
+            xd = gpu.backend.rows(x[:m], HIDDEN)
+            before = dict(pdl.counts)
+            _forward(gpu, ctx, xd, m)
+            got = ctx.buffers.moe_output()[:m].get()
+            programmatic = pdl.counts["programmatic"] - before["programmatic"]
+            plain = pdl.counts["plain"] - before["plain"]
+            chained = CHAINED[m] if enabled and _pdl_expected() else 0
+            assert (programmatic, plain) == (chained, CHAINED[m] + 1 - chained), f"m={m} pdl={enabled}"
+            gen.bits_equal(got, want, f"{ENTRIES[m]} pdl={enabled}")
+
+
+def test_pdl_back_to_back_calls(fresh_rng: np.random.Generator) -> None:
+    """Rounds over 8 inputs at m = 1 with no synchronisation: each FFN's outputs are copied to
+    their own slot as soon as the FFN is queued; every slot must hold the reference's bits."""
+    ref, gpu = _layers(fresh_rng, FfnActivation.SiLU)
+    n_in, rounds = 8, 4
+    x = gen.rows(fresh_rng, n_in, HIDDEN)
+    want = np.stack([_reference(ref, x[i : i + 1])[0] for i in range(n_in)])
+    be = gpu.backend
+    ctx = ForwardContext(gpu.config, backend=be, max_rows=1)
+    xd = be.rows(x, HIDDEN)
+    slots = cp.full((rounds, n_in, HIDDEN), 0xDEAD, dtype=cp.uint16)
+    hs = cp.full((rounds, n_in, INTER), 0xDEAD, dtype=cp.uint16)
+    cp.cuda.get_current_stream().synchronize()
+    for r in range(rounds):
+        for i in range(n_in):
+            _forward(gpu, ctx, xd[i : i + 1], 1)
+            slots[r, i] = ctx.buffers.moe_output()[0]
+            hs[r, i] = ctx.buffers.expert_gate_out()[0]
+    got, h = slots.get(), hs.get()
+    for r in range(rounds):
+        gen.bits_equal(got[r], want, f"round {r}")
+        gen.bits_equal(h[r], h[0], f"round {r}: h")
