@@ -202,6 +202,7 @@ def test_compressed_tensors_layout(
 @pytest.mark.parametrize("fmt", ["fp8", "w8a8"])
 def test_compressed_tensors_package_accepts_config(outputs: dict[str, Path], fmt: str) -> None:
     import compressed_tensors.quantization as ct  # in the test extras: a hard requirement here
+
     qc = json.loads((outputs[fmt] / "config.json").read_text())["quantization_config"]
     model = ct.QuantizationConfig.model_validate(qc)
     assert model.quant_method == "compressed-tensors"

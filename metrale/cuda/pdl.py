@@ -145,15 +145,28 @@ def _capable() -> bool:
     return int(props["major"]) >= 9 and _driver() is not None
 
 
-def launch(
-    kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any], shared_mem: int = 0
-) -> None:
-    """Launch the CuPy ``RawKernel`` ``kernel`` (a kernel that keeps the rule of this module's
-    docstring) on the current stream: programmatic unless it is the first since
-    ``entry_start()``, PDL is off, or the device/driver lacks it."""
+def next_programmatic() -> bool:
+    """Whether the next PDL-capable launch is programmatic (this consumes ``entry_start``'s mark):
+    not for the first launch of an entry point, nor with PDL off or unsupported here."""
     plain = _state.plain_next or not ENABLED or not _capable()
     _state.plain_next = False
-    if plain:
+    return not plain
+
+
+def launch(
+    kernel: Any,
+    grid: tuple[int, ...],
+    block: tuple[int, ...],
+    args: Sequence[Any],
+    shared_mem: int = 0,
+    programmatic: bool | None = None,
+) -> None:
+    """Launch the CuPy ``RawKernel`` ``kernel`` (one that keeps the rule of this module's
+    docstring) on the current stream, programmatically when ``programmatic`` (default:
+    ``next_programmatic()``)."""
+    if programmatic is None:
+        programmatic = next_programmatic()
+    if not programmatic:
         kernel(grid, block, tuple(args), shared_mem=shared_mem)
         counts["plain"] += 1
         return

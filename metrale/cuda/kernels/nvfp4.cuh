@@ -373,9 +373,12 @@ __device__ __forceinline__ int block_dot_pq(unsigned int w0, unsigned int w1, ui
 }
 
 // PQ: block_dot_pq instead of nib8_codes_k + block_dot_codes (same S).
+#ifndef FAST_L2PRE
+#define FAST_L2PRE 3
+#endif
 template <int R, int DEPTH, bool PQ>
 __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long long ldx, int m, Nvfp4Set set,
-                                                int N, int K) {
+                                                int N, int K, int programmatic) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int B = K >> 4;
     const int C64 = B >> 6;            // chunks of 64 blocks; B % 64 == 0
@@ -398,9 +401,9 @@ __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long lo
     // grid has completed, this CTA only asks L2 for the weights of its warps' first DEPTH - 1
     // items (item d: column n_first + (d / items) * n_step, item d % items).
     pdl_trigger();
-    if (lane == 0 && (int)blockIdx.y < ngroups) {
+    if (programmatic && lane == 0 && (int)blockIdx.y < ngroups) {
 #pragma unroll
-        for (int d = 0; d < DEPTH - 1; ++d) {
+        for (int d = 0; d < FAST_L2PRE; ++d) {
             const int s = d % items, n = n_first + (d / items) * n_step;
             if (n < N) {
                 const int nc = C64 - 4 * s < 4 ? C64 - 4 * s : 4;
