@@ -178,14 +178,12 @@ def nvfp4_a16(x: Any, sets: list[tuple[Any, Any]], rows: int, r_want: int) -> No
             sms = runtime.sm_count()
             gx = max(1, min(-(-w0.n // (threads // 32)), sms // gz))
             gy = max(1, min(-(-rows // fast), sms // (gx * gz)))
-            prog = pdl.next_programmatic()
             pdl.launch(
                 kern,
                 (gx, gy, gz),
                 (threads,),
-                (x, np.int64(ldx), np.int32(rows), *args0, *args1, *tail, np.int32(prog)),
+                (x, np.int64(ldx), np.int32(rows), *args0, *args1, *tail),
                 smem,
-                prog,
             )
             return
     r = _rows_per_pass(0, min(r_want, rows), k)

@@ -4,8 +4,9 @@ A kernel launched here with ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZAT
 while the previous launch in the stream is still running, once that launch's CTAs have executed
 ``griddepcontrol.launch_dependents`` (kernels/common.cuh ``pdl_trigger``) or exited. Such a kernel
 must call ``pdl_wait`` (``griddepcontrol.wait``: the previous grid has completed and its writes are
-visible) before it reads anything a launch may have written and before it writes anything; before
-the wait it may only read the weights, which no launch writes. Kernels that follow this rule:
+visible) before it touches global memory: with no access at all before the wait, any predecessor
+is safe, ours or not (one that never triggers lets the launch start only when all its CTAs have
+ended; the wait still covers its memory flush). Kernels that follow this rule:
 ``nvfp4_a16f_r*`` (kernels/w4a16_gemv.cu, the fast A16 GEMV) and ``act_mul``
 (kernels/elementwise.cu). The bits cannot change: the same kernels run on the same data.
 

@@ -14,7 +14,6 @@
 //   warp_sum_tree(v)         shfl_xor 1,2,4,8,16: lane l's value is leaf l of a 32-leaf tree
 //   a16_block(...)           A16 codes of one 16-element block (E, c_j, finite)
 //   pdl_trigger / pdl_wait   programmatic dependent launch (metrale/cuda/pdl.py; no-ops below sm_90)
-//   prefetch_l2(p, bytes)    bulk prefetch of bytes (multiple of 16, p 16-aligned) into L2 (sm_90)
 #pragma once
 
 #define METRALE_NEG_ZERO (-0.0f)
@@ -201,8 +200,8 @@ __device__ __forceinline__ void a16_block_int(const unsigned short* xb, int (&c)
 // Programmatic dependent launch (metrale/cuda/pdl.py). pdl_trigger: the next launch in the stream
 // may start (it waits for this grid's completion in its own pdl_wait). pdl_wait: the grids this
 // launch depends on have completed and their writes are visible; a kernel launched without the
-// PDL attribute returns at once. A kernel launched with it reads only weights before pdl_wait and
-// writes nothing before it.
+// PDL attribute returns at once. A kernel launched with it touches no global memory before
+// pdl_wait.
 __device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -212,12 +211,5 @@ __device__ __forceinline__ void pdl_trigger() {
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-// Ask L2 for `bytes` bytes at p (no data returns to the SM); sm_90, else nothing.
-__device__ __forceinline__ void prefetch_l2(const void* p, unsigned int bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 #endif
 }

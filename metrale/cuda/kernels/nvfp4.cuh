@@ -257,8 +257,7 @@ __device__ __forceinline__ void nvfp4_body(const void* act, long long lda, const
 //     (K <= 65536: at most 16 items) -- the contract's padded tree, cut at aligned nodes.
 //   * block value v = (f32(S) * f32(wscale)) * 2^(E - 15), the scales decoded by
 //     cvt.rn.f16x2.e4m3x2 (exact) and widened to f32.
-//   * PDL-capable (metrale/cuda/pdl.py): pdl_trigger first; before pdl_wait only L2 prefetches of
-//     the warps' first weight items; x, the ring and the outputs after it.
+//   * PDL-capable (metrale/cuda/pdl.py): pdl_trigger, then pdl_wait, before any memory access.
 // Shared memory: per chunk c and row r a 2304-byte record at (c * R + r) * 2304: limbs lo even,
 // lo odd, hi even, hi odd (4 x 512 B, slot = pair lane) then the factors (float2 [32]); every
 // warp load is one contiguous run and every offset inside an item is an immediate.
@@ -373,12 +372,9 @@ __device__ __forceinline__ int block_dot_pq(unsigned int w0, unsigned int w1, ui
 }
 
 // PQ: block_dot_pq instead of nib8_codes_k + block_dot_codes (same S).
-#ifndef FAST_L2PRE
-#define FAST_L2PRE 3
-#endif
 template <int R, int DEPTH, bool PQ>
 __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long long ldx, int m, Nvfp4Set set,
-                                                int N, int K, int programmatic) {
+                                                int N, int K) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int B = K >> 4;
     const int C64 = B >> 6;            // chunks of 64 blocks; B % 64 == 0
@@ -397,21 +393,10 @@ __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long lo
     asm volatile("mov.b32 %0, 0xF4F8FAFC;" : "=r"(kc.n1));
     asm volatile("mov.b32 %0, 0x32103210;" : "=r"(kc.base));
 
-    // PDL (common.cuh, metrale/cuda/pdl.py): the next launch may start now. Until the previous
-    // grid has completed, this CTA only asks L2 for the weights of its warps' first DEPTH - 1
-    // items (item d: column n_first + (d / items) * n_step, item d % items).
+    // PDL (common.cuh, metrale/cuda/pdl.py): the next launch may start now; nothing is read
+    // before the previous grid has completed (an L2 prefetch of the first weight items here was
+    // slower on the H200: the prologue's x requests queued behind it).
     pdl_trigger();
-    if (programmatic && lane == 0 && (int)blockIdx.y < ngroups) {
-#pragma unroll
-        for (int d = 0; d < FAST_L2PRE; ++d) {
-            const int s = d % items, n = n_first + (d / items) * n_step;
-            if (n < N) {
-                const int nc = C64 - 4 * s < 4 ? C64 - 4 * s : 4;
-                prefetch_l2(set.w + (long long)n * wrow + (long long)s * 2048, (unsigned int)nc * 512u);
-                prefetch_l2(set.ws + (long long)n * B + s * 256, (unsigned int)nc * 64u);
-            }
-        }
-    }
     pdl_wait();
 
     for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {

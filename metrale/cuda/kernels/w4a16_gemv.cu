@@ -30,20 +30,18 @@ NVFP4_A16(4, true, e)
 NVFP4_A16(4, false, o)
 
 // Fast path (nvfp4.cuh nvfp4_fast_body), for B % 64 == 0:
-//   nvfp4_a16f_r{1,2,3,4}(same arguments as above, then int programmatic: 1 when launched with
-//   PDL by metrale/cuda/pdl.py, which lets the CTA ask L2 for its first weights before
-//   pdl_wait; the bits do not depend on it); block FAST_THREADS = 512 threads (16 warps,
-//   one column at a time each), one CTA per SM along grid.x, dynamic shared memory
-//   R * 72 * P + 16 * D * 2304 bytes, P = 128 * ceil(B / 256): the activation records, then
+//   nvfp4_a16f_r{1,2,3,4}(same arguments as above), PDL-capable (metrale/cuda/pdl.py); block
+//   FAST_THREADS = 512 threads (16 warps, one column at a time each), one CTA per SM along
+//   grid.x, dynamic shared memory R * 72 * P + 16 * D * 2304 bytes, P = 128 * ceil(B / 256): the activation records, then
 //   each warp's ring of D work-item slots (D = 4 for R <= 2, 3 for R = 3, 4), D - 1 items in
 //   flight per warp (cp.async); R <= 2 use the P/Q block dot (nvfp4.cuh block_dot_pq).
 #define NVFP4_A16F(R, D, PQ)                                                                   \
     extern "C" __global__ void __launch_bounds__(FAST_THREADS, 1) nvfp4_a16f_r##R(                        \
         const unsigned short* x, long long ldx, int m, const unsigned char* w0, const unsigned char* s0, \
         float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, const unsigned char* s1, \
-        float rs1, unsigned short* out1, long long ldo1, int N, int K, int programmatic) {             \
+        float rs1, unsigned short* out1, long long ldo1, int N, int K) {                               \
         const Nvfp4Set set = nvfp4_set(w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);             \
-        nvfp4_fast_body<R, D, PQ>(x, ldx, m, set, N, K, programmatic);                                \
+        nvfp4_fast_body<R, D, PQ>(x, ldx, m, set, N, K);                                               \
     }
 
 NVFP4_A16F(1, 4, true)
