@@ -134,23 +134,6 @@ def _fast_smem(r: int, k: int) -> int:
     return r * 72 * 128 * items + (FAST_THREADS // 32) * FAST_DEPTH[r] * FAST_SLOT
 
 
-#: (device, stream) -> int32 column-ticket counters of the fast A16 kernels, one per (weight set,
-#: row group) of a launch. Zero between launches: the warp that draws a launch's last ticket
-#: resets its counter. One buffer per stream, so concurrent streams never share counters.
-_sched: dict[tuple[int, int], Any] = {}
-
-
-def _sched_counters(n: int) -> Any:
-    """The current stream's zeroed counter buffer, at least ``n`` counters."""
-    import cupy
-
-    key = (runtime.device_id(), int(cupy.cuda.get_current_stream().ptr))
-    buf = _sched.get(key)
-    if buf is None or buf.size < n:
-        buf = _sched[key] = cupy.zeros(max(n, 256), dtype=cupy.int32)
-    return buf
-
-
 def _fast_rows(want: int, k: int) -> int | None:
     """Rows per pass of the fast A16 kernel (B % 64 == 0), or None when it does not apply."""
     b, _, _ = _geometry(k)
@@ -195,12 +178,11 @@ def nvfp4_a16(x: Any, sets: list[tuple[Any, Any]], rows: int, r_want: int) -> No
             sms = runtime.sm_count()
             gx = max(1, min(-(-w0.n // (threads // 32)), sms // gz))
             gy = max(1, min(-(-rows // fast), sms // (gx * gz)))
-            sched = _sched_counters(gz * -(-rows // fast))
             pdl.launch(
                 kern,
                 (gx, gy, gz),
                 (threads,),
-                (x, np.int64(ldx), np.int32(rows), *args0, *args1, *tail, sched),
+                (x, np.int64(ldx), np.int32(rows), *args0, *args1, *tail),
                 smem,
             )
             return

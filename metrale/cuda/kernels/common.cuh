@@ -213,13 +213,3 @@ __device__ __forceinline__ void pdl_wait() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
-
-#ifdef METRALE_TRACE  // experiment only: per-CTA %globaltimer stamps
-__device__ unsigned long long metrale_trace[8192][6];
-__device__ unsigned int metrale_trace_n;
-__device__ __forceinline__ unsigned long long gtime() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-#endif

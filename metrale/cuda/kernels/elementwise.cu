@@ -21,31 +21,14 @@
 extern "C" __global__ void act_mul(const unsigned short* gate, long long ldg, const unsigned short* up,
                                    long long ldu, unsigned short* out, long long ldo, int m, int N,
                                    const float* table) {
-#ifdef METRALE_TRACE
-    const unsigned long long tr0 = gtime();
-#endif
     pdl_trigger();  // launched programmatically (metrale/cuda/pdl.py): no access before pdl_wait
     pdl_wait();
-#ifdef METRALE_TRACE
-    const unsigned long long tr1 = gtime();
-#endif
     const int col = blockIdx.x * blockDim.x + threadIdx.x;
     const int row = blockIdx.y;
     if (col >= N || row >= m) return;
     const unsigned short g = gate[(size_t)row * ldg + col];
     const float u = bf16_to_f32(up[(size_t)row * ldu + col]);
     out[(size_t)row * ldo + col] = f32_to_bf16(__ldg(table + g) * u);
-#ifdef METRALE_TRACE
-    if (threadIdx.x == 0) {
-        const unsigned int sl = atomicAdd(&metrale_trace_n, 1u);
-        metrale_trace[sl][0] = tr0;
-        metrale_trace[sl][1] = tr1;
-        metrale_trace[sl][2] = tr1;
-        metrale_trace[sl][3] = gtime();
-        metrale_trace[sl][4] = (unsigned long long)blockIdx.x << 32;
-        metrale_trace[sl][5] = 1;
-    }
-#endif
 }
 
 __device__ __forceinline__ float dense_block(const unsigned short* xb, const unsigned short* wb) {

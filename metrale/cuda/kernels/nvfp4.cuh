@@ -374,7 +374,7 @@ __device__ __forceinline__ int block_dot_pq(unsigned int w0, unsigned int w1, ui
 // PQ: block_dot_pq instead of nib8_codes_k + block_dot_codes (same S).
 template <int R, int DEPTH, bool PQ>
 __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long long ldx, int m, Nvfp4Set set,
-                                                int N, int K, int* sched) {
+                                                int N, int K) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int B = K >> 4;
     const int C64 = B >> 6;            // chunks of 64 blocks; B % 64 == 0
@@ -382,14 +382,7 @@ __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long lo
     const int nblk = items << 8;       // blocks incl. the -0.0 padding of the last item
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int ngroups = (m + R - 1) / R;
-    // columns: warp w of CTA b starts with column n_first = 16 b + w (n_step = 16 gridDim.x such
-    // columns); then it takes column n_step + t for ticket t = atomicAdd(counter, 1), until
-    // a ticket gives a column >= N (fast SMs take more columns: no static tail)
     const int n_first = blockIdx.x * FAST_WARPS + warp, n_step = gridDim.x * FAST_WARPS;
-    // the last ticket handed out: (N - n_step)+ successes and one failure per warp with a column
-    const int last_ticket = (N > n_step ? N - n_step : 0) + (N < n_step ? N : n_step) - 1;
-    __shared__ int scol[FAST_WARPS * 4];  // the column of each ring slot's item, per warp
-    int* const wcol = scol + warp * 4;
     const long long wrow = (long long)(K >> 1);
     // this warp's ring of DEPTH slots, after the activation records (R * items * 4 records)
     unsigned char* const ring = smem + (size_t)R * items * 4 * FAST_REC + (size_t)warp * DEPTH * FAST_SLOT;
@@ -403,31 +396,14 @@ __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long lo
     // PDL (common.cuh, metrale/cuda/pdl.py): the next launch may start now; nothing is read
     // before the previous grid has completed (an L2 prefetch of the first weight items here was
     // slower on the H200: the prologue's x requests queued behind it).
-#ifdef METRALE_TRACE
-    __shared__ unsigned int tr_slot;
-    const unsigned long long tr0 = gtime();
-#endif
     pdl_trigger();
     pdl_wait();
-#ifdef METRALE_TRACE
-    if (threadIdx.x == 0) {
-        tr_slot = atomicAdd(&metrale_trace_n, 1u);
-        metrale_trace[tr_slot][0] = tr0;
-        metrale_trace[tr_slot][1] = gtime();
-        metrale_trace[tr_slot][3] = 0;
-        metrale_trace[tr_slot][4] = (unsigned long long)K | ((unsigned long long)blockIdx.x << 32);
-        metrale_trace[tr_slot][5] = (unsigned long long)(size_t)set.w;
-    }
-    bool tr_first = true;
-#endif
 
     for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
         const int row0 = g * R;
         __syncthreads();
-        // issue cursor: column n_i, item s_i; lane 0 holds the ticket of the next column in flight
-        int* const counter = sched + ((int)blockIdx.z * ngroups + g);
-        int n_i = n_first, s_i = 0, ticket = 0;
-        if (lane == 0 && n_first < N) ticket = atomicAdd(counter, 1);
+        // issue cursor: column n_i, item s_i
+        int n_i = n_first, s_i = 0;
         // the x bytes of this thread's first FAST_PRE prologue blocks, requested before the weight
         // ring (behind ~100 KB of weight requests per SM they arrived ~2 us late on the H200)
         static_assert(FAST_PRE == 2, "the prologue's use of xa / xb / pre below names elements 0 and 1");
@@ -454,17 +430,9 @@ __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long lo
             const unsigned char* wi = live ? set.w + (long long)n_i * wrow + (long long)s_i * 2048 : set.w;
             const unsigned char* si = live ? set.ws + (long long)n_i * B + s_i * 256 : set.ws;
             fast_issue(ring + slot * FAST_SLOT, wi, si, lane, live ? C64 - 4 * s_i : 0);
-            if (lane == 0) wcol[slot] = n_i;
             if (++s_i == items) {
                 s_i = 0;
-                if (live) {
-                    const int t = __shfl_sync(0xffffffffu, ticket, 0);
-                    n_i = n_step + t;
-                    if (lane == 0) {
-                        if (t == last_ticket) atomicExch(counter, 0);  // every ticket is in: reset
-                        if (n_i < N) ticket = atomicAdd(counter, 1);
-                    }
-                }
+                n_i += n_step;
             }
         };
 #pragma unroll
@@ -516,10 +484,6 @@ __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long lo
             *(float*)(rec + 2048 + q * 8 + h * 4) = f;
         }
         __syncthreads();
-#ifdef METRALE_TRACE
-        if (threadIdx.x == 0 && tr_first) metrale_trace[tr_slot][2] = gtime();
-        tr_first = false;
-#endif
 
         const bool odd1 = (lane & 1) != 0, odd2 = (lane & 2) != 0;
         float keep[R], last[R];
@@ -528,21 +492,16 @@ __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long lo
             keep[r] = METRALE_NEG_ZERO;
             last[r] = METRALE_NEG_ZERO;
         }
-        int s = 0;
-        bool more = true;
+        int n = n_first, s = 0;
         // this lane's limbs and factors in the current item's first record
         const unsigned char* const a0 = smem + lane * 16;
         const unsigned char* const f0 = smem + 2048 + lane * 8;
         const unsigned char* ap = a0;
         const unsigned char* fp = f0;
-        while (more) {
+        while (n < N) {
 #pragma unroll
             for (int d = 0; d < DEPTH; ++d) {
-                const int n = wcol[d];  // the column of slot d's item (written before a __syncwarp)
-                if (n >= N) {
-                    more = false;
-                    break;
-                }
+                if (n >= N) break;
                 cp_async_wait<DEPTH - 2>();  // this lane's copies of the item in slot d landed
                 __syncwarp();                // ... and every lane's (the scales); slot d-1 is free
                 issue((d + DEPTH - 1) % DEPTH);
@@ -616,12 +575,10 @@ __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long lo
                     s = 0;
                     ap = a0;
                     fp = f0;
+                    n += n_step;
                 }
             }
         }
         cp_async_wait<0>();  // the zero-filled copies past the last column, before the ring is reused
     }
-#ifdef METRALE_TRACE
-    if (lane == 0) atomicMax(&metrale_trace[tr_slot][3], gtime());
-#endif
 }

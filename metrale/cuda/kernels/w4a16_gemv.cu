@@ -39,9 +39,9 @@ NVFP4_A16(4, false, o)
     extern "C" __global__ void __launch_bounds__(FAST_THREADS, 1) nvfp4_a16f_r##R(                        \
         const unsigned short* x, long long ldx, int m, const unsigned char* w0, const unsigned char* s0, \
         float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, const unsigned char* s1, \
-        float rs1, unsigned short* out1, long long ldo1, int N, int K, int* sched) {                   \
+        float rs1, unsigned short* out1, long long ldo1, int N, int K) {                               \
         const Nvfp4Set set = nvfp4_set(w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);             \
-        nvfp4_fast_body<R, D, PQ>(x, ldx, m, set, N, K, sched);                                               \
+        nvfp4_fast_body<R, D, PQ>(x, ldx, m, set, N, K);                                               \
     }
 
 NVFP4_A16F(1, 4, true)
