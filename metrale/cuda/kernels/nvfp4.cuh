@@ -59,6 +59,17 @@ __device__ __forceinline__ void a16_limbs(const int c[16], unsigned int lo[4], u
     }
 }
 
+// a16_limbs by byte permutes (codes |c| < 2^15: byte 0 the low limb, byte 1 the high limb).
+__device__ __forceinline__ void a16_limbs_prmt(const int c[16], unsigned int lo[4], unsigned int hi[4]) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        const unsigned int t0 = prmt((unsigned int)c[4 * q], (unsigned int)c[4 * q + 1], 0x5140u);
+        const unsigned int t1 = prmt((unsigned int)c[4 * q + 2], (unsigned int)c[4 * q + 3], 0x5140u);
+        lo[q] = prmt(t0, t1, 0x5410u);
+        hi[q] = prmt(t0, t1, 0x7632u);
+    }
+}
+
 // The block factor of NVFP4 x A16: 2^(E - 15), or NaN for a non-finite activation block.
 __device__ __forceinline__ float a16_factor(int E, bool fin) {
     return fin ? pow2f(E - 15) : __uint_as_float(0x7fc00000u);
@@ -239,7 +250,7 @@ __device__ __forceinline__ void nvfp4_body(const void* act, long long lda, const
 // ---------------------------------------------------------------------------------------------
 // Fast path (A16, B % 64 == 0): the same block values and the same tree as nvfp4_body, with
 //   * one CTA of FAST_THREADS per SM (persistent over columns), so each SM prepares the
-//     activation codes once (integer A16: common.cuh's a16_block_int); the first weight items
+//     activation codes once (A16 by exact f32 steps: common.cuh's a16_block_f32); the first weight items
 //     are requested before the prologue runs;
 //   * work items of 256 blocks (4 chunks of 64) of one column: 2048 weight bytes, then 256
 //     scale bytes. Each warp streams its items through its own ring of DEPTH shared-memory slots
@@ -449,7 +460,7 @@ __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long lo
             float f = METRALE_NEG_ZERO;
             if (row < m && b < B) {
                 const unsigned short* src = x + (size_t)row * ldx + (size_t)b * 16;
-                unsigned short xs[16];
+                unsigned int ws_[8];
                 if ((((size_t)src) & 15) == 0) {
                     uint4 v0, v1;
                     if ((u == 0 && pre[0]) || (u == 1 && pre[1])) {
@@ -459,22 +470,18 @@ __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long lo
                         v0 = *(const uint4*)src;
                         v1 = *(const uint4*)(src + 8);
                     }
-                    const unsigned int ws_[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-#pragma unroll
-                    for (int j = 0; j < 8; ++j) {
-                        xs[2 * j] = (unsigned short)(ws_[j] & 0xffffu);
-                        xs[2 * j + 1] = (unsigned short)(ws_[j] >> 16);
-                    }
+                    ws_[0] = v0.x, ws_[1] = v0.y, ws_[2] = v0.z, ws_[3] = v0.w;
+                    ws_[4] = v1.x, ws_[5] = v1.y, ws_[6] = v1.z, ws_[7] = v1.w;
                 } else {
 #pragma unroll
-                    for (int j = 0; j < 16; ++j) xs[j] = src[j];
+                    for (int j = 0; j < 8; ++j) ws_[j] = (unsigned int)src[2 * j] | ((unsigned int)src[2 * j + 1] << 16);
                 }
                 int c[16];
                 int E;
                 bool fin;
-                a16_block_int(xs, c, E, fin);
+                a16_block_f32(ws_, c, E, fin);
                 unsigned int l[4], hh[4];
-                a16_limbs(c, l, hh);
+                a16_limbs_prmt(c, l, hh);
                 lo = make_uint4(l[0], l[1], l[2], l[3]);
                 hi = make_uint4(hh[0], hh[1], hh[2], hh[3]);
                 f = a16_factor(E, fin);
