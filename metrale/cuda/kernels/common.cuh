@@ -127,7 +127,7 @@ __device__ __forceinline__ void a16_block(const unsigned short* xb, int (&c)[16]
 //   ieee_mul / ieee_add / ieee_div   fp32 mul.rn / add.rn / div.rn, subnormals kept
 //   ieee_d2f(d)                      cvt.rn.f32.f64 (one rounding, subnormal results kept)
 //   a16_block_int(xb, c, E, finite)  A16 codes by exact integer arithmetic on the bf16 bits
-//   a16_block_f32(w, c, E, finite)   the same codes from 8 pair words by exact f32 steps
+//   a16_codes8_f32(w, mx, c, E, fin) the same codes for half a block by exact f32 steps
 // ---------------------------------------------------------------------------------------------
 __device__ __forceinline__ float ieee_mul(float a, float b) {
     float d;
@@ -198,22 +198,27 @@ __device__ __forceinline__ void a16_block_int(const unsigned short* xb, int (&c)
     finite = !nf;
 }
 
-// The codes of a16_block_int from the block's 8 bf16 pair words (element 2i in the low half of
-// w[i]) by f32 steps, fewer instructions: with k = 14 - E split k1 = k >> 1, k2 = k - k1 (2^k1,
-// 2^k2 normal), v_j = (x_j 2^k1) 2^k2 is exact, or -- only when k < 0 and a product falls below
+// The codes of a16_block_int for half a block -- 8 bf16 values in 4 pair words (element 2i in
+// the low half of w[i]) -- given mx, the largest |x| bits (x & 0x7FFF) of the whole block, by
+// f32 steps (fewer instructions): with k = 14 - E split k1 = k >> 1, k2 = k - k1 (2^k1, 2^k2
+// normal), v_j = (x_j 2^k1) 2^k2 is exact, or -- only when k < 0 and a product falls below
 // 2^-126 -- below 1/2 either way; v_j + 1.5 * 2^23 (add.rn) rounds it to an integer, ties to
 // even (|v_j| < 2^15), read back from the sum's low bits. mul.rn / add.rn never flush subnormals.
-__device__ __forceinline__ void a16_block_f32(const unsigned int (&w)[8], int (&c)[16], int& E, bool& finite) {
+__device__ __forceinline__ unsigned int a16_mag_max4(const unsigned int (&w)[4]) {
     unsigned int mx = 0;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) mx = max(mx, max(w[i] & 0x7FFFu, (w[i] >> 16) & 0x7FFFu));
+    for (int i = 0; i < 4; ++i) mx = max(mx, max(w[i] & 0x7FFFu, (w[i] >> 16) & 0x7FFFu));
+    return mx;
+}
+__device__ __forceinline__ void a16_codes8_f32(const unsigned int (&w)[4], unsigned int mx, int (&c)[8], int& E,
+                                               bool& finite) {
     const int F = max((int)(mx >> 7), 1);
     finite = mx < 0x7F80u;
     E = F - 127;
     const int k = 14 - E, k1 = k >> 1, k2 = k - k1;
     const float s1 = __int_as_float((127 + k1) << 23), s2 = __int_as_float((127 + k2) << 23);
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
+    for (int j = 0; j < 8; ++j) {
         const unsigned int bits = (j & 1) ? (w[j >> 1] & 0xFFFF0000u) : (w[j >> 1] << 16);
         const float v = ieee_mul(ieee_mul(__uint_as_float(bits), s1), s2);
         const float t = ieee_add(v, 12582912.0f);

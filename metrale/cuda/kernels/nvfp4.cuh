@@ -59,10 +59,10 @@ __device__ __forceinline__ void a16_limbs(const int c[16], unsigned int lo[4], u
     }
 }
 
-// a16_limbs by byte permutes (codes |c| < 2^15: byte 0 the low limb, byte 1 the high limb).
-__device__ __forceinline__ void a16_limbs_prmt(const int c[16], unsigned int lo[4], unsigned int hi[4]) {
+// a16_limbs for 8 codes by byte permutes (|c| < 2^15: byte 0 the low limb, byte 1 the high).
+__device__ __forceinline__ void a16_limbs8_prmt(const int c[8], unsigned int lo[2], unsigned int hi[2]) {
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
+    for (int q = 0; q < 2; ++q) {
         const unsigned int t0 = prmt((unsigned int)c[4 * q], (unsigned int)c[4 * q + 1], 0x5140u);
         const unsigned int t1 = prmt((unsigned int)c[4 * q + 2], (unsigned int)c[4 * q + 3], 0x5140u);
         lo[q] = prmt(t0, t1, 0x5410u);
@@ -277,7 +277,7 @@ __device__ __forceinline__ void nvfp4_body(const void* act, long long lda, const
 #define FAST_THREADS 512
 #define FAST_WARPS (FAST_THREADS / 32)
 #define FAST_REC 2304
-#define FAST_PRE 2  // prologue blocks per thread whose x is requested first
+#define FAST_PRE 3  // prologue half-blocks per thread whose x is requested first
 
 // Two e4m3 scales (low byte, high byte of v) -> f32, exactly (e4m3 is a subset of f16).
 __device__ __forceinline__ void e4m3x2_to_f32(unsigned int v, float& lo, float& hi) {
@@ -415,25 +415,20 @@ __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long lo
         __syncthreads();
         // issue cursor: column n_i, item s_i
         int n_i = n_first, s_i = 0;
-        // the x bytes of this thread's first FAST_PRE prologue blocks, requested before the weight
-        // ring (behind ~100 KB of weight requests per SM they arrived ~2 us late on the H200)
-        static_assert(FAST_PRE == 2, "the prologue's use of xa / xb / pre below names elements 0 and 1");
-        uint4 xa[FAST_PRE], xb[FAST_PRE];
-        bool pre[FAST_PRE];
+        // the x bytes of this thread's first FAST_PRE prologue half-blocks, requested before the
+        // weight ring (behind ~100 KB of weight requests per SM they arrived ~2 us late on the H200).
+        // Half-block it: block bi = it >> 1 of the R rows (row r = bi / nblk, block bi % nblk),
+        // elements 8 (it & 1) .. 8 (it & 1) + 7; the two halves of a block in adjacent lanes.
+        const int nhalf = R * nblk * 2;  // a multiple of FAST_THREADS: every thread, every round
+        uint4 xv[FAST_PRE];
 #pragma unroll
         for (int u = 0; u < FAST_PRE; ++u) {
-            const int it = threadIdx.x + u * FAST_THREADS;
-            xa[u] = make_uint4(0, 0, 0, 0);
-            xb[u] = make_uint4(0, 0, 0, 0);
-            pre[u] = false;
-            if (it < R * nblk) {
-                const int r = it / nblk, b = it - r * nblk;
-                const unsigned short* src = x + (size_t)(row0 + r) * ldx + (size_t)b * 16;
-                if (row0 + r < m && b < B && (((size_t)src) & 15) == 0) {
-                    xa[u] = *(const uint4*)src;
-                    xb[u] = *(const uint4*)(src + 8);
-                    pre[u] = true;
-                }
+            const int it = threadIdx.x + u * FAST_THREADS, bi = it >> 1;
+            xv[u] = make_uint4(0, 0, 0, 0);
+            if (it < nhalf) {
+                const int r = bi / nblk, b = bi - r * nblk;
+                const unsigned short* src = x + (size_t)(row0 + r) * ldx + (size_t)b * 16 + (it & 1) * 8;
+                if (row0 + r < m && b < B && (((size_t)src) & 15) == 0) xv[u] = *(const uint4*)src;
             }
         }
         auto issue = [&](int slot) {
@@ -450,45 +445,40 @@ __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long lo
         for (int d = 0; d < DEPTH - 1; ++d) issue(d);
 
         // ---- prologue: A16 codes of rows row0 .. row0+R-1; block b of row r: chunk c = b >> 6,
-        //      slot q = (b & 63) >> 1, parity h = b & 1 in record (c * R + r) ----
-        for (int it = threadIdx.x, u = 0; it < R * nblk; it += FAST_THREADS, ++u) {
-            const int r = it / nblk, b = it - r * nblk;
+        //      slot q = (b & 63) >> 1, parity h = b & 1 in record (c * R + r); the half-block
+        //      it & 1 writes limb bytes 8 (it & 1) .. 8 (it & 1) + 7 of its slot, half 0 the factor ----
+        for (int it = threadIdx.x, u = 0; it < nhalf; it += FAST_THREADS, ++u) {
+            const int bi = it >> 1, half = it & 1;
+            const int r = bi / nblk, b = bi - r * nblk;
             const int q = (b & 63) >> 1, h = b & 1;
             unsigned char* rec = smem + (size_t)((b >> 6) * R + r) * FAST_REC;
             const int row = row0 + r;
-            uint4 lo = make_uint4(0, 0, 0, 0), hi = make_uint4(0, 0, 0, 0);
-            float f = METRALE_NEG_ZERO;
-            if (row < m && b < B) {
-                const unsigned short* src = x + (size_t)row * ldx + (size_t)b * 16;
-                unsigned int ws_[8];
+            const bool valid = row < m && b < B;
+            unsigned int w4[4] = {0u, 0u, 0u, 0u};
+            if (valid) {
+                const unsigned short* src = x + (size_t)row * ldx + (size_t)b * 16 + half * 8;
                 if ((((size_t)src) & 15) == 0) {
-                    uint4 v0, v1;
-                    if ((u == 0 && pre[0]) || (u == 1 && pre[1])) {
-                        v0 = u == 0 ? xa[0] : xa[1];
-                        v1 = u == 0 ? xb[0] : xb[1];
-                    } else {
-                        v0 = *(const uint4*)src;
-                        v1 = *(const uint4*)(src + 8);
-                    }
-                    ws_[0] = v0.x, ws_[1] = v0.y, ws_[2] = v0.z, ws_[3] = v0.w;
-                    ws_[4] = v1.x, ws_[5] = v1.y, ws_[6] = v1.z, ws_[7] = v1.w;
+                    static_assert(FAST_PRE == 3, "the selects below name xv[0..2]");
+                    const uint4 v = u == 0 ? xv[0] : u == 1 ? xv[1] : u == 2 ? xv[2] : *(const uint4*)src;
+                    w4[0] = v.x, w4[1] = v.y, w4[2] = v.z, w4[3] = v.w;
                 } else {
 #pragma unroll
-                    for (int j = 0; j < 8; ++j) ws_[j] = (unsigned int)src[2 * j] | ((unsigned int)src[2 * j + 1] << 16);
+                    for (int j = 0; j < 4; ++j) w4[j] = (unsigned int)src[2 * j] | ((unsigned int)src[2 * j + 1] << 16);
                 }
-                int c[16];
-                int E;
-                bool fin;
-                a16_block_f32(ws_, c, E, fin);
-                unsigned int l[4], hh[4];
-                a16_limbs_prmt(c, l, hh);
-                lo = make_uint4(l[0], l[1], l[2], l[3]);
-                hi = make_uint4(hh[0], hh[1], hh[2], hh[3]);
-                f = a16_factor(E, fin);
             }
-            *(uint4*)(rec + h * 512 + q * 16) = lo;
-            *(uint4*)(rec + (2 + h) * 512 + q * 16) = hi;
-            *(float*)(rec + 2048 + q * 8 + h * 4) = f;
+            unsigned int mx = a16_mag_max4(w4);
+            mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the block's two halves
+            int c[8];
+            int E;
+            bool fin;
+            a16_codes8_f32(w4, mx, c, E, fin);
+            unsigned int l[2], hh[2];
+            a16_limbs8_prmt(c, l, hh);
+            const uint2 lo = valid ? make_uint2(l[0], l[1]) : make_uint2(0u, 0u);
+            const uint2 hi = valid ? make_uint2(hh[0], hh[1]) : make_uint2(0u, 0u);
+            *(uint2*)(rec + h * 512 + q * 16 + half * 8) = lo;
+            *(uint2*)(rec + (2 + h) * 512 + q * 16 + half * 8) = hi;
+            if (half == 0) *(float*)(rec + 2048 + q * 8 + h * 4) = valid ? a16_factor(E, fin) : METRALE_NEG_ZERO;
         }
         __syncthreads();
 
