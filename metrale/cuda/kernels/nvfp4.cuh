@@ -382,6 +382,145 @@ __device__ __forceinline__ int block_dot_pq(unsigned int w0, unsigned int w1, ui
     return (hp - hq) * 256 + (lp - lq);
 }
 
+// The prologue of nvfp4_fast_body for rows row0 .. row0+R-1 into the activation records at smem,
+// with issue_ring() (the weight ring's first items) called after this thread's x requests. One row
+// (R = 1): half-blocks over all FAST_THREADS threads (the two halves of a block in adjacent lanes,
+// their maxima joined by a shuffle); more rows: whole blocks. Both give the same records (the
+// half-block form was faster at R = 1 on the H200, the whole-block one at R = 2, 3).
+template <int R, class IssueRing>
+__device__ __forceinline__ void fast_prologue(unsigned char* smem, const unsigned short* x, long long ldx, int m,
+                                              int row0, int B, int nblk, IssueRing&& issue_ring) {
+    if constexpr (R == 1) {
+    // the x bytes of this thread's first FAST_PRE prologue half-blocks, requested before the
+        // weight ring (behind ~100 KB of weight requests per SM they arrived ~2 us late on the H200).
+        // Half-block it: block bi = it >> 1 of the R rows (row r = bi / nblk, block bi % nblk),
+        // elements 8 (it & 1) .. 8 (it & 1) + 7; the two halves of a block in adjacent lanes.
+        const int nhalf = R * nblk * 2;  // a multiple of FAST_THREADS: every thread, every round
+        uint4 xv[FAST_PRE];
+    #pragma unroll
+        for (int u = 0; u < FAST_PRE; ++u) {
+            const int it = threadIdx.x + u * FAST_THREADS, bi = it >> 1;
+            xv[u] = make_uint4(0, 0, 0, 0);
+            if (it < nhalf) {
+                const int r = bi / nblk, b = bi - r * nblk;
+                const unsigned short* src = x + (size_t)(row0 + r) * ldx + (size_t)b * 16 + (it & 1) * 8;
+                if (row0 + r < m && b < B && (((size_t)src) & 15) == 0) xv[u] = *(const uint4*)src;
+            }
+        }
+        issue_ring();
+
+    // ---- prologue: A16 codes of rows row0 .. row0+R-1; block b of row r: chunk c = b >> 6,
+        //      slot q = (b & 63) >> 1, parity h = b & 1 in record (c * R + r); the half-block
+        //      it & 1 writes limb bytes 8 (it & 1) .. 8 (it & 1) + 7 of its slot, half 0 the factor ----
+        for (int it = threadIdx.x, u = 0; it < nhalf; it += FAST_THREADS, ++u) {
+            const int bi = it >> 1, half = it & 1;
+            const int r = bi / nblk, b = bi - r * nblk;
+            const int q = (b & 63) >> 1, h = b & 1;
+            unsigned char* rec = smem + (size_t)((b >> 6) * R + r) * FAST_REC;
+            const int row = row0 + r;
+            const bool valid = row < m && b < B;
+            unsigned int w4[4] = {0u, 0u, 0u, 0u};
+            if (valid) {
+                const unsigned short* src = x + (size_t)row * ldx + (size_t)b * 16 + half * 8;
+                if ((((size_t)src) & 15) == 0) {
+                    static_assert(FAST_PRE == 3, "the selects below name xv[0..2]");
+                    const uint4 v = u == 0 ? xv[0] : u == 1 ? xv[1] : u == 2 ? xv[2] : *(const uint4*)src;
+                    w4[0] = v.x, w4[1] = v.y, w4[2] = v.z, w4[3] = v.w;
+                } else {
+    #pragma unroll
+                    for (int j = 0; j < 4; ++j) w4[j] = (unsigned int)src[2 * j] | ((unsigned int)src[2 * j + 1] << 16);
+                }
+            }
+            unsigned int mx = a16_mag_max4(w4);
+            mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the block's two halves
+            int c[8];
+            int E;
+            bool fin;
+            a16_codes8_f32(w4, mx, c, E, fin);
+            unsigned int l[2], hh[2];
+            a16_limbs8_prmt(c, l, hh);
+            const uint2 lo = valid ? make_uint2(l[0], l[1]) : make_uint2(0u, 0u);
+            const uint2 hi = valid ? make_uint2(hh[0], hh[1]) : make_uint2(0u, 0u);
+            *(uint2*)(rec + h * 512 + q * 16 + half * 8) = lo;
+            *(uint2*)(rec + (2 + h) * 512 + q * 16 + half * 8) = hi;
+            if (half == 0) *(float*)(rec + 2048 + q * 8 + h * 4) = valid ? a16_factor(E, fin) : METRALE_NEG_ZERO;
+        }
+    } else {
+        constexpr int PARTS = 1, G = 2;
+    // the x bytes of this thread's first FAST_PRE prologue units, requested before the weight
+        // ring (behind ~100 KB of weight requests per SM they arrived ~2 us late on the H200).
+        // Unit it (PARTS units per block; the full-block variant: PARTS = 1, G = 2): block bi = it / PARTS of
+        // the R rows (row r = bi / nblk, block bi % nblk), elements 16 / PARTS * (it % PARTS) and
+        // on, G groups of 8 (4 pair words, one uint4 each); the halves of a block in adjacent lanes.
+        const int nunits = R * nblk * PARTS;  // a multiple of FAST_THREADS: every thread, every round
+        uint4 xv[FAST_PRE][G];
+    #pragma unroll
+        for (int u = 0; u < FAST_PRE; ++u) {
+            const int it = threadIdx.x + u * FAST_THREADS, bi = it / PARTS;
+    #pragma unroll
+            for (int gi = 0; gi < G; ++gi) xv[u][gi] = make_uint4(0, 0, 0, 0);
+            if (it < nunits) {
+                const int r = bi / nblk, b = bi - r * nblk;
+                const unsigned short* src = x + (size_t)(row0 + r) * ldx + (size_t)b * 16 + (it % PARTS) * 8;
+                if (row0 + r < m && b < B && (((size_t)src) & 15) == 0) {
+    #pragma unroll
+                    for (int gi = 0; gi < G; ++gi) xv[u][gi] = *(const uint4*)(src + gi * 8);
+                }
+            }
+        }
+        issue_ring();
+
+    // ---- prologue: A16 codes of rows row0 .. row0+R-1; block b of row r: chunk c = b >> 6,
+        //      slot q = (b & 63) >> 1, parity h = b & 1 in record (c * R + r); group e (8 values)
+        //      of a block writes limb bytes 8 e .. 8 e + 7 of its slot; part 0 writes the factor ----
+        for (int it = threadIdx.x, u = 0; it < nunits; it += FAST_THREADS, ++u) {
+            const int bi = it / PARTS, part = it % PARTS;
+            const int r = bi / nblk, b = bi - r * nblk;
+            const int q = (b & 63) >> 1, h = b & 1;
+            unsigned char* rec = smem + (size_t)((b >> 6) * R + r) * FAST_REC;
+            const int row = row0 + r;
+            const bool valid = row < m && b < B;
+            unsigned int w[G][4];
+    #pragma unroll
+            for (int gi = 0; gi < G; ++gi) w[gi][0] = w[gi][1] = w[gi][2] = w[gi][3] = 0u;
+            if (valid) {
+                const unsigned short* src = x + (size_t)row * ldx + (size_t)b * 16 + part * 8;
+                if ((((size_t)src) & 15) == 0) {
+                    static_assert(FAST_PRE == 3, "the selects below name xv[0..2]");
+    #pragma unroll
+                    for (int gi = 0; gi < G; ++gi) {
+                        const uint4 v = u == 0   ? xv[0][gi]
+                                        : u == 1 ? xv[1][gi]
+                                        : u == 2 ? xv[2][gi]
+                                                 : *(const uint4*)(src + gi * 8);
+                        w[gi][0] = v.x, w[gi][1] = v.y, w[gi][2] = v.z, w[gi][3] = v.w;
+                    }
+                } else {
+    #pragma unroll
+                    for (int j = 0; j < 4 * G; ++j)
+                        w[j >> 2][j & 3] = (unsigned int)src[2 * j] | ((unsigned int)src[2 * j + 1] << 16);
+                }
+            }
+            unsigned int mx = a16_mag_max4(w[0]);
+            if (PARTS == 2) mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the block's two halves
+            if (G == 2) mx = max(mx, a16_mag_max4(w[G - 1]));
+            int E = 0;
+            bool fin = true;
+    #pragma unroll
+            for (int gi = 0; gi < G; ++gi) {
+                int c[8];
+                a16_codes8_f32(w[gi], mx, c, E, fin);
+                unsigned int l[2], hh[2];
+                a16_limbs8_prmt(c, l, hh);
+                const int off = q * 16 + (part * G + gi) * 8;
+                *(uint2*)(rec + h * 512 + off) = valid ? make_uint2(l[0], l[1]) : make_uint2(0u, 0u);
+                *(uint2*)(rec + (2 + h) * 512 + off) = valid ? make_uint2(hh[0], hh[1]) : make_uint2(0u, 0u);
+            }
+            if (part == 0) *(float*)(rec + 2048 + q * 8 + h * 4) = valid ? a16_factor(E, fin) : METRALE_NEG_ZERO;
+        }
+    }
+}
+
 // PQ: block_dot_pq instead of nib8_codes_k + block_dot_codes (same S).
 template <int R, int DEPTH, bool PQ>
 __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long long ldx, int m, Nvfp4Set set,
@@ -415,22 +554,6 @@ __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long lo
         __syncthreads();
         // issue cursor: column n_i, item s_i
         int n_i = n_first, s_i = 0;
-        // the x bytes of this thread's first FAST_PRE prologue half-blocks, requested before the
-        // weight ring (behind ~100 KB of weight requests per SM they arrived ~2 us late on the H200).
-        // Half-block it: block bi = it >> 1 of the R rows (row r = bi / nblk, block bi % nblk),
-        // elements 8 (it & 1) .. 8 (it & 1) + 7; the two halves of a block in adjacent lanes.
-        const int nhalf = R * nblk * 2;  // a multiple of FAST_THREADS: every thread, every round
-        uint4 xv[FAST_PRE];
-#pragma unroll
-        for (int u = 0; u < FAST_PRE; ++u) {
-            const int it = threadIdx.x + u * FAST_THREADS, bi = it >> 1;
-            xv[u] = make_uint4(0, 0, 0, 0);
-            if (it < nhalf) {
-                const int r = bi / nblk, b = bi - r * nblk;
-                const unsigned short* src = x + (size_t)(row0 + r) * ldx + (size_t)b * 16 + (it & 1) * 8;
-                if (row0 + r < m && b < B && (((size_t)src) & 15) == 0) xv[u] = *(const uint4*)src;
-            }
-        }
         auto issue = [&](int slot) {
             const bool live = n_i < N;
             const unsigned char* wi = live ? set.w + (long long)n_i * wrow + (long long)s_i * 2048 : set.w;
@@ -441,45 +564,10 @@ __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long lo
                 n_i += n_step;
             }
         };
+        fast_prologue<R>(smem, x, ldx, m, row0, B, nblk, [&]() {
 #pragma unroll
-        for (int d = 0; d < DEPTH - 1; ++d) issue(d);
-
-        // ---- prologue: A16 codes of rows row0 .. row0+R-1; block b of row r: chunk c = b >> 6,
-        //      slot q = (b & 63) >> 1, parity h = b & 1 in record (c * R + r); the half-block
-        //      it & 1 writes limb bytes 8 (it & 1) .. 8 (it & 1) + 7 of its slot, half 0 the factor ----
-        for (int it = threadIdx.x, u = 0; it < nhalf; it += FAST_THREADS, ++u) {
-            const int bi = it >> 1, half = it & 1;
-            const int r = bi / nblk, b = bi - r * nblk;
-            const int q = (b & 63) >> 1, h = b & 1;
-            unsigned char* rec = smem + (size_t)((b >> 6) * R + r) * FAST_REC;
-            const int row = row0 + r;
-            const bool valid = row < m && b < B;
-            unsigned int w4[4] = {0u, 0u, 0u, 0u};
-            if (valid) {
-                const unsigned short* src = x + (size_t)row * ldx + (size_t)b * 16 + half * 8;
-                if ((((size_t)src) & 15) == 0) {
-                    static_assert(FAST_PRE == 3, "the selects below name xv[0..2]");
-                    const uint4 v = u == 0 ? xv[0] : u == 1 ? xv[1] : u == 2 ? xv[2] : *(const uint4*)src;
-                    w4[0] = v.x, w4[1] = v.y, w4[2] = v.z, w4[3] = v.w;
-                } else {
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) w4[j] = (unsigned int)src[2 * j] | ((unsigned int)src[2 * j + 1] << 16);
-                }
-            }
-            unsigned int mx = a16_mag_max4(w4);
-            mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the block's two halves
-            int c[8];
-            int E;
-            bool fin;
-            a16_codes8_f32(w4, mx, c, E, fin);
-            unsigned int l[2], hh[2];
-            a16_limbs8_prmt(c, l, hh);
-            const uint2 lo = valid ? make_uint2(l[0], l[1]) : make_uint2(0u, 0u);
-            const uint2 hi = valid ? make_uint2(hh[0], hh[1]) : make_uint2(0u, 0u);
-            *(uint2*)(rec + h * 512 + q * 16 + half * 8) = lo;
-            *(uint2*)(rec + (2 + h) * 512 + q * 16 + half * 8) = hi;
-            if (half == 0) *(float*)(rec + 2048 + q * 8 + h * 4) = valid ? a16_factor(E, fin) : METRALE_NEG_ZERO;
-        }
+            for (int d = 0; d < DEPTH - 1; ++d) issue(d);
+        });
         __syncthreads();
 
         const bool odd1 = (lane & 1) != 0, odd2 = (lane & 2) != 0;
