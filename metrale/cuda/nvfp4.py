@@ -121,7 +121,7 @@ def _set(w: Any, out: Any, rowscale: np.float32, rows: int) -> tuple[Any, ...]:
 FAST_THREADS = 512
 FAST_ITEM_BLOCKS = 256
 FAST_SLOT = 2304
-FAST_DEPTH = {1: 4, 2: 4, 3: 3, 4: 3}
+FAST_DEPTH = {1: 3, 2: 4, 3: 3, 4: 3}
 
 
 def _fast_threads(r: int) -> int:

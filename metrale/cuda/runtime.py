@@ -100,8 +100,6 @@ def compile_cubin(cu_file: str, arch: str) -> Path:
 
     src = source(cu_file)
     opts = (*COMPILE_OPTIONS, f"--gpu-architecture={arch}")
-    if os.environ.get("METRALE_EXP_DEFS"):
-        opts = (*opts, *os.environ["METRALE_EXP_DEFS"].split())
     key = hashlib.sha256(repr((src, opts, nvrtc.getVersion())).encode()).hexdigest()[:32]
     path = cache_dir() / f"{cu_file}.{arch}.{key}.cubin"
     if path.is_file():

@@ -33,7 +33,7 @@ NVFP4_A16(4, false, o)
 //   nvfp4_a16f_r{1,2,3,4}(same arguments as above), PDL-capable (metrale/cuda/pdl.py); block
 //   FAST_THREADS = 512 threads (16 warps, one column at a time each), one CTA per SM along
 //   grid.x, dynamic shared memory R * 72 * P + 16 * D * 2304 bytes, P = 128 * ceil(B / 256): the activation records, then
-//   each warp's ring of D work-item slots (D = 4 for R <= 2, 3 for R = 3, 4), D - 1 items in
+//   each warp's ring of D work-item slots (D = 3 for R = 1, 4 for R = 2, 3 for R = 3, 4), D - 1 items in
 //   flight per warp (cp.async); R <= 2 use the P/Q block dot (nvfp4.cuh block_dot_pq).
 #define NVFP4_A16F(R, D, PQ)                                                                   \
     extern "C" __global__ void __launch_bounds__(FAST_THREADS, 1) nvfp4_a16f_r##R(                        \
@@ -44,7 +44,7 @@ NVFP4_A16(4, false, o)
         nvfp4_fast_body<R, D, PQ>(x, ldx, m, set, N, K);                                               \
     }
 
-NVFP4_A16F(1, 4, true)
+NVFP4_A16F(1, 3, true)
 NVFP4_A16F(2, 4, true)
 NVFP4_A16F(3, 3, false)
 NVFP4_A16F(4, 3, false)
