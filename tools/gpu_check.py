@@ -130,11 +130,12 @@ def main() -> int:
             rc_all |= rc
     if "sanitizer" not in skip:
         san = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
-        sel = "N37 or N7- or N29 or act_mul or lora or bad_arguments or torch or call_returns"
+        sel = "N37 or N7- or N29 or act_mul or lora or bad_arguments or torch or call_returns or pdl"
         rc, text, dt = sh(
             f"{san} --tool memcheck --report-api-errors no --error-exitcode 9 --print-limit 20 "
             f"{py} -m pytest -q -p no:cacheprovider -x "
-            f"tests/gpu/test_cuda_nvfp4.py tests/gpu/test_cuda_layer.py -k '{sel}'",
+            "tests/gpu/test_cuda_nvfp4.py tests/gpu/test_cuda_layer.py tests/gpu/test_cuda_pdl.py "
+            f"-k '{sel}'",
             out / "sanitizer.log",
             300,
             env,
