@@ -277,7 +277,7 @@ __device__ __forceinline__ void nvfp4_body(const void* act, long long lda, const
 #define FAST_THREADS 512
 #define FAST_WARPS (FAST_THREADS / 32)
 #define FAST_REC 2304
-#define FAST_PRE 3  // prologue half-blocks per thread whose x is requested first
+#define FAST_PRE 3  // prologue units (half or whole blocks) per thread whose x is requested first
 
 // Two e4m3 scales (low byte, high byte of v) -> f32, exactly (e4m3 is a subset of f16).
 __device__ __forceinline__ void e4m3x2_to_f32(unsigned int v, float& lo, float& hi) {
@@ -391,13 +391,13 @@ template <int R, class IssueRing>
 __device__ __forceinline__ void fast_prologue(unsigned char* smem, const unsigned short* x, long long ldx, int m,
                                               int row0, int B, int nblk, IssueRing&& issue_ring) {
     if constexpr (R == 1) {
-    // the x bytes of this thread's first FAST_PRE prologue half-blocks, requested before the
+        // the x bytes of this thread's first FAST_PRE prologue half-blocks, requested before the
         // weight ring (behind ~100 KB of weight requests per SM they arrived ~2 us late on the H200).
         // Half-block it: block bi = it >> 1 of the R rows (row r = bi / nblk, block bi % nblk),
         // elements 8 (it & 1) .. 8 (it & 1) + 7; the two halves of a block in adjacent lanes.
         const int nhalf = R * nblk * 2;  // a multiple of FAST_THREADS: every thread, every round
         uint4 xv[FAST_PRE];
-    #pragma unroll
+        #pragma unroll
         for (int u = 0; u < FAST_PRE; ++u) {
             const int it = threadIdx.x + u * FAST_THREADS, bi = it >> 1;
             xv[u] = make_uint4(0, 0, 0, 0);
@@ -409,7 +409,7 @@ __device__ __forceinline__ void fast_prologue(unsigned char* smem, const unsigne
         }
         issue_ring();
 
-    // ---- prologue: A16 codes of rows row0 .. row0+R-1; block b of row r: chunk c = b >> 6,
+        // ---- prologue: A16 codes of rows row0 .. row0+R-1; block b of row r: chunk c = b >> 6,
         //      slot q = (b & 63) >> 1, parity h = b & 1 in record (c * R + r); the half-block
         //      it & 1 writes limb bytes 8 (it & 1) .. 8 (it & 1) + 7 of its slot, half 0 the factor ----
         for (int it = threadIdx.x, u = 0; it < nhalf; it += FAST_THREADS, ++u) {
@@ -427,7 +427,7 @@ __device__ __forceinline__ void fast_prologue(unsigned char* smem, const unsigne
                     const uint4 v = u == 0 ? xv[0] : u == 1 ? xv[1] : u == 2 ? xv[2] : *(const uint4*)src;
                     w4[0] = v.x, w4[1] = v.y, w4[2] = v.z, w4[3] = v.w;
                 } else {
-    #pragma unroll
+        #pragma unroll
                     for (int j = 0; j < 4; ++j) w4[j] = (unsigned int)src[2 * j] | ((unsigned int)src[2 * j + 1] << 16);
                 }
             }
@@ -446,31 +446,30 @@ __device__ __forceinline__ void fast_prologue(unsigned char* smem, const unsigne
             if (half == 0) *(float*)(rec + 2048 + q * 8 + h * 4) = valid ? a16_factor(E, fin) : METRALE_NEG_ZERO;
         }
     } else {
+        // whole blocks: unit it is block it of the R rows (row r = it / nblk, block it % nblk), its
+        // G = 2 groups of 8 values (4 pair words, one uint4 each); the x bytes of this thread's
+        // first FAST_PRE units are requested before the weight ring. (PARTS = 1 keeps the unit
+        // arithmetic of the half-block branch.)
         constexpr int PARTS = 1, G = 2;
-    // the x bytes of this thread's first FAST_PRE prologue units, requested before the weight
-        // ring (behind ~100 KB of weight requests per SM they arrived ~2 us late on the H200).
-        // Unit it (PARTS units per block; the full-block variant: PARTS = 1, G = 2): block bi = it / PARTS of
-        // the R rows (row r = bi / nblk, block bi % nblk), elements 16 / PARTS * (it % PARTS) and
-        // on, G groups of 8 (4 pair words, one uint4 each); the halves of a block in adjacent lanes.
         const int nunits = R * nblk * PARTS;  // a multiple of FAST_THREADS: every thread, every round
         uint4 xv[FAST_PRE][G];
-    #pragma unroll
+        #pragma unroll
         for (int u = 0; u < FAST_PRE; ++u) {
             const int it = threadIdx.x + u * FAST_THREADS, bi = it / PARTS;
-    #pragma unroll
+        #pragma unroll
             for (int gi = 0; gi < G; ++gi) xv[u][gi] = make_uint4(0, 0, 0, 0);
             if (it < nunits) {
                 const int r = bi / nblk, b = bi - r * nblk;
                 const unsigned short* src = x + (size_t)(row0 + r) * ldx + (size_t)b * 16 + (it % PARTS) * 8;
                 if (row0 + r < m && b < B && (((size_t)src) & 15) == 0) {
-    #pragma unroll
+        #pragma unroll
                     for (int gi = 0; gi < G; ++gi) xv[u][gi] = *(const uint4*)(src + gi * 8);
                 }
             }
         }
         issue_ring();
 
-    // ---- prologue: A16 codes of rows row0 .. row0+R-1; block b of row r: chunk c = b >> 6,
+        // ---- prologue: A16 codes of rows row0 .. row0+R-1; block b of row r: chunk c = b >> 6,
         //      slot q = (b & 63) >> 1, parity h = b & 1 in record (c * R + r); group e (8 values)
         //      of a block writes limb bytes 8 e .. 8 e + 7 of its slot; part 0 writes the factor ----
         for (int it = threadIdx.x, u = 0; it < nunits; it += FAST_THREADS, ++u) {
@@ -481,13 +480,13 @@ __device__ __forceinline__ void fast_prologue(unsigned char* smem, const unsigne
             const int row = row0 + r;
             const bool valid = row < m && b < B;
             unsigned int w[G][4];
-    #pragma unroll
+        #pragma unroll
             for (int gi = 0; gi < G; ++gi) w[gi][0] = w[gi][1] = w[gi][2] = w[gi][3] = 0u;
             if (valid) {
                 const unsigned short* src = x + (size_t)row * ldx + (size_t)b * 16 + part * 8;
                 if ((((size_t)src) & 15) == 0) {
                     static_assert(FAST_PRE == 3, "the selects below name xv[0..2]");
-    #pragma unroll
+        #pragma unroll
                     for (int gi = 0; gi < G; ++gi) {
                         const uint4 v = u == 0   ? xv[0][gi]
                                         : u == 1 ? xv[1][gi]
@@ -496,17 +495,16 @@ __device__ __forceinline__ void fast_prologue(unsigned char* smem, const unsigne
                         w[gi][0] = v.x, w[gi][1] = v.y, w[gi][2] = v.z, w[gi][3] = v.w;
                     }
                 } else {
-    #pragma unroll
+        #pragma unroll
                     for (int j = 0; j < 4 * G; ++j)
                         w[j >> 2][j & 3] = (unsigned int)src[2 * j] | ((unsigned int)src[2 * j + 1] << 16);
                 }
             }
             unsigned int mx = a16_mag_max4(w[0]);
-            if (PARTS == 2) mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the block's two halves
-            if (G == 2) mx = max(mx, a16_mag_max4(w[G - 1]));
+            mx = max(mx, a16_mag_max4(w[1]));  // the block's second group
             int E = 0;
             bool fin = true;
-    #pragma unroll
+        #pragma unroll
             for (int gi = 0; gi < G; ++gi) {
                 int c[8];
                 a16_codes8_f32(w[gi], mx, c, E, fin);
