@@ -155,19 +155,11 @@ def next_programmatic() -> bool:
 
 
 def launch(
-    kernel: Any,
-    grid: tuple[int, ...],
-    block: tuple[int, ...],
-    args: Sequence[Any],
-    shared_mem: int = 0,
-    programmatic: bool | None = None,
+    kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any], shared_mem: int = 0
 ) -> None:
     """Launch the CuPy ``RawKernel`` ``kernel`` (one that keeps the rule of this module's
-    docstring) on the current stream, programmatically when ``programmatic`` (default:
-    ``next_programmatic()``)."""
-    if programmatic is None:
-        programmatic = next_programmatic()
-    if not programmatic:
+    docstring) on the current stream, programmatically when ``next_programmatic()``."""
+    if not next_programmatic():
         kernel(grid, block, tuple(args), shared_mem=shared_mem)
         counts["plain"] += 1
         return
