@@ -447,23 +447,20 @@ __device__ __forceinline__ void fast_prologue(unsigned char* smem, const unsigne
         }
     } else {
         // whole blocks: unit it is block it of the R rows (row r = it / nblk, block it % nblk), its
-        // G = 2 groups of 8 values (4 pair words, one uint4 each); the x bytes of this thread's
-        // first FAST_PRE units are requested before the weight ring. (PARTS = 1 keeps the unit
-        // arithmetic of the half-block branch.)
-        constexpr int PARTS = 1, G = 2;
-        const int nunits = R * nblk * PARTS;  // a multiple of FAST_THREADS: every thread, every round
-        uint4 xv[FAST_PRE][G];
-        #pragma unroll
+        // two groups of 8 values (4 pair words, one uint4 each); the x bytes of this thread's first
+        // FAST_PRE blocks are requested before the weight ring.
+        const int nunits = R * nblk;  // a multiple of FAST_THREADS: every thread, every round
+        uint4 xv[FAST_PRE][2];
+#pragma unroll
         for (int u = 0; u < FAST_PRE; ++u) {
-            const int it = threadIdx.x + u * FAST_THREADS, bi = it / PARTS;
-        #pragma unroll
-            for (int gi = 0; gi < G; ++gi) xv[u][gi] = make_uint4(0, 0, 0, 0);
+            const int it = threadIdx.x + u * FAST_THREADS;
+            xv[u][0] = xv[u][1] = make_uint4(0, 0, 0, 0);
             if (it < nunits) {
-                const int r = bi / nblk, b = bi - r * nblk;
-                const unsigned short* src = x + (size_t)(row0 + r) * ldx + (size_t)b * 16 + (it % PARTS) * 8;
+                const int r = it / nblk, b = it - r * nblk;
+                const unsigned short* src = x + (size_t)(row0 + r) * ldx + (size_t)b * 16;
                 if (row0 + r < m && b < B && (((size_t)src) & 15) == 0) {
-        #pragma unroll
-                    for (int gi = 0; gi < G; ++gi) xv[u][gi] = *(const uint4*)(src + gi * 8);
+                    xv[u][0] = *(const uint4*)src;
+                    xv[u][1] = *(const uint4*)(src + 8);
                 }
             }
         }
@@ -471,50 +468,46 @@ __device__ __forceinline__ void fast_prologue(unsigned char* smem, const unsigne
 
         // ---- prologue: A16 codes of rows row0 .. row0+R-1; block b of row r: chunk c = b >> 6,
         //      slot q = (b & 63) >> 1, parity h = b & 1 in record (c * R + r); group e (8 values)
-        //      of a block writes limb bytes 8 e .. 8 e + 7 of its slot; part 0 writes the factor ----
+        //      of a block writes limb bytes 8 e .. 8 e + 7 of its slot ----
         for (int it = threadIdx.x, u = 0; it < nunits; it += FAST_THREADS, ++u) {
-            const int bi = it / PARTS, part = it % PARTS;
-            const int r = bi / nblk, b = bi - r * nblk;
+            const int r = it / nblk, b = it - r * nblk;
             const int q = (b & 63) >> 1, h = b & 1;
             unsigned char* rec = smem + (size_t)((b >> 6) * R + r) * FAST_REC;
             const int row = row0 + r;
             const bool valid = row < m && b < B;
-            unsigned int w[G][4];
-        #pragma unroll
-            for (int gi = 0; gi < G; ++gi) w[gi][0] = w[gi][1] = w[gi][2] = w[gi][3] = 0u;
+            unsigned int w[2][4] = {{0u, 0u, 0u, 0u}, {0u, 0u, 0u, 0u}};
             if (valid) {
-                const unsigned short* src = x + (size_t)row * ldx + (size_t)b * 16 + part * 8;
+                const unsigned short* src = x + (size_t)row * ldx + (size_t)b * 16;
                 if ((((size_t)src) & 15) == 0) {
                     static_assert(FAST_PRE == 3, "the selects below name xv[0..2]");
-        #pragma unroll
-                    for (int gi = 0; gi < G; ++gi) {
-                        const uint4 v = u == 0   ? xv[0][gi]
-                                        : u == 1 ? xv[1][gi]
-                                        : u == 2 ? xv[2][gi]
-                                                 : *(const uint4*)(src + gi * 8);
-                        w[gi][0] = v.x, w[gi][1] = v.y, w[gi][2] = v.z, w[gi][3] = v.w;
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const uint4 v = u == 0   ? xv[0][e]
+                                        : u == 1 ? xv[1][e]
+                                        : u == 2 ? xv[2][e]
+                                                 : *(const uint4*)(src + e * 8);
+                        w[e][0] = v.x, w[e][1] = v.y, w[e][2] = v.z, w[e][3] = v.w;
                     }
                 } else {
-        #pragma unroll
-                    for (int j = 0; j < 4 * G; ++j)
+#pragma unroll
+                    for (int j = 0; j < 8; ++j)
                         w[j >> 2][j & 3] = (unsigned int)src[2 * j] | ((unsigned int)src[2 * j + 1] << 16);
                 }
             }
-            unsigned int mx = a16_mag_max4(w[0]);
-            mx = max(mx, a16_mag_max4(w[1]));  // the block's second group
+            const unsigned int mx = max(a16_mag_max4(w[0]), a16_mag_max4(w[1]));
             int E = 0;
             bool fin = true;
-        #pragma unroll
-            for (int gi = 0; gi < G; ++gi) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
                 int c[8];
-                a16_codes8_f32(w[gi], mx, c, E, fin);
+                a16_codes8_f32(w[e], mx, c, E, fin);
                 unsigned int l[2], hh[2];
                 a16_limbs8_prmt(c, l, hh);
-                const int off = q * 16 + (part * G + gi) * 8;
+                const int off = q * 16 + e * 8;
                 *(uint2*)(rec + h * 512 + off) = valid ? make_uint2(l[0], l[1]) : make_uint2(0u, 0u);
                 *(uint2*)(rec + (2 + h) * 512 + off) = valid ? make_uint2(hh[0], hh[1]) : make_uint2(0u, 0u);
             }
-            if (part == 0) *(float*)(rec + 2048 + q * 8 + h * 4) = valid ? a16_factor(E, fin) : METRALE_NEG_ZERO;
+            *(float*)(rec + 2048 + q * 8 + h * 4) = valid ? a16_factor(E, fin) : METRALE_NEG_ZERO;
         }
     }
 }
