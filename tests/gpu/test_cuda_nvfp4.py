@@ -90,6 +90,29 @@ def test_w4a16_every_kernel_matches_reference(
         gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"gemm m={m} {shape}")
 
 
+@pytest.mark.parametrize(
+    "shape", [(5000, 1024), (4500, 2048), (2113, 3072)], ids=lambda s: f"N{s[0]}-K{s[1]}"
+)
+def test_fast_gemv_many_columns_per_warp(cuda: Any, fresh_rng: np.random.Generator, shape: tuple) -> None:
+    """N past the grid's warps (2112 on the H200): every warp's ring crosses several columns."""
+    n, k = shape
+    w0, w1 = gen.nvfp4(fresh_rng, n, k, name="gate"), gen.nvfp4(fresh_rng, n, k, name="up")
+    d0, d1 = cuda.upload(w0), cuda.upload(w1)
+    x = gen.rows(fresh_rng, 3, k)
+    want0, want1 = ref(x, w0, "A16"), ref(x, w1, "A16")
+    xd = dev_rows(x)
+    for m, name in ((1, "w4a16_gemv"), (2, "w4a16_gemv_batch2"), (3, "w4a16_gemv_batch3")):
+        buf, view, init = gen.guarded(cp, fresh_rng, m, n)
+        cuda.launch(name, xd[:m], d0, view)
+        gen.bits_equal(gen.check_guard(buf, init, m, n), want0[:m], f"{name} {shape}")
+    for m in (2, 3):
+        b0, v0, i0 = gen.guarded(cp, fresh_rng, m, n)
+        b1, v1, i1 = gen.guarded(cp, fresh_rng, m, n)
+        cuda.launch(f"w4a16_gemv_dual_batch{m}", xd[:m], d0, v0, d1, v1)
+        gen.bits_equal(gen.check_guard(b0, i0, m, n), want0[:m], f"dual{m} gate {shape}")
+        gen.bits_equal(gen.check_guard(b1, i1, m, n), want1[:m], f"dual{m} up {shape}")
+
+
 @pytest.mark.parametrize("shape", [(45, 2048), (33, 4096)], ids=["N45-K2048", "N33-K4096"])
 def test_w4a16_generic_and_fast_kernels_agree(
     cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, shape: tuple

@@ -1,8 +1,7 @@
 """Programmatic dependent launch (metrale/cuda/pdl.py) on the FFN's fast A16 path: the chain
 up -> act_mul -> down is launched programmatically on sm_90+, the first kernel of every entry
 point plainly, and the bits are the reference's with PDL on, off, and over back-to-back calls
-without a host synchronisation in between (a kernel that read before its pdl_wait would race).
-Also the fast GEMV past one column per warp of the grid (each warp's ring crossing columns)."""
+without a host synchronisation in between (a kernel that read before its pdl_wait would race)."""
 
 from __future__ import annotations
 
@@ -102,29 +101,3 @@ def test_pdl_back_to_back_calls(fresh_rng: np.random.Generator) -> None:
     for r in range(rounds):
         gen.bits_equal(got[r], want, f"round {r}")
         gen.bits_equal(h[r], h[0], f"round {r}: h")
-
-
-@pytest.mark.parametrize(
-    "shape", [(5000, 1024), (4500, 2048), (2113, 3072)], ids=lambda s: f"N{s[0]}-K{s[1]}"
-)
-def test_fast_gemv_many_columns_per_warp(cuda: Any, fresh_rng: np.random.Generator, shape: tuple) -> None:
-    """N past the grid's warps (2112 on the H200): every warp's ring crosses several columns."""
-    from metrale.reference.projection import project
-
-    n, k = shape
-    w0, w1 = gen.nvfp4(fresh_rng, n, k, name="gate"), gen.nvfp4(fresh_rng, n, k, name="up")
-    d0, d1 = cuda.upload(w0), cuda.upload(w1)
-    x = gen.rows(fresh_rng, 3, k)
-    with np.errstate(all="ignore"):
-        want0, want1 = project(x, w0, "A16").view(np.uint16), project(x, w1, "A16").view(np.uint16)
-    xd = cp.asarray(x.view(np.uint16))
-    for m, name in ((1, "w4a16_gemv"), (2, "w4a16_gemv_batch2"), (3, "w4a16_gemv_batch3")):
-        buf, view, init = gen.guarded(cp, fresh_rng, m, n)
-        cuda.launch(name, xd[:m], d0, view)
-        gen.bits_equal(gen.check_guard(buf, init, m, n), want0[:m], f"{name} {shape}")
-    for m in (2, 3):
-        b0, v0, i0 = gen.guarded(cp, fresh_rng, m, n)
-        b1, v1, i1 = gen.guarded(cp, fresh_rng, m, n)
-        cuda.launch(f"w4a16_gemv_dual_batch{m}", xd[:m], d0, v0, d1, v1)
-        gen.bits_equal(gen.check_guard(b0, i0, m, n), want0[:m], f"dual{m} gate {shape}")
-        gen.bits_equal(gen.check_guard(b1, i1, m, n), want1[:m], f"dual{m} up {shape}")
