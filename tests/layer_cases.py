@@ -21,8 +21,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from metrale.backend import Backend, get_backend
+from metrale.backend import get_backend
 from metrale.cuda import cuda_unavailable_reason
+from metrale.reference.backend import Backend
 from metrale.reference.context import FfnConfig, ForwardContext
 from metrale.reference.elements import BF16, E4M3
 from metrale.reference.formats import DenseWeight, Fp8Weight, Nvfp4Weight, Q2_0Weight, W8a8Weight
@@ -461,29 +462,29 @@ def guarded_context(layer: DenseFfnLayer, m: int, guard: int = GUARD_ROWS) -> Fo
     """A context with ``guard`` rows more than m, every buffer filled with SENTINEL_BITS."""
     ctx = ForwardContext(layer.config, backend=layer.backend, max_rows=m + guard)
     b = ctx.buffers
-    for buf in (b.moe_output(), b.expert_gate_out(), b.expert_up_out()):
+    for buf in (b.output(), b.gate_out(), b.up_out()):
         fill_bits(buf, SENTINEL_BITS)
     return ctx
 
 
 def run_guarded(layer: DenseFfnLayer, entry: str, x: np.ndarray) -> np.ndarray:
     """Run ``entry`` on x with guard bands; check rows ≥ m of every buffer still hold the
-    sentinel; return the bits of moe_output[:m]."""
+    sentinel; return the bits of output[:m]."""
     m = int(x.shape[0])
     ctx = guarded_context(layer, m)
     run_entry(layer, entry, x, ctx)
     b = ctx.buffers
     for nm, buf in (
-        ("moe_output", b.moe_output()),
-        ("expert_gate_out", b.expert_gate_out()),
-        ("expert_up_out", b.expert_up_out()),
+        ("output", b.output()),
+        ("gate_out", b.gate_out()),
+        ("up_out", b.up_out()),
     ):
         host = bits(ctx.backend.to_numpy(buf))
         bad = np.argwhere(host[m:] != SENTINEL_BITS)
         if bad.size:
             r, c = bad[0]
             raise AssertionError(f"{entry} m={m}: {nm}[{m + r}, {c}] overwritten beyond the m rows")
-    return bits(ctx.backend.to_numpy(b.moe_output()))[:m]
+    return bits(ctx.backend.to_numpy(b.output()))[:m]
 
 
 def backend_for(name: str) -> Backend:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from metrale.backend import BACKEND_CHOICES, KERNEL_NAMES, Backend, get_backend
+from metrale.backend import BACKEND_CHOICES, get_backend
 from metrale.cuda import cuda_unavailable_reason
 from metrale.errors import BackendUnavailable, KernelMissing, MetraleError
+from metrale.reference.backend import KERNEL_NAMES, Backend
 from metrale.reference.kernels import REFERENCE_KERNELS, ReferenceBackend
 
 CUDA_REASON = cuda_unavailable_reason()

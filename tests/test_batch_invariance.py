@@ -67,7 +67,7 @@ def single_rows(layer: DenseFfnLayer, x: np.ndarray, mode: str) -> np.ndarray:
         for r in range(x.shape[0]):
             ctx = ForwardContext(layer.config, backend=layer.backend, max_rows=1)
             lc.run_entry(layer, "forward", x[r : r + 1], ctx)
-            outs.append(lc.bits(ctx.backend.to_numpy(ctx.buffers.moe_output())))
+            outs.append(lc.bits(ctx.backend.to_numpy(ctx.buffers.output())))
     assert ("w4a4_gemv_small_m" in layer.backend.launches) is (mode == "A4"), "1-row call in the wrong mode"
     return np.concatenate(outs)
 

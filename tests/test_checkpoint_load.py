@@ -122,7 +122,7 @@ def test_w8a8_only_layer_prefill_chunks_beyond_64_rows(src: Path, tmp_path: Path
     x = rows(130, seed=9)
     ctx = ForwardContext(layer.config, backend=layer.backend, max_rows=130)
     layer.forward_prefill(x, 130, ctx)
-    big = layer.backend.to_numpy(ctx.buffers.moe_output()[:130]).copy()
+    big = layer.backend.to_numpy(ctx.buffers.output()[:130]).copy()
     one = np.concatenate([layer(x[i : i + 1]) for i in range(130)])
     assert np.array_equal(bits(big), bits(one))
 

@@ -7,8 +7,8 @@ import layer_cases as lc
 import numpy as np
 import pytest
 
-from metrale.backend import KERNEL_NAMES
 from metrale.errors import KernelMissing, MetraleError
+from metrale.reference.backend import KERNEL_NAMES
 from metrale.reference.context import FfnConfig, ForwardContext
 from metrale.reference.dispatch import quant_gemm, quant_gemv, w4a16_gemv_batchm
 from metrale.reference.formats import FORMATS
@@ -317,7 +317,7 @@ def test_buffers_need_a_row() -> None:
         ForwardContext(FfnConfig(HID, INTER), backend=ReferenceBackend(), max_rows=0)
 
 
-# ---- outputs outside moe_output[:m] are untouched ---------------------------------------------
+# ---- outputs outside output[:m] are untouched ------------------------------------------------
 
 GUARD_CASES = [
     (kind, mode, entry, m)
@@ -342,11 +342,11 @@ def test_rows_past_m_keep_the_sentinel(
     lc.run_entry(layer, entry, rows(m, p.config.hidden_size, seed=m), ctx)
     b = ctx.buffers
     for name, buf in (
-        ("moe_output", b.moe_output()),
-        ("gate", b.expert_gate_out()),
-        ("up", b.expert_up_out()),
+        ("output", b.output()),
+        ("gate", b.gate_out()),
+        ("up", b.up_out()),
     ):
         host = lc.bits(ctx.backend.to_numpy(buf))
         assert (host[m:] == lc.SENTINEL_BITS).all(), f"{name} rows >= {m} overwritten"
-    out = lc.bits(ctx.backend.to_numpy(b.moe_output()))[:m]
-    assert not (out == lc.SENTINEL_BITS).any(), "moe_output[:m] not fully written"
+    out = lc.bits(ctx.backend.to_numpy(b.output()))[:m]
+    assert not (out == lc.SENTINEL_BITS).any(), "output[:m] not fully written"

@@ -11,8 +11,8 @@ import layer_cases as lc
 import numpy as np
 import pytest
 
-from metrale.backend import Backend
 from metrale.errors import MetraleError
+from metrale.reference.backend import Backend
 from metrale.reference.context import ForwardContext
 from metrale.reference.dispatch import quant_gemm, quant_gemv
 from metrale.reference.formats import DenseWeight, Fp8Weight, Nvfp4Weight, W8a8Weight

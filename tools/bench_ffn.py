@@ -66,7 +66,8 @@ from typing import Any
 
 import numpy as np
 
-from metrale.backend import Backend, get_backend
+from metrale.backend import get_backend
+from metrale.reference.backend import Backend
 from metrale.reference.context import FfnConfig, ForwardContext
 from metrale.reference.elements import BF16, E4M3
 from metrale.reference.formats import DenseWeight, Fp8Weight, Nvfp4Weight, Q2_0Weight, W8a8Weight

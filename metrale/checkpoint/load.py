@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from metrale.backend import Backend
 from metrale.checkpoint.io import HfFolder
 from metrale.errors import MetraleError
+from metrale.reference.backend import Backend
 from metrale.reference.context import FfnConfig
 from metrale.reference.formats import DenseWeight, Fp8Weight, Nvfp4Weight, W8a8Weight
 from metrale.reference.layer import DenseFfnLayer, FfnActivation, FfnWeights

@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from metrale.backend import KERNEL_NAMES, Backend
 from metrale.cuda import pdl
 from metrale.cuda.weights import DeviceLora, DeviceWeight, upload_generic, upload_lora
 from metrale.errors import MetraleError
 from metrale.reference.activations import check_row_shape
+from metrale.reference.backend import KERNEL_NAMES, Backend
 from metrale.reference.elements import BF16
 from metrale.reference.lora import LoraAdapter
 

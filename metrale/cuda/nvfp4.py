@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from metrale.backend import W4A16_TIERS
 from metrale.cuda import pdl, runtime
 from metrale.cuda.weights import upload_generic
 from metrale.errors import MetraleError
 from metrale.reference.activations import A4Codes
+from metrale.reference.backend import W4A16_TIERS
 from metrale.reference.elements import E4M3
 
 A16_FILE = "w4a16_gemv.cu"

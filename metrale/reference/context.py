@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from metrale.backend import Backend, get_backend
 from metrale.errors import MetraleError
+from metrale.reference.backend import Backend, resolve_backend
 
 
 @dataclass(frozen=True)
@@ -19,41 +19,56 @@ class FfnConfig:
     def __post_init__(self) -> None:
         for nm in ("hidden_size", "intermediate_size"):
             v = getattr(self, nm)
-            if not isinstance(v, int) or v <= 0 or v % 16:
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0 or v % 16:
                 raise MetraleError(f"FfnConfig.{nm}={v!r}: want a positive multiple of 16")
 
 
 class FfnBuffers:
-    """bf16 buffers for up to ``max_rows`` rows: ``moe_output`` [rows, hidden],
-    ``expert_gate_out`` / ``expert_up_out`` [rows, inter]; plus kernel scratch."""
+    """bf16 buffers for up to ``max_rows`` rows, the same meaning after every route:
+    ``output`` [rows, hidden] = y; ``gate_out`` [rows, inter] = h = bf16(act(gate)·up) (the
+    down projection's input); ``up_out`` [rows, inter] = the up projection; plus ``scratch``
+    for kernels. The seed engine's names stay as aliases: ``moe_output`` = ``output``,
+    ``expert_gate_out`` = ``gate_out``, ``expert_up_out`` = ``up_out``."""
 
     def __init__(self, backend: Backend, config: FfnConfig, max_rows: int) -> None:
         if max_rows < 1:
             raise MetraleError(f"FfnBuffers: max_rows={max_rows} must be >= 1")
         self.max_rows = max_rows
-        self._moe_output = backend.empty_bf16((max_rows, config.hidden_size))
+        self._output = backend.empty_bf16((max_rows, config.hidden_size))
         self._gate = backend.empty_bf16((max_rows, config.intermediate_size))
         self._up = backend.empty_bf16((max_rows, config.intermediate_size))
         self.scratch: dict[str, Any] = {}
 
-    def moe_output(self) -> Any:
-        return self._moe_output
+    def output(self) -> Any:
+        return self._output
 
-    def expert_gate_out(self) -> Any:
+    def gate_out(self) -> Any:
         return self._gate
 
-    def expert_up_out(self) -> Any:
+    def up_out(self) -> Any:
         return self._up
+
+    moe_output = output
+    expert_gate_out = gate_out
+    expert_up_out = up_out
 
 
 @dataclass
 class ForwardContext:
-    """What a forward step runs with: ``backend``, ``config`` and ``buffers``."""
+    """What a forward step runs with: ``backend`` (a Backend or its name; None: automatic
+    choice), ``config`` and ``buffers`` for up to ``max_rows`` rows."""
 
     config: FfnConfig
-    backend: Backend = field(default_factory=get_backend)
+    backend: Backend | str | None = None
     max_rows: int = 64
     buffers: FfnBuffers = field(init=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.config, FfnConfig):
+            raise MetraleError(
+                f"ForwardContext: config is a {type(self.config).__name__}, want an FfnConfig"
+            )
+        if isinstance(self.max_rows, bool) or not isinstance(self.max_rows, int):
+            raise MetraleError(f"ForwardContext: max_rows={self.max_rows!r}, want an int >= 1")
+        self.backend = resolve_backend(self.backend, "ForwardContext")
         self.buffers = FfnBuffers(self.backend, self.config, self.max_rows)

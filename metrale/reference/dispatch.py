@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from metrale.backend import W4A16_TIERS, Backend
 from metrale.errors import KernelMissing, MetraleError
+from metrale.reference.backend import W4A16_TIERS, Backend
 from metrale.reference.tiers import W4A4_MAX_ROWS, W4a16BatchmTiers, weight_quantization
 
 # Keyed by the weight's ``format`` (host containers and device weights both carry it).

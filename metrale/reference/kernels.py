@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 
-from metrale.backend import W4A16_TIERS, Backend
 from metrale.reference.activations import (
     A4Codes,
     A8Codes,
@@ -19,6 +18,7 @@ from metrale.reference.activations import (
     quantize_a4,
     quantize_a8,
 )
+from metrale.reference.backend import W4A16_TIERS, Backend
 from metrale.reference.elements import BF16
 from metrale.reference.lora import LoraAdapter, lora_expand, lora_shrink
 from metrale.reference.projection import project

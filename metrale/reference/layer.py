@@ -2,7 +2,7 @@
 
 Every entry point tries the W8A8 arm first. Packed-Q2 layers go to ``forward_km_q2`` (2, 3
 rows) or ``q2_0_gemv_vec`` (1 row); BF16/FP8 overlays to ``forward_prefill``; NVFP4 layers to
-the W4A16 fixed-row kernels or to ``forward_km``. Output is always ``moe_output[:m]``.
+the W4A16 fixed-row kernels or to ``forward_km``. Output is always ``output[:m]``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from metrale.backend import W4A16_TIERS, Backend, get_backend
 from metrale.errors import KernelMissing, MetraleError
+from metrale.reference.backend import W4A16_TIERS, Backend, resolve_backend
 from metrale.reference.context import FfnConfig, ForwardContext
 from metrale.reference.dispatch import nvfp4_proj_small_m, quant_gemm, quant_gemv
 from metrale.reference.formats import Fp8Weight, Nvfp4Weight, Q2_0Weight
@@ -24,6 +24,16 @@ from metrale.reference.tiers import W4a16BatchmTiers, weight_quantization
 from metrale.reference.w8a8_arm import W8A8_MAX_ROWS, W8a8Ffn, available, run_w8a8
 
 W = TypeVar("W")
+
+#: Plug-in point: the checkpoint reader above the reference (``metrale.checkpoint.load``),
+#: installed by ``metrale/__init__`` with ``set_checkpoint_loader``; the reference never imports it.
+_checkpoint_loader: Callable[..., DenseFfnLayer] | None = None
+
+
+def set_checkpoint_loader(loader: Callable[..., DenseFfnLayer]) -> None:
+    """Install what ``DenseFfnLayer.from_checkpoint`` calls (``load_ffn_layer``)."""
+    global _checkpoint_loader
+    _checkpoint_loader = loader
 
 
 class FfnActivation(Enum):
@@ -59,7 +69,20 @@ def native_small_batch_uses_prefill(has_bf16: bool, has_fp8: bool) -> bool:
     return has_bf16 or has_fp8
 
 
-def _check_shapes(w: FfnWeights[Any], hidden: int, inter: int, what: str) -> None:
+def _activation(a: FfnActivation | str) -> FfnActivation:
+    """An FfnActivation from itself or its name ("silu", "gelu", any case)."""
+    if isinstance(a, FfnActivation):
+        return a
+    if isinstance(a, str) and a.strip().lower() in {v.value for v in FfnActivation}:
+        return FfnActivation(a.strip().lower())
+    raise MetraleError(f"DenseFfnLayer: activation={a!r}, want FfnActivation.SiLU / GELU or 'silu' / 'gelu'")
+
+
+def _check_shapes(w: Any, hidden: int, inter: int, what: str) -> None:
+    if not isinstance(w, FfnWeights):
+        raise MetraleError(
+            f"DenseFfnLayer: {what} weights are a {type(w).__name__}, want FfnWeights(gate_proj, up_proj, down_proj)"
+        )
     got = [(p.n, p.k) for p in w.all()]
     want = [(inter, hidden), (inter, hidden), (hidden, inter)]
     if got != want:
@@ -87,9 +110,11 @@ class DenseFfnLayer:
         activation: FfnActivation = FfnActivation.SiLU,
         backend: Backend | str | None = None,
     ) -> None:
-        self.backend = backend if isinstance(backend, Backend) else get_backend(backend)
+        if not isinstance(config, FfnConfig):
+            raise MetraleError(f"DenseFfnLayer: config is a {type(config).__name__}, want an FfnConfig")
+        self.backend = resolve_backend(backend, "DenseFfnLayer")
         self.config = config
-        self.activation = FfnActivation(activation)
+        self.activation = _activation(activation)
         h, i = config.hidden_size, config.intermediate_size
         for what, ws in (
             ("NVFP4", weights),
@@ -145,7 +170,7 @@ class DenseFfnLayer:
         if self.lora is not None or not available(b, w.gate, rows) or not available(b, w.down, rows):
             return False
         bufs = ctx.buffers
-        run_w8a8(b, w, input, rows, bufs.expert_gate_out(), bufs.expert_up_out(), bufs.moe_output())
+        run_w8a8(b, w, input, rows, bufs.gate_out(), bufs.up_out(), bufs.output())
         return True
 
     # ---- tiers and switches (dense_ffn_decode_batch.rs) ----
@@ -181,6 +206,10 @@ class DenseFfnLayer:
 
     # ---- helpers ----
     def _rows(self, input: Any, m: int, ctx: ForwardContext, entry: str) -> Any:
+        if not isinstance(ctx, ForwardContext):
+            raise MetraleError(f"{entry}: ctx is a {type(ctx).__name__}, want a ForwardContext")
+        if isinstance(m, bool) or not isinstance(m, (int, np.integer)):
+            raise MetraleError(f"{entry}: m={m!r}, want an int row count")
         if ctx.backend is not self.backend:
             raise MetraleError(f"{entry}: the context's backend is not the layer's backend")
         if ctx.config != self.config:
@@ -197,7 +226,7 @@ class DenseFfnLayer:
         return x
 
     def _act_mul(self, ctx: ForwardContext, m: int) -> None:
-        g, u = ctx.buffers.expert_gate_out()[:m], ctx.buffers.expert_up_out()[:m]
+        g, u = ctx.buffers.gate_out()[:m], ctx.buffers.up_out()[:m]
         ctx.backend.launch(f"act_mul_{self.activation.value}", g, u, g)
 
     def _lora(self, ctx: ForwardContext, adapter: LoraAdapter | None, x: Any, out: Any) -> None:
@@ -208,13 +237,13 @@ class DenseFfnLayer:
     def apply_lora_gate_up(self, ctx: ForwardContext, input: Any, m: int) -> None:
         if self.lora is not None:
             b = ctx.buffers
-            self._lora(ctx, self.lora.gate_proj, input[:m], b.expert_gate_out()[:m])
-            self._lora(ctx, self.lora.up_proj, input[:m], b.expert_up_out()[:m])
+            self._lora(ctx, self.lora.gate_proj, input[:m], b.gate_out()[:m])
+            self._lora(ctx, self.lora.up_proj, input[:m], b.up_out()[:m])
 
     def apply_lora_down(self, ctx: ForwardContext, m: int) -> None:
         if self.lora is not None:
             b = ctx.buffers
-            self._lora(ctx, self.lora.down_proj, b.expert_gate_out()[:m], b.moe_output()[:m])
+            self._lora(ctx, self.lora.down_proj, b.gate_out()[:m], b.output()[:m])
 
     def _overlay(self) -> bool:
         return native_small_batch_uses_prefill(self.bf16_weights is not None, self.fp8_weights is not None)
@@ -232,7 +261,7 @@ class DenseFfnLayer:
         if self.forward_w8a8(x, 1, ctx):
             return
         b, bufs = ctx.backend, ctx.buffers
-        gate_out, up_out, output = bufs.expert_gate_out(), bufs.expert_up_out(), bufs.moe_output()
+        gate_out, up_out, output = bufs.gate_out(), bufs.up_out(), bufs.output()
         if self.q2_weights is not None:
             q2 = self.q2_weights
             b.launch("q2_0_gemv_vec", x, q2.gate_proj, gate_out[:1])
@@ -267,11 +296,11 @@ class DenseFfnLayer:
         q2 = self.q2_weights
         assert q2 is not None
         b, bufs = ctx.backend, ctx.buffers
-        gate_out, up_out = bufs.expert_gate_out()[:m], bufs.expert_up_out()[:m]
+        gate_out, up_out = bufs.gate_out()[:m], bufs.up_out()[:m]
         b.launch("q2_0_gemv_vec_batchm", input[:m], q2.gate_proj, gate_out, m)
         b.launch("q2_0_gemv_vec_batchm", input[:m], q2.up_proj, up_out, m)
         b.launch("act_mul_silu", gate_out, up_out, gate_out)
-        b.launch("q2_0_gemv_vec_batchm", gate_out, q2.down_proj, bufs.moe_output()[:m], m)
+        b.launch("q2_0_gemv_vec_batchm", gate_out, q2.down_proj, bufs.output()[:m], m)
 
     def _forward_fixed(self, input: Any, ctx: ForwardContext, m: int) -> None:
         entry = f"forward_k{m}"
@@ -286,11 +315,11 @@ class DenseFfnLayer:
             return self.forward_km(x, m, ctx)
         w = self._need_nvfp4(entry)
         b, bufs = ctx.backend, ctx.buffers
-        gate_out, up_out = bufs.expert_gate_out()[:m], bufs.expert_up_out()[:m]
+        gate_out, up_out = bufs.gate_out()[:m], bufs.up_out()[:m]
         b.launch(f"w4a16_gemv_dual_batch{m}", x, w.gate_proj, gate_out, w.up_proj, up_out)
         self.apply_lora_gate_up(ctx, x, m)
         self._act_mul(ctx, m)
-        b.launch(f"w4a16_gemv_batch{m}", gate_out, w.down_proj, bufs.moe_output()[:m])
+        b.launch(f"w4a16_gemv_batch{m}", gate_out, w.down_proj, bufs.output()[:m])
         self.apply_lora_down(ctx, m)
 
     def forward_k2(self, input: Any, ctx: ForwardContext) -> None:
@@ -314,7 +343,7 @@ class DenseFfnLayer:
         w = self._need_nvfp4("forward_km")
         b, bufs = ctx.backend, ctx.buffers
         kh = self.batchm_kernel(m)
-        gate_out, up_out = bufs.expert_gate_out(), bufs.expert_up_out()
+        gate_out, up_out = bufs.gate_out(), bufs.up_out()
         scratch = bufs.scratch
         scratch.clear()
         nvfp4_proj_small_m(b, kh, x, w.gate_proj, gate_out, m, scratch)
@@ -323,7 +352,7 @@ class DenseFfnLayer:
         self.apply_lora_gate_up(ctx, x, m)
         self._act_mul(ctx, m)
         scratch.clear()
-        nvfp4_proj_small_m(b, kh, gate_out, w.down_proj, bufs.moe_output(), m, scratch)
+        nvfp4_proj_small_m(b, kh, gate_out, w.down_proj, bufs.output(), m, scratch)
         self.apply_lora_down(ctx, m)
 
     def forward_prefill(self, input: Any, m: int, ctx: ForwardContext) -> None:
@@ -333,8 +362,8 @@ class DenseFfnLayer:
         if self.forward_w8a8(x, m, ctx):
             return
         b, bufs = ctx.backend, ctx.buffers
-        gate_out, up_out = bufs.expert_gate_out()[:m], bufs.expert_up_out()[:m]
-        output = bufs.moe_output()[:m]
+        gate_out, up_out = bufs.gate_out()[:m], bufs.up_out()[:m]
+        output = bufs.output()[:m]
         ws: FfnWeights[Any] | None = self.bf16_weights or self.fp8_weights
         if ws is None and self.q2_weights is not None:
             q2 = self.q2_weights
@@ -371,9 +400,9 @@ class DenseFfnLayer:
                 w,
                 x[r0:r1],
                 r1 - r0,
-                bufs.expert_gate_out()[r0:r1],
-                bufs.expert_up_out()[r0:r1],
-                bufs.moe_output()[r0:r1],
+                bufs.gate_out()[r0:r1],
+                bufs.up_out()[r0:r1],
+                bufs.output()[r0:r1],
             )
 
     # ---- loading ----
@@ -383,9 +412,9 @@ class DenseFfnLayer:
     ) -> DenseFfnLayer:
         """The FFN of decoder layer ``layer`` of a checkpoint metrale or another tool wrote
         (ModelOpt NVFP4, compressed-tensors FP8 / W8A8, GGUF Q2_0, or plain bf16)."""
-        from metrale.checkpoint.load import load_ffn_layer
-
-        return load_ffn_layer(path, layer=layer, backend=backend)
+        if _checkpoint_loader is None:  # only reachable if metrale/__init__ was bypassed
+            raise MetraleError("DenseFfnLayer.from_checkpoint: no checkpoint loader installed (import metrale)")
+        return _checkpoint_loader(path, layer=layer, backend=backend)
 
     # ---- convenience ----
     def route(self, m: int) -> tuple[str, Callable[[Any, ForwardContext], None]]:
@@ -408,9 +437,17 @@ class DenseFfnLayer:
         return "forward_prefill", lambda x, ctx: self.forward_prefill(x, m, ctx)
 
     def __call__(self, x: Any, ctx: ForwardContext | None = None) -> np.ndarray:
-        """Run m rows through ``route(m)``'s entry point and return a host copy of
-        ``moe_output[:m]``."""
-        ctx = ctx or ForwardContext(self.config, backend=self.backend, max_rows=max(64, len(x)))
-        m = int(x.shape[0])
-        self.route(m)[1](x, ctx)
-        return ctx.backend.to_numpy(ctx.buffers.moe_output()[:m])
+        """y = bf16 [m, hidden] for bf16 rows x [m, hidden] (numpy, or a device array on CUDA):
+        ``route(m)``'s entry point, then a host copy of ``output[:m]``. Errors name ``layer(x)``."""
+        xs = self.backend.rows(x, self.config.hidden_size, name="layer(x)")
+        m = int(xs.shape[0])
+        if m < 1:
+            raise MetraleError("layer(x): x has 0 rows, want at least 1")
+        if ctx is None:
+            ctx = ForwardContext(self.config, backend=self.backend, max_rows=max(64, m))
+        entry, run = self.route(m)
+        try:
+            run(xs, ctx)
+        except MetraleError as e:
+            raise type(e)(f"layer(x) with {m} rows (via {entry}): {e}") from None
+        return ctx.backend.to_numpy(ctx.buffers.output()[:m])

@@ -31,6 +31,7 @@ from metrale.reference.formats import (
     QuantWeight,
     W8a8Weight,
 )
+from metrale.reference.tiers import W4A4_MAX_ROWS, weight_quantization
 from metrale.reference.tree import tree_sum
 
 F32 = np.float32
@@ -160,22 +161,45 @@ def _w8a8(a: A8Codes, w: W8a8Weight) -> np.ndarray:
     return to_bf16(y)
 
 
+def infer_mode(weight: QuantWeight, m: int) -> Mode:
+    """The activation mode the layer's rules give an m-row projection of ``weight``: A8 for
+    W8A8; A4 for NVFP4 declaring ``input_scale`` when the weight-quantization tier admits m
+    rows (up to W4A4_MAX_ROWS); A16 otherwise."""
+    if isinstance(weight, W8a8Weight):
+        return "A8"
+    if (
+        isinstance(weight, Nvfp4Weight)
+        and weight.declares_a4
+        and m <= W4A4_MAX_ROWS
+        and weight_quantization().admits(m, True)
+    ):
+        return "A4"
+    return "A16"
+
+
 def project(
     x: np.ndarray | None,
     weight: QuantWeight,
-    mode: Mode = "A16",
+    mode: Mode | None = None,
     *,
     codes: A16Codes | A4Codes | A8Codes | None = None,
 ) -> np.ndarray:
-    """y = bf16 [m, N] for bf16 rows x [m, K] under ``mode``.
+    """y = bf16 [m, N] for bf16 rows x [m, K] under ``mode`` (None: ``infer_mode``).
 
     Pairs: NVFP4×{A16, A4}, Q2_0×A16, FP8×A16, BF16×A16, W8A8×A8. ``codes`` may carry the
     activation codes already computed (gate and up share one quantization of x).
     """
+    if not isinstance(weight, QuantWeight):
+        raise MetraleError(
+            f"project: weight is a {type(weight).__name__}, want one of "
+            "Nvfp4Weight, Fp8Weight, W8a8Weight, Q2_0Weight, DenseWeight"
+        )
     if codes is None:
         if x is None:
             raise MetraleError("project: give x or codes")
-        check_rows(x, weight.k)
+        check_rows(x, weight.k, name="project: x")
+        if mode is None:
+            mode = infer_mode(weight, x.shape[0])
         if mode == "A16":
             codes = quantize_a16(x)
         elif mode == "A4":

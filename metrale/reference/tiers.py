@@ -10,8 +10,8 @@ import os
 from dataclasses import dataclass
 from functools import cache
 
-from metrale.backend import W4A16_TIERS, Backend
 from metrale.errors import MetraleError
+from metrale.reference.backend import W4A16_TIERS, Backend
 
 #: Rows the W4A4 small-m path serves.
 W4A4_MAX_ROWS = 64

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from metrale.backend import Backend
+from metrale.reference.backend import Backend
 from metrale.reference.formats import W8a8Weight
 
 #: Rows the W8A8 decode kernels serve (1..=W8A8_MAX_ROWS).

@@ -45,7 +45,7 @@ def _run(layer: DenseFfnLayer, entry: str, x: np.ndarray) -> tuple[np.ndarray, l
     be = layer.backend
     ctx = ForwardContext(layer.config, backend=be, max_rows=m + GUARD)
     bufs = ctx.buffers
-    for buf in (bufs.moe_output(), bufs.expert_gate_out(), bufs.expert_up_out()):
+    for buf in (bufs.output(), bufs.gate_out(), bufs.up_out()):
         buf.view(np.uint16).fill(np.uint16(SENTINEL))
     xb = be.rows(x, HIDDEN, name="x")
     be.launches.clear()
@@ -57,13 +57,13 @@ def _run(layer: DenseFfnLayer, entry: str, x: np.ndarray) -> tuple[np.ndarray, l
         "forward_prefill": lambda: layer.forward_prefill(xb, m, ctx),
     }[entry]()
     for nm, buf in (
-        ("moe", bufs.moe_output()),
-        ("gate", bufs.expert_gate_out()),
-        ("up", bufs.expert_up_out()),
+        ("moe", bufs.output()),
+        ("gate", bufs.gate_out()),
+        ("up", bufs.up_out()),
     ):
         host = be.to_numpy(buf).view(np.uint16)
         assert (host[m:] == SENTINEL).all(), f"{entry} m={m}: {nm} written past row {m}"
-    return be.to_numpy(bufs.moe_output()).view(np.uint16)[:m], list(be.launches)
+    return be.to_numpy(bufs.output()).view(np.uint16)[:m], list(be.launches)
 
 
 @pytest.mark.parametrize("mode", ["w4a4", "w4a4-batch", "w4a16"])

@@ -54,7 +54,7 @@ def _reference(ref: DenseFfnLayer, x: np.ndarray) -> np.ndarray:
     ctx = ForwardContext(ref.config, backend=ref.backend, max_rows=m)
     with np.errstate(all="ignore"):
         _forward(ref, ctx, ref.backend.rows(x, HIDDEN), m)
-    return np.asarray(ctx.buffers.moe_output()[:m]).view(np.uint16)
+    return np.asarray(ctx.buffers.output()[:m]).view(np.uint16)
 
 
 @pytest.mark.parametrize("act", [FfnActivation.SiLU, FfnActivation.GELU])
@@ -71,7 +71,7 @@ def test_pdl_chain_kinds_and_bits(
             xd = gpu.backend.rows(x[:m], HIDDEN)
             before = dict(pdl.counts)
             _forward(gpu, ctx, xd, m)
-            got = ctx.buffers.moe_output()[:m].get()
+            got = ctx.buffers.output()[:m].get()
             programmatic = pdl.counts["programmatic"] - before["programmatic"]
             plain = pdl.counts["plain"] - before["plain"]
             chained = CHAINED[m] if enabled and _pdl_expected() else 0
@@ -95,8 +95,8 @@ def test_pdl_back_to_back_calls(fresh_rng: np.random.Generator) -> None:
     for r in range(rounds):
         for i in range(n_in):
             _forward(gpu, ctx, xd[i : i + 1], 1)
-            slots[r, i] = ctx.buffers.moe_output()[0]
-            hs[r, i] = ctx.buffers.expert_gate_out()[0]
+            slots[r, i] = ctx.buffers.output()[0]
+            hs[r, i] = ctx.buffers.gate_out()[0]
     got, h = slots.get(), hs.get()
     for r in range(rounds):
         gen.bits_equal(got[r], want, f"round {r}")
