@@ -81,7 +81,8 @@ def _activation(a: FfnActivation | str) -> FfnActivation:
 def _check_shapes(w: Any, hidden: int, inter: int, what: str) -> None:
     if not isinstance(w, FfnWeights):
         raise MetraleError(
-            f"DenseFfnLayer: {what} weights are a {type(w).__name__}, want FfnWeights(gate_proj, up_proj, down_proj)"
+            f"DenseFfnLayer: {what} weights are a {type(w).__name__}, "
+            "want FfnWeights(gate_proj, up_proj, down_proj)"
         )
     got = [(p.n, p.k) for p in w.all()]
     want = [(inter, hidden), (inter, hidden), (hidden, inter)]
@@ -413,7 +414,7 @@ class DenseFfnLayer:
         """The FFN of decoder layer ``layer`` of a checkpoint metrale or another tool wrote
         (ModelOpt NVFP4, compressed-tensors FP8 / W8A8, GGUF Q2_0, or plain bf16)."""
         if _checkpoint_loader is None:  # only reachable if metrale/__init__ was bypassed
-            raise MetraleError("DenseFfnLayer.from_checkpoint: no checkpoint loader installed (import metrale)")
+            raise MetraleError("DenseFfnLayer.from_checkpoint: no checkpoint loader (import metrale)")
         return _checkpoint_loader(path, layer=layer, backend=backend)
 
     # ---- convenience ----
