@@ -258,10 +258,11 @@ def demo(
     run the FFN of one layer of each through DenseFfnLayer.from_checkpoint."""
     import ml_dtypes
 
-    from metrale.checkpoint.convert import FORMATS, ConvertOptions, convert_checkpoint
+    from metrale.checkpoint.convert import ConvertOptions, convert_checkpoint
     from metrale.checkpoint.example import make_example_checkpoint
     from metrale.checkpoint.inspect import scan
     from metrale.checkpoint.verify import verify_path
+    from metrale.reference.formats import CONVERT_FORMATS as FORMATS
     from metrale.reference.layer import DenseFfnLayer
 
     out = _out()

@@ -84,7 +84,7 @@ def test_layer_vector(case: tuple[str, int], backend_name: str, monkeypatch: pyt
 
 
 def _proj_weight(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Any:
-    cls = FORMATS[meta["format"]]
+    cls = FORMATS[meta["format"]].weight_type
     kw = {k[2:]: lc.decode_tensor(arrays, meta["dtypes"], k) for k in arrays if k.startswith("w.")}
     assert cls.__name__ == meta["weight_class"]
     return cls(**kw, name="proj")

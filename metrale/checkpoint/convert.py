@@ -45,11 +45,11 @@ from metrale.checkpoint.io import (
     write_index,
 )
 from metrale.errors import MetraleError
+from metrale.reference.formats import CONVERT_FORMATS
+from metrale.reference.formats import FORMATS as SPECS
 
-FORMATS = ("nvfp4", "fp8", "w8a8", "q2_0")
-#: The block along K each format needs (NVFP4 scale groups, the FP8/W8A8 16-element
-#: projection blocks of CONTRACT §5, ggml's 64-element Q2_0 block).
-BLOCKS = {"nvfp4": 16, "fp8": 16, "w8a8": 16, "q2_0": 64}
+#: The formats convert writes (the descriptors' ``convertible`` ones).
+FORMATS = CONVERT_FORMATS
 #: Modules never quantized unless the user narrows these away with ``--no-default-exclude``.
 DEFAULT_EXCLUDE = ("lm_head", "*embed_tokens", "*embeddings", "*embedding", "*wte", "*wpe")
 FFN_RE = re.compile(r"(^|\.)mlp\.(gate_proj|up_proj|down_proj)$")
@@ -244,7 +244,7 @@ def _plan(folder: HfFolder, opts: ConvertOptions) -> list[_Plan]:
     if not chosen:
         what = "Linear" if opts.all_linear else "FFN projection (mlp.gate_proj / up_proj / down_proj)"
         raise MetraleError(f"{folder.path}: no {what} weights left to quantize after the excludes")
-    block = BLOCKS[opts.format]
+    block = SPECS[opts.format].block
     for n in chosen:
         e = folder.entry(n)
         f = folder.path / folder.where[n]
@@ -292,17 +292,8 @@ def _out_entries(p: _Plan, fmt: str) -> list[tuple[str, str, tuple[int, ...]]]:
         return [(p.name, e.dtype, e.shape)]
     mod = module_of(p.name)
     n, k = e.shape
-    if fmt == "nvfp4":
-        out = [
-            (f"{mod}.weight", "U8", (n, k // 2)),
-            (f"{mod}.weight_scale", "F8_E4M3", (n, k // 16)),
-            (f"{mod}.weight_scale_2", "F32", ()),
-        ]
-        if p.input_amax is not None:
-            out.append((f"{mod}.input_scale", "F32", ()))
-        return out
-    code = "F8_E4M3" if fmt == "fp8" else "I8"
-    return [(f"{mod}.weight", code, (n, k)), (f"{mod}.weight_scale", "F32", (n, 1))]
+    entries = SPECS[fmt].entries(n, k, declares_a4=p.input_amax is not None)
+    return [(f"{mod}.{suffix}", dtype, shape) for suffix, dtype, shape in entries]
 
 
 Progress = Callable[[str, int], None]

@@ -196,7 +196,7 @@ def q2_weight(t: Any, name: str) -> Q2_0Weight:
     data = np.asarray(t.data, dtype=np.uint8)
     if data.size != n * (k // QK) * BLOCK_BYTES:
         raise MetraleError(f"{name}: {data.size} bytes, want {n * (k // QK) * BLOCK_BYTES} for [{n}, {k}]")
-    return Q2_0Weight(blocks=np.ascontiguousarray(data.reshape(n, k // QK, BLOCK_BYTES)), name=name)
+    return Q2_0Weight.from_gguf_rows(data.reshape(n, -1), name=name)
 
 
 def float_tensor(t: Any, name: str) -> np.ndarray:

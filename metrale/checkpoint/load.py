@@ -22,11 +22,10 @@ from metrale.checkpoint.io import HfFolder
 from metrale.errors import MetraleError
 from metrale.reference.backend import Backend
 from metrale.reference.context import FfnConfig
-from metrale.reference.formats import DenseWeight, Fp8Weight, Nvfp4Weight, W8a8Weight
+from metrale.reference.formats import DenseWeight, spec_of, spec_of_tensors
 from metrale.reference.layer import DenseFfnLayer, FfnActivation, FfnWeights
 from metrale.reference.w8a8_arm import W8a8Ffn
 
-F32 = np.float32
 PROJS = ("gate_proj", "up_proj", "down_proj")
 GGUF_PROJS = ("ffn_gate", "ffn_up", "ffn_down")
 
@@ -41,52 +40,10 @@ def activation_of(name: str, where: str) -> FfnActivation:
     raise MetraleError(f"{where}: hidden_act {name!r} is not supported (want silu or gelu*)")
 
 
-def _scalar(a: np.ndarray, name: str) -> np.float32:
-    v = np.asarray(a, dtype=F32).reshape(-1)
-    if v.size != 1:
-        raise MetraleError(f"{name}: want a scalar, got shape {list(np.shape(a))}")
-    return F32(v[0])
-
-
-def _row_scale(a: np.ndarray, n: int, name: str) -> np.ndarray:
-    """A per-row f32 scale [N] from [N, 1], [N] or a per-tensor scalar."""
-    s = np.asarray(a).astype(F32)
-    if s.size == 1:
-        return np.full(n, s.reshape(-1)[0], dtype=F32)
-    if s.shape in ((n, 1), (n,)):
-        return np.ascontiguousarray(s.reshape(n))
-    raise MetraleError(f"{name}: shape {list(s.shape)}, want [{n}, 1], [{n}] or a scalar")
-
-
 def weight_from_tensors(mod: str, t: dict[str, np.ndarray]) -> Any:
-    """A reference format object from a module's tensors (by suffix: weight, weight_scale, ...)."""
-    w = t.get("weight")
-    if w is None:
-        raise MetraleError(f"{mod}: no {mod}.weight tensor")
-    dt = str(w.dtype)
-    if dt == "uint8" and "weight_scale" in t:
-        if "weight_scale_2" not in t:
-            raise MetraleError(f"{mod}: NVFP4 weight without weight_scale_2")
-        inp = t.get("input_scale")
-        return Nvfp4Weight(
-            weight=np.ascontiguousarray(w),
-            weight_scale=np.ascontiguousarray(t["weight_scale"]),
-            weight_scale_2=_scalar(t["weight_scale_2"], f"{mod}.weight_scale_2"),
-            input_scale=None if inp is None else _scalar(inp, f"{mod}.input_scale"),
-            name=mod,
-        )
-    if dt in ("float8_e4m3fn", "int8"):
-        if "weight_scale" not in t:
-            raise MetraleError(f"{mod}: {dt} weight without weight_scale")
-        zp = t.get("weight_zero_point")
-        if zp is not None and np.any(np.asarray(zp) != 0):
-            raise MetraleError(f"{mod}: asymmetric weights (non-zero weight_zero_point) are not supported")
-        scale = _row_scale(t["weight_scale"], w.shape[0], f"{mod}.weight_scale")
-        cls = Fp8Weight if dt == "float8_e4m3fn" else W8a8Weight
-        return cls(weight=np.ascontiguousarray(w), weight_scale=scale, name=mod)
-    if dt in ("bfloat16", "float16", "float32"):
-        return DenseWeight.quantize(np.asarray(w), name=mod)
-    raise MetraleError(f"{mod}.weight: dtype {dt} is not a format metrale loads")
+    """A reference format object from a module's tensors (by suffix: weight, weight_scale, ...),
+    through the format descriptor the ``weight`` dtype names."""
+    return spec_of_tensors(t, mod).from_tensors(t, name=mod)
 
 
 def _layer_prefix(names: list[str], layer: int, where: str) -> str:
@@ -107,18 +64,12 @@ def _build(
     kinds = {type(w).__name__ for w in ws}
     if len(kinds) != 1:
         raise MetraleError(f"{where}: gate/up/down mix formats {sorted(kinds)}")
-    w0 = ws[0]
-    if isinstance(w0, W8a8Weight):
+    slot = spec_of(ws[0]).slot
+    if slot == "w8a8":
         layer = DenseFfnLayer(config, activation=act, backend=backend)
         layer.set_w8a8_decode_weights(W8a8Ffn(*ws), config.hidden_size, config.intermediate_size)
         return layer
-    key = {
-        "Nvfp4Weight": "weights",
-        "Fp8Weight": "fp8_weights",
-        "DenseWeight": "bf16_weights",
-        "Q2_0Weight": "q2_weights",
-    }[type(w0).__name__]
-    return DenseFfnLayer(config, activation=act, backend=backend, **{key: FfnWeights(*ws)})
+    return DenseFfnLayer(config, activation=act, backend=backend, **{slot: FfnWeights(*ws)})
 
 
 def _load_folder(path: Path, layer: int, backend: Backend | str | None) -> DenseFfnLayer:

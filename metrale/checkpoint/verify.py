@@ -24,12 +24,10 @@ from metrale.checkpoint.io import HfFolder
 from metrale.checkpoint.load import weight_from_tensors
 from metrale.checkpoint.work import quantize_array, rel_error
 from metrale.errors import MetraleError
-from metrale.reference.formats import Nvfp4Weight, Q2_0Weight
+from metrale.reference.formats import FORMATS, Nvfp4Weight, Q2_0Weight
 
-#: Default bound on ‖ŵ − w‖ / ‖w‖ per format. NVFP4, FP8 and int8 bounds sit well above what
-#: the quantizers give on Gaussian weights (≈ 0.10, 0.03, 0.007); Q2_0's ternary levels give
-#: ≈ 0.73, and no Q2_0 error can exceed 1 (every element rounds to 0 or within |x| of x).
-MAX_REL_ERROR = {"nvfp4": 0.2, "fp8": 0.06, "w8a8": 0.02, "q2_0": 1.0}
+#: Default bound on ‖ŵ − w‖ / ‖w‖ per quantized format, from the format descriptors.
+MAX_REL_ERROR = {s: f.max_rel_error for s, f in FORMATS.items() if f.convertible}
 
 
 @dataclass

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from metrale.checkpoint.io import SafetensorsFile
 from metrale.errors import MetraleError
-from metrale.reference.formats import Fp8Weight, Nvfp4Weight, Q2_0Weight, W8a8Weight
+from metrale.reference.formats import CONVERT_FORMATS, FORMATS
 
 F32 = np.float32
 #: Rows per chunk when measuring the error, so the f64 difference stays small.
@@ -62,33 +63,15 @@ def rel_error(src: np.ndarray, deq: np.ndarray) -> float:
 
 def quantize_array(fmt: str, w: np.ndarray, name: str, input_amax: float | None = None):
     """The reference format object for a source weight (the producers' quantizers)."""
-    if fmt == "nvfp4":
-        return Nvfp4Weight.quantize(w, input_amax=input_amax, name=name)
-    if fmt == "fp8":
-        return Fp8Weight.quantize(w, name=name)
-    if fmt == "w8a8":
-        return W8a8Weight.quantize(w, name=name)
-    if fmt == "q2_0":
-        return Q2_0Weight.quantize(w, name=name)
-    raise MetraleError(f"unknown format {fmt!r} (want nvfp4, fp8, w8a8 or q2_0)")
+    spec = FORMATS.get(fmt)
+    if spec is None or not spec.convertible:
+        raise MetraleError(f"unknown format {fmt!r} (want {', '.join(CONVERT_FORMATS)})")
+    return spec.quantize(w, name=name, input_amax=input_amax)
 
 
-def packed_arrays(q: object) -> tuple[tuple[str, np.ndarray], ...]:
+def packed_arrays(q: Any) -> tuple[tuple[str, np.ndarray], ...]:
     """On-disk tensors of a quantized weight, by suffix (``weight``, ``weight_scale``, ...)."""
-    if isinstance(q, Nvfp4Weight):
-        out = [
-            ("weight", q.weight),
-            ("weight_scale", q.weight_scale),
-            ("weight_scale_2", np.array(q.weight_scale_2, dtype=F32)),
-        ]
-        if q.input_scale is not None:
-            out.append(("input_scale", np.array(q.input_scale, dtype=F32)))
-        return tuple(out)
-    if isinstance(q, (Fp8Weight, W8a8Weight)):
-        return (("weight", q.weight), ("weight_scale", q.weight_scale.reshape(-1, 1)))
-    if isinstance(q, Q2_0Weight):
-        return (("weight", q.blocks.reshape(q.n, -1)),)
-    raise MetraleError(f"no on-disk layout for {type(q).__name__}")
+    return tuple(q.tensors().items())
 
 
 def quantize_tensor(task: QuantTask) -> QuantResult:

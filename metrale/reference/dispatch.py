@@ -9,11 +9,15 @@ from typing import Any
 
 from metrale.errors import KernelMissing, MetraleError
 from metrale.reference.backend import W4A16_TIERS, Backend
+from metrale.reference.formats import FORMATS
 from metrale.reference.tiers import W4A4_MAX_ROWS, W4a16BatchmTiers, weight_quantization
 
-# Keyed by the weight's ``format`` (host containers and device weights both carry it).
-_GEMV = {"nvfp4": "w4a16_gemv", "fp8": "w8a16_gemv", "bf16": "dense_gemv"}
-_GEMM = {"nvfp4": "w4a16_gemm", "fp8": "w8a16_gemm", "bf16": "dense_gemm"}
+
+def _kernel(weight: Any, which: str) -> str | None:
+    """The format descriptor's ``gemv`` / ``gemm`` kernel (keyed by the weight's ``format``,
+    which host containers and device weights both carry); None if it has none."""
+    spec = FORMATS.get(_format(weight) or "")
+    return None if spec is None else getattr(spec, which)
 
 
 def _format(weight: Any) -> str | None:
@@ -26,7 +30,7 @@ def quant_gemv(backend: Backend, input: Any, weight: Any, output: Any) -> None:
         raise MetraleError(
             "quant_gemv: PackedQ2 not routed through the generic dispatcher; use q2_0_gemv_vec"
         )
-    kernel = _GEMV.get(_format(weight) or "")
+    kernel = _kernel(weight, "gemv")
     if kernel is None:
         raise MetraleError(f"quant_gemv: unsupported weight type {type(weight).__name__}")
     backend.launch(kernel, input, weight, output)
@@ -39,7 +43,7 @@ def quant_gemm(backend: Backend, input: Any, weight: Any, output: Any) -> None:
             "quant_gemm: PackedQ2 not routed through the generic dispatcher; "
             "use the layer's transient-dequant prefill path"
         )
-    kernel = _GEMM.get(_format(weight) or "")
+    kernel = _kernel(weight, "gemm")
     if kernel is None:
         raise MetraleError(f"quant_gemm: unsupported weight type {type(weight).__name__}")
     backend.launch(kernel, input, weight, output)

@@ -65,7 +65,9 @@ def _w8a8_gemv(codes: A8Codes, w: Any, out: np.ndarray) -> None:
 
 
 def _w8a8_silu_quant_gemv(gate: np.ndarray, up: np.ndarray, w: Any, out: np.ndarray) -> None:
+    """h = bf16(silu[gate]·up) into ``gate`` (as ``act_mul`` leaves it), out = down(A8 of h)."""
     h = act_mul(gate, up, "silu")
+    gate[...] = h
     out[...] = project(None, w, "A8", codes=quantize_a8(h))
 
 

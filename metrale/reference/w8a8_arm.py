@@ -34,7 +34,8 @@ def available(backend: Backend, w: W8a8Weight, rows: int) -> bool:
 def run_w8a8(
     backend: Backend, w: W8a8Ffn, input: Any, rows: int, gate_out: Any, up_out: Any, output: Any
 ) -> None:
-    """gate and up from one quantization of ``input``; then the fused silu → quantize → down."""
+    """gate and up from one quantization of ``input``; then the fused silu → quantize → down,
+    which leaves h = bf16(silu(gate)·up) in ``gate_out`` as every other route does."""
     codes = backend.launch("w8a8_quantize", input[:rows])
     backend.launch("w8a8_gemv", codes, w.gate, gate_out[:rows])
     # `up` reads the activation `gate` quantized into the shared scratch.

@@ -41,3 +41,31 @@ def check_source(name: str, w: np.ndarray, block: int) -> np.ndarray:
         r, c = np.argwhere(bad)[0]
         raise MetraleError(f"{name}: non-finite weight {w32[r, c]} at [{r}, {c}] ({int(bad.sum())} in all)")
     return w32
+
+
+def scalar_f32(a: object, name: str) -> np.float32:
+    """A scalar tensor (shape (), [1] or [1, 1], as producers store it) as f32."""
+    v = np.asarray(a)
+    require(v.size == 1, f"{name}: want a scalar, got shape {list(v.shape)}")
+    return np.float32(v.astype(np.float32).reshape(-1)[0])
+
+
+def row_scale_f32(a: object, n: int, name: str) -> np.ndarray:
+    """A per-row scale f32 [n] from [n, 1] (compressed-tensors), [n], or one per-tensor value
+    broadcast to every row (the same arithmetic)."""
+    s = np.asarray(a)
+    require(s.dtype.kind == "f" or str(s.dtype) == "bfloat16", f"{name}: dtype {s.dtype}, want a float type")
+    s = s.astype(np.float32)
+    if s.size == 1:
+        return np.full(n, s.reshape(-1)[0], dtype=np.float32)
+    require(s.shape in ((n, 1), (n,)), f"{name}: shape {list(s.shape)}, want [{n}, 1], [{n}] or a scalar")
+    return np.ascontiguousarray(s.reshape(n))
+
+
+def tensor(t: object, suffix: str, name: str) -> np.ndarray:
+    """``t[suffix]`` of a module's tensors (a mapping by suffix), or an error naming it."""
+    require(isinstance(t, dict), f"{name}: tensors must be a dict by suffix, got {type(t).__name__}")
+    assert isinstance(t, dict)
+    v = t.get(suffix)
+    require(v is not None, f"{name}: no {name}.{suffix} tensor")
+    return np.asarray(v)

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from metrale.reference.formats._checks import check_array, require
+from metrale.reference.formats._checks import check_array, require, row_scale_f32, tensor
 
 BLOCK = 16
 F32 = np.float32
@@ -63,6 +63,10 @@ class MatrixWeight:
         """f32 [N, K]."""
         return self.weight.astype(F32)
 
+    def tensors(self) -> dict[str, np.ndarray]:
+        """The on-disk tensors by suffix."""
+        return {"weight": self.weight}
+
 
 @dataclass(frozen=True)
 class RowScaledWeight(MatrixWeight):
@@ -83,3 +87,22 @@ class RowScaledWeight(MatrixWeight):
     def dequantize(self) -> np.ndarray:
         """f32 [N, K]: f32(w) · scale[n]."""
         return self.weight.astype(F32) * self.weight_scale[:, None]
+
+    @classmethod
+    def from_tensors(cls, t: dict[str, np.ndarray], *, name: str = "weight") -> RowScaledWeight:
+        """From a module's tensors as compressed-tensors writes them: ``weight`` [N, K] and
+        ``weight_scale`` [N, 1] (also [N] or one per-tensor value); a ``weight_zero_point``
+        must be all zeros (symmetric)."""
+        w = np.ascontiguousarray(tensor(t, "weight", name))
+        zp = t.get("weight_zero_point")
+        require(
+            zp is None or not np.any(np.asarray(zp) != 0),
+            f"{name}: asymmetric weights (non-zero weight_zero_point) are not supported",
+        )
+        n = int(w.shape[0]) if w.ndim else 0
+        scale = row_scale_f32(tensor(t, "weight_scale", name), n, f"{name}.weight_scale")
+        return cls(weight=w, weight_scale=scale, name=name)
+
+    def tensors(self) -> dict[str, np.ndarray]:
+        """The on-disk tensors by suffix; ``weight_scale`` as compressed-tensors' [N, 1]."""
+        return {"weight": self.weight, "weight_scale": self.weight_scale.reshape(-1, 1)}

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from metrale.reference.elements import BF16
-from metrale.reference.formats._checks import check_source, require
+from metrale.reference.formats._checks import check_source, require, tensor
 from metrale.reference.formats._matrix import BLOCK, MatrixWeight
 
 
@@ -26,3 +26,8 @@ class DenseWeight(MatrixWeight):
             b = w32.astype(BF16)
         require(bool(np.isfinite(b.astype(np.float32)).all()), f"{name}: overflows bf16")
         return cls(weight=b, name=name)
+
+    @classmethod
+    def from_tensors(cls, t: dict[str, np.ndarray], *, name: str = "weight") -> DenseWeight:
+        """From a module's ``weight`` tensor in bf16, f16 or f32 (rounded to bf16, RNE)."""
+        return cls.quantize(tensor(t, "weight", name), name=name)

@@ -18,7 +18,7 @@ from metrale.reference.elements import (
     e2m1_rne,
     e4m3_saturate,
 )
-from metrale.reference.formats._checks import check_array, check_source, require
+from metrale.reference.formats._checks import check_array, check_source, require, scalar_f32, tensor
 
 BLOCK = 16
 F32 = np.float32
@@ -101,6 +101,31 @@ class Nvfp4Weight:
                 bool(np.isfinite(self.input_scale)) and float(self.input_scale) > 0,
                 f"{nm}.input_scale: must be a finite positive f32 scalar, got {self.input_scale!r}",
             )
+
+    @classmethod
+    def from_tensors(cls, t: dict[str, np.ndarray], *, name: str = "weight") -> Nvfp4Weight:
+        """From a module's tensors as ModelOpt writes them (by suffix): ``weight`` uint8
+        [N, K/2], ``weight_scale`` e4m3 [N, K/16], scalar ``weight_scale_2`` and optional
+        ``input_scale`` (shape (), [1] or [1, 1])."""
+        inp = t.get("input_scale") if isinstance(t, dict) else None
+        return cls(
+            weight=np.ascontiguousarray(tensor(t, "weight", name)),
+            weight_scale=np.ascontiguousarray(tensor(t, "weight_scale", name)),
+            weight_scale_2=scalar_f32(tensor(t, "weight_scale_2", name), f"{name}.weight_scale_2"),
+            input_scale=None if inp is None else scalar_f32(inp, f"{name}.input_scale"),
+            name=name,
+        )
+
+    def tensors(self) -> dict[str, np.ndarray]:
+        """The on-disk tensors by suffix, as ModelOpt writes them (scalars as f32 shape ())."""
+        out = {
+            "weight": self.weight,
+            "weight_scale": self.weight_scale,
+            "weight_scale_2": np.array(self.weight_scale_2, dtype=F32),
+        }
+        if self.input_scale is not None:
+            out["input_scale"] = np.array(self.input_scale, dtype=F32)
+        return out
 
     def nibbles(self) -> np.ndarray:
         """uint8 [N, K] nibble per element."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from metrale.reference.formats._checks import check_array, check_source, require
+from metrale.reference.formats._checks import check_array, check_source, require, tensor
 
 QK = 64
 BLOCK_BYTES = 18
@@ -79,6 +79,28 @@ class Q2_0Weight:
         """f32 [N, K]: f32(q − 1) · f32(d)."""
         d = np.repeat(self.d().astype(F32), QK, axis=1)
         return self.codes().astype(F32) * d
+
+    @classmethod
+    def from_gguf_rows(cls, rows: np.ndarray, *, name: str = "weight") -> Q2_0Weight:
+        """From GGUF rows of flat bytes: uint8 [N, (K/64)·18], each row the tensor's row as
+        ggml lays it out (also a flat [N·(K/64)·18] buffer reshaped by the caller)."""
+        r = np.asarray(rows)
+        require(
+            r.ndim == 2 and r.dtype == np.uint8 and r.shape[1] % BLOCK_BYTES == 0 and r.shape[1] > 0,
+            f"{name}: GGUF Q2_0 rows shape {list(r.shape)} dtype {r.dtype}, "
+            f"want uint8 [N, (K/{QK})·{BLOCK_BYTES}]",
+        )
+        n, nbytes = r.shape
+        return cls(blocks=np.ascontiguousarray(r.reshape(n, nbytes // BLOCK_BYTES, BLOCK_BYTES)), name=name)
+
+    @classmethod
+    def from_tensors(cls, t: dict[str, np.ndarray], *, name: str = "weight") -> Q2_0Weight:
+        """From a module's ``weight`` tensor of GGUF rows (``from_gguf_rows``)."""
+        return cls.from_gguf_rows(tensor(t, "weight", name), name=name)
+
+    def tensors(self) -> dict[str, np.ndarray]:
+        """The on-disk tensor: ``weight`` uint8 [N, (K/64)·18], GGUF rows."""
+        return {"weight": self.blocks.reshape(self.n, -1)}
 
     @classmethod
     def from_parts(cls, q: np.ndarray, d: np.ndarray, *, name: str = "weight") -> Q2_0Weight:
