@@ -222,8 +222,8 @@ def check_options(opts: ConvertOptions) -> None:
 
 
 def plan(src: Path, opts: ConvertOptions) -> tuple[HfFolder, list[_Plan]]:
-    """Open and check SRC, and decide each tensor's fate; raises before anything is written."""
-    check_options(opts)
+    """Open and check SRC, and decide each tensor's fate (``opts`` already passed
+    ``check_options``); raises before anything is written."""
     folder = HfFolder(src)
     try:
         return folder, _plan(folder, opts)

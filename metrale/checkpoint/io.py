@@ -7,8 +7,8 @@ the tensors in flight, not by the checkpoint. Every malformed input raises Metra
 naming the file and, where there is one, the tensor.
 
 Writing is streaming too: the header is laid out from the planned (name, dtype, shape)
-entries, then each tensor's bytes are appended in that order. ``save_tensors`` /
-``load_tensors`` are the small-dict conveniences, through ``safetensors.torch`` (whose numpy
+entries, then each tensor's bytes are appended in that order. ``save_tensors`` is
+the small-dict convenience, through ``safetensors.torch`` (whose numpy
 API lacks the float8 dtypes; float8 tensors cross into torch as views of their bytes).
 """
 
@@ -56,14 +56,6 @@ _PAGE = mmap.PAGESIZE
 #: Released ranges reach this far past a tensor: the kernel's fault-around maps neighbouring
 #: pages (64 KiB by default) that would otherwise stay resident.
 _MARGIN = 256 * 1024
-
-
-def dtype_code(dtype: Any) -> str:
-    """The safetensors code of a numpy dtype."""
-    dt = np.dtype(dtype)
-    if dt not in CODES:
-        raise MetraleError(f"dtype {dt} has no safetensors code")
-    return CODES[dt]
 
 
 @dataclass(frozen=True)
@@ -321,22 +313,6 @@ def to_torch(a: np.ndarray) -> Any:
     return torch.from_numpy(a.copy())
 
 
-def from_torch(t: Any) -> np.ndarray:
-    """torch tensor -> numpy; bf16 and float8 through a view of their bytes."""
-    import torch
-
-    views = {
-        torch.bfloat16: (torch.int16, ml_dtypes.bfloat16),
-        torch.float8_e4m3fn: (torch.uint8, ml_dtypes.float8_e4m3fn),
-        torch.float8_e5m2: (torch.uint8, ml_dtypes.float8_e5m2),
-    }
-    t = t.detach().cpu().contiguous()
-    if t.dtype in views:
-        raw, ndt = views[t.dtype]
-        return t.view(raw).numpy().view(ndt)
-    return t.numpy()
-
-
 def save_tensors(
     path: str | os.PathLike[str], tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None
 ) -> None:
@@ -344,12 +320,6 @@ def save_tensors(
     from safetensors.torch import save_file
 
     save_file({k: to_torch(v) for k, v in tensors.items()}, str(path), metadata=dict(metadata or {}))
-
-
-def load_tensors(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
-    """Read a whole safetensors file into numpy arrays (copies; for small files)."""
-    with SafetensorsFile(path) as f:
-        return {n: np.array(f.tensor(n)) for n in f.names()}
 
 
 # ---- a Hugging Face model folder ----

@@ -135,12 +135,3 @@ def detect(config: dict[str, Any], hf_quant: dict[str, Any] | None) -> str:
     return "none"
 
 
-def declared_ignore(config: dict[str, Any], hf_quant: dict[str, Any] | None) -> list[str]:
-    """The modules a layout declares unquantized (ModelOpt ``exclude_modules`` / ``ignore``)."""
-    if hf_quant is not None:
-        ex = (hf_quant.get("quantization") or {}).get("exclude_modules")
-        if isinstance(ex, list):
-            return [str(x) for x in ex]
-    q = config.get("quantization_config") or {}
-    ig = q.get("ignore", q.get("exclude_modules"))
-    return [str(x) for x in ig] if isinstance(ig, list) else []

@@ -124,10 +124,6 @@ FAST_SLOT = 2304
 FAST_DEPTH = {1: 3, 2: 4, 3: 3, 4: 3}
 
 
-def _fast_threads(r: int) -> int:
-    return FAST_THREADS
-
-
 def _fast_smem(r: int, k: int) -> int:
     b, _, _ = _geometry(k)
     items = -(-b // FAST_ITEM_BLOCKS)
@@ -173,7 +169,7 @@ def nvfp4_a16(x: Any, sets: list[tuple[Any, Any]], rows: int, r_want: int) -> No
         if kern is not None:
             smem = _fast_smem(fast, k)
             runtime.set_dynamic_smem(kern, smem)
-            threads = _fast_threads(fast)
+            threads = FAST_THREADS
             gz = len(sets)
             sms = runtime.sm_count()
             gx = max(1, min(-(-w0.n // (threads // 32)), sms // gz))

@@ -37,11 +37,6 @@ def bf16_bits(x: np.ndarray) -> np.ndarray:
     return np.asarray(x).view(np.uint16)
 
 
-def bf16_from_bits(bits: np.ndarray) -> np.ndarray:
-    """A bf16 view of uint16 bits."""
-    return np.asarray(bits, dtype=np.uint16).view(BF16)
-
-
 def e4m3_saturate(x: np.ndarray) -> np.ndarray:
     """fp32 -> e4m3: clamp to ±448, then cast (RNE). NaN stays NaN; finite never gives NaN."""
     x = np.asarray(x, dtype=np.float32)
@@ -52,11 +47,6 @@ def e2m1_rne(x: np.ndarray) -> np.ndarray:
     """fp32 -> e2m1: clamp to ±6, round half to even. NaN input is the caller's error."""
     x = np.asarray(x, dtype=np.float32)
     return np.clip(x, -E2M1_MAX, E2M1_MAX).astype(E2M1)
-
-
-def e2m1_nibbles(codes: np.ndarray) -> np.ndarray:
-    """e2m1 array -> uint8 nibbles (sign in bit 3, magnitude index in bits 0-2)."""
-    return np.asarray(codes, dtype=E2M1).view(np.uint8) & np.uint8(0x0F)
 
 
 def bf16_exponent_field(x: np.ndarray) -> np.ndarray:
