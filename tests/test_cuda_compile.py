@@ -3,6 +3,7 @@ only, no GPU). Skipped where nvcc is absent. The files compile in parallel, one 
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import tempfile
@@ -11,12 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from metrale.cuda import configs
 from metrale.cuda.runtime import COMPILE_OPTIONS, KERNEL_DIR, kernel_files, source
 
 NVCC = shutil.which("nvcc")
 
 
 def _compile(cu: str, out_dir: str) -> tuple[str, int, str]:
+    """nvcc over the text NVRTC compiles (headers inlined, instantiations generated)."""
+    src = Path(out_dir) / cu
+    src.write_text(source(cu))
     cmd = [
         NVCC or "nvcc",
         "-arch=sm_90",
@@ -24,7 +29,7 @@ def _compile(cu: str, out_dir: str) -> tuple[str, int, str]:
         "-cubin",
         "-o",
         str(Path(out_dir) / f"{cu}.cubin"),
-        str(KERNEL_DIR / cu),
+        str(src),
     ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     return cu, p.returncode, p.stdout + p.stderr
@@ -49,3 +54,57 @@ def test_every_kernel_file_compiles_for_sm90() -> None:
         results = list(ex.map(lambda cu: _compile(cu, d), files))
     failed = [f"{cu} (exit {rc}):\n{log[-3000:]}" for cu, rc, log in results if rc != 0]
     assert not failed, "nvcc failed:\n" + "\n".join(failed)
+
+
+def test_instantiations_come_from_the_configuration_tables() -> None:
+    """Every kernel file states no instantiation itself: each ``MACRO(args)`` line of the built
+    source is one that configs.py generates, and each table's lines all appear."""
+    for cu in kernel_files():
+        raw = (KERNEL_DIR / cu).read_text()
+        built = source(cu).splitlines()
+        for macro in re.findall(r"^// @instances ([A-Z0-9_]+)", raw, re.MULTILINE):
+            want = configs.instances(macro)
+            assert [ln for ln in built if re.match(rf"^{macro}\(", ln)] == want, (cu, macro)
+        hand = re.search(r"^[A-Z0-9_]+\(.*\)\s*$", raw, re.MULTILINE)
+        assert not hand, f"{cu}: a hand-written instantiation"
+
+
+def test_launchers_ask_for_kernels_the_files_define() -> None:
+    """The kernel names the launchers build from the tables are defined in the built sources."""
+    built = {cu: source(cu) for cu in kernel_files()}
+    names = [
+        ("nvfp4_gemv.cu", f"nvfp4_a16f_r{r}") for r in configs.NVFP4_FAST_DEPTH
+    ] + [("nvfp4_mma.cu", f"w4a16_mma_nt{nt}_a") for nt in configs.NVFP4_MMA_TILES] + [
+        ("q2_0_gemv.cu", f"q2_0_gemv_r{r}") for r in configs.Q2_0_TIERS
+    ] + [("fp8_bf16_gemv.cu", f"{p}_gemv_r{r}") for p in ("fp8", "bf16") for r in configs.FP8_BF16_TIERS] + [
+        ("w8a8.cu", f"w8a8_mma_r{r}_w{w}") for r in configs.W8A8_MMA_TIERS for w in configs.W8A8_MMA_WARPS
+    ]
+    for cu, name in names:
+        macro_lines = [ln for ln in built[cu].splitlines() if re.match(r"^[A-Z0-9_]+\(", ln)]
+        assert macro_lines, cu
+        # the macro pastes the name from its first arguments: regenerate it the same way
+        assert _name_of(cu, name) in macro_lines, (cu, name)
+
+
+def _name_of(cu: str, name: str) -> str:
+    """The instantiation line that defines kernel ``name`` of ``cu`` (by the macros' naming)."""
+    for macro in re.findall(r"^// @instances ([A-Z0-9_]+)", (KERNEL_DIR / cu).read_text(), re.MULTILINE):
+        for ln in configs.instances(macro):
+            args = [a.strip() for a in ln[ln.index("(") + 1 : -1].split(",")]
+            if _pasted(macro, args) == name:
+                return ln
+    return f"<no instantiation of {name}>"
+
+
+def _pasted(macro: str, a: list[str]) -> str:
+    """The kernel name a macro's token pasting makes from its arguments (as the .cu defines)."""
+    return {
+        "NVFP4_A16": lambda: f"nvfp4_a16_r{a[0]}_{a[2]}",
+        "NVFP4_A16F": lambda: f"nvfp4_a16f_r{a[0]}",
+        "NVFP4_A4": lambda: f"nvfp4_a4_r{a[0]}_{a[2]}",
+        "W4A16_MMA": lambda: f"w4a16_mma_nt{a[0]}_{a[2]}",
+        "Q2_GEMV": lambda: f"q2_0_gemv_r{a[0]}",
+        "FP8_BF16_GEMV": lambda: f"{a[0]}_r{a[2]}",
+        "W8A8_GEMV": lambda: f"w8a8_gemv_r{a[0]}",
+        "W8A8_MMA": lambda: f"w8a8_mma_r{a[0]}_w{a[3]}",
+    }[macro]()

@@ -1,7 +1,7 @@
 """``CudaBackend``: the kernel registry on one CUDA device, and its memory helpers.
 
 The registry is assembled from the launcher modules ``metrale.cuda.{nvfp4, elementwise, q2,
-w8a8, wide}``. Each exposes ``kernels() -> dict[name, callable]`` (only the kernels whose
+w8a8, fp8_bf16}``. Each exposes ``kernels() -> dict[name, callable]`` (only the kernels whose
 ``.cu`` file built on this device) and ``UPLOADERS: dict[format, callable]`` (host weight ->
 device weight). A module that fails to import contributes nothing (its kernels are then
 "missing in this target build"); the reason is kept in ``CudaBackend.import_errors``.
@@ -27,7 +27,7 @@ from metrale.reference.backend import KERNEL_NAMES, Backend
 from metrale.reference.elements import BF16
 from metrale.reference.lora import LoraAdapter
 
-LAUNCHER_MODULES: tuple[str, ...] = ("nvfp4", "elementwise", "q2", "w8a8", "wide")
+LAUNCHER_MODULES: tuple[str, ...] = ("nvfp4", "elementwise", "q2_0", "w8a8", "fp8_bf16")
 
 
 def _load_launchers() -> tuple[dict[str, Callable[..., Any]], dict[str, Callable[..., Any]], dict[str, str]]:

@@ -1,4 +1,4 @@
-"""Launchers of the NVFP4 kernels (``kernels/w4a16_gemv.cu``, ``kernels/w4a4.cu``), with the
+"""Launchers of the NVFP4 kernels (``kernels/nvfp4_gemv.cu``, ``kernels/nvfp4_a4.cu``), with the
 reference's signatures (metrale/reference/kernels.py).
 
 Activations and outputs are CuPy uint16 arrays (bf16 bits) with unit column stride; outputs
@@ -14,33 +14,33 @@ from typing import Any
 
 import numpy as np
 
-from metrale.cuda import pdl, runtime
+from metrale.cuda import configs, pdl, runtime
 from metrale.cuda.weights import upload_generic
 from metrale.errors import MetraleError
 from metrale.reference.activations import A4Codes
 from metrale.reference.backend import W4A16_TIERS
 from metrale.reference.elements import E4M3
 
-A16_FILE = "w4a16_gemv.cu"
-A4_FILE = "w4a4.cu"
+A16_FILE = "nvfp4_gemv.cu"
+A4_FILE = "nvfp4_a4.cu"
 THREADS = 256
 WARPS = THREADS // 32
 #: K up to 64 chunks of 64 blocks (two 2048-block slots of the tree).
 MAX_K = 65536
 SMEM_LIMIT = 220 * 1024
-A16_ROWS = (1, 2, 3, 4)
-A4_ROWS = (1, 4)
+A16_ROWS = configs.NVFP4_A16_ROWS
+A4_ROWS = configs.NVFP4_A4_ROWS
 F32 = np.float32
 #: Use the fast A16 kernels where they apply (B % 64 == 0); METRALE_CUDA_FAST=0 turns
 #: them off (the generic kernels give the same bits).
 FAST_ENABLED = os.environ.get("METRALE_CUDA_FAST", "1") != "0"
-#: Tensor-core A16 kernels (kernels/w4a16_mma.cu) for m >= MMA_MIN_ROWS, in chunks of MMA_ROWS
+#: Tensor-core A16 kernels (kernels/nvfp4_mma.cu) for m >= MMA_MIN_ROWS, in chunks of MMA_ROWS
 #: rows; METRALE_CUDA_MMA=0 forces the CUDA-core kernels (same bits). MMA_MIN_ROWS = 4: on the
 #: H200 the FFN at m = 2 took 77.2 us on the MMA path against 56.0 us on the CUDA-core kernels
 #: (docs/performance.md); the tests lower it to 2 to keep m = 2, 3 covered.
-MMA_FILE = "w4a16_mma.cu"
+MMA_FILE = "nvfp4_mma.cu"
 MMA_ENABLED = os.environ.get("METRALE_CUDA_MMA", "1") != "0"
-MMA_ROWS = 32
+MMA_ROWS = 8 * configs.NVFP4_MMA_TILES[-1]
 MMA_MIN_ROWS = 4
 MMA_WARPS = 4
 MMA_RUN = 64
@@ -121,7 +121,7 @@ def _set(w: Any, out: Any, rowscale: np.float32, rows: int) -> tuple[Any, ...]:
 FAST_THREADS = 512
 FAST_ITEM_BLOCKS = 256
 FAST_SLOT = 2304
-FAST_DEPTH = {1: 3, 2: 4, 3: 3, 4: 3}
+FAST_DEPTH = configs.NVFP4_FAST_DEPTH
 
 
 def _fast_smem(r: int, k: int) -> int:
@@ -205,7 +205,7 @@ def _mma_workspace(nbytes: int) -> Any:
 
 
 def _nvfp4_mma(x: Any, ldx: int, rows: int, b: int, args0: tuple, args1: tuple, gz: int, n: int) -> bool:
-    """Tensor-core A16 path (kernels/w4a16_mma.cu) over chunks of up to MMA_ROWS rows; False
+    """Tensor-core A16 path (kernels/nvfp4_mma.cu) over chunks of up to MMA_ROWS rows; False
     (nothing launched) where its kernels did not build or its shared memory does not fit."""
     nb = MMA_RUN * -(-b // MMA_RUN)
     runs = nb // MMA_RUN

@@ -7,7 +7,7 @@ must call ``pdl_wait`` (``griddepcontrol.wait``: the previous grid has completed
 visible) before it touches global memory: with no access at all before the wait, any predecessor
 is safe, ours or not (one that never triggers lets the launch start only when all its CTAs have
 ended; the wait still covers its memory flush). Kernels that follow this rule:
-``nvfp4_a16f_r*`` (kernels/w4a16_gemv.cu, the fast A16 GEMV) and ``act_mul``
+``nvfp4_a16f_r*`` (kernels/nvfp4_gemv.cu, the fast A16 GEMV) and ``act_mul``
 (kernels/elementwise.cu). The bits cannot change: the same kernels run on the same data.
 
 The first PDL-capable launch after ``entry_start()`` (called by ``CudaBackend.rows``, i.e. when an

@@ -26,6 +26,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from metrale.cuda import configs
+
 KERNEL_DIR = Path(__file__).parent / "kernels"
 COMPILE_OPTIONS: tuple[str, ...] = (
     "-std=c++17",
@@ -35,6 +37,7 @@ COMPILE_OPTIONS: tuple[str, ...] = (
     "--prec-sqrt=true",
 )
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.MULTILINE)
+_INSTANCES = re.compile(r"^// @instances ([A-Z0-9_]+)\b.*$", re.MULTILINE)
 
 #: (cu_file, device id) -> why the module could not be built.
 build_errors: dict[tuple[str, int], str] = {}
@@ -47,7 +50,8 @@ def kernel_files() -> list[str]:
 
 
 def source(cu_file: str) -> str:
-    """The file's text with its local ``#include "..."`` headers inlined (each once)."""
+    """The file's text with its local ``#include "..."`` headers inlined (each once) and its
+    ``// @instances MACRO`` lines replaced by the instantiations of ``configs.py``."""
     seen: set[str] = set()
 
     def expand(name: str) -> str:
@@ -64,7 +68,7 @@ def source(cu_file: str) -> str:
 
         return _INCLUDE.sub(repl, text)
 
-    return expand(cu_file)
+    return _INSTANCES.sub(lambda m: "\n".join(configs.instances(m.group(1))), expand(cu_file))
 
 
 def device_id() -> int:

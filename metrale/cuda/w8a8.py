@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from metrale.cuda import configs
 from metrale.cuda.launch_args import cdiv, device_out, device_rows, tier, weight_arrays
 from metrale.cuda.runtime import device_id, get_kernel, sm_count
 from metrale.cuda.weights import DeviceWeight, to_device
@@ -31,14 +32,14 @@ from metrale.reference.tables import table
 
 CU_FILE = "w8a8.cu"
 #: Tensor-core GEMV row tiers (activation rows per CTA) -> output columns per CTA.
-MMA_TIERS: dict[int, int] = {8: 16, 16: 16, 32: 32}
+MMA_TIERS = configs.W8A8_MMA_TIERS
 #: Warps per CTA (each takes an equal run of K). Measured on an H200 (12288x4096 and
 #: 4096x12288): 8 is faster for the 32-row tier and whenever the grid has fewer than two CTAs
 #: per multiprocessor; 4 and 8 are within 2% otherwise.
-MMA_WARPS = (4, 8)
+MMA_WARPS = configs.W8A8_MMA_WARPS
 #: One row goes to the dp4a kernel ``w8a8_gemv_r1`` (1.14x the floor at 12288x4096 against the
 #: MMA kernels' 1.53x: a single row leaves 7 of 8 MMA columns idle); 4 columns per warp.
-R1_COLS_PER_WARP = 4
+R1_COLS_PER_WARP = configs.W8A8_GEMV_TIERS[1]
 
 _tables: dict[int, Any] = {}
 

@@ -1,4 +1,4 @@
-"""Tensor-core NVFP4 x A16 kernels (kernels/w4a16_mma.cu) against the numpy reference and the
+"""Tensor-core NVFP4 x A16 kernels (kernels/nvfp4_mma.cu) against the numpy reference and the
 CUDA-core kernels, bit for bit (CONTRACT §4 A16, §5).
 
 Shapes: block counts B = K/16 that are not powers of two, not multiples of the 8-block step

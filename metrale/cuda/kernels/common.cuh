@@ -120,7 +120,7 @@ __device__ __forceinline__ void a16_block(const unsigned short* xb, int (&c)[16]
 }
 
 // ---------------------------------------------------------------------------------------------
-// Helper-2 section (q2_0_gemv.cu, w8a8.cu, wide_gemv.cu): IEEE fp32 steps that keep subnormals
+// Helper-2 section (q2_0_gemv.cu, w8a8.cu, fp8_bf16_gemv.cu): IEEE fp32 steps that keep subnormals
 // whatever the compile flags. CuPy appends '-ftz=true' to every NVRTC compile (after our
 // '--ftz=false', so it wins): then a*b, a+b, a/b, (double)f and __double2float_rn flush
 // subnormal inputs and results to zero. Inline PTX without .ftz is immune to the flag.

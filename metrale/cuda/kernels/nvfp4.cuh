@@ -1,4 +1,4 @@
-// nvfp4.cuh -- the NVFP4 projection body shared by w4a16_gemv.cu (A16) and w4a4.cu (A4).
+// nvfp4.cuh -- the NVFP4 projection body shared by nvfp4_gemv.cu (A16) and nvfp4_a4.cu (A4).
 //
 // CONTRACT §5 for NVFP4 weights (uint8 [N, K/2], e4m3 scales [N, B], B = K/16):
 //   S_b  = sum_j wc_j * ac_j over the block's 16 elements, in int32 with dp4a (exact);

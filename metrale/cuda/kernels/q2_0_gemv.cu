@@ -3,7 +3,7 @@
 // Contract: CONTRACT.md §3 (Q2_0 layout), §4 (A16 block fixed point), §5 (exact block dot,
 // v_b = (f32(S_b) * f32(d)) * 2^(E_b - 14), the fixed tree, y = bf16(root)).
 //
-// Device weight layout (made at upload by metrale/cuda/q2.py): qs uint8 [N, K/4] (each 64-block's
+// Device weight layout (made at upload by metrale/cuda/q2_0.py): qs uint8 [N, K/4] (each 64-block's
 // 16 code bytes, contiguous), d uint16 [N, K/64] (the f16 bits). A 32-bit word of qs is one
 // 16-element A16 block: byte i holds elements 4i..4i+3 at bit pairs 0, 2, 4, 6.
 //
@@ -169,7 +169,4 @@ __device__ __forceinline__ void q2_gemv_warp(const uint4* __restrict__ qs, const
         q2_gemv_warp<R, NC>(qs, d, N, K, lohi, aux, blockIdx.y * R, m, n0, out, ldo, sroot[warp]); \
     }
 
-Q2_GEMV(1, 4)
-Q2_GEMV(2, 4)
-Q2_GEMV(4, 4)
-Q2_GEMV(8, 2)
+// @instances Q2_GEMV   (lines generated from metrale/cuda/configs.py)

@@ -200,7 +200,7 @@ __device__ __forceinline__ void w8_gemv_warp(const signed char* __restrict__ w, 
         w8_gemv_warp<R, NC>(w, sw, N, K, q, ldq, sa, blockIdx.y * R, m, n0, out, ldo);            \
     }
 
-W8A8_GEMV(1, 4)
+// @instances W8A8_GEMV   (lines generated from metrale/cuda/configs.py)
 
 // ---- tensor-core GEMV (mma.sync m16n8k32 s8 x s8 -> s32, exact integer accumulation) ----
 // CTA = W warps on 16 MT output columns x 8 NT activation rows; warp w takes an equal run of the
@@ -309,12 +309,7 @@ __device__ __forceinline__ void w8_mma_gemv(const signed char* __restrict__ w, c
         w8_mma_gemv<NT, MT, W, U>(w, sw, N, K, q, ldq, sa, m, out, ldo);                            \
     }
 
-W8A8_MMA(8, 1, 1, 4, 4)
-W8A8_MMA(8, 1, 1, 8, 4)
-W8A8_MMA(16, 2, 1, 4, 4)
-W8A8_MMA(16, 2, 1, 8, 4)
-W8A8_MMA(32, 4, 2, 4, 2)
-W8A8_MMA(32, 4, 2, 8, 2)
+// @instances W8A8_MMA   (lines generated from metrale/cuda/configs.py)
 
 // h = bf16(table[gate] * f32(up)) for 8 packed elements (one uint4 of gate and of up).
 __device__ __forceinline__ uint4 w8_silu8(uint4 g, uint4 u, const float* __restrict__ table) {

@@ -3,7 +3,7 @@ descriptor each in ``FORMATS`` (``spec.py``)."""
 
 from __future__ import annotations
 
-from metrale.reference.formats.dense import DenseWeight
+from metrale.reference.formats.bf16 import DenseWeight
 from metrale.reference.formats.fp8 import Fp8Weight
 from metrale.reference.formats.nvfp4 import Nvfp4Weight
 from metrale.reference.formats.q2_0 import Q2_0Weight

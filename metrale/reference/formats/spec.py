@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from metrale.errors import MetraleError
-from metrale.reference.formats.dense import DenseWeight
+from metrale.reference.formats.bf16 import DenseWeight
 from metrale.reference.formats.fp8 import Fp8Weight
 from metrale.reference.formats.nvfp4 import Nvfp4Weight
 from metrale.reference.formats.q2_0 import BLOCK_BYTES, QK, Q2_0Weight

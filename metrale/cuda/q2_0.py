@@ -1,6 +1,6 @@
 """Q2_0 (GGUF type 42) × A16 launchers: ``q2_0_gemv_vec``, ``q2_0_gemv_vec_batchm``, ``q2_0_gemm``
 (kernels in ``kernels/q2_0_gemv.cu``; CONTRACT §3-§5), the Q2_0 uploader, and the small argument
-helpers the other launcher modules of this family (``w8a8``, ``wide``) share.
+helpers the other launcher modules of this family (``w8a8``, ``fp8_bf16``) share.
 
 Every launch is two kernels: ``q2_a16_prep`` turns the bf16 rows into A16 codes (byte limbs,
 per-block code sum and 2^(E−14)), then ``q2_0_gemv_r{1,2,4,8}`` computes the exact block dots,
@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from metrale.cuda import configs
 from metrale.cuda.launch_args import cdiv, device_out, device_rows, tier, weight_arrays
 from metrale.cuda.runtime import get_kernel
 from metrale.cuda.weights import DeviceWeight, to_device
@@ -23,7 +24,7 @@ from metrale.reference.formats.q2_0 import QK, Q2_0Weight
 
 CU_FILE = "q2_0_gemv.cu"
 #: Row tiers of the GEMV kernel (rows per warp) and columns per warp for each.
-Q2_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 4, 8: 2}
+Q2_TIERS = configs.Q2_0_TIERS
 #: The tree over 2048-element chunks keeps at most 64 chunk roots.
 Q2_MAX_K = 131072
 WARPS = 4

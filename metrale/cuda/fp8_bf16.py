@@ -1,5 +1,5 @@
 """FP8 (W8A16) and BF16 dense × A16 launchers: ``w8a16_gemv``, ``w8a16_gemm``, ``dense_gemv``,
-``dense_gemm`` (kernels in ``kernels/wide_gemv.cu``; CONTRACT §5 with 24-bit weight block
+``dense_gemm`` (kernels in ``kernels/fp8_bf16_gemv.cu``; CONTRACT §5 with 24-bit weight block
 codes), and their uploaders.
 
 The FP8 uploader keeps the e4m3 bytes. The BF16 uploader stores, per block, the weight values
@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from metrale.cuda import configs
 from metrale.cuda.launch_args import cdiv, device_out, device_rows, tier, weight_arrays
 from metrale.cuda.runtime import get_kernel
 from metrale.cuda.weights import DeviceWeight, to_device
@@ -23,9 +24,9 @@ from metrale.reference.activations import weight_codes24
 from metrale.reference.elements import BF16, bf16_exponent_field
 from metrale.reference.formats import DenseWeight, Fp8Weight
 
-CU_FILE = "wide_gemv.cu"
+CU_FILE = "fp8_bf16_gemv.cu"
 #: Row tiers (rows per warp) -> columns per warp.
-WIDE_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 2, 8: 2}
+WIDE_TIERS = configs.FP8_BF16_TIERS
 #: The tree over 1024-element chunks keeps at most 64 chunk roots.
 WIDE_MAX_K = 65536
 WARPS = 4
@@ -79,7 +80,7 @@ def _project(x: Any, w: Any, out: Any, m: int, kernel: str, fp8: bool) -> None:
     xa = device_rows(x, k, m, "x")
     outa, ldo = device_out(out, m, n, "out")
     nb = k // BLOCK
-    prep = get_kernel(CU_FILE, "wide_a16_prep")
+    prep = get_kernel(CU_FILE, "fp8_bf16_a16_prep")
     scale = arr["weight_scale"] if fp8 else np.uint64(0)
     for r0 in range(0, m, ROW_CHUNK):
         mr = min(ROW_CHUNK, m - r0)
@@ -131,11 +132,11 @@ def dense_gemm(x: Any, w: Any, out: Any) -> None:
     _project(x, w, out, int(x.shape[0]), "dense_gemm", False)
 
 
-_KERNEL_FUNCS = ("wide_a16_prep", *(f"{p}_gemv_r{t}" for p in ("fp8", "bf16") for t in WIDE_TIERS))
+_KERNEL_FUNCS = ("fp8_bf16_a16_prep", *(f"{p}_gemv_r{t}" for p in ("fp8", "bf16") for t in WIDE_TIERS))
 
 
 def kernels() -> dict[str, Callable[..., Any]]:
-    """The FP8/BF16 launchers, when ``wide_gemv.cu`` built on this device (else none)."""
+    """The FP8/BF16 launchers, when ``fp8_bf16_gemv.cu`` built on this device (else none)."""
     if any(get_kernel(CU_FILE, f) is None for f in _KERNEL_FUNCS):
         return {}
     return {

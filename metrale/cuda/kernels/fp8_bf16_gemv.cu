@@ -1,4 +1,4 @@
-// metrale/cuda/kernels/wide_gemv.cu -- FP8 (W8A16, e4m3 per-row scale) and BF16 dense weights
+// metrale/cuda/kernels/fp8_bf16_gemv.cu -- FP8 (W8A16, e4m3 per-row scale) and BF16 dense weights
 // x A16 activations.
 //
 // Contract: CONTRACT.md §4 (A16), §5 (24-bit weight block codes c = rne(w 2^(22-F)); S_b exact;
@@ -7,7 +7,7 @@
 //
 // How the exact block dot is done: sum_j c_w c_a 2^(F-22) = sum_j w_j c_a,j where w_j is the
 // weight value itself for e4m3 (24-bit codes never round an e4m3 block) and, for BF16, the value
-// c_w 2^(F-22) that metrale/cuda/wide.py writes at upload (bf16 blocks spanning more than 2^15
+// c_w 2^(F-22) that metrale/cuda/fp8_bf16.py writes at upload (bf16 blocks spanning more than 2^15
 // are rounded there, with the reference's weight_codes24). Each weight becomes a float64 by
 // moving its bits into a double's exponent/fraction (a "raw" double = w 2^-1016 for e4m3,
 // w 2^-896 for bf16; subnormals included), and the block is summed with DFMA: every product and
@@ -16,7 +16,7 @@
 // and one rounding to f32 (subnormal results included).
 //
 // Kernels:
-//   wide_a16_prep(x, ldx, K, m, ac, p2)
+//   fp8_bf16_a16_prep(x, ldx, K, m, ac, p2)
 //       grid (ceil(m K/16 / 256)), block 256; one thread per (row, 16-block): ac double [m, K]
 //       (the A16 codes), p2 double [m, B] (2^(E-14), or NaN for a block holding Inf/NaN).
 //   fp8_gemv_r{1,2,4,8}(w, scale, N, K, ac, p2, m, out, ldo) and
@@ -35,7 +35,7 @@
 typedef unsigned short u16;
 typedef unsigned int u32;
 
-extern "C" __global__ void __launch_bounds__(256) wide_a16_prep(
+extern "C" __global__ void __launch_bounds__(256) fp8_bf16_a16_prep(
     const u16* __restrict__ x, long long ldx, int K, int m, double* __restrict__ ac,
     double* __restrict__ p2) {
     const int B = K >> 4;
@@ -76,7 +76,7 @@ __device__ __forceinline__ double wd_elem(const uint4* blk, int j) {
 }
 
 template <int R, int NC, bool BF>
-__device__ __forceinline__ void wide_gemv_warp(const uint4* __restrict__ w, const float* __restrict__ scale,
+__device__ __forceinline__ void fp8_bf16_gemv_warp(const uint4* __restrict__ w, const float* __restrict__ scale,
                                                int N, int K, const double* __restrict__ ac,
                                                const double* __restrict__ p2, int r0, int m, int n0,
                                                u16* __restrict__ out, long long ldo, float* sroot) {
@@ -152,7 +152,7 @@ __device__ __forceinline__ void wide_gemv_warp(const uint4* __restrict__ w, cons
     }
 }
 
-#define WIDE_GEMV(NAME, BF, R, NC)                                                                 \
+#define FP8_BF16_GEMV(NAME, BF, R, NC)                                                                 \
     extern "C" __global__ void __launch_bounds__(128) NAME##_r##R(                                  \
         const uint4* __restrict__ w, const float* __restrict__ scale, int N, int K,                \
         const double* __restrict__ ac, const double* __restrict__ p2, int m, u16* __restrict__ out, \
@@ -160,14 +160,7 @@ __device__ __forceinline__ void wide_gemv_warp(const uint4* __restrict__ w, cons
         __shared__ float sroot[4][NC * R * 64];                                                    \
         const int warp = threadIdx.x >> 5;                                                         \
         const int n0 = (blockIdx.x * 4 + warp) * NC;                                               \
-        wide_gemv_warp<R, NC, BF>(w, scale, N, K, ac, p2, blockIdx.y * R, m, n0, out, ldo, sroot[warp]); \
+        fp8_bf16_gemv_warp<R, NC, BF>(w, scale, N, K, ac, p2, blockIdx.y * R, m, n0, out, ldo, sroot[warp]); \
     }
 
-WIDE_GEMV(fp8_gemv, false, 1, 4)
-WIDE_GEMV(fp8_gemv, false, 2, 4)
-WIDE_GEMV(fp8_gemv, false, 4, 2)
-WIDE_GEMV(fp8_gemv, false, 8, 2)
-WIDE_GEMV(bf16_gemv, true, 1, 4)
-WIDE_GEMV(bf16_gemv, true, 2, 4)
-WIDE_GEMV(bf16_gemv, true, 4, 2)
-WIDE_GEMV(bf16_gemv, true, 8, 2)
+// @instances FP8_BF16_GEMV   (lines generated from metrale/cuda/configs.py)

@@ -1,4 +1,4 @@
-// w4a4.cu -- NVFP4 weights x A4 (NVFP4) activations (CONTRACT §4 A4, §5; body in nvfp4.cuh).
+// nvfp4_a4.cu -- NVFP4 weights x A4 (NVFP4) activations (CONTRACT §4 A4, §5; body in nvfp4.cuh).
 //
 // Kernels (extern "C"):
 //   w4a4_quantize(x, ldx, m, K, g, inv_g, c16, codes, scales, finite, afac)
@@ -9,7 +9,7 @@
 //     flagged non-finite. Writes codes int8 [m, K], scales e4m3 bits [m, B], finite u8 [m, B],
 //     afac f32 [m, B] = finite ? f32(scale) : NaN (what the projection multiplies by).
 //   nvfp4_a4_r{1,4}_{e,o}(codes, K, afac, m, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1, N, K)
-//     as nvfp4_a16_* (w4a16_gemv.cu) with activation codes from w4a4_quantize; rs =
+//     as nvfp4_a16_* (nvfp4_gemv.cu) with activation codes from w4a4_quantize; rs =
 //     f32(input_scale * weight_scale_2). Dynamic shared memory R * 40 * P bytes.
 #include "nvfp4.cuh"
 
@@ -82,7 +82,4 @@ extern "C" __global__ void w4a4_quantize(const unsigned short* x, long long ldx,
         nvfp4_body<1, R, EV>(codes, ldc, afac, m, set, N, K);                                          \
     }
 
-NVFP4_A4(1, true, e)
-NVFP4_A4(1, false, o)
-NVFP4_A4(4, true, e)
-NVFP4_A4(4, false, o)
+// @instances NVFP4_A4   (lines generated from metrale/cuda/configs.py)

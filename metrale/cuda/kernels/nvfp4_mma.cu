@@ -1,5 +1,5 @@
-// w4a16_mma.cu -- NVFP4 weights x A16 activations on integer tensor cores, m = 2..32 rows in one
-// pass over the weights (CONTRACT §4 A16, §5; the CUDA-core kernels are in w4a16_gemv.cu).
+// nvfp4_mma.cu -- NVFP4 weights x A16 activations on integer tensor cores, m = 2..32 rows in one
+// pass over the weights (CONTRACT §4 A16, §5; the CUDA-core kernels are in nvfp4_gemv.cu).
 //
 // Kernels (extern "C"):
 //   w4a16_mma_prep(x, ldx, m, rows8, B, NB, act, fac)     (rows8 = 8 NT)
@@ -286,11 +286,4 @@ __device__ __forceinline__ void w4a16_mma_body(const uint4* __restrict__ act, co
         w4a16_mma_body<NT, AL>(act, fac, m, set, N, B, NB);                                              \
     }
 
-W4A16_MMA(1, true, a)
-W4A16_MMA(1, false, u)
-W4A16_MMA(2, true, a)
-W4A16_MMA(2, false, u)
-W4A16_MMA(3, true, a)
-W4A16_MMA(3, false, u)
-W4A16_MMA(4, true, a)
-W4A16_MMA(4, false, u)
+// @instances W4A16_MMA   (lines generated from metrale/cuda/configs.py)

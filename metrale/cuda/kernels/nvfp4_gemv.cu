@@ -1,4 +1,4 @@
-// w4a16_gemv.cu -- NVFP4 weights x A16 activations (CONTRACT §4 A16, §5; body in nvfp4.cuh).
+// nvfp4_gemv.cu -- NVFP4 weights x A16 activations (CONTRACT §4 A16, §5; body in nvfp4.cuh).
 //
 // Kernels (extern "C"), all with the same arguments:
 //   nvfp4_a16_r{1,2,3,4}_{e,o}(x, ldx, m, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1, N, K)
@@ -20,14 +20,7 @@
         nvfp4_body<0, R, EV>(x, ldx, nullptr, m, set, N, K);                                           \
     }
 
-NVFP4_A16(1, true, e)
-NVFP4_A16(1, false, o)
-NVFP4_A16(2, true, e)
-NVFP4_A16(2, false, o)
-NVFP4_A16(3, true, e)
-NVFP4_A16(3, false, o)
-NVFP4_A16(4, true, e)
-NVFP4_A16(4, false, o)
+// @instances NVFP4_A16   (lines generated from metrale/cuda/configs.py)
 
 // Fast path (nvfp4.cuh nvfp4_fast_body), for B % 64 == 0:
 //   nvfp4_a16f_r{1,2,3,4}(same arguments as above), PDL-capable (metrale/cuda/pdl.py); block
@@ -44,7 +37,4 @@ NVFP4_A16(4, false, o)
         nvfp4_fast_body<R, D, PQ>(x, ldx, m, set, N, K);                                               \
     }
 
-NVFP4_A16F(1, 3, true)
-NVFP4_A16F(2, 4, true)
-NVFP4_A16F(3, 3, false)
-NVFP4_A16F(4, 3, false)
+// @instances NVFP4_A16F   (lines generated from metrale/cuda/configs.py)

@@ -1,0 +1,73 @@
+"""Kernel configurations, stated once.
+
+The launchers read these tables, and ``instances(macro)`` turns them into the ``extern "C"``
+instantiation lines of the ``.cu`` files: a line ``// @instances MACRO`` in a kernel file is
+replaced by ``MACRO(args)`` lines at build time (``runtime.source``), so the kernels a launcher
+asks for are exactly the kernels the file defines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+#: nvfp4_gemv.cu generic kernels ``nvfp4_a16_r{R}_{e,o}``: activation rows per pass.
+NVFP4_A16_ROWS: tuple[int, ...] = (1, 2, 3, 4)
+#: nvfp4_a4.cu kernels ``nvfp4_a4_r{R}_{e,o}``: activation rows per pass.
+NVFP4_A4_ROWS: tuple[int, ...] = (1, 4)
+#: nvfp4_gemv.cu fast kernels ``nvfp4_a16f_r{R}``: rows -> cp.async ring depth (work-item slots
+#: per warp; depth − 1 items in flight), and whether R uses the P/Q block dot.
+NVFP4_FAST_DEPTH: dict[int, int] = {1: 3, 2: 4, 3: 3, 4: 3}
+NVFP4_FAST_PQ: dict[int, bool] = {1: True, 2: True, 3: False, 4: False}
+#: nvfp4_mma.cu kernels ``w4a16_mma_nt{NT}_{a,u}``: tiles of 8 rows per pass.
+NVFP4_MMA_TILES: tuple[int, ...] = (1, 2, 3, 4)
+#: q2_0_gemv.cu kernels ``q2_0_gemv_r{R}``: rows per warp -> columns per warp.
+Q2_0_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 4, 8: 2}
+#: fp8_bf16_gemv.cu kernels ``{fp8,bf16}_gemv_r{R}``: rows per warp -> columns per warp.
+FP8_BF16_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 2, 8: 2}
+#: w8a8.cu dp4a kernel ``w8a8_gemv_r{R}``: rows -> columns per warp.
+W8A8_GEMV_TIERS: dict[int, int] = {1: 4}
+#: w8a8.cu tensor-core kernels ``w8a8_mma_r{R}_w{W}``: rows per CTA -> output columns per CTA,
+#: the warps per CTA built, and each tier's K unroll.
+W8A8_MMA_TIERS: dict[int, int] = {8: 16, 16: 16, 32: 32}
+W8A8_MMA_WARPS: tuple[int, ...] = (4, 8)
+W8A8_MMA_UNROLL: dict[int, int] = {8: 4, 16: 4, 32: 2}
+
+
+def _bool(b: bool) -> str:
+    return "true" if b else "false"
+
+
+def _pairs(macro: str, rows: tuple[int, ...], yes: str, no: str) -> list[str]:
+    """``MACRO(R, true, yes)`` and ``MACRO(R, false, no)`` for each R: the two variants of a
+    kernel (even/odd block count, aligned/unaligned loads) the launcher picks between."""
+    return [f"{macro}({r}, {_bool(v)}, {yes if v else no})" for r in rows for v in (True, False)]
+
+
+_INSTANCES: dict[str, Callable[[], list[str]]] = {
+    "NVFP4_A16": lambda: _pairs("NVFP4_A16", NVFP4_A16_ROWS, "e", "o"),
+    "NVFP4_A16F": lambda: [
+        f"NVFP4_A16F({r}, {d}, {_bool(NVFP4_FAST_PQ[r])})" for r, d in NVFP4_FAST_DEPTH.items()
+    ],
+    "NVFP4_A4": lambda: _pairs("NVFP4_A4", NVFP4_A4_ROWS, "e", "o"),
+    "W4A16_MMA": lambda: _pairs("W4A16_MMA", NVFP4_MMA_TILES, "a", "u"),
+    "Q2_GEMV": lambda: [f"Q2_GEMV({r}, {nc})" for r, nc in Q2_0_TIERS.items()],
+    "FP8_BF16_GEMV": lambda: [
+        f"FP8_BF16_GEMV({p}_gemv, {_bool(p == 'bf16')}, {r}, {nc})"
+        for p in ("fp8", "bf16")
+        for r, nc in FP8_BF16_TIERS.items()
+    ],
+    "W8A8_GEMV": lambda: [f"W8A8_GEMV({r}, {nc})" for r, nc in W8A8_GEMV_TIERS.items()],
+    "W8A8_MMA": lambda: [
+        f"W8A8_MMA({r}, {r // 8}, {cols // 16}, {w}, {W8A8_MMA_UNROLL[r]})"
+        for r, cols in W8A8_MMA_TIERS.items()
+        for w in W8A8_MMA_WARPS
+    ],
+}
+
+
+def instances(macro: str) -> list[str]:
+    """The instantiation lines ``MACRO(args)`` of one kernel macro, from the tables above."""
+    gen = _INSTANCES.get(macro)
+    if gen is None:
+        raise KeyError(f"no configuration table for kernel macro {macro!r} (metrale/cuda/configs.py)")
+    return gen()
