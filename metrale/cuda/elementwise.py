@@ -11,28 +11,15 @@ from typing import Any
 import numpy as np
 
 from metrale.cuda import pdl, runtime
-from metrale.cuda.nvfp4 import mat
-from metrale.cuda.weights import DeviceLora, upload_lora
+from metrale.cuda.launch_args import mat
+from metrale.cuda.weights import DeviceLora, device_table, upload_lora
 from metrale.errors import MetraleError
-from metrale.reference.tables import table
 
 FILE = "elementwise.cu"
 THREADS = 256
 MAX_K = 65536
-_tables: dict[tuple[str, int], Any] = {}
 
 UPLOADERS: dict[str, Callable[[Any], Any]] = {"lora": upload_lora}
-
-
-def device_table(name: str) -> Any:
-    """The activation table ``name`` on the current device (uploaded once)."""
-    import cupy
-
-    key = (name, runtime.device_id())
-    t = _tables.get(key)
-    if t is None:
-        t = _tables[key] = cupy.asarray(np.ascontiguousarray(table(name)))  # type: ignore[arg-type]
-    return t
 
 
 def _kernel(name: str) -> Any:

@@ -1,5 +1,6 @@
-"""Argument helpers shared by the Q2_0, W8A8 and FP8/BF16 launchers: device rows and outputs in
-the layout the kernels take, the device arrays of a weight, and the row tier for m rows."""
+"""Argument helpers of every launcher: bf16 matrices with their row stride, device rows and
+outputs in the layout the kernels take, the device arrays of a weight, and the row tier for m
+rows."""
 
 from __future__ import annotations
 
@@ -7,6 +8,24 @@ from typing import Any
 
 from metrale.cuda.weights import DeviceWeight
 from metrale.errors import MetraleError
+
+
+def mat(a: Any, name: str) -> tuple[Any, int]:
+    """Check a CuPy uint16 [rows, cols] array with unit column stride; return it and its row
+    stride in elements."""
+    import cupy
+
+    if not isinstance(a, cupy.ndarray) or a.dtype != cupy.uint16 or a.ndim != 2:
+        raise MetraleError(
+            f"{name}: want a 2-D CuPy uint16 (bf16 bits) array, got "
+            f"{type(a).__name__} {getattr(a, 'dtype', '')} {getattr(a, 'shape', '')}"
+        )
+    cols_ok = a.shape[1] <= 1 or a.strides[1] == 2
+    rows_ok = a.shape[0] <= 1 or (a.strides[0] > 0 and a.strides[0] % 2 == 0)
+    if not (cols_ok and rows_ok):
+        raise MetraleError(f"{name}: want contiguous columns and positive row stride (strides {a.strides})")
+    ld = a.strides[0] // 2 if a.shape[0] > 1 else a.shape[1]
+    return a, int(ld)
 
 
 def device_rows(x: Any, k: int, rows: int, name: str = "x") -> Any:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from metrale.cuda import configs, pdl, runtime
+from metrale.cuda.launch_args import mat
 from metrale.cuda.weights import upload_generic
 from metrale.errors import MetraleError
 from metrale.reference.activations import A4Codes
@@ -48,24 +49,6 @@ MMA_RUN = 64
 _mma_ws: dict[int, Any] = {}
 
 UPLOADERS: dict[str, Callable[[Any], Any]] = {"nvfp4": upload_generic}
-
-
-def mat(a: Any, name: str) -> tuple[Any, int]:
-    """Check a CuPy uint16 [rows, cols] array with unit column stride; return it and its row
-    stride in elements."""
-    import cupy
-
-    if not isinstance(a, cupy.ndarray) or a.dtype != cupy.uint16 or a.ndim != 2:
-        raise MetraleError(
-            f"{name}: want a 2-D CuPy uint16 (bf16 bits) array, got "
-            f"{type(a).__name__} {getattr(a, 'dtype', '')} {getattr(a, 'shape', '')}"
-        )
-    cols_ok = a.shape[1] <= 1 or a.strides[1] == 2
-    rows_ok = a.shape[0] <= 1 or (a.strides[0] > 0 and a.strides[0] % 2 == 0)
-    if not (cols_ok and rows_ok):
-        raise MetraleError(f"{name}: want contiguous columns and positive row stride (strides {a.strides})")
-    ld = a.strides[0] // 2 if a.shape[0] > 1 else a.shape[1]
-    return a, int(ld)
 
 
 def _geometry(k: int) -> tuple[int, int, int]:

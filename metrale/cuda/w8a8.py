@@ -25,10 +25,9 @@ import numpy as np
 from metrale.cuda import configs
 from metrale.cuda.launch_args import cdiv, device_out, device_rows, tier, weight_arrays
 from metrale.cuda.runtime import device_id, get_kernel, sm_count
-from metrale.cuda.weights import DeviceWeight, to_device
+from metrale.cuda.weights import DeviceWeight, device_table, to_device
 from metrale.errors import MetraleError
 from metrale.reference.formats.w8a8 import MAX_K, W8a8Weight
-from metrale.reference.tables import table
 
 CU_FILE = "w8a8.cu"
 #: Tensor-core GEMV row tiers (activation rows per CTA) -> output columns per CTA.
@@ -41,7 +40,6 @@ MMA_WARPS = configs.W8A8_MMA_WARPS
 #: MMA kernels' 1.53x: a single row leaves 7 of 8 MMA columns idle); 4 columns per warp.
 R1_COLS_PER_WARP = configs.W8A8_GEMV_TIERS[1]
 
-_tables: dict[int, Any] = {}
 
 
 @dataclass(frozen=True)
@@ -58,15 +56,6 @@ def upload_w8a8(w: W8a8Weight) -> DeviceWeight:
     return DeviceWeight(
         host=w, arrays={"weight": to_device(w.weight), "weight_scale": to_device(w.weight_scale)}
     )
-
-
-def silu_table() -> Any:
-    """The shipped 65,536-entry SiLU table on the current device (uploaded once)."""
-    dev = device_id()
-    t = _tables.get(dev)
-    if t is None:
-        t = _tables[dev] = to_device(np.ascontiguousarray(table("silu"), dtype=np.float32))
-    return t
 
 
 def w8a8_quantize(x: Any) -> DeviceA8Codes:
@@ -191,7 +180,7 @@ def w8a8_silu_quant_gemv(gate: Any, up: Any, w: Any, out: Any, warps: int | None
             np.int64(g.strides[0] // 2),
             u,
             np.int64(u.strides[0] // 2),
-            silu_table(),
+            device_table("silu"),
             np.int32(k),
             codes.q,
             codes.scale,

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from metrale.reference.lora import LoraAdapter
+from metrale.reference.tables import table
 
 
 def to_device(a: np.ndarray) -> Any:
@@ -115,3 +116,17 @@ def upload_generic(host: Any) -> DeviceWeight:
 def upload_lora(host: LoraAdapter) -> DeviceLora:
     """A LoRA adapter's A and zero-padded B on the device."""
     return DeviceLora(host=host, arrays={"a": to_device(host.a), "b": to_device(host.b_padded())})
+
+
+_tables: dict[tuple[str, int], Any] = {}
+
+
+def device_table(name: str) -> Any:
+    """The activation table ``name`` on the current device (uploaded once)."""
+    import cupy
+
+    key = (name, int(cupy.cuda.runtime.getDevice()))
+    t = _tables.get(key)
+    if t is None:
+        t = _tables[key] = cupy.asarray(np.ascontiguousarray(table(name)))  # type: ignore[arg-type]
+    return t
