@@ -152,19 +152,19 @@ def _codes_scratch(m: int, k: int) -> DeviceA8Codes:
 
 
 def w8a8_silu_quant_gemv(gate: Any, up: Any, w: Any, out: Any, warps: int | None = None) -> None:
-    """out[:m] = down(quantize_a8(bf16(silu[gate] · f32(up)))): the SiLU-quantize kernel into a
-    scratch buffer, then the tensor-core GEMV (see the module docstring)."""
+    """out[:m] = down(quantize_a8(h)), h = bf16(silu[gate] · f32(up)) written over ``gate``: the
+    SiLU-quantize kernel into a scratch buffer, then the tensor-core GEMV (module docstring)."""
     arr = weight_arrays(w, "w8a8", "w8a8_silu_quant_gemv")
     k = w.k
     if k > MAX_K:
         raise MetraleError(f"w8a8_silu_quant_gemv: {w.name} has K={k} > {MAX_K}")
     from metrale.cuda.backend import as_device_bits
 
-    g = as_device_bits(gate, "gate")
-    if g.ndim != 2:
-        raise MetraleError(f"gate: shape {tuple(g.shape)}, want 2-D [m, K]")
-    m = g.shape[0]
-    g = device_rows(g, k, m, "gate")
+    g0 = as_device_bits(gate, "gate")
+    if g0.ndim != 2:
+        raise MetraleError(f"gate: shape {tuple(g0.shape)}, want 2-D [m, K]")
+    m = g0.shape[0]
+    g = device_rows(g0, k, m, "gate")
     u = device_rows(up, k, m, "up")
     if u.shape[0] != m:
         raise MetraleError(f"act_mul: gate shape {tuple(g.shape)} != up shape {tuple(u.shape)}")
@@ -186,6 +186,8 @@ def w8a8_silu_quant_gemv(gate: Any, up: Any, w: Any, out: Any, warps: int | None
             codes.scale,
         ),
     )
+    if g is not g0:  # an aligned copy took h: give it back to the caller's gate rows
+        g0[...] = g
     _gemv_launch(codes.q, codes.scale, w, arr, outa, ldo, warps)
 
 

@@ -22,7 +22,8 @@
 //       order-free), then y = bf16((f32(S) * s_a) * s_w[n]). Details at w8_mma_gemv below.
 //   w8a8_silu_quantize(gate, ldg, up, ldu, table, K, q, scale)
 //       grid (m), block 1024: A8 codes of h = bf16(silu[gate] * f32(up)) (CONTRACT §6), h
-//       computed in pass 1 (row amax) and again in pass 2 (codes). With a GEMV kernel above
+//       computed in pass 1 (row amax) and again in pass 2 (codes, and h written over gate:
+//       the FFN's gate buffer holds h after every route). With a GEMV kernel above
 //       it serves w8a8_silu_quant_gemv (two kernels; metrale/cuda/w8a8.py says why).
 //
 // Build: --fmad=false; every fp32 step is an inline-PTX ieee_mul/ieee_div (common.cuh): exact
@@ -324,14 +325,15 @@ __device__ __forceinline__ uint4 w8_silu8(uint4 g, uint4 u, const float* __restr
 }
 
 // ---- w8a8_silu_quantize: A8 codes of h = bf16(silu[gate] * f32(up)), one CTA per row ----
-// grid (m), block 1024. Pass 1: amax / non-finite flag of h; pass 2: codes (h recomputed).
+// grid (m), block 1024. Pass 1: amax / non-finite flag of h; pass 2: codes (h recomputed),
+// and h stored over gate (every route leaves h in the gate buffer).
 extern "C" __global__ void __launch_bounds__(1024) w8a8_silu_quantize(
-    const u16* __restrict__ gate, long long ldg_, const u16* __restrict__ up, long long ldu,
+    u16* __restrict__ gate, long long ldg_, const u16* __restrict__ up, long long ldu,
     const float* __restrict__ table, int K, signed char* __restrict__ q, float* __restrict__ scale) {
     __shared__ u32 red[64];
     __shared__ float sinv;
     const int r = blockIdx.x;
-    const u16* gr = gate + (long long)r * ldg_;
+    u16* gr = gate + (long long)r * ldg_;
     const u16* ur = up + (long long)r * ldu;
     u32 amax = 0;
     int bad = 0;
@@ -348,8 +350,9 @@ extern "C" __global__ void __launch_bounds__(1024) w8a8_silu_quantize(
     __syncthreads();
     const float inv = sinv;
     signed char* qr = q + (long long)r * K;
-    for (int k = threadIdx.x * 8; k < K; k += blockDim.x * 8)
-        *reinterpret_cast<uint2*>(qr + k) =
-            w8_quant8(w8_silu8(*reinterpret_cast<const uint4*>(gr + k), *reinterpret_cast<const uint4*>(ur + k), table),
-                      inv);
+    for (int k = threadIdx.x * 8; k < K; k += blockDim.x * 8) {
+        const uint4 h = w8_silu8(*reinterpret_cast<const uint4*>(gr + k), *reinterpret_cast<const uint4*>(ur + k), table);
+        *reinterpret_cast<uint2*>(qr + k) = w8_quant8(h, inv);
+        *reinterpret_cast<uint4*>(gr + k) = h;  // h into gate, as act_mul leaves it (same thread, same k)
+    }
 }
