@@ -88,7 +88,8 @@ def test_fused_silu_quant_gemv_matches_reference(
     w = cuda.upload(host)
     gate, up = _silu_inputs(fresh_rng, 64, k)
     want = np.empty((64, n), dtype=np.uint16).view(gate.dtype)
-    REFERENCE_KERNELS["w8a8_silu_quant_gemv"](gate, up, host, want)
+    h = gate.copy()  # the kernel leaves h = bf16(silu(gate)·up) in its gate argument
+    REFERENCE_KERNELS["w8a8_silu_quant_gemv"](h, up, host, want)
     want = want.view(np.uint16)
     for m in M_VALUES:
         buf, inner, init = guarded(cp, fresh_rng, m, n)
@@ -96,6 +97,8 @@ def test_fused_silu_quant_gemv_matches_reference(
         cuda.launch("w8a8_silu_quant_gemv", g[:m], u[:m], w, inner)
         got = check_guard(buf, init, m, n)
         bits_equal(got, want[:m], f"w8a8_silu_quant_gemv m={m} (reference and batch invariance)")
+        bits_equal(cp.asnumpy(g[:m]), h.view(np.uint16)[:m], f"w8a8_silu_quant_gemv m={m}: h in gate")
+        bits_equal(cp.asnumpy(g[m:]), gate.view(np.uint16)[m:], f"w8a8_silu_quant_gemv m={m}: rows >= m")
 
 
 def test_fused_large_k(cuda: Any, fresh_rng: np.random.Generator) -> None:
@@ -104,7 +107,7 @@ def test_fused_large_k(cuda: Any, fresh_rng: np.random.Generator) -> None:
     w = cuda.upload(host)
     gate, up = _silu_inputs(fresh_rng, 11, 40960)
     want = np.empty((11, 20), dtype=np.uint16).view(gate.dtype)
-    REFERENCE_KERNELS["w8a8_silu_quant_gemv"](gate, up, host, want)
+    REFERENCE_KERNELS["w8a8_silu_quant_gemv"](gate.copy(), up, host, want)
     buf, inner, init = guarded(cp, fresh_rng, 11, 20)
     cuda.launch(
         "w8a8_silu_quant_gemv", cp.asarray(gate.view(np.uint16)), cp.asarray(up.view(np.uint16)), w, inner
