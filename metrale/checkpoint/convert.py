@@ -531,7 +531,7 @@ def convert_checkpoint(
     check_options(opts)
     _check_paths(srcp, dstp, opts.force)
     folder, plans = plan(srcp, opts)
-    layout = {"nvfp4": "modelopt", "q2_0": "gguf"}.get(opts.format, "compressed-tensors")
+    layout = SPECS[opts.format].layout
     report = ConversionReport(opts.format, str(srcp), str(dstp), layout, opts.workers)
     report.source_bytes = sum(p.entry.nbytes for p in plans)
     tmp = dstp.parent / f".{dstp.name}.metrale-tmp-{os.getpid()}-{secrets.token_hex(4)}"

@@ -18,9 +18,12 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from metrale.reference.formats import FORMATS
+
 MODELOPT_GROUP_SIZE = 16
 HF_QUANT_CONFIG = "hf_quant_config.json"
-CT_FORMATS = {"fp8": ("float-quantized", "float"), "w8a8": ("int-quantized", "int")}
+#: compressed-tensors ``format`` and ``type`` per metrale format, from the format descriptors.
+CT_FORMATS = {s: f.ct_format for s, f in FORMATS.items() if f.ct_format is not None}
 
 
 def metrale_version() -> str:

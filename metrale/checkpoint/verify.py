@@ -91,7 +91,7 @@ def _check_configs(res: VerifyResult, quant_rows: list[Row]) -> None:
         if group != 16:
             v.append(f"group_size {group}, want 16")
     elif s.layout == "compressed-tensors":
-        want = {"fp8": "float-quantized", "w8a8": "int-quantized"}
+        want = {s: f.ct_format[0] for s, f in FORMATS.items() if f.ct_format is not None}
         for f in fmts:
             if f in want and qc.get("format") != want[f]:
                 v.append(f"compressed-tensors format {qc.get('format')!r} but {f} weights (want {want[f]!r})")

@@ -62,6 +62,10 @@ class FormatSpec:
     slot: str
     #: Activation modes the projection pairs it with (the first is the default).
     modes: tuple[str, ...]
+    #: The folder layout that carries it: "modelopt", "compressed-tensors", "gguf" or "hf".
+    layout: str = "hf"
+    #: compressed-tensors' quantization ``format`` and ``type`` of its weights (its layout only).
+    ct_format: tuple[str, str] | None = None
     #: ``metrale convert`` writes it (BF16 is a source/overlay format only).
     convertible: bool = True
 
@@ -101,6 +105,7 @@ FORMATS: dict[str, FormatSpec] = {
     for f in (
         FormatSpec(
             stem="nvfp4",
+            layout="modelopt",
             label="NVFP4",
             weight_type=Nvfp4Weight,
             block=16,
@@ -119,6 +124,8 @@ FORMATS: dict[str, FormatSpec] = {
         ),
         FormatSpec(
             stem="fp8",
+            layout="compressed-tensors",
+            ct_format=("float-quantized", "float"),
             label="FP8",
             weight_type=Fp8Weight,
             block=16,
@@ -132,6 +139,8 @@ FORMATS: dict[str, FormatSpec] = {
         ),
         FormatSpec(
             stem="w8a8",
+            layout="compressed-tensors",
+            ct_format=("int-quantized", "int"),
             label="W8A8",
             weight_type=W8a8Weight,
             block=16,
@@ -145,6 +154,7 @@ FORMATS: dict[str, FormatSpec] = {
         ),
         FormatSpec(
             stem="q2_0",
+            layout="gguf",
             label="Q2_0",
             weight_type=Q2_0Weight,
             block=QK,
