@@ -52,8 +52,8 @@ def build(out: Path) -> str:
     t0 = time.time()
     import cupy
 
-    from metrale.backend import KERNEL_NAMES
     from metrale.cuda import cuda_backend, runtime
+    from metrale.reference.backend import KERNEL_NAMES
 
     be = cuda_backend()
     missing = [k for k in KERNEL_NAMES if not be.has(k)]
@@ -115,7 +115,14 @@ def main() -> int:
         rc_all |= rc
     if "tests" not in skip:
         shared = [
-            p for p in ("tests/test_vectors.py", "tests/test_batch_invariance.py") if (ROOT / p).exists()
+            p
+            for p in (
+                "tests/test_vectors.py",
+                "tests/test_batch_invariance.py",
+                "tests/test_public_api.py",
+                "tests/test_layer_errors.py",
+            )
+            if (ROOT / p).exists()
         ]
         if shared:
             rc, text, dt = sh(
