@@ -96,7 +96,7 @@ def fill_bits(buf: Any, value: int) -> None:
 
 # ---- inputs -------------------------------------------------------------------------------
 
-#: Named edge rows of an activation pool (CONTRACT §8).
+#: Named edge rows of an activation pool (arithmetic.md § checks).
 EDGE_ROWS = (
     "signed_zeros",
     "subnormals",

@@ -1,6 +1,6 @@
 """The f32 derivation behind kernels/common.cuh ``a16_codes8_f32`` (the fast A16 prologue),
 replayed step for step in numpy float32 (IEEE mul/add, round to nearest even, subnormals kept,
-as mul.rn / add.rn): it must give the reference's A16 codes (CONTRACT §4, quantize_a16) for
+as mul.rn / add.rn): it must give the reference's A16 codes (arithmetic.md § a16, quantize_a16) for
 every bf16 value against every block maximum that shapes the split 2^k1 * 2^k2, and for seeded
 random blocks. The GPU tests check the kernel itself; this checks the argument in its comment
 (exact products, or values below 1/2 when the first product underflows)."""

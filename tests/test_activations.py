@@ -1,4 +1,4 @@
-"""Activation modes (CONTRACT §4) against independent derivations.
+"""Activation modes (arithmetic.md § modes) against independent derivations.
 
 * A16: float64 / ``math.frexp`` derivation of E and c = rne(x·2^(14−E)), no bit fields.
 * A4: vLLM's ``ref_nvfp4_quant`` (tests/kernels/quantization/nvfp4_utils.py) transcribed with

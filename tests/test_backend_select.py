@@ -1,4 +1,4 @@
-"""Backend selection and the kernel registry (CONTRACT §7): ``get_backend`` by argument or
+"""Backend selection and the kernel registry (arithmetic.md § layer): ``get_backend`` by argument or
 ``METRALE_BACKEND``, errors that name what is missing, ``Backend.without`` and the launch log."""
 
 from __future__ import annotations

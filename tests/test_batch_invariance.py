@@ -1,4 +1,4 @@
-"""Batch invariance (CONTRACT §1, §8): row r of an m-row call equals the 1-row call on row r in
+"""Batch invariance (arithmetic.md § rule): row r of an m-row call equals the 1-row call on row r in
 the same arithmetic mode, for every format, every entry point that serves it and m up to 64,
 including rows holding NaN/Inf (whose outputs are the canonical NaN 0x7FC0).
 

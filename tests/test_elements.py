@@ -1,4 +1,4 @@
-"""Element helpers (CONTRACT §2) against independent oracles: torch's casts, hand-worked bit
+"""Element helpers (arithmetic.md § elements) against independent oracles: torch's casts, hand-worked bit
 patterns and vLLM's e2m1 threshold table."""
 
 from __future__ import annotations

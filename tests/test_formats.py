@@ -1,4 +1,4 @@
-"""The five weight formats (CONTRACT §3) against straight transcriptions of their producers.
+"""The five weight formats (arithmetic.md § formats) against straight transcriptions of their producers.
 
 * NVFP4: NVIDIA ModelOpt ``NVFP4QTensor`` (modelopt/torch/quantization/qtensor/nvfp4_tensor.py):
   ``get_weights_scaling_factor_2``, ``get_weights_scaling_factor`` (incl. the [2^-9, 448] clamp of

@@ -1,5 +1,5 @@
 """The seeds' errors with their exact wording, missing kernels, bad inputs, and buffers the
-layer must leave alone (CONTRACT §7, §8)."""
+layer must leave alone (arithmetic.md § routes, § checks)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Routing of ``DenseFfnLayer`` (CONTRACT §7, the seeds), asserted by the backend's launch log.
+"""Routing of ``DenseFfnLayer`` (arithmetic.md § routes), asserted by the backend's launch log.
 
-Expected kernel sequences are written out from the seeds (``dense_ffn_decode_batch.rs``,
-``dense_ffn_w8a8.rs``, ``quant_dispatch.rs``), not computed by the layer. Reference backend only:
+Expected kernel sequences are written out from the seed engine's routing (its dense FFN decode,
+W8A8 arm and quantized dispatch), not computed by the layer. Reference backend only:
 the launch log is the routing, whatever backend runs it.
 """
 

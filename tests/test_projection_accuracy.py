@@ -1,4 +1,4 @@
-"""Projection accuracy against float64 math, batch invariance, and the fixed tree (CONTRACT §5).
+"""Projection accuracy against float64 math, batch invariance, and the fixed tree (arithmetic.md § tree).
 
 Error bound (derived from the contract, used by ``check_bound``)
 -----------------------------------------------------------------

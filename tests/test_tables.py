@@ -1,4 +1,4 @@
-"""SiLU / GELU tables (CONTRACT §6): pinned checksums, every entry against independent float64
+"""SiLU / GELU tables (arithmetic.md § tables): pinned checksums, every entry against independent float64
 math (``math.exp`` / ``math.tanh``, rounded once to f32), and ``act_mul`` on named cases."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The bit-exactness vectors ``tests/vectors/*.npz`` (CONTRACT §8), on every backend.
+"""The bit-exactness vectors ``tests/vectors/*.npz`` (arithmetic.md § vectors), on every backend.
 
 Each vector is rebuilt from its stored raw tensors and inputs, the named entry point or kernel
 runs on the ``backend_name`` backend with sentinel guard bands below the m rows, and the
@@ -134,7 +134,7 @@ def test_act_mul_vector(activation: str, in_place: bool, backend_name: str) -> N
 
 
 def test_vectors_cover_the_contract() -> None:
-    """Every format × mode × entry point and every m of CONTRACT §8 has a vector."""
+    """Every format × mode × entry point and every m of arithmetic.md § checks has a vector."""
     entries: set[tuple[str, str, str]] = set()
     ms: set[int] = set()
     for name in NAMES:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""FFN decode benchmark on the CUDA backend, with peers and ceilings measured in the same run (issue 5).
+"""FFN decode benchmark on the CUDA backend, with peers and ceilings measured in the same run.
 
 Shapes: Qwen3-8B's FFN (hidden 4096, intermediate 12288) and Llama-3-8B's (hidden 4096,
 intermediate 14336); ``--shape qwen3-8b|llama3-8b|all`` (or ``--hidden/--inter``).
@@ -93,7 +93,7 @@ PEERS: dict[str, str] = {
     "fp8": "FP8 _scaled_mm",
 }
 DEFAULT_M = "1,2,3,4,8,16,32,64"
-#: issue 5 targets at the Qwen3-8B shape: (format, max m, max ratio to the floor of ``floor_of``).
+#: the decode-speed targets at the Qwen3-8B shape: (format, max m, max ratio to the floor of ``floor_of``).
 TARGETS: list[dict[str, Any]] = [
     {"format": "nvfp4-w4a16", "m_max": 16, "floor_ratio": 1.5, "floor_of": "nvfp4-w4a16"},
     {"format": "nvfp4-w4a16", "m_min": 32, "m_max": 32, "floor_ratio": 2.25, "floor_of": "nvfp4-w4a16"},
@@ -703,7 +703,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--layers", type=int, default=0, help="rotating layers per format (0: enough for 4x L2)")
     ap.add_argument("--workers", type=int, default=0, help="reference worker processes (0: cores - 2)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--floor", type=float, default=0.60, help="issue-3 m=1 floor: fraction of copy bandwidth")
+    ap.add_argument("--floor", type=float, default=0.60, help="m=1 floor: fraction of copy bandwidth")
     ap.add_argument("--out", help="directory for bench_ffn.json / .md / .png")
     ap.add_argument("--json", help="write the JSON result here")
     ap.add_argument("--md", help="write the Markdown tables here")
@@ -1013,7 +1013,7 @@ def assemble(
     single: list[dict[str, Any]],
     t_start: float,
 ) -> dict[str, Any]:
-    """The JSON document: every number, device, date, command; verdicts on the issue-5 targets."""
+    """The JSON document: every number, device, date, command; verdicts on the decode-speed targets."""
     read_bw, copy_bw = ceil["read_Bps"], ceil["copy_Bps"]
     res: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
@@ -1234,7 +1234,7 @@ def markdown(res: dict[str, Any]) -> str:
     if res.get("targets"):
         lines += [
             "",
-            "Issue-5 targets (Qwen3-8B):",
+            "Decode-speed targets (Qwen3-8B):",
             "",
             "| target | met | worst | per m |",
             "| --- | --- | ---: | --- |",

@@ -1,4 +1,4 @@
-"""Device script for the W8A8 and Q2_0 kernels (issue 5): build, bit-exactness against the numpy
+"""Device script for the W8A8 and Q2_0 kernels: build, bit-exactness against the numpy
 reference on random cases with edge rows, then timings at the Qwen3-8B FFN shape (hidden 4096,
 intermediate 12288) against the memory floor, with the copy bandwidth measured in the same run.
 

@@ -1,4 +1,4 @@
-"""Regenerate the SiLU/GELU tables shipped in metrale/reference/data (CONTRACT §6)."""
+"""Regenerate the SiLU/GELU tables shipped in metrale/reference/data (arithmetic.md § tables)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Write the bit-exactness test vectors ``tests/vectors/*.npz`` (CONTRACT §8).
+"""Write the bit-exactness test vectors ``tests/vectors/*.npz`` (arithmetic.md § vectors).
 
 Every vector is computed by the numpy reference from seeded inputs and named edge cases:
 

@@ -1,5 +1,5 @@
 """The CUDA backend: raw kernels (``kernels/*.cu``) compiled at run time with CuPy, with the
-reference's kernel signatures, bit-identical to it (CONTRACT §1).
+reference's kernel signatures, bit-identical to it (arithmetic.md § rule).
 
 ``cuda_unavailable_reason()`` says why the backend cannot run here (None when CuPy imports
 and a GPU is present); ``cuda_backend()`` is the per-process, per-device ``CudaBackend``.

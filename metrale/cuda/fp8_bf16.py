@@ -1,5 +1,5 @@
 """FP8 (W8A16) and BF16 dense × A16 launchers: ``w8a16_gemv``, ``w8a16_gemm``, ``dense_gemv``,
-``dense_gemm`` (kernels in ``kernels/fp8_bf16_gemv.cu``; CONTRACT §5 with 24-bit weight block
+``dense_gemm`` (kernels in ``kernels/fp8_bf16_gemv.cu``; arithmetic.md § codes24 with 24-bit weight block
 codes), and their uploaders.
 
 The FP8 uploader keeps the e4m3 bytes. The BF16 uploader stores, per block, the weight values

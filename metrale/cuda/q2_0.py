@@ -1,5 +1,5 @@
 """Q2_0 (GGUF type 42) × A16 launchers: ``q2_0_gemv_vec``, ``q2_0_gemv_vec_batchm``, ``q2_0_gemm``
-(kernels in ``kernels/q2_0_gemv.cu``; CONTRACT §3-§5), the Q2_0 uploader, and the small argument
+(kernels in ``kernels/q2_0_gemv.cu``; arithmetic.md § q2_0-format), the Q2_0 uploader, and the small argument
 helpers the other launcher modules of this family (``w8a8``, ``fp8_bf16``) share.
 
 Every launch is two kernels: ``q2_a16_prep`` turns the bf16 rows into A16 codes (byte limbs,

@@ -1,8 +1,8 @@
-"""W8A8 launchers (kernels in ``kernels/w8a8.cu``; CONTRACT §4 A8, §5.5, §6):
+"""W8A8 launchers (kernels in ``kernels/w8a8.cu``; arithmetic.md § a8, § projection, § w8a8-arm):
 ``w8a8_quantize`` (vLLM per-token int8), ``w8a8_gemv`` (S = q_a · q_w over all of K in int32,
 exact: dp4a for one row, the integer tensor cores (mma.sync m16n8k32 s8) from two rows;
 y = bf16((f32(S)·s_a)·s_w[n])) and
-``w8a8_silu_quant_gemv``, the fused step of ``dense_ffn_w8a8.rs``: h = bf16(silu[gate]·f32(up)),
+``w8a8_silu_quant_gemv``, the fused step of the seed engine's W8A8 arm: h = bf16(silu[gate]·f32(up)),
 its per-row quantization and the down GEMV, with the same bits as the three separate steps.
 
 The fused entry point issues two kernels: ``w8a8_silu_quantize`` (one CTA per row: h is
@@ -59,7 +59,7 @@ def upload_w8a8(w: W8a8Weight) -> DeviceWeight:
 
 
 def w8a8_quantize(x: Any) -> DeviceA8Codes:
-    """A8 codes of bf16 rows x [m, K] (CONTRACT §4)."""
+    """A8 codes of bf16 rows x [m, K] (arithmetic.md § a8)."""
     import cupy
 
     from metrale.cuda.backend import as_device_bits

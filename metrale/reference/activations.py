@@ -1,4 +1,4 @@
-"""Activation modes A16, A4 and A8 (CONTRACT §4), and the 24-bit weight block codes (§5.1).
+"""Activation modes A16, A4 and A8 (arithmetic.md § modes), and the 24-bit weight block codes (§ codes24).
 
 All functions take bf16 rows ``x`` [m, K] (K a multiple of 16) and return integer codes with
 their scales; none modifies its input.

@@ -19,7 +19,7 @@ from metrale.errors import KernelMissing, MetraleError
 
 W4A16_TIERS = (4, 8, 16, 32)
 
-#: Every kernel a full backend provides (CONTRACT §7 and the seeds).
+#: Every kernel a full backend provides (arithmetic.md § layer, § routes).
 KERNEL_NAMES: tuple[str, ...] = (
     "w4a16_gemv",
     "w4a16_gemv_batch2",

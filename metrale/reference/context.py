@@ -1,4 +1,4 @@
-"""``ForwardContext``: the backend, the FFN config and the step's buffers (CONTRACT §7)."""
+"""``ForwardContext``: the backend, the FFN config and the step's buffers (arithmetic.md § layer)."""
 
 from __future__ import annotations
 

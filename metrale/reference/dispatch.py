@@ -1,4 +1,4 @@
-"""GEMV/GEMM dispatch on the weight's format and the NVFP4 launchers (``quant_dispatch.rs``).
+"""GEMV/GEMM dispatch on the weight's format and the NVFP4 launchers (arithmetic.md § routes).
 
 Each function launches named kernels on ``backend`` and writes ``output`` in place.
 """

@@ -1,4 +1,4 @@
-"""Element types and rounding primitives (CONTRACT §2), on ml_dtypes.
+"""Element types and rounding primitives (arithmetic.md § elements), on ml_dtypes.
 
 Every function takes and returns numpy arrays; none modifies its input.
 """

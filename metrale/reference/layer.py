@@ -1,4 +1,4 @@
-"""``DenseFfnLayer``: the dense FFN's entry points and routing, from the seeds (CONTRACT §7).
+"""``DenseFfnLayer``: the dense FFN's entry points and routing, from the seed engine (arithmetic.md § layer).
 
 Every entry point tries the W8A8 arm first. Packed-Q2 layers go to ``forward_km_q2`` (2, 3
 rows) or ``q2_0_gemv_vec`` (1 row); BF16/FP8 overlays to ``forward_prefill``; NVFP4 layers to
@@ -148,7 +148,7 @@ class DenseFfnLayer:
             return None
         return FfnWeights(*(self.backend.upload(p) for p in ws.all()))
 
-    # ---- W8A8 arm (dense_ffn_w8a8.rs) ----
+    # ---- W8A8 arm (arithmetic.md § w8a8-arm) ----
     def set_w8a8_decode_weights(self, w: W8a8Ffn, hidden: int, inter: int) -> None:
         """Install the W8A8 gate, up and down; SiLU only, shapes [inter, hidden] / [hidden, inter]."""
         if self.activation != FfnActivation.SiLU:
@@ -174,7 +174,7 @@ class DenseFfnLayer:
         run_w8a8(b, w, input, rows, bufs.gate_out(), bufs.up_out(), bufs.output())
         return True
 
-    # ---- tiers and switches (dense_ffn_decode_batch.rs) ----
+    # ---- tiers and switches (arithmetic.md § tier) ----
     def batchm_kernel(self, m: int) -> str | None:
         """The ``w4a16_gemv_batch{M}`` kernel for m rows over the gate weight; None if none."""
         gate = self.weights.gate_proj if self.weights else None

@@ -1,4 +1,4 @@
-"""LoRA deltas (CONTRACT §6), by the BF16-weight rule of §5.
+"""LoRA deltas (arithmetic.md § lora), by the BF16 × A16 rule of § projection.
 
 shrink: t = to_bf16(x @ Aᵀ) with A bf16 [r, K]; expand: out = to_bf16(f32(out) + f32(scale)·p)
 where p is the fp32 tree root of t_pad @ B_padᵀ (B bf16 [N, r]; r padded to a multiple of 16

@@ -1,4 +1,4 @@
-"""One projection y[m, N] = x[m, K] · Wᵀ for every (format, mode) pair (CONTRACT §5).
+"""One projection y[m, N] = x[m, K] · Wᵀ for every (format, mode) pair (arithmetic.md § projection).
 
 Exact block dots (a float32 or float64 matmul whose every partial sum is an exactly
 representable integer, so BLAS's order cannot matter), the fixed fp32 block-value sequence,

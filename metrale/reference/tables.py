@@ -1,4 +1,4 @@
-"""SiLU and GELU (tanh form) as 65,536-entry fp32 tables indexed by bf16 bits (CONTRACT §6),
+"""SiLU and GELU (tanh form) as 65,536-entry fp32 tables indexed by bf16 bits (arithmetic.md § tables),
 and ``act_mul``. The tables are package data (``data/*.f32``, little-endian); the CUDA kernels
 read the same bytes.
 """

@@ -1,4 +1,4 @@
-"""Kernel tiers and the weight-quantization tier (CONTRACT §7, the seeds).
+"""Kernel tiers and the weight-quantization tier (arithmetic.md § tier).
 
 ``W4a16BatchmTiers`` picks the ``w4a16_gemv_batch{M}`` kernel for m rows; ``WeightQuantTier``
 (process-wide, from ``METRALE_WEIGHT_QUANT``) decides which rows run A4.

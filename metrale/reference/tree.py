@@ -1,4 +1,4 @@
-"""The fixed binary tree over block values (CONTRACT §5.3)."""
+"""The fixed binary tree over block values (arithmetic.md § tree)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The declared-W8A8 arm of the dense SiLU FFN (``dense_ffn_w8a8.rs``).
+"""The declared-W8A8 arm of the dense SiLU FFN (arithmetic.md § w8a8-arm).
 
 Gate and up share one quantized input; the down projection's input bf16(silu(gate)·up) is
 quantized in the launch that computes it (``w8a8_silu_quant_gemv``).

@@ -1,5 +1,5 @@
 """FP8 (W8A16) and BF16 dense × A16 on the GPU against the numpy reference, bit for bit
-(CONTRACT §5, 24-bit weight block codes): GEMV and GEMM, every finite e4m3 code, bf16 weight
+(arithmetic.md § codes24, § projection): GEMV and GEMM, every finite e4m3 code, bf16 weight
 blocks spanning far more than 2^15 (rounded codes), m = 1..64, odd N and block counts, named
 activation edge cases, guard bands, batch invariance."""
 

@@ -1,4 +1,4 @@
-"""CUDA NVFP4, act_mul and LoRA kernels against the numpy reference, bit for bit (CONTRACT §1).
+"""CUDA NVFP4, act_mul and LoRA kernels against the numpy reference, bit for bit (arithmetic.md § rule).
 
 Fresh seeds every session (conftest.SESSION_SEED); N not a multiple of any tile, block counts
 that are not powers of two (3, 65, 129, 2113), m = 1 .. 64; outputs written into strided views

@@ -1,5 +1,5 @@
 """Tensor-core NVFP4 x A16 kernels (kernels/nvfp4_mma.cu) against the numpy reference and the
-CUDA-core kernels, bit for bit (CONTRACT §4 A16, §5).
+CUDA-core kernels, bit for bit (arithmetic.md § a16, § projection).
 
 Shapes: block counts B = K/16 that are not powers of two, not multiples of the 8-block step
 (the byte-load ``_u`` kernels) nor of the 64-block run, N not a multiple of the 16-column tile;

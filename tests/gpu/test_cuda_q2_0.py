@@ -1,4 +1,4 @@
-"""Q2_0 × A16 on the GPU against the numpy reference, bit for bit (CONTRACT §5): the three
+"""Q2_0 × A16 on the GPU against the numpy reference, bit for bit (arithmetic.md § projection): the three
 Q2 entry points, m = 1..64, K whose block count is no power of two, N off every tile, named
 activation edge cases, guard bands, batch invariance."""
 

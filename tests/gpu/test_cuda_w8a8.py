@@ -1,4 +1,4 @@
-"""The W8A8 arm on the GPU against the numpy reference, bit for bit (CONTRACT §4 A8, §5.5, §6):
+"""The W8A8 arm on the GPU against the numpy reference, bit for bit (arithmetic.md § w8a8-arm):
 the per-token quantization (codes and scales), the int32 tensor-core GEMV (every row tier and
 both CTA shapes), and the fused silu -> quantize -> down step, m = 1..64, rows with NaN/Inf,
 subnormal and zero amax, N off every tile, K not a multiple of the 64-byte step, guard bands,

@@ -1,4 +1,4 @@
-// common.cuh -- device helpers shared by metrale's kernel files (CONTRACT §2, §4, §5).
+// common.cuh -- device helpers shared by metrale's kernel files (arithmetic.md § elements, § a16).
 //
 // No system headers: the files compile under NVRTC (CuPy RawModule) and nvcc alike.
 // bf16 travels as raw 16-bit patterns (unsigned short); every function here is exact
@@ -97,7 +97,7 @@ __device__ __forceinline__ float warp_sum_tree(float v) {
     return v;
 }
 
-// A16 (CONTRACT §4) for one block of 16 bf16 values xb[0..15]:
+// A16 (arithmetic.md § a16) for one block of 16 bf16 values xb[0..15]:
 // E = max(exponent field, zero field counted as 1) - 127; c_j = rne(x_j * 2^(14-E)) (exact in
 // double, then rint); finite = no field is 255. Codes of a non-finite block are 0.
 __device__ __forceinline__ void a16_block(const unsigned short* xb, int (&c)[16], int& E, bool& finite) {
@@ -166,7 +166,7 @@ __device__ __forceinline__ float chunk_roots_tree(const float* sr, int C, int la
     return warp_tree_ieee(ieee_add(a, b));
 }
 
-// A16 (CONTRACT §4) without floating point: with F = max(field, 1) and f_j = max(field_j, 1),
+// A16 (arithmetic.md § a16) without floating point: with F = max(field, 1) and f_j = max(field_j, 1),
 // |x_j| 2^(14-E) = m_j 2^(7 + f_j - F) (m_j the 8-bit significand), so c_j = m_j << (7 - d) for
 // d = F - f_j <= 7, else m_j >> (d - 7) rounded to nearest even. Codes of a non-finite block: 0.
 __device__ __forceinline__ void a16_block_int(const unsigned short* xb, int (&c)[16], int& E, bool& finite) {

@@ -1,5 +1,5 @@
-// elementwise.cu -- act_mul from the shipped tables (CONTRACT §6) and the LoRA deltas by the
-// BF16-weight rule (CONTRACT §5 with 24-bit weight codes; metrale/reference/lora.py).
+// elementwise.cu -- act_mul from the shipped tables (arithmetic.md § act-mul) and the LoRA deltas by the
+// BF16-weight rule (arithmetic.md § lora, § codes24; metrale/reference/lora.py).
 //
 // Kernels (extern "C"):
 //   act_mul(gate, ldg, up, ldu, out, ldo, m, N, table)

@@ -1,7 +1,7 @@
 // metrale/cuda/kernels/fp8_bf16_gemv.cu -- FP8 (W8A16, e4m3 per-row scale) and BF16 dense weights
 // x A16 activations.
 //
-// Contract: CONTRACT.md §4 (A16), §5 (24-bit weight block codes c = rne(w 2^(22-F)); S_b exact;
+// Contract: arithmetic.md § a16, § codes24 (c = rne(w 2^(22-F))), § projection (S_b exact;
 // v_b = f32(S_b 2^(E_b + F_b - 36)) with ONE rounding; the fixed tree; y = bf16(root scale[n])
 // for FP8, bf16(root) for BF16).
 //

@@ -1,6 +1,6 @@
 // nvfp4.cuh -- the NVFP4 projection body shared by nvfp4_gemv.cu (A16) and nvfp4_a4.cu (A4).
 //
-// CONTRACT §5 for NVFP4 weights (uint8 [N, K/2], e4m3 scales [N, B], B = K/16):
+// arithmetic.md § projection for NVFP4 weights (uint8 [N, K/2], e4m3 scales [N, B], B = K/16):
 //   S_b  = sum_j wc_j * ac_j over the block's 16 elements, in int32 with dp4a (exact);
 //          A16: ac = c (int16) split into limbs c = 256*hi + lo (lo unsigned byte, hi signed
 //          byte): S = 256*dp4a_ss(wc, hi) + dp4a_su(wc, lo); A4: ac = 2*e2m1 (int8), one dp4a.

@@ -1,4 +1,4 @@
-// nvfp4_a4.cu -- NVFP4 weights x A4 (NVFP4) activations (CONTRACT §4 A4, §5; body in nvfp4.cuh).
+// nvfp4_a4.cu -- NVFP4 weights x A4 (NVFP4) activations (arithmetic.md § a4, § projection; nvfp4.cuh).
 //
 // Kernels (extern "C"):
 //   w4a4_quantize(x, ldx, m, K, g, inv_g, c16, codes, scales, finite, afac)

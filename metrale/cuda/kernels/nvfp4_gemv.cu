@@ -1,4 +1,4 @@
-// nvfp4_gemv.cu -- NVFP4 weights x A16 activations (CONTRACT §4 A16, §5; body in nvfp4.cuh).
+// nvfp4_gemv.cu -- NVFP4 weights x A16 activations (arithmetic.md § a16, § projection; body in nvfp4.cuh).
 //
 // Kernels (extern "C"), all with the same arguments:
 //   nvfp4_a16_r{1,2,3,4}_{e,o}(x, ldx, m, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1, N, K)

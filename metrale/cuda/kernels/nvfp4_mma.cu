@@ -1,5 +1,5 @@
 // nvfp4_mma.cu -- NVFP4 weights x A16 activations on integer tensor cores, m = 2..32 rows in one
-// pass over the weights (CONTRACT §4 A16, §5; the CUDA-core kernels are in nvfp4_gemv.cu).
+// pass over the weights (arithmetic.md § a16, § projection; the CUDA-core kernels are in nvfp4_gemv.cu).
 //
 // Kernels (extern "C"):
 //   w4a16_mma_prep(x, ldx, m, rows8, B, NB, act, fac)     (rows8 = 8 NT)

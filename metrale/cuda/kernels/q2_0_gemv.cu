@@ -1,6 +1,6 @@
 // metrale/cuda/kernels/q2_0_gemv.cu -- Q2_0 (GGUF type 42) weights x A16 activations.
 //
-// Contract: CONTRACT.md §3 (Q2_0 layout), §4 (A16 block fixed point), §5 (exact block dot,
+// Contract: arithmetic.md § q2_0-format (layout), § a16 (block fixed point), § projection (exact dot,
 // v_b = (f32(S_b) * f32(d)) * 2^(E_b - 14), the fixed tree, y = bf16(root)).
 //
 // Device weight layout (made at upload by metrale/cuda/q2_0.py): qs uint8 [N, K/4] (each 64-block's

@@ -1,7 +1,7 @@
 // metrale/cuda/kernels/w8a8.cu -- the W8A8 arm (int8 weights x per-row int8 activations).
 //
-// Contract: CONTRACT.md §4 (A8: vLLM dynamic per-token int8) and §5.5 (W8A8: S over all of K
-// in int32, y = bf16((f32(S) * s_a) * s_w[n]), no tree); §6 (act_mul: the shipped SiLU table).
+// Contract: arithmetic.md § a8 (vLLM dynamic per-token int8) and § projection (W8A8: S over all of K
+// in int32, y = bf16((f32(S) * s_a) * s_w[n]), no tree); § act-mul (the shipped SiLU table).
 //
 // Kernels (every pointer to bf16 is uint16 bits; strides in elements):
 //   w8a8_quantize(x, ldx, K, q, scale)
@@ -21,7 +21,7 @@
 //       the warps' int32 partials are summed with shared-memory integer atomics (exact,
 //       order-free), then y = bf16((f32(S) * s_a) * s_w[n]). Details at w8_mma_gemv below.
 //   w8a8_silu_quantize(gate, ldg, up, ldu, table, K, q, scale)
-//       grid (m), block 1024: A8 codes of h = bf16(silu[gate] * f32(up)) (CONTRACT §6), h
+//       grid (m), block 1024: A8 codes of h = bf16(silu[gate] * f32(up)) (arithmetic.md § act-mul), h
 //       computed in pass 1 (row amax) and again in pass 2 (codes, and h written over gate:
 //       the FFN's gate buffer holds h after every route). With a GEMV kernel above
 //       it serves w8a8_silu_quant_gemv (two kernels; metrale/cuda/w8a8.py says why).
@@ -37,7 +37,7 @@ typedef unsigned int u32;
 __device__ __forceinline__ float w8_bf16_f32(u32 b) { return bf16_to_f32((u16)b); }
 #define w8_f32_bf16 f32_to_bf16
 
-// ---- A8 row parameters (CONTRACT §4) ----
+// ---- A8 row parameters (arithmetic.md § a8) ----
 // amax_bits: max of (bits & 0x7FFF) over the row's bf16 values; bad: the row holds Inf/NaN.
 __device__ __forceinline__ void w8_row_params(u32 amax_bits, int bad, float* s, float* inv) {
     float amax = w8_bf16_f32(amax_bits);

@@ -1,4 +1,4 @@
-"""BF16 dense weights (the BF16 overlay of CONTRACT §3): ``weight`` bf16 [N, K]."""
+"""BF16 dense weights (the BF16 overlay, arithmetic.md § bf16-format): ``weight`` bf16 [N, K]."""
 
 from __future__ import annotations
 

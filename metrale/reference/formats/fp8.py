@@ -1,4 +1,4 @@
-"""FP8 (W8A16) per-row weights, compressed-tensors "float-quantized" (CONTRACT §3).
+"""FP8 (W8A16) per-row weights, compressed-tensors "float-quantized" (arithmetic.md § fp8-format).
 
 ``weight`` e4m3 [N, K], ``weight_scale`` f32 [N] (stored [N, 1] on disk). ŵ = e4m3 · scale[n].
 """

@@ -1,4 +1,4 @@
-"""NVFP4 weights in NVIDIA ModelOpt's layout (CONTRACT §3).
+"""NVFP4 weights in NVIDIA ModelOpt's layout (arithmetic.md § nvfp4-format).
 
 ``weight`` uint8 [N, K/2] (even k in the low nibble), ``weight_scale`` e4m3 [N, K/16]
 row-major, ``weight_scale_2`` f32 scalar, optional ``input_scale`` f32 scalar (declares A4).

@@ -1,4 +1,4 @@
-"""GGUF Q2_0 (ggml type 42, ``block_q2_0``) weights (CONTRACT §3).
+"""GGUF Q2_0 (ggml type 42, ``block_q2_0``) weights (arithmetic.md § q2_0-format).
 
 Per 64 elements, 18 bytes: ``ggml_half d`` then ``uint8 qs[16]``; element j of a block is
 ``(qs[j/4] >> 2·(j%4)) & 3`` and stands for (q − 1)·d. Stored here as ``blocks`` uint8

@@ -1,4 +1,4 @@
-"""int8 W8A8 weights, compressed-tensors "int-quantized" channel-wise (CONTRACT §3).
+"""int8 W8A8 weights, compressed-tensors "int-quantized" channel-wise (arithmetic.md § w8a8-format).
 
 ``weight`` int8 [N, K], ``weight_scale`` f32 [N] (stored [N, 1] on disk). ŵ = q · scale[n].
 """
