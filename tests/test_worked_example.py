@@ -1,4 +1,4 @@
-"""The worked example of docs/arithmetic.md ("Worked example: one NVFP4 × A16 output, K = 48").
+"""The worked example of docs/arithmetic.md (§ worked-example: one NVFP4 × A16 output, K = 48).
 
 Every expected number below was computed by hand (exact rational arithmetic, rounded by the
 rules of the contract) and is printed in the doc; none comes from the code under test. The

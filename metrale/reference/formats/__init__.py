@@ -1,4 +1,4 @@
-"""The weight formats (docs/arithmetic.md, weight formats): one class each, and one
+"""The weight formats (arithmetic.md § formats): one class each, and one
 descriptor each in ``FORMATS`` (``spec.py``)."""
 
 from __future__ import annotations
