@@ -1,6 +1,6 @@
-"""The repository stands alone: code cites ``docs/arithmetic.md`` sections by name, and only names
-that exist there; never the design notes outside the repository, the seed engine's Rust file
-names or issue numbers."""
+"""The repository stands alone: code and docs cite ``docs/arithmetic.md`` sections by name, and
+only names that exist there; never the design notes outside the repository, the seed engine's
+Rust file names or issue numbers."""
 
 from __future__ import annotations
 
@@ -33,6 +33,10 @@ def _files(trees: tuple[str, ...]) -> list[Path]:
     for tree in trees:
         out += [p for p in sorted((ROOT / tree).rglob("*")) if p.is_file() and p.suffix in TEXT_SUFFIXES]
     return [p for p in out if p != Path(__file__).resolve()]
+
+
+def _doc_files() -> list[Path]:
+    return [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
 
 
 def _sections() -> list[str]:
@@ -111,9 +115,18 @@ def test_code_cites_nothing_outside_the_repository(tree: str) -> None:
     assert not bad, "\n".join(bad)
 
 
+def test_docs_cite_nothing_outside_the_repository() -> None:
+    bad = [
+        f"{p.relative_to(ROOT)}:{no}: {kind}: {hit}"
+        for p in _doc_files()
+        for no, kind, hit in forbidden_citations(p.read_text(encoding="utf-8"))
+    ]
+    assert not bad, "\n".join(bad)
+
+
 def test_section_citations_exist() -> None:
     sections = set(_sections())
-    files = _files(CODE_TREES) + sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+    files = _files(CODE_TREES) + _doc_files()
     bad = [
         f"{p.relative_to(ROOT)}:{no}: § {name}"
         for p in files
