@@ -421,3 +421,49 @@ def test_dry_run_with_a_wrong_weight_fails(tmp_path: Path, monkeypatch: pytest.M
 def test_descriptor_slots_cover_the_bench_formats() -> None:
     for f in cases.FORMATS.values():
         assert f.stem in SPECS
+
+
+def _saved(doc: dict[str, Any], path: Path) -> dict[str, Any]:
+    path.write_text(json.dumps(doc))
+    return report.load(path)
+
+
+def test_load_restores_int_keys(tmp_path: Path) -> None:
+    doc = _doc()
+    back = _saved(doc, tmp_path / "d.json")
+    assert report.markdown(back) == report.markdown(doc)
+    assert report.evaluate_targets(back) == doc["targets"]
+
+
+def test_merge_takes_each_format_from_its_last_run(tmp_path: Path) -> None:
+    a = _doc()
+    b = _doc()
+    b["date"], b["command"] = "later", "metrale bench --formats w8a8"
+    for sd in b["shapes"].values():
+        sd["run"]["date"], sd["run"]["command"] = "later", b["command"]
+        del sd["formats"]["nvfp4-w4a16"]
+        sd["formats"]["w8a8"]["rows"][4] = {**sd["formats"]["w8a8"]["rows"][1], "us": 2.5}
+        del sd["peers"]["int8"]
+    b["targets"] = report.evaluate_targets(b)
+    m = report.merge([_saved(a, tmp_path / "a.json"), _saved(b, tmp_path / "b.json")])
+    sd = m["shapes"]["qwen3-8b"]
+    assert sd["formats"]["nvfp4-w4a16"]["run"]["date"] == a["date"]
+    assert sd["formats"]["w8a8"]["run"]["date"] == "later"
+    assert sd["formats"]["w8a8"]["rows"][4]["us"] == 2.5
+    assert sd["peers"]["int8"]["run"]["date"] == a["date"] and sd["peers"]["bf16"]["run"]["date"] == "later"
+    assert m["failed"] == []  # the failed W8A8 m = 4 of the first run was measured again
+    t = {x["target"]: x for x in m["targets"]}
+    assert t["W8A8: ≤ 1.6× the W8A8 floor, m = 4"]["per_m"] == {4: 1.25}
+    assert "NVFP4 W4A16: ≤ 1.35× the NVFP4 W4A16 floor, m = 1" in t
+    md = report.markdown(m)
+    assert "Merged from runs" in md and "`metrale bench --formats w8a8`" in md
+    assert [r["command"] for r in m["merged_from"]] == ["metrale bench", "metrale bench --formats w8a8"]
+
+
+def test_merge_through_main(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "a.json").write_text(json.dumps(_doc()))
+    out = tmp_path / "m.json"
+    assert run.main(["--merge", str(tmp_path / "a.json"), "--json", str(out)]) == 1  # W8A8 m=4 failed
+    assert json.loads(out.read_text())["failed"] == ["qwen3-8b W8A8 m=4: NOT EXACT: 3 of 9"]
+    assert run.main(["--merge", str(tmp_path / "nope.json")]) == 2
+    assert "--merge" in capsys.readouterr().err

@@ -35,6 +35,7 @@ class Options:
     sample_rows: int
     dry_run: bool
     profile: bool
+    merge: list[Path]
     json: Path | None
     md: Path | None
     png: Path | None
@@ -86,6 +87,13 @@ def parser() -> argparse.ArgumentParser:
         "--dry-run", action="store_true", help="CPU only: reference backend, tiny shape, host timers"
     )
     ap.add_argument("--profile", action="store_true", help="only launch the m=1 NVFP4 gate and down GEMVs")
+    ap.add_argument(
+        "--merge",
+        nargs="+",
+        default=[],
+        metavar="JSON",
+        help="run nothing: merge these results (each shape from the last run that has it) into --json/--md",
+    )
     return ap
 
 
@@ -144,6 +152,9 @@ def parse(argv: list[str] | None = None) -> Options:
             raise MetraleError(f"--{name.replace('_', '-')} {getattr(a, name)}: want > 0")
     if a.full_max < 0 or a.workers < 0:
         raise MetraleError("--full-max and --workers want values >= 0")
+    for p in a.merge:
+        if not Path(p).is_file():
+            raise MetraleError(f"--merge {p}: no such file")
     shapes = _shapes(a)
     if not shapes:
         raise MetraleError(f"--shape {a.shape}: no shapes")
@@ -165,6 +176,7 @@ def parse(argv: list[str] | None = None) -> Options:
         sample_rows=a.sample_rows,
         dry_run=a.dry_run,
         profile=a.profile,
+        merge=[Path(p) for p in a.merge],
         json=path(a.json, "bench_ffn.json"),
         md=path(a.md, "bench_ffn.md"),
         png=path(a.png, "bench_ffn.png"),

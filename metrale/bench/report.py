@@ -4,10 +4,12 @@ on the targets) and its Markdown tables. Pure functions of the collected results
 
 from __future__ import annotations
 
+import json
 import math
 import platform
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -114,6 +116,7 @@ def assemble(
     }
     for shape, (hidden, inter) in shapes.items():
         sd: dict[str, Any] = {"hidden": hidden, "intermediate": inter, "formats": {}, "peers": {}}
+        sd["run"] = {"date": res["date"], "command": res.get("command", ""), "ceilings": res["ceilings"]}
         fastest: dict[int, float] = {}
         for (s, kind), row in peer_rows.items():
             if s != shape:
@@ -138,6 +141,68 @@ def assemble(
         f"{c.shape} {FORMATS[c.fmt].label} m={c.m}: {c.error}" for c in cells.values() if not c.exact
     ]
     return res
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A document written by ``json.dumps`` with its row-count keys made ints again."""
+    doc = json.loads(Path(path).read_text())
+
+    def ints(d: dict[str, Any]) -> dict[int, Any]:
+        return {int(k): v for k, v in d.items()}
+
+    for sd in doc["shapes"].values():
+        sd["fastest_peer_us"] = ints(sd.get("fastest_peer_us", {}))
+        for fd in sd["formats"].values():
+            fd["rows"] = ints(fd["rows"])
+        for p in sd["peers"].values():
+            p["times"] = ints(p.get("times", {}))
+            if isinstance(p.get("layers"), dict):
+                p["layers"] = ints(p["layers"])
+    for t in doc.get("targets", []):
+        t["per_m"] = ints(t["per_m"])
+    return doc
+
+
+def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One document from several runs' documents: each (shape, format) and (shape, peer) from the
+    last run that measured it, with that run's date, command and ceilings in its ``run`` (its
+    floors, ratios, speed-ups and targets stay those of its own run); the single-kernel timings
+    of every run."""
+    if not docs:
+        raise ValueError("merge: no documents")
+    out = {k: v for k, v in docs[-1].items() if k not in ("shapes", "kernels", "targets", "failed")}
+    out["shapes"], out["kernels"], out["merged_from"] = {}, [], []
+    targets: dict[tuple[str, str], dict[str, Any]] = {}
+    for d in docs:
+        for shape, sd in d["shapes"].items():
+            tgt = out["shapes"].setdefault(
+                shape,
+                {"hidden": sd["hidden"], "intermediate": sd["intermediate"], "formats": {}, "peers": {}},
+            )
+            for key in ("formats", "peers"):
+                for name, entry in sd[key].items():
+                    tgt[key][name] = {**entry, "run": sd.get("run", {})}
+        out["kernels"] += d.get("kernels", [])
+        out["merged_from"].append({"date": d["date"], "command": d["command"], "shapes": list(d["shapes"])})
+        targets.update({(t["format"], t["target"]): t for t in d.get("targets", [])})
+    for sd in out["shapes"].values():
+        fastest: dict[int, float] = {}
+        for p in sd["peers"].values():
+            for m, t in p.get("times", {}).items():
+                if t.get("us"):
+                    fastest[m] = min(fastest.get(m, math.inf), t["us"])
+        sd["fastest_peer_us"] = fastest
+    out["gpu"] = " / ".join(dict.fromkeys(d["gpu"] for d in docs))
+    out["command"] = " ; ".join(d["command"] for d in docs)
+    out["targets"] = list(targets.values())
+    out["failed"] = [
+        f"{shape} {fd['label']} m={m}: {r.get('error', 'not exact')}"
+        for shape, sd in out["shapes"].items()
+        for fd in sd["formats"].values()
+        for m, r in fd["rows"].items()
+        if "us" not in r
+    ]
+    return out
 
 
 def _in(m: int, span: tuple[int, int | None]) -> bool:
@@ -199,6 +264,21 @@ def _us(t: dict[str, Any] | None) -> str:
     return f"{t['us']:,.1f}" + ("†" if t.get("method") == "loop" else "")
 
 
+def _runs(sd: dict[str, Any]) -> list[str]:
+    """A merged shape's runs: date, command, ceilings and what each measured (floors, ratios
+    and speed-ups are within each run)."""
+    runs: dict[str, tuple[dict[str, Any], list[str]]] = {}
+    for entry in (*sd["formats"].values(), *sd["peers"].values()):
+        run = entry.get("run") or {}
+        runs.setdefault(run.get("date", "?"), (run, []))[1].append(entry["label"])
+    out = ["Merged from runs (ratios and speed-ups are within each run):", ""]
+    for date, (run, labels) in runs.items():
+        c = run.get("ceilings", {})
+        bw = f"read-only {c['read_GBps'] / 1e3:.2f} TB/s" if "read_GBps" in c else "ceilings unknown"
+        out.append(f"* {date}, `{run.get('command', '?')}` ({bw}): {', '.join(labels)}")
+    return out
+
+
 def markdown(res: dict[str, Any]) -> str:
     """Per shape: µs per FFN (formats and peers against m), × floor / speed-up against the
     fastest peer; the targets; the single-kernel timings."""
@@ -208,15 +288,17 @@ def markdown(res: dict[str, Any]) -> str:
         ("read_torch_sum_GBps", "torch.sum over int32"),
         ("read_host_sum_GBps", "numpy sum"),
     )
-    lines = [
-        f"GPU: {res['gpu']}; date {res['date']}; command `{res['command']}`",
-        "",
-        f"Ceilings in the same run: copy {c['copy_GBps'] / 1e3:.2f} TB/s "
-        "(1 GiB device-to-device, read + write); "
-        f"read-only streaming {c['read_GBps'] / 1e3:.2f} TB/s ("
-        + "; ".join(f"{what} {c[k] / 1e3:.2f} TB/s" for k, what in reads if k in c)
-        + "). Floor = FFN weight bytes / read-only streaming bandwidth.",
-    ]
+    lines = [f"GPU: {res['gpu']}; date {res['date']}; command `{res['command']}`", ""]
+    if res.get("merged_from"):
+        lines.append("Merged from several runs: each shape lists its runs and their ceilings.")
+    else:
+        lines.append(
+            f"Ceilings in the same run: copy {c['copy_GBps'] / 1e3:.2f} TB/s "
+            "(1 GiB device-to-device, read + write); "
+            f"read-only streaming {c['read_GBps'] / 1e3:.2f} TB/s ("
+            + "; ".join(f"{what} {c[k] / 1e3:.2f} TB/s" for k, what in reads if k in c)
+            + "). Floor = FFN weight bytes / read-only streaming bandwidth."
+        )
     for shape, sd in res["shapes"].items():
         ms = sorted(
             {int(m) for fd in sd["formats"].values() for m in fd["rows"]}
@@ -224,10 +306,10 @@ def markdown(res: dict[str, Any]) -> str:
         )
         head = "| | " + " | ".join(f"m={m}" for m in ms) + " |"
         sep = "| --- | " + " | ".join("---:" for _ in ms) + " |"
+        lines += ["", f"### {shape}: hidden {sd['hidden']}, intermediate {sd['intermediate']}", ""]
+        if res.get("merged_from"):
+            lines += [*_runs(sd), ""]
         lines += [
-            "",
-            f"### {shape}: hidden {sd['hidden']}, intermediate {sd['intermediate']}",
-            "",
             "µs per FFN (gate + up + silu·mul + down), median; every metrale figure bit-exact against the "
             "reference (all rows up to m = 64, sampled rows against the one-row result above; FAILED = "
             "not exact, not reported); † = timed as a Python loop (graph capture failed)",

@@ -273,6 +273,19 @@ def run(opts: Options, command: str) -> int:
     return 0
 
 
+def merge(opts: Options) -> int:
+    """Write the merge of ``opts.merge``'s documents; 1 when a kept cell failed."""
+    try:
+        doc = report.merge([report.load(p) for p in opts.merge])
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"error: --merge: {_first_line(exc)}", file=sys.stderr)
+        return 2
+    md = report.markdown(doc)
+    print(md)
+    write(doc, md, opts)
+    return 1 if doc["failed"] else 0
+
+
 def profile(opts: Options) -> int:
     """Launch the m = 1 NVFP4 gate and down GEMVs a few times (for a profiler to attach)."""
     import cupy as cp
@@ -305,4 +318,6 @@ def main(argv: list[str] | None = None, prog: str = "metrale bench") -> int:
         return 2
     if opts.profile:
         return profile(opts)
+    if opts.merge:
+        return merge(opts)
     return run(opts, " ".join([prog, *args]))
