@@ -467,3 +467,12 @@ def test_merge_through_main(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert json.loads(out.read_text())["failed"] == ["qwen3-8b W8A8 m=4: NOT EXACT: 3 of 9"]
     assert run.main(["--merge", str(tmp_path / "nope.json")]) == 2
     assert "--merge" in capsys.readouterr().err
+
+
+def test_job_cost_orders_heavy_jobs_first() -> None:
+    full8 = ("full", "q", 4096, 12288, "w8a8", 0, (1, 2, 64))
+    rows_bf16 = ("rows", "q", 4096, 12288, "bf16", 0, "A16", (0, 5, 9))
+    rows_nv = ("rows", "q", 4096, 12288, "nvfp4-w4a4", 0, "A4", (0, 5, 9))
+    assert gate.job_cost(full8) == 67 * 4096 * 12288
+    assert gate.job_cost(rows_bf16) == 10 * gate.job_cost(rows_nv)
+    assert sorted([rows_nv, full8, rows_bf16], key=gate.job_cost, reverse=True) == [full8, rows_bf16, rows_nv]

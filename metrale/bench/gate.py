@@ -118,6 +118,13 @@ def row_jobs(
     return jobs
 
 
+def job_cost(job: tuple[Any, ...]) -> float:
+    """Relative reference time of a job: its rows (one per row job entry, m per full m) times
+    the FFN's size, ten times more for FP8/BF16 (their block dot runs in float64)."""
+    rows = sum(job[6]) if job[0] == "full" else len(job[7])
+    return rows * job[2] * job[3] * (10 if FORMATS[job[4]].stem in ("fp8", "bf16") else 1)
+
+
 _LAYER: dict[tuple[str, str], Any] = {}
 
 

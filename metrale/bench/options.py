@@ -76,7 +76,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--full-max", type=int, default=64, help="compare every row up to this m; sample rows above"
     )
-    ap.add_argument("--sample-rows", type=int, default=4, help="rows checked per cell above --full-max")
+    ap.add_argument("--sample-rows", type=int, default=8, help="rows checked per cell above --full-max")
     ap.add_argument("--workers", type=int, default=0, help="reference worker processes (0: cores - 2)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", help="directory for bench_ffn.json / .md / .png")

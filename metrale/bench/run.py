@@ -24,7 +24,7 @@ import numpy as np
 from metrale.bench import kernels as kern
 from metrale.bench import report
 from metrale.bench.cases import FORMATS, SHAPES, build_host, device_copy, make_layer, x_rows
-from metrale.bench.gate import Cell, Verdicts, full_jobs, row_jobs, run_job, sample_rows
+from metrale.bench.gate import Cell, Verdicts, full_jobs, job_cost, row_jobs, run_job, sample_rows
 from metrale.bench.measure import HostClock, ceilings_gpu, ceilings_host, rotation
 from metrale.bench.options import Options, parse
 from metrale.bench.peers import PEERS, build_peer
@@ -183,6 +183,7 @@ def start_reference(opts: Options) -> tuple[Any, list[Any]]:
     """The reference jobs in a pool forked before CUDA starts (largest first)."""
     jobs = full_jobs(opts.shapes, opts.formats, opts.ms, opts.seed, opts.full_max)
     jobs += row_jobs(opts.shapes, opts.formats, opts.ms, opts.seed, opts.full_max, opts.sample_rows)
+    jobs.sort(key=job_cost, reverse=True)
     workers = opts.workers or max(1, min(len(jobs), (os.cpu_count() or 2) - 2))
     pool = mp.get_context("fork").Pool(workers)
     pending = [pool.apply_async(run_job, (j,)) for j in jobs]
