@@ -476,3 +476,144 @@ def test_job_cost_orders_heavy_jobs_first() -> None:
     assert gate.job_cost(full8) == 67 * 4096 * 12288
     assert gate.job_cost(rows_bf16) == 10 * gate.job_cost(rows_nv)
     assert sorted([rows_nv, full8, rows_bf16], key=gate.job_cost, reverse=True) == [full8, rows_bf16, rows_nv]
+
+
+# ---- the GPU clocks against fake CUDA modules (their bookkeeping, not their timing) --------
+
+
+class _FakeTimeline:
+    """Every recorded interval lasts ``ms`` per body call made in it."""
+
+    def __init__(self, ms_per_call: float) -> None:
+        self.ms, self.calls, self.mark = ms_per_call, 0, 0
+        self.captured = 0
+        self.capturing = False
+
+    def body(self) -> None:
+        if self.capturing:
+            self.captured += 1
+        else:
+            self.calls += 1
+
+    def replay(self) -> None:
+        self.calls += self.captured
+
+
+def _fake_cupy(tl: _FakeTimeline) -> Any:
+    from types import SimpleNamespace
+
+    class Event:
+        def record(self, stream: Any = None) -> None:
+            self.at = tl.calls
+
+        def synchronize(self) -> None:
+            pass
+
+    class Graph:
+        def launch(self, stream: Any) -> None:
+            tl.replay()
+
+    class Stream:
+        def __init__(self, non_blocking: bool = False) -> None:
+            pass
+
+        def __enter__(self) -> Stream:
+            return self
+
+        def __exit__(self, *a: Any) -> None:
+            pass
+
+        def synchronize(self) -> None:
+            pass
+
+        def begin_capture(self, mode: Any = None) -> None:
+            tl.capturing = True
+
+        def end_capture(self) -> Graph:
+            tl.capturing = False
+            return Graph()
+
+    def elapsed(e0: Event, e1: Event) -> float:
+        return (e1.at - e0.at) * tl.ms
+
+    cuda = SimpleNamespace(
+        Event=Event,
+        Stream=Stream,
+        get_elapsed_time=elapsed,
+        runtime=SimpleNamespace(streamCaptureModeRelaxed=1),
+        Device=lambda: SimpleNamespace(synchronize=lambda: None),
+    )
+    return SimpleNamespace(cuda=cuda)
+
+
+@pytest.mark.parametrize(
+    ("ms", "steps", "reps", "samples"), [(0.05, 4, 40, 9), (3000.0, 2, 1, 6), (9000.0, 2, 1, 3)]
+)
+def test_cupy_clock_bookkeeping(
+    monkeypatch: pytest.MonkeyPatch, ms: float, steps: int, reps: int, samples: int
+) -> None:
+    """A body of ``steps`` FFN steps taking ``ms``: the clock captures ``reps`` calls, replays
+    ``samples`` times and reports ms / steps per FFN."""
+    import sys
+
+    tl = _FakeTimeline(ms)
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(tl))
+    t = measure.CupyClock().time(tl.body, steps, measure.Plan(target_ms=2.0, samples=9, budget_s=20.0))
+    assert (t.method, t.reps, t.samples) == ("graph", reps * steps, samples)
+    assert t.us == pytest.approx(ms / steps * 1e3, rel=1e-12)
+    assert tl.captured == reps
+
+
+def _fake_torch(tl: _FakeTimeline) -> Any:
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    class Event:
+        def __init__(self, enable_timing: bool = False) -> None:
+            pass
+
+        def record(self) -> None:
+            self.at = tl.calls
+
+        def synchronize(self) -> None:
+            pass
+
+        def elapsed_time(self, other: Event) -> float:
+            return (other.at - self.at) * tl.ms
+
+    class Graph:
+        def replay(self) -> None:
+            tl.replay()
+
+    @contextmanager
+    def graph(g: Graph) -> Any:
+        tl.capturing = True
+        yield
+        tl.capturing = False
+
+    @contextmanager
+    def stream(s: Any) -> Any:
+        yield
+
+    stream_obj = SimpleNamespace(wait_stream=lambda s: None)
+    cuda = SimpleNamespace(
+        Stream=lambda: stream_obj,
+        stream=stream,
+        current_stream=lambda: stream_obj,
+        synchronize=lambda: None,
+        Event=Event,
+        CUDAGraph=Graph,
+        graph=graph,
+    )
+    return SimpleNamespace(cuda=cuda)
+
+
+def test_torch_clock_bookkeeping(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    tl = _FakeTimeline(0.25)
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch(tl))
+    t = measure.TorchClock().time(tl.body, 2, measure.Plan(target_ms=2.0, samples=5, budget_s=20.0))
+    # 0.25 ms per call of 2 steps: 8 calls for the target (16 steps meets the step floor)
+    assert (t.method, t.reps, t.samples, tl.captured) == ("graph", 16, 5, 8)
+    assert t.us == pytest.approx(125.0, rel=1e-12)
