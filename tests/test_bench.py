@@ -617,3 +617,24 @@ def test_torch_clock_bookkeeping(monkeypatch: pytest.MonkeyPatch) -> None:
     # 0.25 ms per call of 2 steps: 8 calls for the target (16 steps meets the step floor)
     assert (t.method, t.reps, t.samples, tl.captured) == ("graph", 16, 5, 8)
     assert t.us == pytest.approx(125.0, rel=1e-12)
+
+
+def test_padded_rows() -> None:
+    from metrale.bench.peers import PeerUnavailable, padded_rows
+
+    def over16(rows: int) -> bool:
+        if rows <= 16:
+            raise RuntimeError("self.size(0) needs to be greater than 16")
+        return True
+
+    def mult16(rows: int) -> bool:
+        if rows % 16:
+            raise RuntimeError(f"{rows} rows: not a multiple of 16")
+        return True
+
+    assert padded_rows(1, over16) == 17 and padded_rows(16, over16) == 17 and padded_rows(40, over16) == 40
+    assert (
+        padded_rows(20, mult16) == 32 and padded_rows(8192, mult16) == 8192 and padded_rows(3, mult16) == 16
+    )
+    with pytest.raises(PeerUnavailable, match="RuntimeError: 33 rows: not a multiple of 16"):
+        padded_rows(33, lambda r: mult16(r) and r < 40)

@@ -13,6 +13,8 @@ the smallest count they accept (noted).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from metrale.bench.measure import rotation
@@ -26,140 +28,193 @@ PEERS: dict[str, str] = {
 }
 
 
+class PeerUnavailable(Exception):
+    """The installed torch cannot run this peer (the message says why)."""
+
+
+@dataclass
+class _Setup:
+    """What every peer builder needs: torch, its device and generator, the shape, the row
+    counts, and ``copies(weight_bytes)`` (layers to rotate over)."""
+
+    torch: Any
+    dev: Any
+    gen: Any
+    hidden: int
+    inter: int
+    ms: list[int]
+    copies: Callable[[int], int]
+
+
+#: A peer FFN: (weight bytes, ffn(layer index, rows) -> output, padded row count per m).
+Built = tuple[int, Callable[[int, Any], Any], dict[int, int]]
+
+
+def _silu_mul(t: Any, gu: Any, inter: int) -> Any:
+    return t.nn.functional.silu(gu[:, :inter]) * gu[:, inter:]
+
+
+def _bf16(s: _Setup, fused: bool) -> Built:
+    """bf16 cuBLAS: ``x @ W.T`` (gate and up as one [2I, H] weight when ``fused``)."""
+    t, inter = s.torch, s.inter
+    nb = 3 * s.hidden * inter * 2
+    n = s.copies(nb)
+    wgu = [(t.randn(2 * inter, s.hidden, generator=s.gen, device=s.dev) * 0.02).bfloat16() for _ in range(n)]
+    wd = [(t.randn(s.hidden, inter, generator=s.gen, device=s.dev) * 0.02).bfloat16() for _ in range(n)]
+
+    def ffn(i: int, xm: Any) -> Any:
+        if fused:
+            gu = xm @ wgu[i].t()
+            gate, up = gu[:, :inter], gu[:, inter:]
+        else:
+            gate, up = xm @ wgu[i][:inter].t(), xm @ wgu[i][inter:].t()
+        return (t.nn.functional.silu(gate) * up) @ wd[i].t()
+
+    return nb, ffn, {m: m for m in s.ms}
+
+
+def _int4(s: _Setup, x: Any) -> Built:
+    """tinygemm ``_weight_int4pack_mm`` (group 128, bf16 scales and zeros)."""
+    t, inter, g, dev = s.torch, s.inter, s.gen, s.dev
+    nb = 3 * s.hidden * inter // 2 + 3 * (s.hidden * inter // 128) * 4
+    n = s.copies(nb)
+
+    def pack(rows: int, k: int) -> Any:
+        u8 = t.randint(0, 256, (rows, k // 2), dtype=t.uint8, generator=g, device=dev)
+        try:
+            return t._convert_weight_to_int4pack(u8, 8)
+        except Exception as exc1:  # torch < 2.5 wanted int32 [n, k] with values 0..15
+            try:
+                i32 = t.randint(0, 16, (rows, k), dtype=t.int32, generator=g, device=dev)
+                return t._convert_weight_to_int4pack(i32, 8)
+            except Exception:
+                raise exc1 from None
+
+    def scales(rows: int, k: int) -> Any:
+        sz = t.rand(k // 128, rows, 2, generator=g, device=dev) * 0.01
+        sz[..., 1] = 0.0
+        return sz.bfloat16()
+
+    try:
+        wgu = [(pack(2 * inter, s.hidden), scales(2 * inter, s.hidden)) for _ in range(n)]
+        wd = [(pack(s.hidden, inter), scales(s.hidden, inter)) for _ in range(n)]
+        t._weight_int4pack_mm(x[:1], wgu[0][0], 128, wgu[0][1])
+    except Exception as exc:
+        raise PeerUnavailable(_first_line(exc)) from None
+
+    def ffn(i: int, xm: Any) -> Any:
+        gu = t._weight_int4pack_mm(xm, wgu[i][0], 128, wgu[i][1])
+        return t._weight_int4pack_mm(_silu_mul(t, gu, inter), wd[i][0], 128, wd[i][1])
+
+    return nb, ffn, {m: m for m in s.ms}
+
+
+def _quantized(s: _Setup, kind: str) -> Built:
+    """int8 ``_int_mm`` or FP8 ``_scaled_mm``: per-row weight scales, per-token activation
+    quantization in torch; rows padded to the smallest count the op accepts."""
+    t, inter, g, dev = s.torch, s.inter, s.gen, s.dev
+    nb = 3 * s.hidden * inter + 4 * (2 * inter + s.hidden)
+    n = s.copies(nb)
+    if kind == "int8":
+
+        def wq(rows: int, k: int) -> Any:
+            return t.randint(-127, 128, (rows, k), dtype=t.int8, generator=g, device=dev)
+
+        def quant(a: Any) -> tuple[Any, Any]:
+            sc = a.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-8) / 127.0
+            return (a.float() / sc).round().clamp(-127, 127).to(t.int8), sc
+
+        def mm(q: Any, sa: Any, w: Any, sw: Any) -> Any:
+            return (t._int_mm(q, w.t()).float() * sa * sw).to(t.bfloat16)
+
+    else:
+        e4m3 = getattr(t, "float8_e4m3fn", None)
+        if e4m3 is None:
+            raise PeerUnavailable("torch has no float8_e4m3fn")
+
+        def wq(rows: int, k: int) -> Any:
+            return (t.randn(rows, k, generator=g, device=dev) * 64).clamp(-448, 448).to(e4m3)
+
+        def quant(a: Any) -> tuple[Any, Any]:
+            sc = a.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-12) / 448.0
+            return (a.float() / sc).clamp(-448, 448).to(e4m3), sc
+
+        def mm(q: Any, sa: Any, w: Any, sw: Any) -> Any:
+            return t._scaled_mm(q, w.t(), scale_a=sa, scale_b=sw, out_dtype=t.bfloat16)
+
+    def scale(rows: int) -> Any:
+        return t.rand(1, rows, generator=g, device=dev) * 1e-3
+
+    try:
+        wgu = [(wq(2 * inter, s.hidden), scale(2 * inter)) for _ in range(n)]
+        wd = [(wq(s.hidden, inter), scale(s.hidden)) for _ in range(n)]
+    except Exception as exc:
+        raise PeerUnavailable(_first_line(exc)) from None
+
+    def accepts(rows: int) -> bool:
+        q, sa = quant(t.zeros(rows, s.hidden, dtype=t.bfloat16, device=dev) + 1)
+        mm(q, sa, *wgu[0])
+        return True
+
+    pad = {m: padded_rows(m, accepts) for m in s.ms}
+
+    def ffn(i: int, xm: Any) -> Any:
+        q, sa = quant(xm)
+        h = _silu_mul(t, mm(q, sa, *wgu[i]), inter)
+        q2, s2 = quant(h)
+        return mm(q2, s2, *wd[i])
+
+    return nb, ffn, pad
+
+
+def padded_rows(m: int, accepts: Callable[[int], bool]) -> int:
+    """The smallest row count ≥ m among m, 17 (ops that refuse m ≤ 16), the next multiple of
+    16 and 32 for which ``accepts`` returns without raising; PeerUnavailable with the first
+    error when none does."""
+    errs = []
+    for rows in sorted({m, 17 if m <= 16 else m, -(-m // 16) * 16, 32}):
+        if rows < m:
+            continue
+        try:
+            if accepts(rows):
+                return rows
+        except Exception as exc:
+            errs.append(_first_line(exc))
+    raise PeerUnavailable(errs[0] if errs else f"no row count accepted for m={m}")
+
+
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"
+
+
 def build_peer(
     kind: str, hidden: int, inter: int, ms: list[int], l2: int, device: str, full_max: int
 ) -> dict[str, Any]:
-    """Weights of one torch peer over as many layers as ``rotation`` asks for at the largest
-    need; returns {"bodies": {m: body}, "layers": {m: layers}, "note": str, "weight_bytes": B}
-    or {"error": reason}."""
+    """One torch peer with as many weight copies as ``rotation`` asks for at the largest need:
+    {"bodies": {m: body}, "layers": {m: copies a body runs}, "note": str, "weight_bytes": B},
+    or {"error": reason} where this torch cannot run it."""
     import torch
-    import torch.nn.functional as F  # noqa: N812
 
     dev = torch.device(device)
     g = torch.Generator(device=dev).manual_seed(1234)
-    two_i = 2 * inter
     x = (torch.randn(max(ms), hidden, generator=g, device=dev) * 0.5).to(torch.bfloat16)
-    note = ""
-
-    if kind in ("bf16", "bf16-2"):
-        nb = 3 * hidden * inter * 2
-        L = max(rotation(nb, l2, m, full_max) for m in ms)
-        wgu = [(torch.randn(two_i, hidden, generator=g, device=dev) * 0.02).bfloat16() for _ in range(L)]
-        wd = [(torch.randn(hidden, inter, generator=g, device=dev) * 0.02).bfloat16() for _ in range(L)]
-
-        def ffn(i: int, xm: Any) -> Any:
-            if kind == "bf16":
-                gu = xm @ wgu[i].t()
-                gg, uu = gu[:, :inter], gu[:, inter:]
-            else:
-                gg, uu = xm @ wgu[i][:inter].t(), xm @ wgu[i][inter:].t()
-            return (F.silu(gg) * uu) @ wd[i].t()
-
-        pad = dict.fromkeys(ms, 0)
-    elif kind == "int4":
-        nb = 3 * hidden * inter // 2 + 3 * (hidden * inter // 128) * 4
-        L = max(rotation(nb, l2, m, full_max) for m in ms)
-
-        def pack(n: int, k: int) -> Any:
-            u8 = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, generator=g, device=dev)
-            try:
-                return torch._convert_weight_to_int4pack(u8, 8)
-            except Exception as exc1:  # torch < 2.5 wanted int32 [n, k] with values 0..15
-                try:
-                    i32 = torch.randint(0, 16, (n, k), dtype=torch.int32, generator=g, device=dev)
-                    return torch._convert_weight_to_int4pack(i32, 8)
-                except Exception:
-                    raise exc1 from None
-
-        def sz(n: int, k: int) -> Any:
-            s = torch.rand(k // 128, n, 2, generator=g, device=dev) * 0.01
-            s[..., 1] = 0.0
-            return s.bfloat16()
-
-        try:
-            wgu = [(pack(two_i, hidden), sz(two_i, hidden)) for _ in range(L)]
-            wd = [(pack(hidden, inter), sz(hidden, inter)) for _ in range(L)]
-            torch._weight_int4pack_mm(x[:1], wgu[0][0], 128, wgu[0][1])
-        except Exception as exc:
-            return {"error": f"n/a: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
-
-        def ffn(i: int, xm: Any) -> Any:
-            gu = torch._weight_int4pack_mm(xm, wgu[i][0], 128, wgu[i][1])
-            h = F.silu(gu[:, :inter]) * gu[:, inter:]
-            return torch._weight_int4pack_mm(h, wd[i][0], 128, wd[i][1])
-
-        pad = dict.fromkeys(ms, 0)
-    elif kind in ("int8", "fp8"):
-        nb = 3 * hidden * inter + 4 * (two_i + hidden)
-        L = max(rotation(nb, l2, m, full_max) for m in ms)
-        if kind == "int8":
-
-            def wq(n: int, k: int) -> Any:
-                return torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=g, device=dev)
-
-            def quant(a: Any) -> tuple[Any, Any]:
-                s = a.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-8) / 127.0
-                return (a.float() / s).round().clamp(-127, 127).to(torch.int8), s
-
-            def mm(q: Any, s: Any, w: Any, sw: Any) -> Any:
-                return (torch._int_mm(q, w.t()).float() * s * sw).to(torch.bfloat16)
+    setup = _Setup(
+        torch, dev, g, hidden, inter, ms, lambda nb: max(rotation(nb, l2, m, full_max) for m in ms)
+    )
+    try:
+        if kind in ("bf16", "bf16-2"):
+            nb, ffn, pad = _bf16(setup, fused=kind == "bf16")
+        elif kind == "int4":
+            nb, ffn, pad = _int4(setup, x)
+        elif kind in ("int8", "fp8"):
+            nb, ffn, pad = _quantized(setup, kind)
         else:
-            e4m3 = getattr(torch, "float8_e4m3fn", None)
-            if e4m3 is None:
-                return {"error": "n/a: torch has no float8_e4m3fn"}
-
-            def wq(n: int, k: int) -> Any:
-                return (torch.randn(n, k, generator=g, device=dev) * 64).clamp(-448, 448).to(e4m3)
-
-            def quant(a: Any) -> tuple[Any, Any]:
-                s = a.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-12) / 448.0
-                return (a.float() / s).clamp(-448, 448).to(e4m3), s
-
-            def mm(q: Any, s: Any, w: Any, sw: Any) -> Any:
-                return torch._scaled_mm(q, w.t(), scale_a=s, scale_b=sw, out_dtype=torch.bfloat16)
-
-        try:
-            wgu = [
-                (wq(two_i, hidden), torch.rand(1, two_i, generator=g, device=dev) * 1e-3) for _ in range(L)
-            ]
-            wd = [
-                (wq(hidden, inter), torch.rand(1, hidden, generator=g, device=dev) * 1e-3) for _ in range(L)
-            ]
-        except Exception as exc:
-            return {"error": f"n/a: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
-        pad = {}
-        for m in ms:  # the smallest row count >= m the op accepts (torch pads nothing itself)
-            errs = []
-            for mp_ in sorted({m, 17 if m <= 16 else m, -(-m // 16) * 16, 32}):
-                if mp_ < m:
-                    continue
-                try:
-                    q, s = quant(torch.zeros(mp_, hidden, dtype=torch.bfloat16, device=dev) + 1)
-                    mm(q, s, *wgu[0])
-                    pad[m] = mp_
-                    break
-                except Exception as exc:
-                    errs.append(f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
-            if m not in pad:
-                return {"error": "n/a: " + errs[0]}
-
-        def ffn(i: int, xm: Any) -> Any:
-            q, s = quant(xm)
-            gu = mm(q, s, *wgu[i])
-            h = F.silu(gu[:, :inter]) * gu[:, inter:]
-            q2, s2 = quant(h)
-            return mm(q2, s2, *wd[i])
-
-        padded = sorted({pad[m] for m in ms if pad[m] != m})
-        if padded:
-            note = "rows padded to " + ", ".join(f"{m}→{pad[m]}" for m in ms if pad[m] != m)
-        pad = {m: pad[m] - m for m in ms}
-    else:
-        raise ValueError(kind)
-
+            raise ValueError(f"unknown peer {kind!r}")
+    except PeerUnavailable as exc:
+        return {"error": f"n/a: {exc}"}
     bodies, layers = {}, {}
     for m in ms:
-        xm = torch.zeros(m + pad[m], hidden, dtype=torch.bfloat16, device=dev)
+        xm = torch.zeros(pad[m], hidden, dtype=torch.bfloat16, device=dev)
         xm[:m] = x[:m]
         layers[m] = rotation(nb, l2, m, full_max)
 
@@ -168,4 +223,6 @@ def build_peer(
                 ffn(i, xm)
 
         bodies[m] = body
+    padded = [f"{m}→{pad[m]}" for m in ms if pad[m] != m]
+    note = "rows padded to " + ", ".join(padded) if padded else ""
     return {"bodies": bodies, "note": note, "layers": layers, "weight_bytes": nb}

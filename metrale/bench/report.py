@@ -279,6 +279,66 @@ def _runs(sd: dict[str, Any]) -> list[str]:
     return out
 
 
+def _shape_tables(shape: str, sd: dict[str, Any], merged: bool, full_max: int) -> list[str]:
+    """One shape's tables: µs per FFN of formats and peers against m; × floor / speed-up."""
+    lines: list[str] = []
+    ms = sorted(
+        {int(m) for fd in sd["formats"].values() for m in fd["rows"]}
+        | {int(m) for p in sd["peers"].values() for m in p["times"]}
+    )
+    head = "| | " + " | ".join(f"m={m}" for m in ms) + " |"
+    sep = "| --- | " + " | ".join("---:" for _ in ms) + " |"
+    lines += ["", f"### {shape}: hidden {sd['hidden']}, intermediate {sd['intermediate']}", ""]
+    if merged:
+        lines += [*_runs(sd), ""]
+    lines += [
+        "µs per FFN (gate + up + silu·mul + down), median; every metrale figure bit-exact against the "
+        f"reference (all rows up to m = {full_max}, sampled rows against the one-row result above; FAILED = "
+        "not exact, not reported); † = timed as a Python loop (graph capture failed)",
+        "",
+        head,
+        sep,
+    ]
+    for fd in sd["formats"].values():
+        cells = [_us(fd["rows"].get(m)) for m in ms]
+        lines.append(
+            f"| {fd['label']} ({fd.get('weight_bytes', 0) / 1e6:.1f} MB, floor "
+            f"{fd.get('floor_us', 0):.1f}) | " + " | ".join(cells) + " |"
+        )
+    for p in sd["peers"].values():
+        if "error" in p:
+            lines.append(f"| peer: {p['label']} | " + " | ".join("n/a" for _ in ms) + " |")
+        else:
+            lines.append(
+                f"| peer: {p['label']} | " + " | ".join(_us(p["times"].get(m, {})) for m in ms) + " |"
+            )
+    notes = [f"{p['label']}: {p['error']}" for p in sd["peers"].values() if "error" in p]
+    notes += [f"{p['label']}: {p['note']}" for p in sd["peers"].values() if p.get("note")]
+    if notes:
+        lines += ["", "Peer notes: " + "; ".join(notes) + "."]
+    lines += [
+        "",
+        "Ratio to the format's memory floor (× floor) / speed-up against the fastest peer at that m "
+        "(fastest peer µs / metrale µs):",
+        "",
+        head,
+        sep,
+    ]
+    for fd in sd["formats"].values():
+        cells = []
+        for m in ms:
+            r = fd["rows"].get(m)
+            if r is None or "us" not in r:
+                cells.append("" if r is None else "FAILED")
+            else:
+                sp = r.get("speedup_vs_fastest_peer")
+                cells.append(f"{r['x_floor']:.2f} / " + (f"{sp:.2f}" if sp else "–"))
+        lines.append(f"| {fd['label']} | " + " | ".join(cells) + " |")
+    fp = sd.get("fastest_peer_us", {})
+    lines.append("| fastest peer µs | " + " | ".join(f"{fp[m]:,.1f}" if m in fp else "–" for m in ms) + " |")
+    return lines
+
+
 def markdown(res: dict[str, Any]) -> str:
     """Per shape: µs per FFN (formats and peers against m), × floor / speed-up against the
     fastest peer; the targets; the single-kernel timings."""
@@ -300,62 +360,8 @@ def markdown(res: dict[str, Any]) -> str:
             + "). Floor = FFN weight bytes / read-only streaming bandwidth."
         )
     for shape, sd in res["shapes"].items():
-        ms = sorted(
-            {int(m) for fd in sd["formats"].values() for m in fd["rows"]}
-            | {int(m) for p in sd["peers"].values() for m in p["times"]}
-        )
-        head = "| | " + " | ".join(f"m={m}" for m in ms) + " |"
-        sep = "| --- | " + " | ".join("---:" for _ in ms) + " |"
-        lines += ["", f"### {shape}: hidden {sd['hidden']}, intermediate {sd['intermediate']}", ""]
-        if res.get("merged_from"):
-            lines += [*_runs(sd), ""]
-        lines += [
-            "µs per FFN (gate + up + silu·mul + down), median; every metrale figure bit-exact against the "
-            "reference (all rows up to m = 64, sampled rows against the one-row result above; FAILED = "
-            "not exact, not reported); † = timed as a Python loop (graph capture failed)",
-            "",
-            head,
-            sep,
-        ]
-        for fd in sd["formats"].values():
-            cells = [_us(fd["rows"].get(m)) for m in ms]
-            lines.append(
-                f"| {fd['label']} ({fd.get('weight_bytes', 0) / 1e6:.1f} MB, floor "
-                f"{fd.get('floor_us', 0):.1f}) | " + " | ".join(cells) + " |"
-            )
-        for p in sd["peers"].values():
-            if "error" in p:
-                lines.append(f"| peer: {p['label']} | " + " | ".join("n/a" for _ in ms) + " |")
-            else:
-                lines.append(
-                    f"| peer: {p['label']} | " + " | ".join(_us(p["times"].get(m, {})) for m in ms) + " |"
-                )
-        notes = [f"{p['label']}: {p['error']}" for p in sd["peers"].values() if "error" in p]
-        notes += [f"{p['label']}: {p['note']}" for p in sd["peers"].values() if p.get("note")]
-        if notes:
-            lines += ["", "Peer notes: " + "; ".join(notes) + "."]
-        lines += [
-            "",
-            "Ratio to the format's memory floor (× floor) / speed-up against the fastest peer at that m "
-            "(fastest peer µs / metrale µs):",
-            "",
-            head,
-            sep,
-        ]
-        for fd in sd["formats"].values():
-            cells = []
-            for m in ms:
-                r = fd["rows"].get(m)
-                if r is None or "us" not in r:
-                    cells.append("" if r is None else "FAILED")
-                else:
-                    sp = r.get("speedup_vs_fastest_peer")
-                    cells.append(f"{r['x_floor']:.2f} / " + (f"{sp:.2f}" if sp else "–"))
-            lines.append(f"| {fd['label']} | " + " | ".join(cells) + " |")
-        fp = sd.get("fastest_peer_us", {})
-        lines.append(
-            "| fastest peer µs | " + " | ".join(f"{fp[m]:,.1f}" if m in fp else "–" for m in ms) + " |"
-        )
+        full_max = res.get("options", {}).get("full_max", 64)
+        lines += _shape_tables(shape, sd, bool(res.get("merged_from")), full_max)
     if res.get("targets"):
         lines += [
             "",
