@@ -78,7 +78,7 @@ def child(args: argparse.Namespace) -> int:
     cfg = FfnConfig(hidden, inter)
     be = get_backend("cuda")
     cells = parse_cells(args.cells)
-    rows = max(64, *(m for _, m in cells))
+    rows = max([64, *(m for _, m in cells)])
     ctx = ForwardContext(cfg, backend=be, max_rows=rows)
     x = be.rows(bc.x_rows(hidden, 0, args.shape, rows), hidden)
     layers = {}
