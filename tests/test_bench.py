@@ -114,6 +114,7 @@ def test_parse_defaults_and_paths(tmp_path: Path) -> None:
         (["--sample-rows", "0"], "--sample-rows 0"),
         (["--cell-seconds", "0"], "--cell-seconds"),
         (["--full-max", "-1"], "--full-max"),
+        (["--deadline", "-5"], "--deadline"),
     ],
 )
 def test_parse_rejects(argv: list[str], match: str) -> None:
@@ -638,3 +639,40 @@ def test_padded_rows() -> None:
     )
     with pytest.raises(PeerUnavailable, match="RuntimeError: 33 rows: not a multiple of 16"):
         padded_rows(33, lambda r: mult16(r) and r < 40)
+
+
+def test_deadline_leaves_cells_out_and_says_so(tmp_path: Path) -> None:
+    """A deadline already past: no cell, peer or kernel is measured, nothing fails, and the
+    document lists what was left out."""
+    out = tmp_path / "r.json"
+    argv = [
+        *DRY,
+        "--formats",
+        "w8a8",
+        "--deadline",
+        "1e-9",
+        "--json",
+        str(out),
+        "--md",
+        str(tmp_path / "r.md"),
+    ]
+    assert run.main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert doc["shapes"]["tiny"]["formats"]["w8a8"]["rows"] == {}
+    assert doc["shapes"]["tiny"]["peers"]["bf16"]["times"] == {}
+    assert doc["kernels"] == [] and doc["failed"] == []
+    assert doc["skipped"][:3] == ["tiny W8A8 m=1", "tiny W8A8 m=3", "tiny W8A8 m=70"]
+    assert "tiny peer bf16 cuBLAS (gate+up fused) m=70" in doc["skipped"]
+    assert "Not measured (the run's --deadline): tiny W8A8 m=1;" in (tmp_path / "r.md").read_text()
+
+
+def test_collect_stops_waiting_at_the_deadline() -> None:
+    import multiprocessing as mp
+    import time
+
+    pool = mp.get_context("fork").Pool(1)
+    pending = [pool.apply_async(time.sleep, (30,))]
+    pool.close()
+    t0 = time.time()
+    v = run.collect(pool, pending, time.time() + 0.5)
+    assert time.time() - t0 < 10 and v.full == {} and v.rows == {}

@@ -35,6 +35,7 @@ class Options:
     sample_rows: int
     dry_run: bool
     profile: bool
+    deadline_s: float
     merge: list[Path]
     json: Path | None
     md: Path | None
@@ -77,6 +78,13 @@ def parser() -> argparse.ArgumentParser:
         "--full-max", type=int, default=64, help="compare every row up to this m; sample rows above"
     )
     ap.add_argument("--sample-rows", type=int, default=8, help="rows checked per cell above --full-max")
+    ap.add_argument(
+        "--deadline",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="start no new cell after this many seconds (0: none); the reference gets 60 s more",
+    )
     ap.add_argument("--workers", type=int, default=0, help="reference worker processes (0: cores - 2)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", help="directory for bench_ffn.json / .md / .png")
@@ -150,8 +158,8 @@ def parse(argv: list[str] | None = None) -> Options:
     for name in ("target_ms", "cell_seconds"):
         if not getattr(a, name) > 0:
             raise MetraleError(f"--{name.replace('_', '-')} {getattr(a, name)}: want > 0")
-    if a.full_max < 0 or a.workers < 0:
-        raise MetraleError("--full-max and --workers want values >= 0")
+    if a.full_max < 0 or a.workers < 0 or a.deadline < 0:
+        raise MetraleError("--full-max, --workers and --deadline want values >= 0")
     for p in a.merge:
         if not Path(p).is_file():
             raise MetraleError(f"--merge {p}: no such file")
@@ -176,6 +184,7 @@ def parse(argv: list[str] | None = None) -> Options:
         sample_rows=a.sample_rows,
         dry_run=a.dry_run,
         profile=a.profile,
+        deadline_s=a.deadline,
         merge=[Path(p) for p in a.merge],
         json=path(a.json, "bench_ffn.json"),
         md=path(a.md, "bench_ffn.md"),

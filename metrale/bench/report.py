@@ -195,6 +195,7 @@ def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
     out["gpu"] = " / ".join(dict.fromkeys(d["gpu"] for d in docs))
     out["command"] = " ; ".join(d["command"] for d in docs)
     out["targets"] = list(targets.values())
+    out["skipped"] = [x for d in docs for x in d.get("skipped", [])]
     out["failed"] = [
         f"{shape} {fd['label']} m={m}: {r.get('error', 'not exact')}"
         for shape, sd in out["shapes"].items()
@@ -373,6 +374,8 @@ def markdown(res: dict[str, Any]) -> str:
         for t in res["targets"]:
             per = ", ".join(f"{m}: {v}" for m, v in t["per_m"].items())
             lines.append(f"| {t['target']} | {'yes' if t['met'] else 'no'} | {t['worst']} | {per} |")
+    if res.get("skipped"):
+        lines += ["", "Not measured (the run's --deadline): " + "; ".join(res["skipped"]) + "."]
     if res.get("kernels"):
         lines += [
             "",

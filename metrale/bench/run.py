@@ -10,13 +10,14 @@ the layer's own routing), without ``__call__``'s host copy so it can be captured
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing as mp
 import os
 import platform
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -47,6 +48,16 @@ class Device:
     l2: int
     ceilings: dict[str, Any]
     dry: bool
+    #: time.time() after which no new cell starts (inf: none), and what was left out.
+    deadline: float = math.inf
+    skipped: list[str] = field(default_factory=list)
+
+    def late(self, what: str) -> bool:
+        """Past the deadline: record ``what`` as not measured."""
+        if time.time() <= self.deadline:
+            return False
+        self.skipped.append(what)
+        return True
 
     @classmethod
     def open(cls, opts: Options) -> Device:
@@ -105,6 +116,8 @@ def time_format(
     )
     cells = []
     for m in opts.ms:
+        if dev.late(f"{shape} {FORMATS[fmt].label} m={m}"):
+            continue
         rows = () if m <= opts.full_max else sample_rows(m, opts.sample_rows, opts.seed, shape, fmt)
         c = Cell(shape, fmt, m, rows=rows, layers=rotation(wb, dev.l2, m, opts.full_max))
         cells.append(c)
@@ -150,6 +163,8 @@ def time_peer(dev: Device, opts: Options, shape: str, kind: str) -> dict[str, An
         return row
     row["layers"] = pb["layers"]
     for m in opts.ms:
+        if dev.late(f"{shape} peer {PEERS[kind]} m={m}"):
+            continue
         try:
             row["times"][m] = dev.torch_clock.time(pb["bodies"][m], pb["layers"][m], opts.plan).js()
         except Exception as exc:
@@ -169,6 +184,8 @@ def time_kernels(dev: Device, opts: Options) -> list[dict[str, Any]]:
     ref = get_backend("reference")
     out = []
     for case in kern.cases(opts.kernels, cuda=not dev.dry):
+        if dev.late(f"kernel {case.label} m={case.m}"):
+            continue
         copies = 1 if dev.dry else 8
         r = kern.run_case(
             dev.backend, ref, case, shape, opts.seed, dev.clock, opts.plan, dev.ceilings["read_Bps"], copies
@@ -190,6 +207,24 @@ def start_reference(opts: Options) -> tuple[Any, list[Any]]:
     pool.close()
     print(f"reference: {len(jobs)} jobs on {workers} worker processes", flush=True)
     return pool, pending
+
+
+#: How long past ``--deadline`` the run waits for the reference.
+REFERENCE_GRACE_S = 60.0
+
+
+def collect(pool: Any, pending: list[Any], until: float) -> Verdicts:
+    """The reference results, waiting until ``until`` at most (then the pool is stopped and
+    the cells without a result fail)."""
+    verdicts = Verdicts()
+    try:
+        for p in pending:
+            verdicts.add(p.get(timeout=None if math.isinf(until) else max(1.0, until - time.time())))
+        pool.join()
+    except mp.TimeoutError:
+        print("reference not finished by the deadline: its cells fail", flush=True)
+        pool.terminate()
+    return verdicts
 
 
 def write(doc: dict[str, Any], md: str, opts: Options) -> None:
@@ -220,6 +255,8 @@ def run(opts: Options, command: str) -> int:
     weight_quantization.cache_clear()
     pool, pending = start_reference(opts)
     dev = Device.open(opts)
+    if opts.deadline_s:
+        dev.deadline = t_start + opts.deadline_s
     c = dev.ceilings
     tb = {k: round(v / 1e12, 3) for k, v in c.items() if k.endswith("_Bps")}
     print(f"{dev.name}: TB/s {tb}; L2 {dev.l2 >> 20} MiB", flush=True)
@@ -241,10 +278,7 @@ def run(opts: Options, command: str) -> int:
             dev.release()
     kernel_rows = time_kernels(dev, opts)
     t0 = time.time()
-    verdicts = Verdicts()
-    for p in pending:
-        verdicts.add(p.get())
-    pool.join()
+    verdicts = collect(pool, pending, dev.deadline + REFERENCE_GRACE_S)
     print(f"reference results collected (waited {time.time() - t0:.1f}s after the timings)", flush=True)
     for cell in cells.values():
         verdicts.judge(cell)
@@ -264,12 +298,15 @@ def run(opts: Options, command: str) -> int:
     }
     doc = report.assemble(meta, opts.shapes, dev.ceilings, cells, fmt_info, peer_rows, kernel_rows)
     doc["seconds"] = round(time.time() - t_start, 1)
+    doc["skipped"] = dev.skipped
     md = report.markdown(doc)
     print(md)
     write(doc, md, opts)
     if doc["failed"]:
         print(f"FAILED ({len(doc['failed'])} cells not reported):\n  " + "\n  ".join(doc["failed"][:40]))
         return 1
+    if dev.skipped:
+        print(f"not measured (--deadline): {len(dev.skipped)}: " + "; ".join(dev.skipped[:20]))
     print(f"every timed result bit-exact ({len(cells)} cells); total {time.time() - t_start:.0f}s")
     return 0
 
