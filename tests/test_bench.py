@@ -681,3 +681,11 @@ def test_collect_stops_waiting_at_the_deadline() -> None:
     t0 = time.time()
     v = run.collect(pool, pending, time.time() + 0.5)
     assert time.time() - t0 < 10 and v.full == {} and v.rows == {}
+
+
+def test_run_restores_the_weight_quantization_tier(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    monkeypatch.setenv("METRALE_WEIGHT_QUANT", "w4a16")
+    assert run.main([*DRY, "--formats", "w8a8", "--peers", "none", "--kernels", "none", "--m", "1"]) == 0
+    assert os.environ["METRALE_WEIGHT_QUANT"] == "w4a16"

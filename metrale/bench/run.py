@@ -1,6 +1,6 @@
-"""One benchmark run: the reference starts in worker processes, the device times every
-(shape, format, m) cell through the layer's own entry point, then the peers and the single
-kernels; the verdicts come in last and decide what is reported.
+"""One benchmark run: the reference starts in worker processes; per shape the device times the
+torch peers and every (shape, format, m) cell through the layer's own entry point, then the
+single kernels; the verdicts come in last and decide what is reported.
 
 Each cell calls the entry ``DenseFfnLayer.route(m)`` picks (1 ``forward``, 2 ``forward_k2``,
 3 ``forward_k3``, ``forward_km`` up to the narrow edge, else ``forward_prefill``; inside them
@@ -17,6 +17,8 @@ import platform
 import sys
 import time
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -246,13 +248,33 @@ def write(doc: dict[str, Any], md: str, opts: Options) -> None:
             print(f"no plot here ({_first_line(exc)}); python -m metrale.bench.plot JSON PNG redraws it")
 
 
-def run(opts: Options, command: str) -> int:
-    """Run the benchmark ``opts`` describes; 0 when every cell is exact, else 1."""
-    t_start = time.time()
-    os.environ["METRALE_WEIGHT_QUANT"] = "w4a4"  # the W4A4 mode; weights without input_scale stay A16
+@contextmanager
+def w4a4_tier() -> Iterator[None]:
+    """``METRALE_WEIGHT_QUANT=w4a4`` (the W4A4 mode; weights without ``input_scale`` stay A16)
+    for the run, the caller's setting back afterwards."""
     from metrale.reference.tiers import weight_quantization
 
+    old = os.environ.get("METRALE_WEIGHT_QUANT")
+    os.environ["METRALE_WEIGHT_QUANT"] = "w4a4"
     weight_quantization.cache_clear()
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("METRALE_WEIGHT_QUANT", None)
+        else:
+            os.environ["METRALE_WEIGHT_QUANT"] = old
+        weight_quantization.cache_clear()
+
+
+def run(opts: Options, command: str) -> int:
+    """Run the benchmark ``opts`` describes; 0 when every cell is exact, else 1."""
+    with w4a4_tier():
+        return _run(opts, command)
+
+
+def _run(opts: Options, command: str) -> int:
+    t_start = time.time()
     pool, pending = start_reference(opts)
     dev = Device.open(opts)
     if opts.deadline_s:
