@@ -1,4 +1,4 @@
-"""The ``metrale`` command line: convert, inspect, verify, demo (and a bench hook).
+"""The ``metrale`` command line: convert, inspect, verify, demo, bench.
 
 Every command reports bad input as one line ``error: ...`` naming the file, tensor or option
 and exits 1 (2 for usage errors, from typer; 130 after Ctrl-C). ``convert`` never leaves a
@@ -315,26 +315,15 @@ def demo(
         raise typer.Exit(1)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
+)
 def bench(ctx: typer.Context) -> None:
-    """Run tools/bench_ffn.py (source checkouts only); extra arguments pass through."""
-    import importlib.util
+    """Time the FFN of every format on the GPU, bit-exact against the reference, with torch peers
+    (``metrale bench --help`` for its options; --dry-run runs on the CPU)."""
+    from metrale.bench import main as bench_main
 
-    path = Path(__file__).resolve().parent.parent / "tools" / "bench_ffn.py"
-    spec = importlib.util.spec_from_file_location("metrale_bench_ffn", path) if path.is_file() else None
-    if spec is None or spec.loader is None:
-        raise _fail(f"{path}: not found (metrale bench runs from a source checkout)")
-    import sys
-
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses and the reference worker pool look the module up by name
-    spec.loader.exec_module(mod)
-    argv, sys.argv = sys.argv, [str(path), *ctx.args]
-    try:
-        rc = mod.main()
-    finally:
-        sys.argv = argv
-    raise typer.Exit(int(rc or 0))
+    raise typer.Exit(bench_main(list(ctx.args)))
 
 
 def main() -> None:  # pragma: no cover - console entry for `python -m metrale.cli`

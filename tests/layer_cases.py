@@ -14,7 +14,7 @@ import json
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any
 
 import ml_dtypes
@@ -27,10 +27,11 @@ from metrale.reference.backend import Backend
 from metrale.reference.context import FfnConfig, ForwardContext
 from metrale.reference.elements import BF16, E4M3
 from metrale.reference.formats import DenseWeight, Fp8Weight, Nvfp4Weight, Q2_0Weight, W8a8Weight
-from metrale.reference.layer import DenseFfnLayer, FfnActivation, FfnLora, FfnWeights
+from metrale.reference.layer import DenseFfnLayer, FfnLora, FfnWeights
 from metrale.reference.lora import LoraAdapter
 from metrale.reference.tiers import weight_quantization
 from metrale.reference.w8a8_arm import W8a8Ffn
+from metrale.testing import PROJECTIONS, LayerParts, quantized_ffn
 
 F32 = np.float32
 
@@ -201,12 +202,7 @@ def ffn_sources(rng: np.random.Generator, hidden: int, inter: int) -> list[np.nd
     ]
 
 
-_NAMES = ("gate_proj", "up_proj", "down_proj")
-
-
-def quantize_ffn(fmt: type, sources: list[np.ndarray], **kw: Any) -> FfnWeights[Any]:
-    """The three projections quantized by ``fmt.quantize`` (the producer-compatible rule)."""
-    return FfnWeights(*(fmt.quantize(w, name=nm, **kw) for nm, w in zip(_NAMES, sources, strict=True)))
+_NAMES = PROJECTIONS
 
 
 def lora_adapters(rng: np.random.Generator, hidden: int, inter: int, rank: int) -> FfnLora:
@@ -222,37 +218,6 @@ def lora_adapters(rng: np.random.Generator, hidden: int, inter: int, rank: int) 
         up_proj=adapter(inter, hidden, 2.0),
         down_proj=adapter(hidden, inter, 0.75),
     )
-
-
-@dataclass
-class LayerParts:
-    """Everything a ``DenseFfnLayer`` is built from, as host containers."""
-
-    config: FfnConfig
-    activation: str = "silu"
-    weights: FfnWeights[Nvfp4Weight] | None = None
-    bf16_weights: FfnWeights[DenseWeight] | None = None
-    fp8_weights: FfnWeights[Fp8Weight] | None = None
-    q2_weights: FfnWeights[Q2_0Weight] | None = None
-    lora: FfnLora | None = None
-    w8a8: W8a8Ffn | None = None
-
-    def layer(self, backend: Backend) -> DenseFfnLayer:
-        """Build the layer on ``backend`` (W8A8 weights through ``set_w8a8_decode_weights``)."""
-        layer = DenseFfnLayer(
-            self.config,
-            weights=self.weights,
-            bf16_weights=self.bf16_weights,
-            fp8_weights=self.fp8_weights,
-            q2_weights=self.q2_weights,
-            lora=self.lora,
-            activation=FfnActivation(self.activation),
-            backend=backend,
-        )
-        if self.w8a8 is not None:
-            h, i = self.config.hidden_size, self.config.intermediate_size
-            layer.set_w8a8_decode_weights(self.w8a8, h, i)
-        return layer
 
 
 #: Layer kinds: NVFP4 (A16 only / declaring A4, SiLU or GELU, with LoRA), Q2_0, FP8, BF16,
@@ -289,24 +254,16 @@ def make_parts(kind: str, hidden: int, inter: int, seed: int) -> LayerParts:
     src = ffn_sources(rng, hidden, inter)
     parts = LayerParts(FfnConfig(hidden, inter))
     if kind.startswith("nvfp4") or kind == "w8a8":
-        amax = A4_INPUT_AMAX if kind in A4_KINDS else None
-        parts.weights = quantize_ffn(Nvfp4Weight, src, input_amax=amax)
+        parts.put("nvfp4", quantized_ffn("nvfp4", src, A4_INPUT_AMAX if kind in A4_KINDS else None))
     if kind == "nvfp4_gelu":
         parts.activation = "gelu"
     if kind.endswith("_lora"):
         parts.lora = lora_adapters(rng, hidden, inter, rank=5)
-    if kind == "q2":
-        parts.q2_weights = quantize_ffn(Q2_0Weight, src)
-    if kind == "fp8":
-        parts.fp8_weights = quantize_ffn(Fp8Weight, src)
-    if kind in ("bf16", "nvfp4_bf16"):
-        parts.bf16_weights = quantize_ffn(DenseWeight, src)
+    for stem, kinds in (("q2_0", ("q2",)), ("fp8", ("fp8",)), ("bf16", ("bf16", "nvfp4_bf16"))):
+        if kind in kinds:
+            parts.put(stem, quantized_ffn(stem, src))
     if kind in ("w8a8", "w8a8_only"):
-        w8 = [
-            W8a8Weight.quantize(w, name=nm)
-            for nm, w in zip(_NAMES, ffn_sources(rng, hidden, inter), strict=True)
-        ]
-        parts.w8a8 = W8a8Ffn(*w8)
+        parts.put("w8a8", quantized_ffn("w8a8", ffn_sources(rng, hidden, inter)))
     return parts
 
 

@@ -163,3 +163,15 @@ def test_bench_dry_run_is_exact_and_reports() -> None:
     assert "every timed result bit-exact" in r.output
     for fmt in ("NVFP4", "W8A8", "Q2_0", "FP8", "BF16"):
         assert fmt in r.output
+
+
+def test_bench_options_through_the_cli() -> None:
+    """`metrale bench` hands its arguments to the package's benchmark: its help, and a bad
+    option as one error line with exit status 2."""
+    r = run("bench", "--help")
+    assert r.exit_code == 0
+    for opt in ("--formats", "--m", "--full-max", "--sample-rows", "--cell-seconds", "--json"):
+        assert opt in r.output
+    r = run("bench", "--m", "0")
+    assert r.exit_code == 2
+    assert r.stderr.strip() == "error: --m 0: '0' is not a row count >= 1 (or decode, prefill)"

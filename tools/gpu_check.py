@@ -105,7 +105,7 @@ def main() -> int:
         rc_all |= rc
     if "bench" not in skip:
         rc, text, dt = sh(
-            f"{py} tools/bench_ffn.py --shape qwen3-8b --peers none "
+            f"{py} -m metrale.bench --shape qwen3-8b --m decode --peers none "
             f"--json {out}/bench.json --md {out}/bench.md",
             out / "bench.log",
             300,

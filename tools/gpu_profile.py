@@ -2,8 +2,8 @@
 """Nsight Compute summaries of the FFN kernels at the Qwen3-8B shape (GPU machine).
 
 The parent runs ``ncu`` over this script in ``--child`` mode; the child builds one layer per
-format (tools/bench_ffn.py's random weights), warms every (format, m) cell up, then runs each
-cell once between cudaProfilerStart/Stop, so ncu profiles exactly the launches of
+format (the benchmark's random weights, ``metrale.bench.cases``), warms every (format, m) cell
+up, then runs each cell once between cudaProfilerStart/Stop, so ncu profiles exactly the launches of
 ``DenseFfnLayer.route(m)`` (caches flushed between replays: weights come from HBM).
 
     python tools/gpu_profile.py --out $OUT [--cells nvfp4-w4a16:1,8 w8a8:1] [--shape qwen3-8b]
@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT))
 
 DEFAULT_CELLS = ["nvfp4-w4a16:1,2,8,32", "nvfp4-w4a4:1,4", "w8a8:1,8", "q2_0:1,4"]
 SECTIONS = ["SpeedOfLight", "LaunchStats", "Occupancy", "WarpStateStats", "MemoryWorkloadAnalysis"]
@@ -63,10 +63,10 @@ def parse_cells(specs: list[str]) -> list[tuple[str, int]]:
 
 
 def child(args: argparse.Namespace) -> int:
-    import bench_ffn as bf
     import cupy as cp
 
     from metrale.backend import get_backend
+    from metrale.bench import cases as bc
     from metrale.reference.context import ForwardContext
     from metrale.reference.layer import FfnConfig
 
@@ -74,15 +74,16 @@ def child(args: argparse.Namespace) -> int:
     from metrale.reference.tiers import weight_quantization
 
     weight_quantization.cache_clear()
-    hidden, inter = bf.SHAPES[args.shape]
+    hidden, inter = bc.SHAPES[args.shape]
     cfg = FfnConfig(hidden, inter)
     be = get_backend("cuda")
-    ctx = ForwardContext(cfg, backend=be, max_rows=64)
-    x = be.rows(bf.x_rows(hidden, 0, args.shape), hidden)
     cells = parse_cells(args.cells)
+    rows = max([64, *(m for _, m in cells)])
+    ctx = ForwardContext(cfg, backend=be, max_rows=rows)
+    x = be.rows(bc.x_rows(hidden, 0, args.shape, rows), hidden)
     layers = {}
     for fmt in dict.fromkeys(f for f, _ in cells):
-        layers[fmt] = bf.make_layer(fmt, bf.build_host(fmt, hidden, inter, 0, args.shape), cfg, be)
+        layers[fmt] = bc.make_layer(fmt, bc.build_host(fmt, hidden, inter, 0, args.shape), cfg, be)
     for fmt, m in cells:  # warm-up: compile, allocate, autotune nothing
         for _ in range(2):
             layers[fmt].route(m)[1](x[:m], ctx)

@@ -1,0 +1,393 @@
+"""The benchmark's outputs: the JSON document (every number, device, date, command, verdicts
+on the targets) and its Markdown tables. Pure functions of the collected results.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from metrale.bench.cases import FORMATS
+from metrale.bench.gate import Cell
+from metrale.bench.measure import floor_us
+
+#: Targets at the Qwen3-8B shape: a format over an m range against a multiple of a format's
+#: memory floor (``floor_ratio``, ``floor_of``) or of a peer's time at the same m
+#: (``peer_ratio``, ``peer``). Decode rows m = 1..3, verify batches 4..64, prefill above.
+TARGETS: list[dict[str, Any]] = [
+    {"format": "nvfp4-w4a16", "m": (1, 1), "floor_ratio": 1.35, "floor_of": "nvfp4-w4a16"},
+    {"format": "nvfp4-w4a16", "m": (2, 3), "floor_ratio": 1.5, "floor_of": "nvfp4-w4a16"},
+    {"format": "nvfp4-w4a16", "m": (4, 16), "floor_ratio": 2.0, "floor_of": "nvfp4-w4a16"},
+    {"format": "nvfp4-w4a16", "m": (32, 32), "floor_ratio": 2.5, "floor_of": "nvfp4-w4a16"},
+    {"format": "nvfp4-w4a16", "m": (64, 64), "floor_ratio": 3.5, "floor_of": "nvfp4-w4a16"},
+    {"format": "nvfp4-w4a16", "m": (512, None), "peer_ratio": 3.0, "peer": "bf16"},
+    {"format": "nvfp4-w4a4", "m": (1, 3), "floor_ratio": 1.8, "floor_of": "nvfp4-w4a16"},
+    {"format": "nvfp4-w4a4", "m": (4, 64), "floor_ratio": 2.5, "floor_of": "nvfp4-w4a16"},
+    {"format": "nvfp4-w4a4", "m": (128, None), "peer_ratio": 2.5, "peer": "bf16"},
+    {"format": "w8a8", "m": (1, 3), "floor_ratio": 1.4, "floor_of": "w8a8"},
+    {"format": "w8a8", "m": (4, 32), "floor_ratio": 1.6, "floor_of": "w8a8"},
+    {"format": "w8a8", "m": (64, 64), "floor_ratio": 2.0, "floor_of": "w8a8"},
+    {"format": "w8a8", "m": (512, None), "peer_ratio": 1.0, "peer": "bf16"},
+    {"format": "w8a8", "m": (512, None), "peer_ratio": 1.0, "peer": "int8"},
+    {"format": "q2_0", "m": (1, 3), "floor_ratio": 2.0, "floor_of": "q2_0"},
+    {"format": "q2_0", "m": (4, 64), "floor_ratio": 3.0, "floor_of": "q2_0"},
+    {"format": "q2_0", "m": (128, None), "peer_ratio": 3.0, "peer": "bf16"},
+    {"format": "fp8", "m": (1, 3), "floor_ratio": 1.6, "floor_of": "fp8"},
+    {"format": "fp8", "m": (4, 64), "floor_ratio": 3.0, "floor_of": "fp8"},
+    {"format": "fp8", "m": (128, None), "peer_ratio": 4.0, "peer": "bf16"},
+    {"format": "bf16", "m": (1, 3), "floor_ratio": 1.6, "floor_of": "bf16"},
+    {"format": "bf16", "m": (4, 64), "floor_ratio": 3.0, "floor_of": "bf16"},
+    {"format": "bf16", "m": (128, None), "peer_ratio": 4.0, "peer": "bf16"},
+]
+TARGET_SHAPE = "qwen3-8b"
+
+
+def versions() -> dict[str, str]:
+    """Python, numpy and (where imported) CuPy and torch versions."""
+    v = {"python": sys.version.split()[0], "numpy": np.__version__}
+    for mod in ("cupy", "torch"):
+        m = sys.modules.get(mod)
+        if m is not None:
+            v[mod] = getattr(m, "__version__", "?")
+    return v
+
+
+def format_rows(
+    cells: list[Cell], weight_bytes: int, ceil: dict[str, Any], fastest: dict[int, float]
+) -> dict:
+    """Per m: entry, launches, verdict, rows checked and (when exact) the timing with its
+    bandwidth, ratio to the floor and speed-up against the fastest peer."""
+    read_bw, copy_bw = ceil["read_Bps"], ceil["copy_Bps"]
+    floor = floor_us(weight_bytes, read_bw)
+    rows: dict[int, Any] = {}
+    for c in sorted(cells, key=lambda c: c.m):
+        r: dict[str, Any] = {
+            "entry": c.entry,
+            "launches": c.launches,
+            "exact": bool(c.exact),
+            "rows_checked": list(c.rows) if c.rows else "all",
+            "layers": c.layers,
+        }
+        if c.exact and c.timing is not None:
+            us = c.timing.us
+            r.update(c.timing.js())
+            r["weight_TBps"] = round(weight_bytes / (us * 1e-6) / 1e12, 3)
+            r["of_read_bw"] = round(weight_bytes / (us * 1e-6) / read_bw, 3)
+            r["of_copy_bw"] = round(weight_bytes / (us * 1e-6) / copy_bw, 3)
+            r["x_floor"] = round(us / floor, 3)
+            if c.m in fastest:
+                r["speedup_vs_fastest_peer"] = round(fastest[c.m] / us, 3)
+        else:
+            r["status"] = "FAILED"
+            r["error"] = c.error or "not exact"
+        rows[c.m] = r
+    return rows
+
+
+def assemble(
+    meta: dict[str, Any],
+    shapes: dict[str, tuple[int, int]],
+    ceil: dict[str, Any],
+    cells: dict[tuple[str, str, int], Cell],
+    fmt_info: dict[tuple[str, str], dict[str, Any]],
+    peer_rows: dict[tuple[str, str], dict[str, Any]],
+    kernels: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The JSON document. ``meta`` carries gpu, host, command, options, l2_bytes, timing."""
+    res: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "host": platform.node(),
+        **meta,
+        "software": versions(),
+        "ceilings": {
+            (k[:-4] + "_GBps" if k.endswith("_Bps") else k): (round(v / 1e9, 1) if k.endswith("_Bps") else v)
+            for k, v in ceil.items()
+        },
+        "ceilings_note": "GB/s; copy counts bytes read + written; read_* are read-only streams",
+        "shapes": {},
+        "kernels": kernels,
+    }
+    for shape, (hidden, inter) in shapes.items():
+        sd: dict[str, Any] = {"hidden": hidden, "intermediate": inter, "formats": {}, "peers": {}}
+        sd["run"] = {"date": res["date"], "command": res.get("command", ""), "ceilings": res["ceilings"]}
+        fastest: dict[int, float] = {}
+        for (s, kind), row in peer_rows.items():
+            if s != shape:
+                continue
+            sd["peers"][kind] = row
+            for m, t in row["times"].items():
+                if t.get("us"):
+                    fastest[m] = min(fastest.get(m, math.inf), t["us"])
+        sd["fastest_peer_us"] = fastest
+        for (s, fmt), info in fmt_info.items():
+            if s != shape:
+                continue
+            fd: dict[str, Any] = {"label": FORMATS[fmt].label, **info}
+            if "weight_bytes" in info:
+                fd["floor_us"] = floor_us(info["weight_bytes"], ceil["read_Bps"])
+            mine = [c for (cs, cf, _), c in cells.items() if cs == shape and cf == fmt]
+            fd["rows"] = format_rows(mine, info.get("weight_bytes", 0), ceil, fastest)
+            sd["formats"][fmt] = fd
+        res["shapes"][shape] = sd
+    res["targets"] = evaluate_targets(res)
+    res["failed"] = [
+        f"{c.shape} {FORMATS[c.fmt].label} m={c.m}: {c.error}" for c in cells.values() if not c.exact
+    ]
+    return res
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A document written by ``json.dumps`` with its row-count keys made ints again."""
+    doc = json.loads(Path(path).read_text())
+
+    def ints(d: dict[str, Any]) -> dict[int, Any]:
+        return {int(k): v for k, v in d.items()}
+
+    for sd in doc["shapes"].values():
+        sd["fastest_peer_us"] = ints(sd.get("fastest_peer_us", {}))
+        for fd in sd["formats"].values():
+            fd["rows"] = ints(fd["rows"])
+        for p in sd["peers"].values():
+            p["times"] = ints(p.get("times", {}))
+            if isinstance(p.get("layers"), dict):
+                p["layers"] = ints(p["layers"])
+    for t in doc.get("targets", []):
+        t["per_m"] = ints(t["per_m"])
+    return doc
+
+
+def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One document from several runs' documents: each (shape, format) and (shape, peer) from the
+    last run that measured it, with that run's date, command and ceilings in its ``run`` (its
+    floors, ratios, speed-ups and targets stay those of its own run); the single-kernel timings
+    of every run."""
+    if not docs:
+        raise ValueError("merge: no documents")
+    out = {k: v for k, v in docs[-1].items() if k not in ("shapes", "kernels", "targets", "failed")}
+    out["shapes"], out["kernels"], out["merged_from"] = {}, [], []
+    targets: dict[tuple[str, str], dict[str, Any]] = {}
+    for d in docs:
+        for shape, sd in d["shapes"].items():
+            tgt = out["shapes"].setdefault(
+                shape,
+                {"hidden": sd["hidden"], "intermediate": sd["intermediate"], "formats": {}, "peers": {}},
+            )
+            for key in ("formats", "peers"):
+                for name, entry in sd[key].items():
+                    tgt[key][name] = {**entry, "run": sd.get("run", {})}
+        out["kernels"] += d.get("kernels", [])
+        out["merged_from"].append({"date": d["date"], "command": d["command"], "shapes": list(d["shapes"])})
+        targets.update({(t["format"], t["target"]): t for t in d.get("targets", [])})
+    for sd in out["shapes"].values():
+        fastest: dict[int, float] = {}
+        for p in sd["peers"].values():
+            for m, t in p.get("times", {}).items():
+                if t.get("us"):
+                    fastest[m] = min(fastest.get(m, math.inf), t["us"])
+        sd["fastest_peer_us"] = fastest
+    out["gpu"] = " / ".join(dict.fromkeys(d["gpu"] for d in docs))
+    out["command"] = " ; ".join(d["command"] for d in docs)
+    out["targets"] = list(targets.values())
+    out["skipped"] = [x for d in docs for x in d.get("skipped", [])]
+    out["failed"] = [
+        f"{shape} {fd['label']} m={m}: {r.get('error', 'not exact')}"
+        for shape, sd in out["shapes"].items()
+        for fd in sd["formats"].values()
+        for m, r in fd["rows"].items()
+        if "us" not in r
+    ]
+    return out
+
+
+def _in(m: int, span: tuple[int, int | None]) -> bool:
+    return span[0] <= m and (span[1] is None or m <= span[1])
+
+
+def evaluate_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target with measured rows at ``TARGET_SHAPE``: met, the figure per m, the worst."""
+    sd = res["shapes"].get(TARGET_SHAPE)
+    if sd is None:
+        return []
+    out = []
+    for t in TARGETS:
+        fd = sd["formats"].get(t["format"])
+        if fd is None:
+            continue
+        rows = {m: r for m, r in fd["rows"].items() if _in(int(m), t["m"])}
+        if "peer" in t:
+            peer = sd["peers"].get(t["peer"], {}).get("times", {})
+            rows = {m: r for m, r in rows.items() if peer.get(m, {}).get("us")}
+        if not rows:
+            continue
+        met, figures = True, {}
+        for m, r in rows.items():
+            if "us" not in r:
+                met, figures[m] = False, "FAILED"
+                continue
+            if "floor_ratio" in t:
+                v, limit = r["us"] / sd["formats"].get(t["floor_of"], fd)["floor_us"], t["floor_ratio"]
+            else:
+                v, limit = r["us"] / peer[m]["us"], t["peer_ratio"]
+            figures[m] = round(v, 2)
+            met &= v <= limit
+        nums = [v for v in figures.values() if not isinstance(v, str)]
+        lo, hi = min(rows), max(rows)
+        span = f"m = {lo}" if lo == hi else f"m = {lo}..{hi}"
+        what = (
+            f"≤ {t['floor_ratio']}× the {FORMATS[t['floor_of']].label} floor"
+            if "floor_ratio" in t
+            else f"≤ {t['peer_ratio']}× the time of {t['peer']} peer"
+        )
+        out.append(
+            {
+                "format": t["format"],
+                "target": f"{FORMATS[t['format']].label}: {what}, {span}",
+                "met": met,
+                "per_m": figures,
+                "worst": max(nums) if nums else None,
+            }
+        )
+    return out
+
+
+def _us(t: dict[str, Any] | None) -> str:
+    if t is None:
+        return ""
+    if "us" not in t:
+        return "FAILED" if "status" in t else "n/a"
+    return f"{t['us']:,.1f}" + ("†" if t.get("method") == "loop" else "")
+
+
+def _runs(sd: dict[str, Any]) -> list[str]:
+    """A merged shape's runs: date, command, ceilings and what each measured (floors, ratios
+    and speed-ups are within each run)."""
+    runs: dict[str, tuple[dict[str, Any], list[str]]] = {}
+    for entry in (*sd["formats"].values(), *sd["peers"].values()):
+        run = entry.get("run") or {}
+        runs.setdefault(run.get("date", "?"), (run, []))[1].append(entry["label"])
+    out = ["Merged from runs (ratios and speed-ups are within each run):", ""]
+    for date, (run, labels) in runs.items():
+        c = run.get("ceilings", {})
+        bw = f"read-only {c['read_GBps'] / 1e3:.2f} TB/s" if "read_GBps" in c else "ceilings unknown"
+        out.append(f"* {date}, `{run.get('command', '?')}` ({bw}): {', '.join(labels)}")
+    return out
+
+
+def _shape_tables(shape: str, sd: dict[str, Any], merged: bool, full_max: int) -> list[str]:
+    """One shape's tables: µs per FFN of formats and peers against m; × floor / speed-up."""
+    lines: list[str] = []
+    ms = sorted(
+        {int(m) for fd in sd["formats"].values() for m in fd["rows"]}
+        | {int(m) for p in sd["peers"].values() for m in p["times"]}
+    )
+    head = "| | " + " | ".join(f"m={m}" for m in ms) + " |"
+    sep = "| --- | " + " | ".join("---:" for _ in ms) + " |"
+    lines += ["", f"### {shape}: hidden {sd['hidden']}, intermediate {sd['intermediate']}", ""]
+    if merged:
+        lines += [*_runs(sd), ""]
+    lines += [
+        "µs per FFN (gate + up + silu·mul + down), median; every metrale figure bit-exact against the "
+        f"reference (all rows up to m = {full_max}, sampled rows against the one-row result above; FAILED = "
+        "not exact, not reported); † = timed as a Python loop (graph capture failed)",
+        "",
+        head,
+        sep,
+    ]
+    for fd in sd["formats"].values():
+        cells = [_us(fd["rows"].get(m)) for m in ms]
+        lines.append(
+            f"| {fd['label']} ({fd.get('weight_bytes', 0) / 1e6:.1f} MB, floor "
+            f"{fd.get('floor_us', 0):.1f}) | " + " | ".join(cells) + " |"
+        )
+    for p in sd["peers"].values():
+        if "error" in p:
+            lines.append(f"| peer: {p['label']} | " + " | ".join("n/a" for _ in ms) + " |")
+        else:
+            lines.append(
+                f"| peer: {p['label']} | " + " | ".join(_us(p["times"].get(m, {})) for m in ms) + " |"
+            )
+    notes = [f"{p['label']}: {p['error']}" for p in sd["peers"].values() if "error" in p]
+    notes += [f"{p['label']}: {p['note']}" for p in sd["peers"].values() if p.get("note")]
+    if notes:
+        lines += ["", "Peer notes: " + "; ".join(notes) + "."]
+    lines += [
+        "",
+        "Ratio to the format's memory floor (× floor) / speed-up against the fastest peer at that m "
+        "(fastest peer µs / metrale µs):",
+        "",
+        head,
+        sep,
+    ]
+    for fd in sd["formats"].values():
+        cells = []
+        for m in ms:
+            r = fd["rows"].get(m)
+            if r is None or "us" not in r:
+                cells.append("" if r is None else "FAILED")
+            else:
+                sp = r.get("speedup_vs_fastest_peer")
+                cells.append(f"{r['x_floor']:.2f} / " + (f"{sp:.2f}" if sp else "–"))
+        lines.append(f"| {fd['label']} | " + " | ".join(cells) + " |")
+    fp = sd.get("fastest_peer_us", {})
+    lines.append("| fastest peer µs | " + " | ".join(f"{fp[m]:,.1f}" if m in fp else "–" for m in ms) + " |")
+    return lines
+
+
+def markdown(res: dict[str, Any]) -> str:
+    """Per shape: µs per FFN (formats and peers against m), × floor / speed-up against the
+    fastest peer; the targets; the single-kernel timings."""
+    c = res["ceilings"]
+    reads = (
+        ("read_kernel_GBps", "uint4-load kernel over 2 GiB"),
+        ("read_torch_sum_GBps", "torch.sum over int32"),
+        ("read_host_sum_GBps", "numpy sum"),
+    )
+    lines = [f"GPU: {res['gpu']}; date {res['date']}; command `{res['command']}`", ""]
+    if res.get("merged_from"):
+        lines.append("Merged from several runs: each shape lists its runs and their ceilings.")
+    else:
+        lines.append(
+            f"Ceilings in the same run: copy {c['copy_GBps'] / 1e3:.2f} TB/s "
+            "(1 GiB device-to-device, read + write); "
+            f"read-only streaming {c['read_GBps'] / 1e3:.2f} TB/s ("
+            + "; ".join(f"{what} {c[k] / 1e3:.2f} TB/s" for k, what in reads if k in c)
+            + "). Floor = FFN weight bytes / read-only streaming bandwidth."
+        )
+    for shape, sd in res["shapes"].items():
+        full_max = res.get("options", {}).get("full_max", 64)
+        lines += _shape_tables(shape, sd, bool(res.get("merged_from")), full_max)
+    if res.get("targets"):
+        lines += [
+            "",
+            f"Targets ({TARGET_SHAPE}):",
+            "",
+            "| target | met | worst | per m |",
+            "| --- | --- | ---: | --- |",
+        ]
+        for t in res["targets"]:
+            per = ", ".join(f"{m}: {v}" for m, v in t["per_m"].items())
+            lines.append(f"| {t['target']} | {'yes' if t['met'] else 'no'} | {t['worst']} | {per} |")
+    if res.get("skipped"):
+        lines += ["", "Not measured (the run's --deadline): " + "; ".join(res["skipped"]) + "."]
+    if res.get("kernels"):
+        lines += [
+            "",
+            "Single kernels (weights rotating over copies; bit-exact on the checked rows):",
+            "",
+            "| kernel | m | µs | TB/s | × floor |",
+            "| --- | ---: | ---: | ---: | ---: |",
+        ]
+        for k in res["kernels"]:
+            if "us" in k:
+                tb = k["bytes"] / (k["us"] * 1e-6) / 1e12
+                lines.append(f"| {k['label']} | {k['m']} | {k['us']:.2f} | {tb:.2f} | {k['x_floor']:.2f} |")
+            else:
+                lines.append(f"| {k['label']} | {k['m']} | {k.get('error', 'FAILED')} | | |")
+    return "\n".join(lines)
