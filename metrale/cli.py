@@ -7,9 +7,12 @@ partial DST or temporary folder behind, and never writes into SRC.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,7 +29,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from metrale.errors import MetraleError
+from metrale.errors import BackendUnavailable, MetraleError
 
 app = typer.Typer(
     name="metrale",
@@ -80,6 +83,25 @@ def _report_table(report: Any, limit: int) -> Table:
     if len(rows) > limit:
         t.add_row(f"… {len(rows) - limit} more (see conversion_report.json)", "", "", "", "", "", "")
     return t
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[list[int]]:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt like SIGINT while the block runs (so the
+    conversion cleans up the same way); the list holds the signal that arrived."""
+    got: list[int] = []
+
+    def handler(signum: int, _frame: object) -> None:
+        got.append(signum)
+        raise KeyboardInterrupt
+
+    sigs = [signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+    old = {sg: signal.signal(sg, handler) for sg in sigs}
+    try:
+        yield got
+    finally:
+        for sg, h in old.items():
+            signal.signal(sg, h)
 
 
 @app.command()
@@ -138,14 +160,21 @@ def convert(
         progress.advance(task[0], nbytes)
 
     try:
-        try:
-            report = convert_checkpoint(src, dst, opts, progress=on_tensor, on_start=on_start)
-        finally:
-            progress.stop()
+        with _signals_interrupt() as got:
+            try:
+                report = convert_checkpoint(src, dst, opts, progress=on_tensor, on_start=on_start)
+            finally:
+                progress.stop()
     except MetraleError as e:
         raise _fail(str(e)) from None
+    except OSError as e:
+        raise _fail(f"{e.filename or dst}: {e.strerror or e}") from None
     except KeyboardInterrupt:
-        raise _fail("interrupted; DST was not written and no temporary files remain", 130) from None
+        what = signal.Signals(got[0]).name if got else "SIGINT"
+        raise _fail(
+            f"interrupted ({what}); DST was not written and no temporary files remain",
+            128 + (got[0] if got else 2),
+        ) from None
     if not quiet:
         out = _out()
         out.print(_report_table(report, show))
@@ -308,6 +337,8 @@ def demo(
         )
     except MetraleError as e:
         raise _fail(str(e)) from None
+    except BackendUnavailable as e:
+        raise _fail(f"--backend {backend}: {e}") from None
     finally:
         if tmp is not None:
             tmp.cleanup()
@@ -332,6 +363,8 @@ def bench(ctx: typer.Context) -> None:
     argv, sys.argv = sys.argv, [str(path), *ctx.args]
     try:
         rc = mod.main()
+    except BackendUnavailable as e:
+        raise _fail(f"bench: {e}") from None
     finally:
         sys.argv = argv
     raise typer.Exit(int(rc or 0))

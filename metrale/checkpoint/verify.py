@@ -142,6 +142,8 @@ def verify_path(
 ) -> VerifyResult:
     """Verify the checkpoint at ``path``; with ``against``, compare with that source folder.
     ``exact`` also requires every quantized tensor to equal metrale's quantization of SRC."""
+    if max_rel_error is not None and not (np.isfinite(max_rel_error) and max_rel_error > 0):
+        raise MetraleError(f"--max-rel-error {max_rel_error}: want a finite number > 0")
     try:
         s = scan(path)
     except MetraleError as e:

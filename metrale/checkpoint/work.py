@@ -3,6 +3,10 @@ worker of the ``--workers`` pool; imports only numpy and the reference formats).
 
 from __future__ import annotations
 
+import ctypes
+import os
+import signal
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +43,17 @@ class QuantResult:
     arrays: tuple[tuple[str, np.ndarray], ...]
     rel_error: float
     nbytes: int
+
+
+def worker_init() -> None:
+    """A pool worker ignores Ctrl-C (the parent handles it and shuts the pool down) and, on
+    Linux, is killed when its parent dies (prctl PR_SET_PDEATHSIG), so none outlives a killed run."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+        if os.getppid() == 1:  # the parent died before prctl
+            os._exit(1)
 
 
 def _file(path: str) -> SafetensorsFile:
