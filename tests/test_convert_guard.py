@@ -323,3 +323,40 @@ def test_cli_bad_max_rel_error(src: Path, tmp_path: Path) -> None:
         app, ["verify", str(tmp_path / "q"), "--against", str(src), "--max-rel-error", "nan"]
     )
     assert r.exit_code == 1 and "error: --max-rel-error nan: want a finite number > 0" in r.output
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux")
+def test_workers_exit_when_the_parent_is_killed(tmp_path: Path) -> None:
+    s = make_example_checkpoint(
+        tmp_path / "big", hidden=256, intermediate=1024, layers=24, vocab=512, shards=2
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-m", "metrale.cli", "convert", str(s), str(tmp_path / "out"), "-q", "-j", "2"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    kids: list[int] = []
+    deadline = time.monotonic() + 60
+    while len(kids) < 3:  # the resource tracker and two workers
+        assert p.poll() is None and time.monotonic() < deadline
+        kids = [int(k) for k in Path(f"/proc/{p.pid}/task/{p.pid}/children").read_text().split()]
+        time.sleep(0.02)
+    p.kill()
+    p.wait()
+    deadline = time.monotonic() + 10
+    alive = kids
+    while alive and time.monotonic() < deadline:
+        alive = [k for k in kids if Path(f"/proc/{k}").exists() and "Z" not in _state(k)]
+        time.sleep(0.05)
+    workers = [k for k in alive if "spawn_main" in Path(f"/proc/{k}/cmdline").read_text()]
+    for k in alive:
+        os.kill(k, signal.SIGKILL)
+    assert workers == []
+
+
+def _state(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2]
+    except (OSError, ValueError):
+        return "Z"
