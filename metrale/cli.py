@@ -40,6 +40,24 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from metrale.checkpoint.layouts import metrale_version
+
+        typer.echo(f"metrale {metrale_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print metrale's version and exit."),
+    ] = False,
+) -> None:
+    """Quantize Hugging Face checkpoints (NVFP4, FP8, W8A8, Q2_0) and run their FFN layers with metrale."""
+
+
 def _out() -> Console:
     return Console(highlight=False)
 
@@ -108,7 +126,15 @@ def _signals_interrupt() -> Iterator[list[int]]:
 def convert(
     src: Annotated[Path, typer.Argument(help="Hugging Face model folder (config.json + safetensors).")],
     dst: Annotated[Path, typer.Argument(help="Output folder (must not exist unless --force).")],
-    format: Annotated[str, typer.Option("--format", "-f", help="nvfp4 | fp8 | w8a8 | q2_0")] = "nvfp4",
+    format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            metavar="[nvfp4|fp8|w8a8|q2_0]",
+            help="nvfp4 (ModelOpt), fp8 / w8a8 (compressed-tensors) or q2_0 (GGUF type 42).",
+        ),
+    ] = "nvfp4",
     exclude: Annotated[
         list[str] | None,
         typer.Option("--exclude", "-x", help="Glob of module/tensor names to keep unquantized (repeat)."),

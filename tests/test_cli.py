@@ -163,3 +163,12 @@ def test_bench_dry_run_is_exact_and_reports() -> None:
     assert "every timed result bit-exact" in r.output
     for fmt in ("NVFP4", "W8A8", "Q2_0", "FP8", "BF16"):
         assert fmt in r.output
+
+
+def test_version_and_format_choices_in_help() -> None:
+    from metrale.checkpoint.layouts import metrale_version
+
+    r = run("--version")
+    assert r.exit_code == 0 and r.stdout.strip() == f"metrale {metrale_version()}"
+    r = run("convert", "--help")
+    assert r.exit_code == 0 and "[nvfp4|fp8|w8a8|q2_0]" in r.stdout
