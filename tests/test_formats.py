@@ -34,11 +34,13 @@ from metrale.reference.formats.nvfp4 import pack_nibbles, unpack_nibbles
 # --------------------------------------------------------------------------- producers
 
 
-def modelopt_nvfp4(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.float32]:
-    """ModelOpt NVFP4 quantize: (packed uint8 [N, K/2], scale uint8 bits [N, K/16], s2 f32)."""
+def modelopt_nvfp4(w: np.ndarray, amax: float | None = None) -> tuple[np.ndarray, np.ndarray, np.float32]:
+    """ModelOpt NVFP4 quantize: (packed uint8 [N, K/2], scale uint8 bits [N, K/16], s2 f32);
+    ``amax`` is the weight quantizer's amax when fused siblings share one (default: own)."""
     t = torch.from_numpy(np.asarray(w, dtype=F32).copy())
     n, k = t.shape
-    s2 = t.abs().max().float() / (6.0 * 448.0)
+    a = t.abs().max().float() if amax is None else torch.tensor(amax, dtype=torch.float32)
+    s2 = a / (6.0 * 448.0)
     per_block_amax = t.view(n, k // 16, 16).abs().amax(dim=-1).float()
     per_block_scale = per_block_amax / (6.0 * s2)
     per_block_scale[per_block_scale == 0] = 1.0
@@ -524,3 +526,19 @@ def test_q2_0_overflowing_inverse_scale_is_ggml_x86_64_bytes() -> None:
     assert got[20] == (2 | 0 << 2 | 1 << 4 | 1 << 6)
     assert got[21:36] == bytes([0x55]) * 15
     assert got == ggml_q2_0(w)
+
+
+def test_nvfp4_shared_weight_amax_matches_modelopt_fused_siblings(rng: np.random.Generator) -> None:
+    """ModelOpt gives fused siblings (gate/up, q/k/v) one amax: s2 = max(amax)/(6·448) and
+    every block scale relative to that s2 (vLLM then uses one weight_scale_2 unchanged)."""
+    gate = rng.standard_normal((8, 64)).astype(F32)
+    up = (rng.standard_normal((8, 64)) * 0.1).astype(F32)
+    shared = float(max(np.abs(gate).max(), np.abs(up).max()))
+    for w in (gate, up):
+        q = Nvfp4Weight.quantize(w, weight_amax=shared)
+        p_ref, s_ref, s2_ref = modelopt_nvfp4(w, amax=shared)
+        assert_bits_equal(np.float32(q.weight_scale_2), s2_ref, "weight_scale_2")
+        assert_bits_equal(q.weight_scale.view(np.uint8), s_ref, "weight_scale")
+        assert_bits_equal(q.weight, p_ref, "weight")
+    with pytest.raises(MetraleError, match=r"weight amax 0\.5 is below the tensor's own amax"):
+        Nvfp4Weight.quantize(gate, weight_amax=0.5)

@@ -137,6 +137,7 @@ class _Plan:
     input_amax: float | None = None
     gguf_name: str | None = None
     rope_heads: int | None = None
+    weight_amax: float | None = None
 
 
 def module_of(tensor_name: str) -> str:
@@ -266,6 +267,18 @@ def _plan(folder: HfFolder, opts: ConvertOptions) -> list[_Plan]:
             )
     _check_config_sizes(folder)
     amax = read_calibration(opts.calibration, [module_of(n) for n in chosen]) if opts.calibration else {}
+    shared: dict[str, float] = {}
+    if opts.format == "nvfp4":
+        from metrale.checkpoint.fusion import shared_amax
+
+        def weight(m: str) -> np.ndarray:
+            n = f"{m}.weight"
+            try:
+                return folder.tensor(n)
+            finally:
+                folder.files[folder.where[n]].release(n)
+
+        shared = shared_amax([module_of(n) for n in chosen], weight)
     mapper = None
     if opts.format == "q2_0":
         from metrale.checkpoint.gguf_q2 import NameMapper
@@ -290,7 +303,10 @@ def _plan(folder: HfFolder, opts: ConvertOptions) -> list[_Plan]:
                     f"{folder.path / folder.where[n]}: tensor {n!r} has dtype {e.dtype}, which the GGUF "
                     "output cannot carry (want BF16, F16 or F32)"
                 )
-        plans.append(_Plan(n, folder.where[n], e, q, amax.get(module_of(n)), gname, heads))
+        mod = module_of(n)
+        plans.append(
+            _Plan(n, folder.where[n], e, q, amax.get(mod), gname, heads, shared.get(mod) if q else None)
+        )
     return plans
 
 
@@ -337,7 +353,9 @@ def _results(
     """Plans in order with their quantization results (None for copies)."""
 
     def task(p: _Plan) -> _work.QuantTask:
-        return _work.QuantTask(opts.format, str(folder.path / p.shard), p.name, p.input_amax, p.rope_heads)
+        return _work.QuantTask(
+            opts.format, str(folder.path / p.shard), p.name, p.input_amax, p.rope_heads, p.weight_amax
+        )
 
     if opts.workers <= 1:
         for p in plans:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from metrale.checkpoint.fusion import shared_amax, sibling_groups
 from metrale.checkpoint.inspect import Row, Scan, scan
 from metrale.checkpoint.io import HfFolder
 from metrale.checkpoint.load import weight_from_tensors
@@ -118,6 +119,20 @@ def _check_configs(res: VerifyResult, quant_rows: list[Row]) -> None:
                 v.append(f"{m}: quantized but listed as ignored ({pat!r})")
 
 
+def _check_siblings(res: VerifyResult, weights: dict[str, Any]) -> None:
+    """NVFP4 fused siblings (gate/up, q/k/v) must share weight_scale_2: vLLM runs them as one
+    layer with one global scale (docs/arithmetic.md, "NVFP4 fused siblings")."""
+    nv = {m: w for m, w in weights.items() if isinstance(w, Nvfp4Weight)}
+    for group in sibling_groups(nv):
+        bits = {np.float32(nv[m].weight_scale_2).view(np.uint32).item() for m in group}
+        if len(bits) > 1:
+            vals = ", ".join(f"{float(nv[m].weight_scale_2):.9g}" for m in group)
+            res.violations.append(
+                f"{', '.join(group)}: fused siblings have different weight_scale_2 ({vals}); "
+                "vLLM runs them as one layer with one global scale"
+            )
+
+
 def _invariants(w: Any, name: str) -> list[str]:
     out = []
     if isinstance(w, Nvfp4Weight):
@@ -158,6 +173,7 @@ def verify_path(
     else:
         _load_folder_weights(s, quant_rows, res, weights)
         _check_index(s, res)
+        _check_siblings(res, weights)
     _check_configs(res, quant_rows)
     if against is not None:
         _against(res, Path(against), weights, max_rel_error, exact)
@@ -239,6 +255,10 @@ def _compare(
                     continue
         else:
             to_src = {n[: -len(".weight")]: n for n in source.names() if n.endswith(".weight")}
+        shared: dict[str, float] = {}
+        if s.layout != "gguf":
+            nv = [m for m, w in weights.items() if isinstance(w, Nvfp4Weight) and m in to_src]
+            shared = shared_amax(nv, lambda m: source.tensor(to_src[m]))
         for r in s.rows:
             fmt = _fmt_key(r.format)
             src_name = to_src.get(r.name)
@@ -271,7 +291,7 @@ def _compare(
             err = rel_error(src32, deq)
             mae = float(np.max(np.abs(deq.astype(np.float64) - src32))) if src32.size else 0.0
             try:
-                again = quantize_array(fmt, src_w, r.name)
+                again = quantize_array(fmt, src_w, r.name, weight_amax=shared.get(r.name))
                 same = bool(np.array_equal(again.dequantize().view(np.uint32), deq.view(np.uint32)))
             except MetraleError:
                 same = False
