@@ -236,6 +236,7 @@ def inspect(
                 {"path": str(s.path), "layout": s.layout, "detail": s.detail, "tensors": rows}, indent=2
             )
         )
+        _flag_violations(path)
         return
     t = Table(title=f"{s.path} — {s.layout}{' (' + s.detail + ')' if s.detail else ''}", title_justify="left")
     for c, j in (
@@ -252,6 +253,22 @@ def inspect(
     out.print(t)
     ratio = s.logical_bf16_bytes / s.total_bytes if s.total_bytes else 0.0
     out.print(f"{len(s.rows)} tensors, {s.total_bytes:,} bytes, {ratio:.2f}× smaller than bf16")
+    _flag_violations(path)
+
+
+def _flag_violations(path: Path) -> None:
+    """inspect prints what verify (without --against) would reject, as warnings."""
+    from metrale.checkpoint.verify import verify_path
+
+    v = verify_path(path).violations
+    if v:
+        err = _err()
+        err.print(
+            f"[bold yellow]warning:[/] verify would reject this checkpoint: {len(v)} problem(s)",
+            soft_wrap=True,
+        )
+        for line in v:
+            err.print(f"  {line}", soft_wrap=True, markup=False)
 
 
 @app.command()
