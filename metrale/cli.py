@@ -378,10 +378,14 @@ def demo(
             "next: [bold]metrale convert SRC DST --format nvfp4[/], [bold]metrale inspect DST[/], "
             "[bold]metrale verify DST --against SRC[/]"
         )
-    except MetraleError as e:
-        raise _fail(str(e)) from None
-    except BackendUnavailable as e:
-        raise _fail(f"--backend {backend}: {e}") from None
+    except (MetraleError, BackendUnavailable) as e:
+        msg = f"--backend {backend}: {e}" if isinstance(e, BackendUnavailable) else str(e)
+        kept = (
+            f" (the files written so far are kept in {out_dir})"
+            if out_dir is not None
+            else " (its temporary folder was removed)"
+        )
+        raise _fail(msg + kept) from None
     finally:
         if tmp is not None:
             tmp.cleanup()

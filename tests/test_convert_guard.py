@@ -360,3 +360,21 @@ def _state(pid: int) -> str:
         return stat[stat.rindex(")") + 2]
     except (OSError, ValueError):
         return "Z"
+
+
+def test_cli_demo_failure_says_what_it_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    import metrale.checkpoint.verify as verify
+    from metrale.cli import app
+
+    def boom(*a: object, **k: object) -> object:
+        raise MetraleError("injected failure")
+
+    monkeypatch.setattr(verify, "verify_path", boom)
+    r = CliRunner().invoke(app, ["demo", "--out", str(tmp_path / "d")], env={"COLUMNS": "240"})
+    assert r.exit_code == 1
+    out = r.output.replace("\n", " ")
+    assert "error: injected failure" in out
+    assert f"the files written so far are kept in {tmp_path / 'd'}" in out
+    assert (tmp_path / "d" / "llama-tiny" / "config.json").is_file()
