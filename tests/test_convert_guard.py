@@ -378,3 +378,19 @@ def test_cli_demo_failure_says_what_it_kept(tmp_path: Path, monkeypatch: pytest.
     assert "error: injected failure" in out
     assert f"the files written so far are kept in {tmp_path / 'd'}" in out
     assert (tmp_path / "d" / "llama-tiny" / "config.json").is_file()
+
+
+def test_cli_bench_without_gpu_is_one_line() -> None:
+    from metrale.backend import get_backend
+    from metrale.errors import BackendUnavailable
+
+    try:
+        get_backend("cuda")
+        pytest.skip("a GPU is present")
+    except BackendUnavailable:
+        pass
+    r = subprocess.run(
+        [sys.executable, "-m", "metrale.cli", "bench"], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "error: bench: backend 'cuda' cannot run here" in r.stderr.replace("\n", " ")
