@@ -7,9 +7,12 @@ partial DST or temporary folder behind, and never writes into SRC.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,7 +29,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from metrale.errors import MetraleError
+from metrale.errors import BackendUnavailable, MetraleError
 
 app = typer.Typer(
     name="metrale",
@@ -35,6 +38,24 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from metrale.checkpoint.layouts import metrale_version
+
+        typer.echo(f"metrale {metrale_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print metrale's version and exit."),
+    ] = False,
+) -> None:
+    """Quantize Hugging Face checkpoints (NVFP4, FP8, W8A8, Q2_0) and run their FFN layers with metrale."""
 
 
 def _out() -> Console:
@@ -82,11 +103,38 @@ def _report_table(report: Any, limit: int) -> Table:
     return t
 
 
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[list[int]]:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt like SIGINT while the block runs (so the
+    conversion cleans up the same way); the list holds the signal that arrived."""
+    got: list[int] = []
+
+    def handler(signum: int, _frame: object) -> None:
+        got.append(signum)
+        raise KeyboardInterrupt
+
+    sigs = [signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+    old = {sg: signal.signal(sg, handler) for sg in sigs}
+    try:
+        yield got
+    finally:
+        for sg, h in old.items():
+            signal.signal(sg, h)
+
+
 @app.command()
 def convert(
     src: Annotated[Path, typer.Argument(help="Hugging Face model folder (config.json + safetensors).")],
     dst: Annotated[Path, typer.Argument(help="Output folder (must not exist unless --force).")],
-    format: Annotated[str, typer.Option("--format", "-f", help="nvfp4 | fp8 | w8a8 | q2_0")] = "nvfp4",
+    format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            metavar="[nvfp4|fp8|w8a8|q2_0]",
+            help="nvfp4 (ModelOpt), fp8 / w8a8 (compressed-tensors) or q2_0 (GGUF type 42).",
+        ),
+    ] = "nvfp4",
     exclude: Annotated[
         list[str] | None,
         typer.Option("--exclude", "-x", help="Glob of module/tensor names to keep unquantized (repeat)."),
@@ -138,14 +186,21 @@ def convert(
         progress.advance(task[0], nbytes)
 
     try:
-        try:
-            report = convert_checkpoint(src, dst, opts, progress=on_tensor, on_start=on_start)
-        finally:
-            progress.stop()
+        with _signals_interrupt() as got:
+            try:
+                report = convert_checkpoint(src, dst, opts, progress=on_tensor, on_start=on_start)
+            finally:
+                progress.stop()
     except MetraleError as e:
         raise _fail(str(e)) from None
+    except OSError as e:
+        raise _fail(f"{e.filename or dst}: {e.strerror or e}") from None
     except KeyboardInterrupt:
-        raise _fail("interrupted; DST was not written and no temporary files remain", 130) from None
+        what = signal.Signals(got[0]).name if got else "SIGINT"
+        raise _fail(
+            f"interrupted ({what}); DST was not written and no temporary files remain",
+            128 + (got[0] if got else 2),
+        ) from None
     if not quiet:
         out = _out()
         out.print(_report_table(report, show))
@@ -181,6 +236,7 @@ def inspect(
                 {"path": str(s.path), "layout": s.layout, "detail": s.detail, "tensors": rows}, indent=2
             )
         )
+        _flag_violations(path)
         return
     t = Table(title=f"{s.path} — {s.layout}{' (' + s.detail + ')' if s.detail else ''}", title_justify="left")
     for c, j in (
@@ -197,6 +253,22 @@ def inspect(
     out.print(t)
     ratio = s.logical_bf16_bytes / s.total_bytes if s.total_bytes else 0.0
     out.print(f"{len(s.rows)} tensors, {s.total_bytes:,} bytes, {ratio:.2f}× smaller than bf16")
+    _flag_violations(path)
+
+
+def _flag_violations(path: Path) -> None:
+    """inspect prints what verify (without --against) would reject, as warnings."""
+    from metrale.checkpoint.verify import verify_path
+
+    v = verify_path(path).violations
+    if v:
+        err = _err()
+        err.print(
+            f"[bold yellow]warning:[/] verify would reject this checkpoint: {len(v)} problem(s)",
+            soft_wrap=True,
+        )
+        for line in v:
+            err.print(f"  {line}", soft_wrap=True, markup=False)
 
 
 @app.command()
@@ -306,8 +378,14 @@ def demo(
             "next: [bold]metrale convert SRC DST --format nvfp4[/], [bold]metrale inspect DST[/], "
             "[bold]metrale verify DST --against SRC[/]"
         )
-    except MetraleError as e:
-        raise _fail(str(e)) from None
+    except (MetraleError, BackendUnavailable) as e:
+        msg = f"--backend {backend}: {e}" if isinstance(e, BackendUnavailable) else str(e)
+        kept = (
+            f" (the files written so far are kept in {out_dir})"
+            if out_dir is not None
+            else " (its temporary folder was removed)"
+        )
+        raise _fail(msg + kept) from None
     finally:
         if tmp is not None:
             tmp.cleanup()
@@ -323,7 +401,11 @@ def bench(ctx: typer.Context) -> None:
     (``metrale bench --help`` for its options; --dry-run runs on the CPU)."""
     from metrale.bench import main as bench_main
 
-    raise typer.Exit(bench_main(list(ctx.args)))
+    try:
+        rc = bench_main(list(ctx.args))
+    except BackendUnavailable as e:
+        raise _fail(f"bench: {e}") from None
+    raise typer.Exit(rc)
 
 
 def main() -> None:  # pragma: no cover - console entry for `python -m metrale.cli`

@@ -59,9 +59,11 @@ def expected_layer(src: Path, fmt: str, layer: int, amax: dict[str, float] | Non
     cfg = FfnConfig(HIDDEN, INTER)
     names = [f"model.layers.{layer}.mlp.{p}" for p in FFN]
     if fmt == "nvfp4":
+        # gate and up are fused siblings: one weight amax, the larger (ModelOpt)
+        shared = float(max(np.abs(ws[0].astype(np.float32)).max(), np.abs(ws[1].astype(np.float32)).max()))
         q = [
-            Nvfp4Weight.quantize(w, input_amax=None if amax is None else amax[n], name=n)
-            for w, n in zip(ws, names, strict=True)
+            Nvfp4Weight.quantize(w, input_amax=None if amax is None else amax[n], weight_amax=wa, name=n)
+            for w, n, wa in zip(ws, names, (shared, shared, None), strict=True)
         ]
         return DenseFfnLayer(cfg, weights=FfnWeights(*q), backend="reference")
     if fmt == "fp8":

@@ -175,3 +175,27 @@ def test_bench_options_through_the_cli() -> None:
     r = run("bench", "--m", "0")
     assert r.exit_code == 2
     assert r.stderr.strip() == "error: --m 0: '0' is not a row count >= 1 (or decode, prefill)"
+
+
+def test_version_and_format_choices_in_help() -> None:
+    from metrale.checkpoint.layouts import metrale_version
+
+    r = run("--version")
+    assert r.exit_code == 0 and r.stdout.strip() == f"metrale {metrale_version()}"
+    r = run("convert", "--help")
+    assert r.exit_code == 0 and "[nvfp4|fp8|w8a8|q2_0]" in r.stdout
+
+
+def test_inspect_flags_what_verify_rejects(converted: dict[str, Path], tmp_path: Path) -> None:
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(converted["fp8"], bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    cfg["hidden_act"] = "relu"
+    (bad / "config.json").write_text(json.dumps(cfg))
+    r = run("inspect", str(bad))
+    assert r.exit_code == 0
+    assert "warning: verify would reject this checkpoint:" in r.stderr and "hidden_act 'relu'" in r.stderr
+    r = run("inspect", str(converted["fp8"]))
+    assert r.exit_code == 0 and "warning" not in r.stderr

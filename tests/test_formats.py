@@ -34,11 +34,13 @@ from metrale.reference.formats.nvfp4 import pack_nibbles, unpack_nibbles
 # --------------------------------------------------------------------------- producers
 
 
-def modelopt_nvfp4(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.float32]:
-    """ModelOpt NVFP4 quantize: (packed uint8 [N, K/2], scale uint8 bits [N, K/16], s2 f32)."""
+def modelopt_nvfp4(w: np.ndarray, amax: float | None = None) -> tuple[np.ndarray, np.ndarray, np.float32]:
+    """ModelOpt NVFP4 quantize: (packed uint8 [N, K/2], scale uint8 bits [N, K/16], s2 f32);
+    ``amax`` is the weight quantizer's amax when fused siblings share one (default: own)."""
     t = torch.from_numpy(np.asarray(w, dtype=F32).copy())
     n, k = t.shape
-    s2 = t.abs().max().float() / (6.0 * 448.0)
+    a = t.abs().max().float() if amax is None else torch.tensor(amax, dtype=torch.float32)
+    s2 = a / (6.0 * 448.0)
     per_block_amax = t.view(n, k // 16, 16).abs().amax(dim=-1).float()
     per_block_scale = per_block_amax / (6.0 * s2)
     per_block_scale[per_block_scale == 0] = 1.0
@@ -64,7 +66,7 @@ def ct_channel(w: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray]:
     bit_range = q_max - q_min
     max_val_pos = torch.max(torch.abs(min_vals), torch.abs(max_vals))
     scales = max_val_pos / (float(bit_range) / 2)
-    scales = torch.clamp(scales, min=torch.finfo(torch.float32).eps)
+    scales = torch.where(scales == 0, torch.finfo(torch.float32).eps, scales)
     scaled = torch.clamp(t / scales, q_min, q_max)
     if kind == "fp8":
         q = scaled.to(torch.float8_e4m3fn).view(torch.uint8).numpy()
@@ -88,10 +90,14 @@ def ggml_q2_0(w: np.ndarray) -> bytes:
             for v in x:
                 amax = max(amax, F32(abs(v)))
             d = amax
-            idd = F32(1.0) / d if d > 0 else F32(0.0)
+            with np.errstate(over="ignore"):
+                idd = F32(1.0) / d if d > 0 else F32(0.0)
             qs = [0] * 16
             for j in range(64):
-                q = _roundf(float(F32(x[j] * idd))) + 1
+                with np.errstate(invalid="ignore"):
+                    v = float(F32(x[j] * idd))
+                # x86-64: (int) of a non-finite float is INT_MIN
+                q = (_roundf(v) if math.isfinite(v) else -(2**31)) + 1
                 q = 0 if q < 0 else 3 if q > 3 else q
                 qs[j // 4] |= q << ((j % 4) * 2)
             out += struct.pack("<e", float(d)) + bytes(qs)
@@ -449,3 +455,90 @@ def test_q2_0_refuses_f16_overflow() -> None:
     w[0, 0] = 1e5
     with pytest.raises(MetraleError, match=r"ffn_up: block amax .* overflows"):
         Q2_0Weight.quantize(w, name="ffn_up")
+
+
+# ------------------------------------------------- producers' edge conventions (tiny scales)
+
+
+def _ct_installed(w: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """The installed compressed-tensors' own calculate_qparams + quantize (channel, symmetric)."""
+    from compressed_tensors.quantization import QuantizationArgs
+    from compressed_tensors.quantization.lifecycle.forward import quantize
+    from compressed_tensors.quantization.utils.helpers import calculate_qparams
+
+    args = QuantizationArgs(num_bits=8, type=kind, symmetric=True, strategy="channel")
+    t = torch.from_numpy(np.asarray(w, dtype=F32).copy())
+    s, z = calculate_qparams(t.amin(1, keepdim=True), t.amax(1, keepdim=True), args)
+    dt = torch.float8_e4m3fn if kind == "float" else torch.int8
+    q = quantize(t, s, z, args, dtype=dt)
+    raw = q.view(torch.uint8).numpy() if kind == "float" else q.numpy()
+    return raw, s[:, 0].numpy()
+
+
+def _tiny_rows() -> np.ndarray:
+    w = np.zeros((5, 16), F32)
+    w[0, :2] = [1e-6, -2.5e-7]  # 0 < amax < 127.5·eps: the producer keeps amax/127.5
+    w[1, 0] = 1e-38  # subnormal-range scale
+    w[3, :3] = [3e-5, -1e-5, 1e-7]  # below 448·eps for FP8
+    w[4, :2] = [1.0, -0.5]
+    return w  # row 2 all zero: scale is eps exactly
+
+
+def test_w8a8_tiny_scales_match_compressed_tensors_0_20() -> None:
+    """compressed-tensors 0.20 replaces only a zero scale by eps (the issue's reproducer: scale
+    0x3206BE7B, codes [127, -32])."""
+    w = _tiny_rows()
+    q = W8a8Weight.quantize(w)
+    assert int(q.weight_scale.view(np.uint32)[0]) == 0x3206BE7B
+    assert q.weight[0, :2].tolist() == [127, -32]
+    assert int(q.weight_scale.view(np.uint32)[2]) == 0x34000000 and not q.weight[2].any()
+    q_ct, s_ct = _ct_installed(w, "int")
+    assert_bits_equal(q.weight_scale, s_ct, "weight_scale")
+    assert_bits_equal(q.weight, q_ct, "weight")
+
+
+def test_fp8_tiny_scales_match_compressed_tensors_0_20() -> None:
+    w = _tiny_rows()
+    q = Fp8Weight.quantize(w)
+    assert int(q.weight_scale.view(np.uint32)[0]) == 0x31196446
+    assert q.weight[0, :2].astype(F32).tolist() == [448.0, -112.0]
+    q_ct, s_ct = _ct_installed(w, "float")
+    assert_bits_equal(q.weight_scale, s_ct, "weight_scale")
+    assert_bits_equal(q.weight.view(np.uint8), q_ct, "weight")
+
+
+def test_q2_0_overflowing_inverse_scale_is_ggml_x86_64_bytes() -> None:
+    """A block with amax <= 2^-128 (1/amax overflows f32): ggml's x86-64 build converts
+    roundf(±inf or NaN) to INT_MIN, clamped to code 0 — every code 0; d = f16(amax) = 0.
+    No NaN reaches an integer cast (warnings are errors here)."""
+    import warnings
+
+    w = np.zeros((1, 128), F32)
+    w[0, :4] = [2.0**-130, -(2.0**-131), 0.0, 2.0**-149]
+    w[0, 64:68] = [1.0, -1.0, 0.25, 0.0]  # an ordinary block beside it
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        q = Q2_0Weight.quantize(w)
+    got = q.blocks.reshape(-1).tobytes()
+    assert got[:18] == bytes(18)
+    # ordinary block: d = 1.0 (f16 0x3C00); codes roundf(x)+1: 1 → 2, -1 → 0, 0.25 and 0 → 1
+    assert got[18:20] == b"\x00\x3c"
+    assert got[20] == (2 | 0 << 2 | 1 << 4 | 1 << 6)
+    assert got[21:36] == bytes([0x55]) * 15
+    assert got == ggml_q2_0(w)
+
+
+def test_nvfp4_shared_weight_amax_matches_modelopt_fused_siblings(rng: np.random.Generator) -> None:
+    """ModelOpt gives fused siblings (gate/up, q/k/v) one amax: s2 = max(amax)/(6·448) and
+    every block scale relative to that s2 (vLLM then uses one weight_scale_2 unchanged)."""
+    gate = rng.standard_normal((8, 64)).astype(F32)
+    up = (rng.standard_normal((8, 64)) * 0.1).astype(F32)
+    shared = float(max(np.abs(gate).max(), np.abs(up).max()))
+    for w in (gate, up):
+        q = Nvfp4Weight.quantize(w, weight_amax=shared)
+        p_ref, s_ref, s2_ref = modelopt_nvfp4(w, amax=shared)
+        assert_bits_equal(np.float32(q.weight_scale_2), s2_ref, "weight_scale_2")
+        assert_bits_equal(q.weight_scale.view(np.uint8), s_ref, "weight_scale")
+        assert_bits_equal(q.weight, p_ref, "weight")
+    with pytest.raises(MetraleError, match=r"weight amax 0\.5 is below the tensor's own amax"):
+        Nvfp4Weight.quantize(gate, weight_amax=0.5)

@@ -17,7 +17,10 @@ set and the main process at most ``workers + 1`` packed results.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import fnmatch
+import glob
 import json
 import os
 import re
@@ -134,6 +137,7 @@ class _Plan:
     input_amax: float | None = None
     gguf_name: str | None = None
     rope_heads: int | None = None
+    weight_amax: float | None = None
 
 
 def module_of(tensor_name: str) -> str:
@@ -157,6 +161,11 @@ def select(folder: HfFolder, opts: ConvertOptions) -> list[str]:
     out = []
     for n in folder.names():
         e = folder.entry(n)
+        if n.endswith(".weight") and FFN_RE.search(module_of(n)) and len(e.shape) != 2:
+            raise MetraleError(
+                f"{folder.path / folder.where[n]}: tensor {n!r} has shape {list(e.shape)}: a projection "
+                "weight must be 2-D [out_features, in_features]"
+            )
         if not is_linear_weight(e):
             continue
         if not opts.all_linear and not FFN_RE.search(module_of(n)):
@@ -256,7 +265,20 @@ def _plan(folder: HfFolder, opts: ConvertOptions) -> list[_Plan]:
                 f"{f}: tensor {n!r} shape [{rows}, {k}]: K={k} is not a multiple of the "
                 f"{opts.format} block of {block}"
             )
+    _check_config_sizes(folder)
     amax = read_calibration(opts.calibration, [module_of(n) for n in chosen]) if opts.calibration else {}
+    shared: dict[str, float] = {}
+    if opts.format == "nvfp4":
+        from metrale.checkpoint.fusion import shared_amax
+
+        def weight(m: str) -> np.ndarray:
+            n = f"{m}.weight"
+            try:
+                return folder.tensor(n)
+            finally:
+                folder.files[folder.where[n]].release(n)
+
+        shared = shared_amax([module_of(n) for n in chosen], weight)
     mapper = None
     if opts.format == "q2_0":
         from metrale.checkpoint.gguf_q2 import NameMapper
@@ -281,8 +303,34 @@ def _plan(folder: HfFolder, opts: ConvertOptions) -> list[_Plan]:
                     f"{folder.path / folder.where[n]}: tensor {n!r} has dtype {e.dtype}, which the GGUF "
                     "output cannot carry (want BF16, F16 or F32)"
                 )
-        plans.append(_Plan(n, folder.where[n], e, q, amax.get(module_of(n)), gname, heads))
+        mod = module_of(n)
+        plans.append(
+            _Plan(n, folder.where[n], e, q, amax.get(mod), gname, heads, shared.get(mod) if q else None)
+        )
     return plans
+
+
+def _check_config_sizes(folder: HfFolder) -> None:
+    """config.json's hidden_size / intermediate_size, where given, match every FFN projection
+    (gate/up [intermediate, hidden], down [hidden, intermediate])."""
+    cfg = folder.config
+    want = {k: cfg.get(k) for k in ("hidden_size", "intermediate_size")}
+    for n in folder.names():
+        m = FFN_RE.search(module_of(n))
+        if m is None or not n.endswith(".weight"):
+            continue
+        rows, cols = folder.entry(n).shape
+        out_key, in_key = (
+            ("hidden_size", "intermediate_size")
+            if m.group(2) == "down_proj"
+            else ("intermediate_size", "hidden_size")
+        )
+        for key, got in ((out_key, rows), (in_key, cols)):
+            if isinstance(want[key], int) and want[key] != got:
+                raise MetraleError(
+                    f"{folder.path / 'config.json'}: {key} {want[key]} disagrees with tensor {n!r} "
+                    f"[{rows}, {cols}]"
+                )
 
 
 def _out_entries(p: _Plan, fmt: str) -> list[tuple[str, str, tuple[int, ...]]]:
@@ -305,7 +353,9 @@ def _results(
     """Plans in order with their quantization results (None for copies)."""
 
     def task(p: _Plan) -> _work.QuantTask:
-        return _work.QuantTask(opts.format, str(folder.path / p.shard), p.name, p.input_amax, p.rope_heads)
+        return _work.QuantTask(
+            opts.format, str(folder.path / p.shard), p.name, p.input_amax, p.rope_heads, p.weight_amax
+        )
 
     if opts.workers <= 1:
         for p in plans:
@@ -313,7 +363,9 @@ def _results(
         return
     import multiprocessing as mp
 
-    ex = ProcessPoolExecutor(max_workers=opts.workers, mp_context=mp.get_context("spawn"))
+    ex = ProcessPoolExecutor(
+        max_workers=opts.workers, mp_context=mp.get_context("spawn"), initializer=_work.worker_init
+    )
     try:
         pending: deque[tuple[_Plan, Future[_work.QuantResult] | None]] = deque()
         it = iter(plans)
@@ -517,6 +569,113 @@ def _write_gguf(
     shutil.copy2(folder.path / "config.json", tmp / "config.json")
 
 
+def _start_time(pid: int) -> str:
+    """Start time of process ``pid`` in clock ticks since boot (/proc), "0" where unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2 :].split()[19]
+    except (OSError, ValueError, IndexError):
+        return "0"
+
+
+def _alive(pid: int, start: str) -> bool:
+    """Process ``pid`` exists and (where known) is the one that started at ``start``."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return start == "0" or _start_time(pid) in (start, "0")
+
+
+_OWNED = re.compile(r"\.metrale-(?:tmp|old)-(\d+)-(\d+)-[0-9a-f]+$")
+
+
+def _owned_name(dst: Path, kind: str) -> Path:
+    """A hidden sibling of DST whose name records the owner: PID and process start time."""
+    pid = os.getpid()
+    return dst.parent / f".{dst.name}.metrale-{kind}-{pid}-{_start_time(pid)}-{secrets.token_hex(4)}"
+
+
+def remove_stale(dst: Path) -> list[Path]:
+    """Remove the temporary folders beside DST left by conversions whose process is gone
+    (killed, crashed); those of a live process are kept. Returns what was removed."""
+    gone = []
+    for p in dst.parent.glob(f".{glob.escape(dst.name)}.metrale-*"):
+        m = _OWNED.search(p.name)
+        if m is None or not p.name.startswith(f".{dst.name}.metrale-") or _alive(int(m[1]), m[2]):
+            continue
+        shutil.rmtree(p, ignore_errors=True)
+        gone.append(p)
+    return gone
+
+
+def _load_renameat2() -> Callable[..., int] | None:
+    try:
+        f = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    f.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    f.restype = ctypes.c_int
+    return f
+
+
+_renameat2 = _load_renameat2()
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+
+
+def _publish(tmp: Path, dst: Path) -> None:
+    """Rename folder ``tmp`` to ``dst`` only if nothing is at ``dst``; FileExistsError otherwise.
+    renameat2(RENAME_NOREPLACE) where the kernel and filesystem have it; else claim ``dst``
+    with mkdir (atomic, fails if anything is there) and rename onto that empty claim (a rename
+    replaces an empty folder only, so anything put into it meanwhile makes it fail)."""
+    if _renameat2 is not None:
+        if _renameat2(_AT_FDCWD, os.fsencode(tmp), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+            return
+        err = ctypes.get_errno()
+        if err == errno.EEXIST:
+            raise FileExistsError(err, os.strerror(err), str(dst))
+        if err not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise OSError(err, os.strerror(err), str(dst))
+    os.mkdir(dst)  # FileExistsError when anything is there
+    try:
+        os.rename(tmp, dst)
+    except OSError as e:
+        os.rmdir(dst)
+        if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            raise FileExistsError(e.errno, e.strerror, str(dst)) from None
+        raise
+
+
+def _removal_blocker(dst: Path) -> tuple[Path, str] | None:
+    """A folder under ``dst`` whose entries this process cannot delete, if any."""
+    for d, _, _ in os.walk(dst):
+        if not os.access(d, os.W_OK | os.X_OK):
+            return Path(d), "Permission denied"
+    if not os.access(dst.parent, os.W_OK | os.X_OK):
+        return dst.parent, "Permission denied"
+    return None
+
+
+def _remove_dst(dst: Path) -> None:
+    """--force: take DST away. A symlink is removed as a link (its target untouched); a folder
+    is moved aside and deleted; if deletion fails, what is left goes back to DST and it is an error."""
+    if dst.is_symlink() or not dst.is_dir():
+        dst.unlink()
+        return
+    old = _owned_name(dst, "old")
+    dst.rename(old)
+    try:
+        shutil.rmtree(old)
+    except OSError as e:
+        old.rename(dst)
+        raise MetraleError(
+            f"{e.filename or dst}: DST cannot be removed ({e.strerror or e}); it is partly deleted"
+        ) from None
+
+
 def convert_checkpoint(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
@@ -530,15 +689,22 @@ def convert_checkpoint(
     srcp, dstp = Path(src), Path(dst)
     check_options(opts)
     _check_paths(srcp, dstp, opts.force)
+    if opts.force and dstp.is_dir() and not dstp.is_symlink():
+        blocker = _removal_blocker(dstp)
+        if blocker is not None:
+            raise MetraleError(f"{blocker[0]}: DST cannot be removed ({blocker[1]}); nothing was written")
     folder, plans = plan(srcp, opts)
     layout = SPECS[opts.format].layout
     report = ConversionReport(opts.format, str(srcp), str(dstp), layout, opts.workers)
     report.source_bytes = sum(p.entry.nbytes for p in plans)
-    tmp = dstp.parent / f".{dstp.name}.metrale-tmp-{os.getpid()}-{secrets.token_hex(4)}"
-    old: Path | None = None
+    remove_stale(dstp)
+    tmp = _owned_name(dstp, "tmp")
     t0 = time.perf_counter()
     try:
-        tmp.mkdir()
+        try:
+            tmp.mkdir()
+        except OSError as e:
+            raise MetraleError(f"{dstp.parent}: cannot create DST here: {e.strerror or e}") from None
         if on_start is not None:
             on_start(report.source_bytes)
         skip = {INDEX_NAME, "config.json", layouts.HF_QUANT_CONFIG, REPORT_NAME}
@@ -550,17 +716,21 @@ def convert_checkpoint(
         report.seconds = time.perf_counter() - t0
         report.output_bytes = sum(f.stat().st_size for f in tmp.rglob("*") if f.is_file())
         (tmp / REPORT_NAME).write_text(json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8")
-        if dstp.exists() or dstp.is_symlink():
-            old = dstp.parent / f".{dstp.name}.metrale-old-{os.getpid()}-{secrets.token_hex(4)}"
-            dstp.rename(old)
-        tmp.rename(dstp)
+        if opts.force and (dstp.exists() or dstp.is_symlink()):
+            _remove_dst(dstp)
+        try:
+            _publish(tmp, dstp)
+        except FileExistsError:
+            raise MetraleError(
+                f"{dstp}: DST appeared during the conversion; it was left as it is "
+                "(pass --force to replace it)"
+            ) from None
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise MetraleError(f"{e.filename or tmp}: {e.strerror or e}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and not dstp.exists():
-            old.rename(dstp)
         raise
     finally:
         folder.close()
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
     return report

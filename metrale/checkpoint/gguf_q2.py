@@ -21,6 +21,7 @@ import gguf.constants as gconst
 import gguf.quants as gquants
 import numpy as np
 
+from metrale.checkpoint.checks import require_none, weight_problems
 from metrale.errors import MetraleError
 from metrale.reference.formats.q2_0 import BLOCK_BYTES, GGML_TYPE_Q2_0, QK, Q2_0Weight
 
@@ -196,7 +197,9 @@ def q2_weight(t: Any, name: str) -> Q2_0Weight:
     data = np.asarray(t.data, dtype=np.uint8)
     if data.size != n * (k // QK) * BLOCK_BYTES:
         raise MetraleError(f"{name}: {data.size} bytes, want {n * (k // QK) * BLOCK_BYTES} for [{n}, {k}]")
-    return Q2_0Weight.from_gguf_rows(data.reshape(n, -1), name=name)
+    w = Q2_0Weight.from_gguf_rows(data.reshape(n, -1), name=name)
+    require_none(weight_problems("q2_0", w, name))
+    return w
 
 
 def float_tensor(t: Any, name: str) -> np.ndarray:

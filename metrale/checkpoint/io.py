@@ -91,6 +91,12 @@ class SafetensorsFile:
         p = self.path
         if not p.is_file():
             raise MetraleError(f"{p}: safetensors file is missing")
+        try:
+            self._init(p)
+        except OSError as e:
+            raise MetraleError(f"{p}: {e.strerror or e}") from None
+
+    def _init(self, p: Path) -> None:
         size = p.stat().st_size
         if size < 8:
             raise MetraleError(
@@ -119,6 +125,7 @@ class SafetensorsFile:
         entries: dict[str, TensorEntry] = {}
         for name, e in header.items():
             entries[name] = self._entry(name, e, data_len)
+        _check_contiguous(p, entries, data_len)
         self.entries = entries
         self._map: mmap.mmap | None = None
         self._size = size
@@ -213,6 +220,46 @@ class SafetensorsFile:
             except BufferError:  # a view is still alive; the GC closes it with the view
                 pass
             self._map = None
+
+
+def _check_contiguous(path: Path, entries: Mapping[str, TensorEntry], data_len: int) -> None:
+    """The data area is the tensors back to back from byte 0 to its end, as the safetensors
+    library requires: no overlap, no gap, no trailing bytes."""
+    pos = 0
+    for e in sorted(entries.values(), key=lambda e: (e.begin, e.end)):
+        if e.begin != pos:
+            how = (
+                "overlaps the tensor before it" if e.begin < pos else f"leaves a gap of {e.begin - pos} bytes"
+            )
+            raise MetraleError(
+                f"{path}: corrupt safetensors header: tensor {e.name!r} at bytes [{e.begin}, {e.end}) {how}"
+            )
+        pos = e.end
+    if pos != data_len:
+        raise MetraleError(
+            f"{path}: corrupt safetensors header: the tensors end at byte {pos} of a "
+            f"{data_len}-byte data area"
+        )
+
+
+def shard_path(folder: Path, name: object, where: str) -> Path:
+    """``folder / name`` for a shard name from an index: a plain file name (no absolute path,
+    no ``..``, no separator) whose file, symlinks resolved, lies inside ``folder``."""
+    bad = (
+        not isinstance(name, str)
+        or name in ("", ".", "..")
+        or "/" in name
+        or "\\" in name
+        or "\0" in name
+        or os.path.isabs(name)
+    )
+    if bad:
+        raise MetraleError(f"{where}: weight_map entry {name!r} is not a plain file name inside the folder")
+    p = folder / name
+    root = folder.resolve()
+    if p.is_symlink() and root not in p.resolve().parents:
+        raise MetraleError(f"{where}: weight_map entry {name!r} is a symlink that leaves SRC ({p.resolve()})")
+    return p
 
 
 class SafetensorsWriter:
@@ -352,9 +399,13 @@ class HfFolder:
             wm = self.index.get("weight_map") if isinstance(self.index, dict) else None
             if not isinstance(wm, dict):
                 raise MetraleError(f"{idx}: has no weight_map")
+            for s in set(wm.values()):
+                shard_path(self.path, s, str(idx))
             self.shards = sorted(set(wm.values()))
         else:
             self.shards = sorted(p.name for p in self.path.glob("*.safetensors"))
+            for s in self.shards:
+                shard_path(self.path, s, str(self.path))
         if not self.shards:
             raise MetraleError(
                 f"{self.path}: no safetensors files (want model.safetensors or shards with {INDEX_NAME})"

@@ -136,5 +136,3 @@ def detect(config: dict[str, Any], hf_quant: dict[str, Any] | None) -> str:
             return "compressed-tensors"
         return method or "unknown"
     return "none"
-
-

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from metrale.checkpoint.checks import ffn_problems, require_none, weight_problems
 from metrale.checkpoint.io import HfFolder
 from metrale.errors import MetraleError
 from metrale.reference.backend import Backend
@@ -43,7 +44,10 @@ def activation_of(name: str, where: str) -> FfnActivation:
 def weight_from_tensors(mod: str, t: dict[str, np.ndarray]) -> Any:
     """A reference format object from a module's tensors (by suffix: weight, weight_scale, ...),
     through the format descriptor the ``weight`` dtype names."""
-    return spec_of_tensors(t, mod).from_tensors(t, name=mod)
+    spec = spec_of_tensors(t, mod)
+    w = spec.from_tensors(t, name=mod)
+    require_none(weight_problems(spec.stem, w, mod))
+    return w
 
 
 def _layer_prefix(names: list[str], layer: int, where: str) -> str:
@@ -64,6 +68,7 @@ def _build(
     kinds = {type(w).__name__ for w in ws}
     if len(kinds) != 1:
         raise MetraleError(f"{where}: gate/up/down mix formats {sorted(kinds)}")
+    require_none(ffn_problems([getattr(w, "name", "?") for w in ws], ws))
     slot = spec_of(ws[0]).slot
     if slot == "w8a8":
         layer = DenseFfnLayer(config, activation=act, backend=backend)

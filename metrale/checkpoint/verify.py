@@ -13,18 +13,21 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from metrale.checkpoint.convert import FFN_RE
+from metrale.checkpoint.fusion import shared_amax, sibling_groups
 from metrale.checkpoint.inspect import Row, Scan, scan
 from metrale.checkpoint.io import HfFolder
 from metrale.checkpoint.load import weight_from_tensors
 from metrale.checkpoint.work import quantize_array, rel_error
 from metrale.errors import MetraleError
-from metrale.reference.formats import FORMATS, Nvfp4Weight, Q2_0Weight
+from metrale.reference.formats import FORMATS, Nvfp4Weight
 
 #: Default bound on ‖ŵ − w‖ / ‖w‖ per quantized format, from the format descriptors.
 MAX_REL_ERROR = {s: f.max_rel_error for s, f in FORMATS.items() if f.convertible}
@@ -118,19 +121,37 @@ def _check_configs(res: VerifyResult, quant_rows: list[Row]) -> None:
                 v.append(f"{m}: quantized but listed as ignored ({pat!r})")
 
 
-def _invariants(w: Any, name: str) -> list[str]:
-    out = []
-    if isinstance(w, Nvfp4Weight):
-        if not float(w.weight_scale_2) > 0:
-            out.append(f"{name}.weight_scale_2 = {float(w.weight_scale_2)}: want > 0")
-        if np.any(w.weight_scale.astype(np.float32) < 0):
-            out.append(f"{name}.weight_scale: negative block scales")
-    elif isinstance(w, Q2_0Weight):
-        if np.any(w.d().astype(np.float32) < 0):
-            out.append(f"{name}: negative block scale d")
-    elif hasattr(w, "weight_scale") and np.any(w.weight_scale <= 0):
-        out.append(f"{name}.weight_scale: non-positive scales")
-    return out
+def _check_siblings(res: VerifyResult, weights: dict[str, Any]) -> None:
+    """NVFP4 fused siblings (gate/up, q/k/v) must share weight_scale_2: vLLM runs them as one
+    layer with one global scale (docs/arithmetic.md, "NVFP4 fused siblings")."""
+    nv = {m: w for m, w in weights.items() if isinstance(w, Nvfp4Weight)}
+    for group in sibling_groups(nv):
+        bits = {np.float32(nv[m].weight_scale_2).view(np.uint32).item() for m in group}
+        if len(bits) > 1:
+            vals = ", ".join(f"{float(nv[m].weight_scale_2):.9g}" for m in group)
+            res.violations.append(
+                f"{', '.join(group)}: fused siblings have different weight_scale_2 ({vals}); "
+                "vLLM runs them as one layer with one global scale"
+            )
+
+
+def _check_loader(res: VerifyResult) -> None:
+    """Every decoder layer's FFN must load through DenseFfnLayer.from_checkpoint (the loader's
+    checks: config.json sizes and activation, GGUF metadata and tensor types, formats)."""
+    from metrale.checkpoint.load import load_ffn_layer
+
+    layers = sorted({int(m.group(1) or m.group(2)) for r in res.scan.rows if (m := _LAYER_RE.search(r.name))})
+    seen = set(res.violations)
+    for i in layers:
+        try:
+            load_ffn_layer(res.scan.path, layer=i, backend="reference")
+        except MetraleError as e:
+            if str(e) not in seen:
+                seen.add(str(e))
+                res.violations.append(str(e))
+
+
+_LAYER_RE = re.compile(r"(?:\blayers\.(\d+)\.mlp\.gate_proj|^blk\.(\d+)\.ffn_gate)")
 
 
 def verify_path(
@@ -142,6 +163,8 @@ def verify_path(
 ) -> VerifyResult:
     """Verify the checkpoint at ``path``; with ``against``, compare with that source folder.
     ``exact`` also requires every quantized tensor to equal metrale's quantization of SRC."""
+    if max_rel_error is not None and not (np.isfinite(max_rel_error) and max_rel_error > 0):
+        raise MetraleError(f"--max-rel-error {max_rel_error}: want a finite number > 0")
     try:
         s = scan(path)
     except MetraleError as e:
@@ -156,7 +179,9 @@ def verify_path(
     else:
         _load_folder_weights(s, quant_rows, res, weights)
         _check_index(s, res)
+        _check_siblings(res, weights)
     _check_configs(res, quant_rows)
+    _check_loader(res)
     if against is not None:
         _against(res, Path(against), weights, max_rel_error, exact)
     return res
@@ -172,7 +197,6 @@ def _load_folder_weights(s: Scan, rows: list[Row], res: VerifyResult, out: dict[
             except MetraleError as e:
                 res.violations.append(str(e))
                 continue
-            res.violations.extend(_invariants(w, r.name))
             out[r.name] = w
 
 
@@ -188,7 +212,6 @@ def _load_gguf_weights(s: Scan, rows: list[Row], res: VerifyResult, out: dict[st
         except MetraleError as e:
             res.violations.append(str(e))
             continue
-        res.violations.extend(_invariants(w, r.name))
         out[r.name] = w
 
 
@@ -237,6 +260,14 @@ def _compare(
                     continue
         else:
             to_src = {n[: -len(".weight")]: n for n in source.names() if n.endswith(".weight")}
+        shared: dict[str, float] = {}
+        if s.layout != "gguf":
+            nv = [m for m, w in weights.items() if isinstance(w, Nvfp4Weight) and m in to_src]
+            shared = shared_amax(nv, lambda m: source.tensor(to_src[m]))
+        covered = {to_src.get(r.name, r.name) for r in s.rows}
+        for n in source.names():
+            if n.endswith(".weight") and FFN_RE.search(n[: -len(".weight")]) and n not in covered:
+                res.violations.append(f"{n}: SRC FFN weight without a counterpart in {s.path}")
         for r in s.rows:
             fmt = _fmt_key(r.format)
             src_name = to_src.get(r.name)
@@ -269,7 +300,7 @@ def _compare(
             err = rel_error(src32, deq)
             mae = float(np.max(np.abs(deq.astype(np.float64) - src32))) if src32.size else 0.0
             try:
-                again = quantize_array(fmt, src_w, r.name)
+                again = quantize_array(fmt, src_w, r.name, weight_amax=shared.get(r.name))
                 same = bool(np.array_equal(again.dequantize().view(np.uint32), deq.view(np.uint32)))
             except MetraleError:
                 same = False

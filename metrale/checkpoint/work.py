@@ -3,6 +3,10 @@ worker of the ``--workers`` pool; imports only numpy and the reference formats).
 
 from __future__ import annotations
 
+import ctypes
+import os
+import signal
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,13 +27,15 @@ _OPEN: dict[str, SafetensorsFile] = {}
 @dataclass(frozen=True)
 class QuantTask:
     """Quantize tensor ``name`` of file ``path`` to ``fmt`` (``input_amax`` for NVFP4 A4;
-    ``rope_heads`` permutes llama q/k rows for GGUF first)."""
+    ``rope_heads`` permutes llama q/k rows for GGUF first;
+    ``weight_amax`` the amax NVFP4 fused siblings share)."""
 
     fmt: str
     path: str
     name: str
     input_amax: float | None = None
     rope_heads: int | None = None
+    weight_amax: float | None = None
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,17 @@ class QuantResult:
     arrays: tuple[tuple[str, np.ndarray], ...]
     rel_error: float
     nbytes: int
+
+
+def worker_init() -> None:
+    """A pool worker ignores Ctrl-C (the parent handles it and shuts the pool down) and, on
+    Linux, is killed when its parent dies (prctl PR_SET_PDEATHSIG), so none outlives a killed run."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+        if os.getppid() == 1:  # the parent died before prctl
+            os._exit(1)
 
 
 def _file(path: str) -> SafetensorsFile:
@@ -61,12 +78,15 @@ def rel_error(src: np.ndarray, deq: np.ndarray) -> float:
     return float(np.sqrt(num / den))
 
 
-def quantize_array(fmt: str, w: np.ndarray, name: str, input_amax: float | None = None):
-    """The reference format object for a source weight (the producers' quantizers)."""
+def quantize_array(
+    fmt: str, w: np.ndarray, name: str, input_amax: float | None = None, weight_amax: float | None = None
+):
+    """The reference format object for a source weight (the producers' quantizers);
+    ``weight_amax`` is the amax NVFP4 fused siblings share."""
     spec = FORMATS.get(fmt)
     if spec is None or not spec.convertible:
         raise MetraleError(f"unknown format {fmt!r} (want {', '.join(CONVERT_FORMATS)})")
-    return spec.quantize(w, name=name, input_amax=input_amax)
+    return spec.quantize(w, name=name, input_amax=input_amax, weight_amax=weight_amax)
 
 
 def packed_arrays(q: Any) -> tuple[tuple[str, np.ndarray], ...]:
@@ -84,7 +104,7 @@ def quantize_tensor(task: QuantTask) -> QuantResult:
         src = f.tensor(task.name)
         if task.rope_heads is not None:
             src = permute_rows(src, task.rope_heads, task.name)
-        q = quantize_array(task.fmt, src, task.name, task.input_amax)
+        q = quantize_array(task.fmt, src, task.name, task.input_amax, task.weight_amax)
         src32 = src.astype(F32)
         err = rel_error(src32, q.dequantize())
         nbytes = int(src.nbytes)

@@ -26,8 +26,10 @@ class Fp8Weight(RowScaledWeight):
 
     @classmethod
     def quantize(cls, w: np.ndarray, *, name: str = "weight") -> Fp8Weight:
-        """compressed-tensors channel FP8: scale = max(amax_row/448, eps); e4m3(clamp(w/scale))."""
+        """compressed-tensors (0.20) channel FP8: scale = amax_row/448, eps where exactly 0
+        (docs/arithmetic.md, "Tiny and zero scales"); e4m3(clamp(w/scale))."""
         w32 = check_source(name, w, BLOCK)
-        scale = np.maximum(np.abs(w32).max(axis=1) / F32(448.0), F32(_EPS)).astype(F32)
+        scale = (np.abs(w32).max(axis=1) / F32(448.0)).astype(F32)
+        scale = np.where(scale == 0, F32(_EPS), scale).astype(F32)
         q = e4m3_saturate((w32 / scale[:, None]).astype(F32))
         return cls(weight=q, weight_scale=scale, name=name)

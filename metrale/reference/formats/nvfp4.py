@@ -147,6 +147,7 @@ class Nvfp4Weight:
         w: np.ndarray,
         *,
         input_amax: float | None = None,
+        weight_amax: float | None = None,
         name: str = "weight",
     ) -> Nvfp4Weight:
         """Quantize a float weight [N, K] as ModelOpt does (fp32 arithmetic).
@@ -154,11 +155,20 @@ class Nvfp4Weight:
         s2 = amax(W)/(6·448); block scale = e4m3(clamp(amax_b/(6·s2), 2^-9, 448)), zero → 1.0
         (an all-zero weight gets s2 = 0 and every block scale 1.0, where ModelOpt would give NaN);
         codes = e2m1_rne(w / (f32(scale)·s2)), sign from w < 0. ``input_amax`` (calibrated
-        amax of the activations) adds input_scale = amax/(6·448).
+        amax of the activations) adds input_scale = amax/(6·448). ``weight_amax``
+        (≥ the tensor's own amax) replaces amax(W) in s2: the amax fused siblings share
+        (docs/arithmetic.md, "NVFP4 fused siblings").
         """
         w32 = check_source(name, w, BLOCK)
         n, k = w32.shape
-        s2 = F32(np.abs(w32).max()) / F32(6.0 * 448.0)
+        own = F32(np.abs(w32).max())
+        if weight_amax is not None:
+            require(
+                bool(np.isfinite(weight_amax)) and F32(weight_amax) >= own,
+                f"{name}: weight amax {weight_amax!r} is below the tensor's own amax {float(own)!r}",
+            )
+            own = F32(weight_amax)
+        s2 = own / F32(6.0 * 448.0)
         blocks = w32.reshape(n, k // BLOCK, BLOCK)
         amax_b = np.abs(blocks).max(axis=-1)
         with np.errstate(divide="ignore", invalid="ignore"):

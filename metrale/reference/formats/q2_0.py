@@ -122,9 +122,14 @@ class Q2_0Weight:
         n, k = w32.shape
         blocks = w32.reshape(n, k // QK, QK)
         amax = np.abs(blocks).max(axis=-1)
-        with np.errstate(divide="ignore"):
+        with np.errstate(divide="ignore", over="ignore"):
             inv = np.where(amax != 0, F32(1.0) / np.where(amax != 0, amax, 1), 0).astype(F32)
+        # 1/amax overflows (amax <= 2^-128): ggml's x86-64 bytes, every code 0
+        # (docs/arithmetic.md, "Q2_0 blocks whose 1/amax overflows").
+        overflow = np.isinf(inv)
+        inv = np.where(overflow, F32(0.0), inv)
         level = np.clip(_round_half_away((blocks * inv[..., None]).astype(F32)), -1, 2)
+        level = np.where(overflow[..., None], -1, level)
         q = (level + 1).astype(np.uint8).reshape(n, k)
         with np.errstate(over="ignore"):
             d16 = amax.astype(np.float16)

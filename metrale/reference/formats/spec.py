@@ -69,12 +69,21 @@ class FormatSpec:
     #: ``metrale convert`` writes it (BF16 is a source/overlay format only).
     convertible: bool = True
 
-    def quantize(self, w: np.ndarray, *, name: str = "weight", input_amax: float | None = None) -> Any:
-        """The producer's quantization of a float weight [N, K] (``input_amax``: NVFP4 only)."""
-        if input_amax is not None:
+    def quantize(
+        self,
+        w: np.ndarray,
+        *,
+        name: str = "weight",
+        input_amax: float | None = None,
+        weight_amax: float | None = None,
+    ) -> Any:
+        """The producer's quantization of a float weight [N, K] (``input_amax`` and the fused
+        siblings' shared ``weight_amax``: NVFP4 only)."""
+        if input_amax is not None or weight_amax is not None:
             if self.weight_type is not Nvfp4Weight:
-                raise MetraleError(f"{name}: an input amax applies to NVFP4 only, not {self.stem}")
-            return Nvfp4Weight.quantize(w, input_amax=input_amax, name=name)
+                what = "an input amax" if input_amax is not None else "a shared weight amax"
+                raise MetraleError(f"{name}: {what} applies to NVFP4 only, not {self.stem}")
+            return Nvfp4Weight.quantize(w, input_amax=input_amax, weight_amax=weight_amax, name=name)
         return self.weight_type.quantize(w, name=name)
 
     def from_tensors(self, t: Mapping[str, np.ndarray], *, name: str) -> Any:

@@ -28,9 +28,10 @@ class W8a8Weight(RowScaledWeight):
 
     @classmethod
     def quantize(cls, w: np.ndarray, *, name: str = "weight") -> W8a8Weight:
-        """compressed-tensors channel int8: scale = max(amax_row/127.5, eps);
-        q = clamp(rne(w/scale), −128, 127)."""
+        """compressed-tensors (0.20) channel int8: scale = amax_row/127.5, eps where exactly 0
+        (docs/arithmetic.md, "Tiny and zero scales"); q = clamp(rne(w/scale), −128, 127)."""
         w32 = check_source(name, w, BLOCK)
-        scale = np.maximum(np.abs(w32).max(axis=1) / F32(127.5), F32(_EPS)).astype(F32)
+        scale = (np.abs(w32).max(axis=1) / F32(127.5)).astype(F32)
+        scale = np.where(scale == 0, F32(_EPS), scale).astype(F32)
         q = np.clip(np.rint(w32 / scale[:, None]), -128, 127).astype(np.int8)
         return cls(weight=q, weight_scale=scale, name=name)

@@ -1,0 +1,48 @@
+"""Fused siblings: Linears that serving engines run as one layer (vLLM's ``gate_up_proj`` and
+``qkv_proj``) and that therefore share NVFP4's global scale, as ModelOpt exports them
+(docs/arithmetic.md, "NVFP4 fused siblings")."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+#: Module-name tails fused into one layer, per parent module.
+FUSED = (("gate_proj", "up_proj"), ("q_proj", "k_proj", "v_proj"))
+_ROWS = 256
+
+
+def sibling_groups(modules: Iterable[str]) -> list[tuple[str, ...]]:
+    """Groups (two or more, in FUSED order) of ``modules`` with one parent and tails from one
+    FUSED tuple: ``model.layers.0.mlp.gate_proj`` + ``...up_proj``."""
+    present = set(modules)
+    out = []
+    for m in sorted(present):
+        parent, _, tail = m.rpartition(".")
+        for tails in FUSED:
+            if tail == tails[0]:
+                group = tuple(f"{parent}.{t}" for t in tails if f"{parent}.{t}" in present)
+                if len(group) > 1:
+                    out.append(group)
+    return out
+
+
+def abs_max(w: np.ndarray) -> float:
+    """max |w| in f32 (exact for bf16/f16/f32 sources), read in row chunks."""
+    m = np.float32(0.0)
+    for r0 in range(0, w.shape[0], _ROWS):
+        chunk = np.asarray(w[r0 : r0 + _ROWS])
+        if chunk.size:
+            m = max(m, np.float32(np.abs(chunk.astype(np.float32)).max()))
+    return float(m)
+
+
+def shared_amax(modules: Iterable[str], tensor: Callable[[str], np.ndarray]) -> dict[str, float]:
+    """module -> the amax its sibling group shares (the group's largest), for grouped modules;
+    ``tensor(module)`` returns the module's source weight."""
+    out: dict[str, float] = {}
+    for group in sibling_groups(modules):
+        a = max(abs_max(tensor(m)) for m in group)
+        out.update(dict.fromkeys(group, a))
+    return out
