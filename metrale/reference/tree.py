@@ -78,4 +78,4 @@ def tree_sum(v: np.ndarray, axis: int = 0) -> np.ndarray:
     """
     b = np.shape(v)[axis]
     spans = subtree_spans(0, b)
-    return finish_tree(dict(zip(spans, subtree_roots(v, spans, 0, axis))), b)
+    return finish_tree(dict(zip(spans, subtree_roots(v, spans, 0, axis), strict=True)), b)
