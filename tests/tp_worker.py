@@ -1,0 +1,82 @@
+"""The rank side of tests/test_distributed.py: one gloo process group per TP size, every case
+run by the rank layers and (on rank 0) by the single-device layer; mismatches written to a file.
+
+Importable by ``torch.multiprocessing.spawn`` (a plain module, no test functions).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: hidden 64, intermediate 384 = 24 blocks (not a power of two; Q2_0's 64-groups straddle ranks
+#: at TP = 8, whose ranks own 3 blocks each).
+HIDDEN, INTER = 64, 384
+#: The row counts: 1 … 64 as in the vectors, plus a prefill size beyond the decode arms.
+MS = (1, 2, 3, 4, 5, 8, 17, 32, 33, 64, 80)
+
+
+def cases() -> list[tuple[str, str, str, int]]:
+    """(kind, METRALE_WEIGHT_QUANT, entry, m) for every entry point that serves the case."""
+    from tests.layer_cases import A4_KINDS, LAYER_KINDS, WEIGHT_QUANT_MODES, entry_ms
+
+    out = []
+    for kind in LAYER_KINDS:
+        for mode in WEIGHT_QUANT_MODES if kind in A4_KINDS else ("w4a4",):
+            for entry, ms in entry_ms(kind, mode).items():
+                ms = (*ms, 80) if entry in ("forward_prefill", "forward_km_q2") else ms
+                out += [(kind, mode, entry, m) for m in ms if m in MS]
+    return out
+
+
+def run(rank: int, size: int, port: int, out_dir: str) -> None:
+    import torch.distributed as dist
+
+    from metrale.distributed import tp_layer
+    from metrale.reference.kernels import ReferenceBackend
+    from metrale.reference.tiers import weight_quantization
+    from tests.layer_cases import make_parts, run_guarded, x_pool
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
+    bad: list[str] = []
+    pool = x_pool(7, 96, HIDDEN)
+    done = 0
+    try:
+        parts_by_kind: dict[str, Any] = {}
+        for kind, mode, entry, m in cases():
+            os.environ["METRALE_WEIGHT_QUANT"] = mode
+            weight_quantization.cache_clear()
+            parts = parts_by_kind.setdefault(kind, make_parts(kind, HIDDEN, INTER, seed=11))
+            x = pool[:m] if m <= 48 else np.concatenate([pool[:48], pool[48 : 48 + m - 48]])
+            tp = tp_layer(
+                parts.config,
+                rank,
+                size,
+                weights=parts.weights,
+                bf16_weights=parts.bf16_weights,
+                fp8_weights=parts.fp8_weights,
+                q2_weights=parts.q2_weights,
+                w8a8=parts.w8a8,
+                lora=parts.lora,
+                activation=parts.activation,
+            )
+            got = run_guarded(tp, entry, x)
+            if rank == 0:
+                one = parts.layer(ReferenceBackend())
+                want = run_guarded(one, entry, x)
+                where = f"TP={size} {kind} {mode} {entry} m={m}"
+                if not np.array_equal(got, want):
+                    r, c = np.argwhere(got != want)[0]
+                    bad.append(f"{where}: y[{r},{c}] bits {got[r, c]:04x} != {want[r, c]:04x}")
+                if tp.backend.launches != one.backend.launches:
+                    bad.append(f"{where}: launches {tp.backend.launches} != {one.backend.launches}")
+            done += 1
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    if rank == 0:
+        Path(out_dir, f"tp{size}.json").write_text(json.dumps({"cases": done, "bad": bad}))
