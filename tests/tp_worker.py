@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-#: hidden 64, intermediate 384 = 24 blocks (not a power of two; Q2_0's 64-groups straddle ranks
+#: hidden 64, intermediate 320 = 20 blocks (not a power of two; Q2_0's 64-groups straddle ranks
 #: at TP = 8, whose ranks own 3 blocks each).
-HIDDEN, INTER = 64, 384
+HIDDEN, INTER = 64, 320
 #: The row counts: 1 … 64 as in the vectors, plus a prefill size beyond the decode arms.
 MS = (1, 2, 3, 4, 5, 8, 17, 32, 33, 64, 80)
 
@@ -31,6 +31,38 @@ def cases() -> list[tuple[str, str, str, int]]:
                 ms = (*ms, 80) if entry in ("forward_prefill", "forward_km_q2") else ms
                 out += [(kind, mode, entry, m) for m in ms if m in MS]
     return out
+
+
+def f32_roots(rank: int, size: int, parts_by_kind: dict[str, Any]) -> list[str]:
+    """The finished f32 tree before ``to_bf16`` (most last-bit differences of a wrong order
+    vanish in bf16): the rank's split against the whole projection, bit for bit, for every
+    down weight, in A16 and (NVFP4 declaring input_scale) A4, with NaN/Inf rows."""
+    from metrale.distributed import TpBackend, block_ranges, k_slice
+    from metrale.reference.activations import quantize_a4, quantize_a16
+    from metrale.reference.kernels import ReferenceBackend
+    from metrale.reference.projection import _tree_projection
+    from tests.layer_cases import x_pool
+
+    tb = TpBackend(ReferenceBackend())
+    h = x_pool(13, 40, INTER)
+    b0, b1 = block_ranges(INTER // 16, size)[rank]
+    bad = []
+    for kind, parts in parts_by_kind.items():
+        for ws in (parts.weights, parts.bf16_weights, parts.fp8_weights, parts.q2_weights):
+            if ws is None:
+                continue
+            w = ws.down_proj
+            shard = k_slice(w, b0, b1)
+            quants = [quantize_a16]
+            if getattr(w, "input_scale", None) is not None:
+                quants.append(lambda x, s=w.input_scale: quantize_a4(x, s))
+            for q in quants:
+                got = tb._tree(q(tb._cover(h[:, 16 * b0 : 16 * b1], shard)), shard)
+                if rank == 0:
+                    want = _tree_projection(q(h), w)
+                    if not np.array_equal(got.view(np.uint32), want.view(np.uint32)):
+                        bad.append(f"TP={size} {kind} {w.name} {q.__name__}: f32 roots differ")
+    return bad
 
 
 def run(rank: int, size: int, port: int, out_dir: str) -> None:
@@ -75,6 +107,7 @@ def run(rank: int, size: int, port: int, out_dir: str) -> None:
                 if tp.backend.launches != one.backend.launches:
                     bad.append(f"{where}: launches {tp.backend.launches} != {one.backend.launches}")
             done += 1
+        bad += f32_roots(rank, size, parts_by_kind)
         dist.barrier()
     finally:
         dist.destroy_process_group()
