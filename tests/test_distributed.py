@@ -84,3 +84,28 @@ def test_split_tree_random_nonfinite_and_every_split() -> None:
                 nodes.update(zip(sp, subtree_roots(v[b0:b1], sp, b0), strict=True))
             got = finish_tree(nodes, nb)
             assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (nb, size)
+
+
+def test_load_ffn_layer_reads_rank_slices(tmp_path) -> None:
+    """TP = 3 over 8 blocks (2, 3, 3): each rank loads its slices of a converted checkpoint of
+    every safetensors format; the bits equal the whole layer's."""
+    import torch.multiprocessing as mp
+
+    from metrale.checkpoint.convert import ConvertOptions, convert_checkpoint
+    from metrale.checkpoint.example import make_example_checkpoint
+    from tests import tp_worker
+
+    src = make_example_checkpoint(tmp_path / "llama", hidden=64, intermediate=128, layers=2, shards=2, seed=5)
+    paths = [str(src)]
+    for fmt in ("nvfp4", "fp8", "w8a8"):
+        convert_checkpoint(src, tmp_path / fmt, ConvertOptions(fmt))
+        paths.append(str(tmp_path / fmt))
+    mp.spawn(tp_worker.run_load, args=(3, _free_port(), str(tmp_path), paths), nprocs=3, join=True)
+    assert json.loads((tmp_path / "load3.json").read_text())["bad"] == []
+
+
+def test_load_tp_arguments_refused(tmp_path) -> None:
+    from metrale.checkpoint.load import load_ffn_layer
+
+    with pytest.raises(MetraleError, match="tp_rank=3, tp_size=2"):
+        load_ffn_layer(tmp_path, tp_rank=3, tp_size=2)

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from metrale.reference.elements import BF16
+
 #: hidden 64, intermediate 320 = 20 blocks (not a power of two; Q2_0's 64-groups straddle ranks
 #: at TP = 8, whose ranks own 3 blocks each).
 HIDDEN, INTER = 64, 320
@@ -113,3 +115,36 @@ def run(rank: int, size: int, port: int, out_dir: str) -> None:
         dist.destroy_process_group()
     if rank == 0:
         Path(out_dir, f"tp{size}.json").write_text(json.dumps({"cases": done, "bad": bad}))
+
+
+def run_load(rank: int, size: int, port: int, out_dir: str, paths: list[str]) -> None:
+    """Each rank loads its slices of every checkpoint in ``paths``; rank 0 compares the bits of
+    rows 1, 2, 3, 5, 70 with the whole layer loaded without tensor parallelism."""
+    import torch.distributed as dist
+
+    from metrale.checkpoint.load import load_ffn_layer
+    from metrale.distributed import block_ranges
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
+    bad: list[str] = []
+    try:
+        for p in paths:
+            tp = load_ffn_layer(p, layer=1, backend="reference", tp_rank=rank, tp_size=size)
+            whole = load_ffn_layer(p, layer=1, backend="reference") if rank == 0 else None
+            b0, b1 = block_ranges(whole.config.intermediate_size // 16 if whole else tp_inter(p), size)[rank]
+            if tp.config.intermediate_size != 16 * (b1 - b0):
+                bad.append(f"{p}: rank {rank} holds {tp.config.intermediate_size} columns")
+            for m in (1, 2, 3, 5, 70):
+                x = np.random.default_rng(m).standard_normal((m, tp.config.hidden_size)).astype(BF16)
+                got = tp(x).view(np.uint16)
+                if whole is not None and not np.array_equal(got, whole(x).view(np.uint16)):
+                    bad.append(f"{p} m={m}: TP={size} bits differ")
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    if rank == 0:
+        Path(out_dir, f"load{size}.json").write_text(json.dumps({"bad": bad}))
+
+
+def tp_inter(path: str) -> int:
+    return int(json.loads(Path(path, "config.json").read_text())["intermediate_size"]) // 16
