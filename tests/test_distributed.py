@@ -109,3 +109,18 @@ def test_load_tp_arguments_refused(tmp_path) -> None:
 
     with pytest.raises(MetraleError, match="tp_rank=3, tp_size=2"):
         load_ffn_layer(tmp_path, tp_rank=3, tp_size=2)
+
+
+def test_tp_backend_refusals() -> None:
+    from metrale.distributed import TpBackend
+    from metrale.reference.backend import Backend
+    from metrale.reference.kernels import ReferenceBackend
+
+    with pytest.raises(MetraleError, match=r"torch\.distributed is not initialized"):
+        TpBackend(ReferenceBackend())
+
+    class Other(Backend):
+        name = "cuda"
+
+    with pytest.raises(MetraleError, match="backend 'cuda' is not supported"):
+        TpBackend(Other({}))
