@@ -149,12 +149,10 @@ def _build_tp(
     total = config.intermediate_size // 16
     gate, up, down = ws
     ffn = FfnWeights(gate, up, KShard(down, blocks, blocks[0], total))
-    if isinstance(gate, W8a8Weight):
+    slot = spec_of(gate).slot
+    if slot == "w8a8":
         return tp_layer(config, *tp, w8a8=W8a8Ffn(*ffn.all()), activation=act, backend=backend, sliced=True)
-    key = {"Nvfp4Weight": "weights", "Fp8Weight": "fp8_weights", "DenseWeight": "bf16_weights"}[
-        type(gate).__name__
-    ]
-    return tp_layer(config, *tp, activation=act, backend=backend, sliced=True, **{key: ffn})
+    return tp_layer(config, *tp, activation=act, backend=backend, sliced=True, **{slot: ffn})
 
 
 def _load_gguf(path: Path, layer: int, backend: Backend | str | None) -> DenseFfnLayer:
