@@ -11,7 +11,7 @@ from typing import Any
 
 from metrale.distributed.backend import TpBackend
 from metrale.distributed.shard import BLOCK, block_ranges, k_slice, lora_k, lora_rows, rows_slice
-from metrale.reference.backend import Backend
+from metrale.reference.backend import Backend, resolve_backend
 from metrale.reference.context import FfnConfig
 from metrale.reference.layer import DenseFfnLayer, FfnLora, FfnWeights
 from metrale.reference.w8a8_arm import W8a8Ffn
@@ -46,9 +46,7 @@ def tp_layer(
     """Rank ``rank`` of ``size``'s layer. Weights are whole (``sliced=False``: this function
     takes the rank's slices) or already the rank's slices (``sliced=True``, e.g. from
     ``load_ffn_layer(..., tp_rank=, tp_size=)``)."""
-    from metrale import get_backend
-
-    inner = backend if isinstance(backend, Backend) else get_backend(backend)
+    inner = resolve_backend(backend, "tp_layer")
     tb = TpBackend(inner, group)
     if (tb.rank, tb.size) != (rank, size):
         from metrale.errors import MetraleError
