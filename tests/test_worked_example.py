@@ -15,7 +15,7 @@ from metrale.reference import projection
 from metrale.reference.activations import quantize_a16
 from metrale.reference.elements import BF16, E4M3
 from metrale.reference.formats import Nvfp4Weight
-from metrale.reference.tree import tree_sum
+from metrale.reference.tree import finish_tree, subtree_roots
 
 K = 48
 
@@ -89,18 +89,25 @@ def test_block_dots_values_tree_and_output(
     s = (a.codes[0] * w.codes()[0].reshape(3, 16)).sum(axis=1)
     assert s.tolist() == S_BLOCK
 
-    # The library's own block values and root: spy on the tree the projection calls.
-    seen: list[tuple[np.ndarray, np.ndarray]] = []
+    # The library's own block values and root: spy on the tree the projection calls (the
+    # subtree roots over the block values, then the finish of the whole tree).
+    seen: list[np.ndarray] = []
+    roots: list[np.ndarray] = []
 
-    def spy(v: np.ndarray, axis: int = 0) -> np.ndarray:
-        root = tree_sum(v, axis=axis)
-        seen.append((np.array(v, dtype=np.float32).reshape(-1), np.array(root, dtype=np.float32)))
-        return root
+    def spy_leaves(v: np.ndarray, spans: list[tuple[int, int]], first: int = 0, axis: int = 0) -> np.ndarray:
+        seen.append(np.array(v, dtype=np.float32).reshape(-1))
+        return subtree_roots(v, spans, first, axis)
 
-    monkeypatch.setattr(projection, "tree_sum", spy)
+    def spy_root(nodes: dict[tuple[int, int], np.ndarray], nblocks: int) -> np.ndarray:
+        roots.append(np.array(finish_tree(nodes, nblocks), dtype=np.float32))
+        return roots[-1]
+
+    monkeypatch.setattr(projection, "subtree_roots", spy_leaves)
+    monkeypatch.setattr(projection, "finish_tree", spy_root)
     y = projection.project(x, w, "A16")
-    assert len(seen) == 1
-    leaves, root = seen[0]
+    assert len(seen) == 1 and len(roots) == 1
+    seen_root = [(seen[0], roots[0])]
+    leaves, root = seen_root[0]
     assert leaves.view(np.uint32).tolist() == V_BITS
     assert leaves.tolist() == V_VALUES
     assert root.reshape(-1).view(np.uint32).tolist() == [ROOT_BITS]

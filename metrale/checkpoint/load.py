@@ -77,7 +77,31 @@ def _build(
     return DenseFfnLayer(config, activation=act, backend=backend, **{slot: FfnWeights(*ws)})
 
 
-def _load_folder(path: Path, layer: int, backend: Backend | str | None) -> DenseFfnLayer:
+def _tp_slice(proj: str, tensors: dict[str, np.ndarray], cols: tuple[int, int]) -> dict[str, np.ndarray]:
+    """The rank's part of one module's tensors (views of the mapped file; only the copy that
+    follows reads their pages): gate/up rows ``cols`` (16-column blocks, in elements), down K
+    blocks ``cols`` // 16. Scalars and per-row scales of down stay whole."""
+    w = tensors["weight"]
+    c0, c1 = cols
+    nvfp4 = str(w.dtype) == "uint8"
+    out = {}
+    for suffix, t in tensors.items():
+        if t.ndim == 0 or t.size == 1 or suffix not in ("weight", "weight_scale"):
+            out[suffix] = t
+        elif proj != "down_proj":
+            out[suffix] = t[c0:c1]
+        elif suffix == "weight":
+            out[suffix] = t[:, c0 // 2 : c1 // 2] if nvfp4 else t[:, c0:c1]
+        elif nvfp4:
+            out[suffix] = t[:, c0 // 16 : c1 // 16]
+        else:
+            out[suffix] = t  # per-row scale [N, 1] / [N]
+    return {k: np.array(v) for k, v in out.items()}
+
+
+def _load_folder(
+    path: Path, layer: int, backend: Backend | str | None, tp: tuple[int, int] | None = None
+) -> DenseFfnLayer:
     with HfFolder(path) as folder:
         cfg = folder.config
         where = str(path)
@@ -87,15 +111,53 @@ def _load_folder(path: Path, layer: int, backend: Backend | str | None) -> Dense
         act = activation_of(cfg.get("hidden_act", "silu"), str(path / "config.json"))
         names = folder.names()
         prefix = _layer_prefix(names, layer, where)
+        conf = FfnConfig(int(cfg["hidden_size"]), int(cfg["intermediate_size"]))
+        if tp is not None:
+            from metrale.distributed.shard import BLOCK, block_ranges
+
+            b0, b1 = block_ranges(conf.intermediate_size // BLOCK, tp[1])[tp[0]]
         ws = []
         for proj in PROJS:
             mod = prefix + proj
-            tensors = {
-                n[len(mod) + 1 :]: np.array(folder.tensor(n)) for n in names if n.startswith(mod + ".")
-            }
-            ws.append(weight_from_tensors(mod, tensors))
-        conf = FfnConfig(int(cfg["hidden_size"]), int(cfg["intermediate_size"]))
-        return _build(conf, act, ws, backend, where)
+            views = {n[len(mod) + 1 :]: folder.tensor(n) for n in names if n.startswith(mod + ".")}
+            if tp is None:
+                ws.append(weight_from_tensors(mod, {k: np.array(v) for k, v in views.items()}))
+                continue
+            if "weight" not in views:
+                raise MetraleError(f"{mod}: no {mod}.weight tensor")
+            if proj == "down_proj" and str(views["weight"].dtype) == "int8":
+                from metrale.reference.formats.w8a8 import MAX_K
+
+                if views["weight"].shape[1] > MAX_K:
+                    raise MetraleError(f"{mod}: W8A8 K={views['weight'].shape[1]} exceeds {MAX_K}")
+            ws.append(weight_from_tensors(mod, _tp_slice(proj, views, (16 * b0, 16 * b1))))
+        if tp is None:
+            return _build(conf, act, ws, backend, where)
+        return _build_tp(conf, act, ws, backend, where, tp, (b0, b1))
+
+
+def _build_tp(
+    config: FfnConfig,
+    act: FfnActivation,
+    ws: list[Any],
+    backend: Backend | str | None,
+    where: str,
+    tp: tuple[int, int],
+    blocks: tuple[int, int],
+) -> DenseFfnLayer:
+    """A rank's layer from its slices (the down weight becomes a KShard of the full K)."""
+    from metrale.distributed import KShard, tp_layer
+
+    kinds = {type(w).__name__ for w in ws}
+    if len(kinds) != 1:
+        raise MetraleError(f"{where}: gate/up/down mix formats {sorted(kinds)}")
+    total = config.intermediate_size // 16
+    gate, up, down = ws
+    ffn = FfnWeights(gate, up, KShard(down, blocks, blocks[0], total))
+    slot = spec_of(gate).slot
+    if slot == "w8a8":
+        return tp_layer(config, *tp, w8a8=W8a8Ffn(*ffn.all()), activation=act, backend=backend, sliced=True)
+    return tp_layer(config, *tp, activation=act, backend=backend, sliced=True, **{slot: ffn})
 
 
 def _load_gguf(path: Path, layer: int, backend: Backend | str | None) -> DenseFfnLayer:
@@ -129,9 +191,18 @@ def _load_gguf(path: Path, layer: int, backend: Backend | str | None) -> DenseFf
 
 
 def load_ffn_layer(
-    path: str | os.PathLike[str], layer: int = 0, backend: Backend | str | None = "auto"
+    path: str | os.PathLike[str],
+    layer: int = 0,
+    backend: Backend | str | None = "auto",
+    *,
+    tp_rank: int | None = None,
+    tp_size: int | None = None,
 ) -> DenseFfnLayer:
-    """The FFN of decoder layer ``layer`` of the checkpoint at ``path`` (a folder, or a .gguf file)."""
+    """The FFN of decoder layer ``layer`` of the checkpoint at ``path`` (a folder, or a .gguf file).
+
+    With ``tp_rank`` / ``tp_size``: rank ``tp_rank``'s tensor-parallel layer
+    (``metrale.distributed``; torch.distributed initialized), reading only its slices of a
+    safetensors folder: gate/up rows and down K columns of its 16-element blocks."""
     from metrale.checkpoint.gguf_q2 import find_gguf
 
     p = Path(path)
@@ -139,7 +210,14 @@ def load_ffn_layer(
         raise MetraleError(f"{p}: no such checkpoint")
     if layer < 0:
         raise MetraleError(f"layer={layer}: want >= 0")
+    tp = None
+    if tp_rank is not None or tp_size is not None:
+        if tp_rank is None or tp_size is None or not 0 <= tp_rank < tp_size:
+            raise MetraleError(f"tp_rank={tp_rank}, tp_size={tp_size}: want both, 0 <= tp_rank < tp_size")
+        tp = (int(tp_rank), int(tp_size))
     g = find_gguf(p)
     if g is not None:
+        if tp is not None:
+            raise MetraleError(f"{g}: tensor-parallel loading reads safetensors folders, not GGUF")
         return _load_gguf(g, layer, backend)
-    return _load_folder(p, layer, backend)
+    return _load_folder(p, layer, backend, tp)

@@ -134,15 +134,23 @@ class A8Codes:
     scale: np.ndarray
 
 
-def quantize_a8(x: np.ndarray) -> A8Codes:
-    """vLLM dynamic per-token int8: amax = max|x|, s = amax/127, inv = 127/amax (0 if amax = 0),
-    q = saturate_int8(rne(x · inv)), with 0 · Inf (inv = Inf for a tiny amax) giving 0.
-    A row holding Inf/NaN gets q = 0 and s = NaN."""
-    x = check_rows(x)
-    xf = x.astype(F32)
+def a8_row_amax(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of bf16 ``x`` [m, K]: (amax f32 [m] of |x| over the finite rows, 0 for a row
+    holding Inf/NaN; finite bool [m]). Both combine over K ranges by max / all, exactly."""
+    xf = check_rows(x).astype(F32)
     finite = np.isfinite(xf).all(axis=1)
     xf = np.where(finite[:, None], xf, F32(0))
-    amax = np.abs(xf).max(axis=1)
+    amax = np.abs(xf).max(axis=1) if xf.shape[1] else np.zeros(xf.shape[0], F32)
+    return amax.astype(F32), finite
+
+
+def quantize_a8_rows(x: np.ndarray, amax: np.ndarray, finite: np.ndarray) -> A8Codes:
+    """A8 codes of ``x`` [m, K] (all of K or a range of it) under the row amax and finiteness
+    of the whole row (``a8_row_amax`` combined over the ranges): s = amax/127,
+    inv = 127/amax (0 if amax = 0), q = saturate_int8(rne(x · inv)), 0 · Inf giving 0;
+    a non-finite row gets q = 0 and s = NaN."""
+    xf = np.where(finite[:, None], check_rows(x).astype(F32), F32(0))
+    amax = np.asarray(amax, dtype=F32)
     s = (amax / F32(127.0)).astype(F32)
     with np.errstate(divide="ignore", over="ignore"):  # a tiny amax overflows inv to Inf (defined)
         inv = np.where(amax == 0, F32(0), F32(127.0) / np.where(amax == 0, F32(1), amax))
@@ -154,6 +162,14 @@ def quantize_a8(x: np.ndarray) -> A8Codes:
     q = np.clip(np.rint(prod), -128, 127).astype(np.int8)
     s = np.where(finite, s, F32(np.nan)).astype(F32)
     return A8Codes(q=q, scale=s)
+
+
+def quantize_a8(x: np.ndarray) -> A8Codes:
+    """vLLM dynamic per-token int8: amax = max|x|, s = amax/127, inv = 127/amax (0 if amax = 0),
+    q = saturate_int8(rne(x · inv)), with 0 · Inf (inv = Inf for a tiny amax) giving 0.
+    A row holding Inf/NaN gets q = 0 and s = NaN."""
+    amax, finite = a8_row_amax(x)
+    return quantize_a8_rows(x, amax, finite)
 
 
 @dataclass(frozen=True)

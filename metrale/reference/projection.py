@@ -8,6 +8,8 @@ is chunked over N so memory stays bounded.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 import numpy as np
 
 from metrale.errors import MetraleError
@@ -22,7 +24,7 @@ from metrale.reference.activations import (
     quantize_a16,
     weight_codes24,
 )
-from metrale.reference.elements import BF16, E2M1_CODE2, E4M3, to_bf16
+from metrale.reference.elements import E2M1_CODE2, E4M3, to_bf16
 from metrale.reference.formats import (
     DenseWeight,
     Fp8Weight,
@@ -32,7 +34,7 @@ from metrale.reference.formats import (
     W8a8Weight,
 )
 from metrale.reference.tiers import W4A4_MAX_ROWS, weight_quantization
-from metrale.reference.tree import tree_sum
+from metrale.reference.tree import Span, finish_tree, subtree_roots, subtree_spans
 
 F32 = np.float32
 BLOCK = 16
@@ -67,13 +69,11 @@ def _chunks(n: int, m: int, nblocks: int) -> list[tuple[int, int]]:
     return [(s, min(n, s + step)) for s in range(0, n, step)]
 
 
-def _finish(v: np.ndarray, finite: np.ndarray | None) -> np.ndarray:
-    """Non-finite activation blocks → NaN block value, then the tree over axis 0 (blocks).
-
-    ``v`` is [B, Nc, m]; ``finite`` [m, B]. Returns the roots [Nc, m]."""
+def _masked(v: np.ndarray, finite: np.ndarray | None) -> np.ndarray:
+    """Non-finite activation blocks → NaN block value. ``v`` [B, Nc, m]; ``finite`` [m, B]."""
     if finite is not None and not finite.all():
         v = np.where(finite.T[:, None, :], v, F32(np.nan))
-    return tree_sum(v, axis=0)
+    return v
 
 
 def _nvfp4_codes(w: Nvfp4Weight, n0: int, n1: int, nb: int) -> np.ndarray:
@@ -87,45 +87,47 @@ def _act_f32(codes: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(codes.astype(F32).transpose(1, 2, 0))
 
 
-def _nvfp4_a16(a: A16Codes, w: Nvfp4Weight) -> np.ndarray:
-    m, nb = a.exp.shape
+BlockValues = Callable[[int, int], np.ndarray]
+
+
+def _nvfp4_a16(a: A16Codes, w: Nvfp4Weight) -> BlockValues:
+    nb = a.exp.shape[1]
     ac = _act_f32(a.codes)  # [B, 16, m]
     p2 = _pow2_f32(a.exp.T - 15)[:, None, :]  # [B, 1, m]
-    out = np.empty((m, w.n), dtype=BF16)
-    for n0, n1 in _chunks(w.n, m, nb):
+
+    def values(n0: int, n1: int) -> np.ndarray:
         s = np.matmul(_nvfp4_codes(w, n0, n1, nb), ac)  # [B, Nc, m], exact: |partial sums| < 2^23
         ws = _E4M3_F32[w.weight_scale[n0:n1].view(np.uint8)].T[:, :, None]  # [B, Nc, 1]
         v = np.multiply(s, ws, out=s)
-        v = np.multiply(v, p2, out=v)  # v = (f32(S) · wscale) · 2^(E−15)
-        out[:, n0:n1] = to_bf16(_finish(v, a.finite).T * F32(w.weight_scale_2))
-    return out
+        return np.multiply(v, p2, out=v)  # v = (f32(S) · wscale) · 2^(E−15)
+
+    return values
 
 
-def _nvfp4_a4(a: A4Codes, w: Nvfp4Weight) -> np.ndarray:
+def _nvfp4_a4(a: A4Codes, w: Nvfp4Weight) -> BlockValues:
     if w.input_scale is None:
         raise MetraleError(f"{w.name}: A4 needs an input_scale (the weight declares no FP4 activations)")
     m, k = a.codes.shape
     nb = k // BLOCK
     ac = _act_f32(a.codes.reshape(m, nb, BLOCK))
     asc = a.scales.astype(F32).T[:, None, :]  # [B, 1, m]
-    row = F32(F32(w.input_scale) * F32(w.weight_scale_2))
-    out = np.empty((m, w.n), dtype=BF16)
-    for n0, n1 in _chunks(w.n, m, nb):
+
+    def values(n0: int, n1: int) -> np.ndarray:
         s = np.matmul(_nvfp4_codes(w, n0, n1, nb), ac)  # exact: |S| <= 2304
         ws = _E4M3_F32[w.weight_scale[n0:n1].view(np.uint8)].T[:, :, None]
         v = np.multiply(s, ws, out=s)
         v = np.multiply(v, asc, out=v)
-        v = np.multiply(v, F32(0.25), out=v)  # v = ((f32(S) · wscale) · ascale) · 0.25
-        out[:, n0:n1] = to_bf16(_finish(v, a.finite).T * row)
-    return out
+        return np.multiply(v, F32(0.25), out=v)  # v = ((f32(S) · wscale) · ascale) · 0.25
+
+    return values
 
 
-def _q2_a16(a: A16Codes, w: Q2_0Weight) -> np.ndarray:
-    m, nb = a.exp.shape
+def _q2_a16(a: A16Codes, w: Q2_0Weight) -> BlockValues:
+    nb = a.exp.shape[1]
     ac = _act_f32(a.codes)
     p2 = _pow2_f32(a.exp.T - 14)[:, None, :]  # [B, 1, m]
-    out = np.empty((m, w.n), dtype=BF16)
-    for n0, n1 in _chunks(w.n, m, nb):
+
+    def values(n0: int, n1: int) -> np.ndarray:
         blocks = w.blocks[n0:n1]
         wc = _Q2_LUT[np.ascontiguousarray(blocks[..., 2:])].view(F32)  # [Nc, K/64, 64]
         wc = wc.reshape(n1 - n0, nb, BLOCK).transpose(1, 0, 2)
@@ -133,32 +135,101 @@ def _q2_a16(a: A16Codes, w: Q2_0Weight) -> np.ndarray:
         d = np.ascontiguousarray(blocks[..., :2]).view(np.float16)[..., 0].astype(F32)  # [Nc, K/64]
         d = np.repeat(d, 4, axis=1).T[:, :, None]  # [B, Nc, 1]
         v = np.multiply(s, d, out=s)
-        v = np.multiply(v, p2, out=v)  # v = (f32(S) · f32(d)) · 2^(E−14)
-        out[:, n0:n1] = to_bf16(_finish(v, a.finite).T)
-    return out
+        return np.multiply(v, p2, out=v)  # v = (f32(S) · f32(d)) · 2^(E−14)
+
+    return values
+
+
+def _wide_a16(a: A16Codes, w: Fp8Weight | DenseWeight) -> BlockValues:
+    ac = np.ascontiguousarray(a.codes.transpose(1, 2, 0))  # float64 [B, 16, m]
+
+    def values(n0: int, n1: int) -> np.ndarray:
+        wb = weight_codes24(w.weight[n0:n1])
+        s = np.matmul(wb.codes.transpose(1, 0, 2), ac)  # [B, Nc, m], exact in float64: < 2^42
+        e = wb.exp.T[:, :, None] + a.exp.T[:, None, :] - 36  # [B, Nc, m]
+        return np.ldexp(s, e).astype(F32)  # one rounding from the exact value
+
+    return values
+
+
+def _block_values(a: A16Codes | A4Codes, w: QuantWeight) -> BlockValues:
+    if isinstance(w, Nvfp4Weight) and isinstance(a, A16Codes):
+        return _nvfp4_a16(a, w)
+    if isinstance(w, Nvfp4Weight) and isinstance(a, A4Codes):
+        return _nvfp4_a4(a, w)
+    if isinstance(w, Q2_0Weight) and isinstance(a, A16Codes):
+        return _q2_a16(a, w)
+    if isinstance(w, (Fp8Weight, DenseWeight)) and isinstance(a, A16Codes):
+        return _wide_a16(a, w)
+    raise MetraleError(f"{w.name}: no projection for format {w.format} with {type(a).__name__}")
+
+
+def project_roots(
+    a: A16Codes | A4Codes, w: QuantWeight, blocks: tuple[int, int] | None = None, first_block: int = 0
+) -> tuple[list[Span], np.ndarray]:
+    """Subtree roots of a block range (arithmetic.md § tree): the part of the tree one
+    tensor-parallel rank owns.
+
+    ``a`` codes [m, B_w] and ``w`` [N, 16·B_w] cover blocks ``first_block`` … of the full K;
+    ``blocks`` = (b0, b1) is the owned range inside them (default: all of them). Returns the
+    aligned spans covering [b0, b1) (``subtree_spans``) and their roots f32 [S, m, N]: block
+    values (arithmetic.md § projection, NaN for a non-finite activation block) summed by the
+    tree inside each span.
+    """
+    m = a.codes.shape[0]
+    nb = w.k // BLOCK
+    b0, b1 = (first_block, first_block + nb) if blocks is None else blocks
+    if not first_block <= b0 < b1 <= first_block + nb:
+        raise MetraleError(f"{w.name}: blocks [{b0}, {b1}) outside [{first_block}, {first_block + nb})")
+    spans = subtree_spans(b0, b1)
+    values = _block_values(a, w)
+    out = np.empty((len(spans), m, w.n), dtype=F32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for n0, n1 in _chunks(w.n, m, nb):
+            v = _masked(values(n0, n1), a.finite)  # [B_w, Nc, m]
+            out[:, :, n0:n1] = subtree_roots(v, spans, first_block).transpose(0, 2, 1)
+    return spans, out
+
+
+def finish_roots(
+    nodes: Mapping[Span, np.ndarray], nblocks: int, w: QuantWeight, a: A16Codes | A4Codes
+) -> np.ndarray:
+    """The full-K tree from subtree roots covering [0, nblocks) (``finish_tree``), then the
+    row scale (arithmetic.md § projection): f32 [m, N] before ``to_bf16`` (NVFP4 × A16:
+    root · weight_scale_2; × A4: root · f32(input_scale · weight_scale_2); FP8: root · scale[n];
+    Q2_0, BF16: root)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        root = finish_tree(nodes, nblocks)
+        if isinstance(w, Nvfp4Weight) and isinstance(a, A4Codes):
+            return root * F32(F32(w.input_scale) * F32(w.weight_scale_2))
+        if isinstance(w, Nvfp4Weight):
+            return root * F32(w.weight_scale_2)
+        if isinstance(w, Fp8Weight):
+            return root * w.weight_scale[None, :]
+        return root
+
+
+def _tree_projection(a: A16Codes | A4Codes, w: QuantWeight) -> np.ndarray:
+    """f32 [m, N] before ``to_bf16``: the whole K as one rank's range, finished."""
+    spans, roots = project_roots(a, w)
+    return finish_roots(dict(zip(spans, roots, strict=True)), w.k // BLOCK, w, a)
 
 
 def project_root(a: A16Codes, w: Fp8Weight | DenseWeight) -> np.ndarray:
     """FP8/BF16 × A16 up to the row scale: f32 [m, N] = root · scale[n] (BF16: root)."""
-    m, nb = a.exp.shape
-    ac = np.ascontiguousarray(a.codes.transpose(1, 2, 0))  # float64 [B, 16, m]
-    out = np.empty((m, w.n), dtype=F32)
-    for n0, n1 in _chunks(w.n, m, nb):
-        wb = weight_codes24(w.weight[n0:n1])
-        s = np.matmul(wb.codes.transpose(1, 0, 2), ac)  # [B, Nc, m], exact in float64: < 2^42
-        e = wb.exp.T[:, :, None] + a.exp.T[:, None, :] - 36  # [B, Nc, m]
-        v = np.ldexp(s, e).astype(F32)  # one rounding from the exact value
-        root = _finish(v, a.finite).T  # [m, Nc]
-        if isinstance(w, Fp8Weight):
-            root = root * w.weight_scale[n0:n1][None, :]
-        out[:, n0:n1] = root
-    return out
+    return _tree_projection(a, w)
 
 
-def _w8a8(a: A8Codes, w: W8a8Weight) -> np.ndarray:
-    s = a.q.astype(np.float64) @ w.weight.astype(np.float64).T  # exact int32-range integers
-    y = (s.astype(F32) * a.scale[:, None]) * w.weight_scale[None, :]
-    return to_bf16(y)
+def w8a8_dot(a: A8Codes, w: W8a8Weight) -> np.ndarray:
+    """S = Σ_k q_a·q_w over the weight's K: exact integers int64 [m, N] (|S| < 2^31 for K ≤
+    131072), so partial sums over K ranges add exactly in any order."""
+    return (a.q.astype(np.float64) @ w.weight.astype(np.float64).T).astype(np.int64)
+
+
+def w8a8_output(s: np.ndarray, a_scale: np.ndarray, w: W8a8Weight) -> np.ndarray:
+    """y = to_bf16((f32(S) · s_a) · s_w[n]) for the full-K integer dot ``s`` [m, N]."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return to_bf16((s.astype(F32) * a_scale[:, None]) * w.weight_scale[None, :])
 
 
 def infer_mode(weight: QuantWeight, m: int) -> Mode:
@@ -210,16 +281,10 @@ def project(
             codes = quantize_a8(x)
         else:
             raise MetraleError(f"project: unknown mode {mode!r} (want A16, A4 or A8)")
+    if isinstance(weight, W8a8Weight) and isinstance(codes, A8Codes):
+        return w8a8_output(w8a8_dot(codes, weight), codes.scale, weight)
+    if isinstance(codes, A8Codes):
+        raise MetraleError(f"{weight.name}: no projection for format {weight.format} with A8Codes")
     # Overflow to ±Inf and Inf − Inf = NaN are IEEE fp32 behaviour the contract keeps, not errors.
     with np.errstate(over="ignore", invalid="ignore"):
-        if isinstance(weight, Nvfp4Weight) and isinstance(codes, A16Codes):
-            return _nvfp4_a16(codes, weight)
-        if isinstance(weight, Nvfp4Weight) and isinstance(codes, A4Codes):
-            return _nvfp4_a4(codes, weight)
-        if isinstance(weight, Q2_0Weight) and isinstance(codes, A16Codes):
-            return _q2_a16(codes, weight)
-        if isinstance(weight, (Fp8Weight, DenseWeight)) and isinstance(codes, A16Codes):
-            return to_bf16(project_root(codes, weight))
-        if isinstance(weight, W8a8Weight) and isinstance(codes, A8Codes):
-            return _w8a8(codes, weight)
-    raise MetraleError(f"{weight.name}: no projection for format {weight.format} with {type(codes).__name__}")
+        return to_bf16(_tree_projection(codes, weight))

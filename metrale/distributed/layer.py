@@ -1,0 +1,80 @@
+"""A tensor-parallel ``DenseFfnLayer``: the rank's slices of a layer's weights on a ``TpBackend``.
+
+The rank's layer is an ordinary ``DenseFfnLayer`` over FfnConfig(hidden, 16·(b1 − b0)): its
+routing, tiers and errors are the single-device ones (they depend on m, the formats and
+``input_scale``, which every slice keeps), and ``output()[:m]`` holds the whole y on every rank.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from metrale.distributed.backend import TpBackend
+from metrale.distributed.shard import BLOCK, block_ranges, k_slice, lora_k, lora_rows, rows_slice
+from metrale.reference.backend import Backend, resolve_backend
+from metrale.reference.context import FfnConfig
+from metrale.reference.layer import DenseFfnLayer, FfnLora, FfnWeights
+from metrale.reference.w8a8_arm import W8a8Ffn
+
+
+def _ffn(ws: Any, b0: int, b1: int) -> Any:
+    if ws is None:
+        return None
+    return FfnWeights(
+        rows_slice(ws.gate_proj, BLOCK * b0, BLOCK * b1),
+        rows_slice(ws.up_proj, BLOCK * b0, BLOCK * b1),
+        k_slice(ws.down_proj, b0, b1),
+    )
+
+
+def tp_layer(
+    config: FfnConfig,
+    rank: int,
+    size: int,
+    *,
+    weights: FfnWeights[Any] | None = None,
+    bf16_weights: FfnWeights[Any] | None = None,
+    fp8_weights: FfnWeights[Any] | None = None,
+    q2_weights: FfnWeights[Any] | None = None,
+    w8a8: W8a8Ffn | None = None,
+    lora: FfnLora | None = None,
+    activation: Any = "silu",
+    backend: Backend | str | None = "reference",
+    group: Any = None,
+    sliced: bool = False,
+) -> DenseFfnLayer:
+    """Rank ``rank`` of ``size``'s layer. Weights are whole (``sliced=False``: this function
+    takes the rank's slices) or already the rank's slices (``sliced=True``, e.g. from
+    ``load_ffn_layer(..., tp_rank=, tp_size=)``)."""
+    inner = resolve_backend(backend, "tp_layer")
+    tb = TpBackend(inner, group)
+    if (tb.rank, tb.size) != (rank, size):
+        from metrale.errors import MetraleError
+
+        raise MetraleError(
+            f"tensor parallel: rank {rank} of {size} given, the process group says {tb.rank} of {tb.size}"
+        )
+    b0, b1 = block_ranges(config.intermediate_size // BLOCK, size)[rank]
+    cut = (lambda ws: ws) if sliced else (lambda ws: _ffn(ws, b0, b1))
+    lora_local = lora
+    if lora is not None and not sliced:
+        lora_local = FfnLora(
+            lora_rows(lora.gate_proj, BLOCK * b0, BLOCK * b1),
+            lora_rows(lora.up_proj, BLOCK * b0, BLOCK * b1),
+            lora_k(lora.down_proj, b0, b1),
+        )
+    local = FfnConfig(config.hidden_size, BLOCK * (b1 - b0))
+    layer = DenseFfnLayer(
+        local,
+        weights=cut(weights),
+        bf16_weights=cut(bf16_weights),
+        fp8_weights=cut(fp8_weights),
+        q2_weights=cut(q2_weights),
+        lora=lora_local,
+        activation=activation,
+        backend=tb,
+    )
+    if w8a8 is not None:
+        w = w8a8 if sliced else W8a8Ffn(*_ffn(FfnWeights(w8a8.gate, w8a8.up, w8a8.down), b0, b1).all())
+        layer.set_w8a8_decode_weights(w, local.hidden_size, local.intermediate_size)
+    return layer

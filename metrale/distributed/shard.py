@@ -1,0 +1,110 @@
+"""Which blocks a tensor-parallel rank owns, and the rank's slices of each weight format.
+
+gate/up are split by output columns and down by K, both in whole 16-element blocks: rank r of
+``size`` owns blocks [⌊r·B/size⌋, ⌊(r+1)·B/size⌋) of the B = intermediate/16 blocks (sizes
+differ by at most one block). A contiguous block range is a union of aligned subtrees of the
+tree (arithmetic.md § tp), so any such split keeps every bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from metrale.errors import MetraleError
+from metrale.reference.formats import DenseWeight, Fp8Weight, Nvfp4Weight, Q2_0Weight, W8a8Weight
+from metrale.reference.formats.w8a8 import MAX_K as W8A8_MAX_K
+from metrale.reference.lora import LoraAdapter
+
+BLOCK = 16
+#: Q2_0's f16 scale covers 64 elements = 4 blocks.
+Q2_BLOCKS = 4
+
+
+def block_ranges(nblocks: int, size: int) -> list[tuple[int, int]]:
+    """[b0, b1) per rank: ``nblocks`` blocks over ``size`` ranks, balanced to within one block."""
+    if size < 1 or nblocks < size:
+        raise MetraleError(
+            f"tensor parallel: tp_size={size} needs 1 <= tp_size <= {nblocks} (the intermediate "
+            f"size {16 * nblocks} has {nblocks} blocks of 16)"
+        )
+    return [(r * nblocks // size, (r + 1) * nblocks // size) for r in range(size)]
+
+
+@dataclass(frozen=True)
+class KShard:
+    """A rank's down-projection weight: ``weight`` holds blocks ``first_block`` … of the full K
+    (Q2_0: whole 64-element groups around the owned range), the rank owns ``blocks`` = [b0, b1)
+    of ``total_blocks``. Other attributes (format, n, name, input_scale, …) are the weight's;
+    ``k`` is the owned K, 16·(b1 − b0)."""
+
+    weight: Any
+    blocks: tuple[int, int]
+    first_block: int
+    total_blocks: int
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.weight, name)
+
+    @property
+    def k(self) -> int:
+        return BLOCK * (self.blocks[1] - self.blocks[0])
+
+
+@dataclass(frozen=True)
+class LoraKShard:
+    """A rank's down-projection LoRA adapter: ``adapter.a`` holds the owned K columns
+    (blocks ``blocks`` of ``total_blocks``), ``adapter.b`` is whole."""
+
+    adapter: LoraAdapter
+    blocks: tuple[int, int]
+    total_blocks: int
+
+
+def rows_slice(w: Any, n0: int, n1: int) -> Any:
+    """Output rows n0:n1 of a weight (gate/up columns of the FFN)."""
+    name = f"{w.name}[{n0}:{n1}]"
+    if isinstance(w, Nvfp4Weight):
+        return replace(w, weight=w.weight[n0:n1], weight_scale=w.weight_scale[n0:n1], name=name)
+    if isinstance(w, (Fp8Weight, W8a8Weight)):
+        return replace(w, weight=w.weight[n0:n1], weight_scale=w.weight_scale[n0:n1], name=name)
+    if isinstance(w, DenseWeight):
+        return replace(w, weight=w.weight[n0:n1], name=name)
+    if isinstance(w, Q2_0Weight):
+        return replace(w, blocks=w.blocks[n0:n1], name=name)
+    raise MetraleError(f"tensor parallel: cannot shard {type(w).__name__} {getattr(w, 'name', '?')}")
+
+
+def k_slice(w: Any, b0: int, b1: int) -> KShard:
+    """Blocks [b0, b1) of a down weight's K as a KShard (W8A8: refuses a full K > 131072,
+    the int32 bound of the whole-row dot)."""
+    total = w.k // BLOCK
+    name = f"{w.name}[:, {BLOCK * b0}:{BLOCK * b1}]"
+    if isinstance(w, Nvfp4Weight):
+        s = replace(w, weight=w.weight[:, 8 * b0 : 8 * b1], weight_scale=w.weight_scale[:, b0:b1], name=name)
+        return KShard(s, (b0, b1), b0, total)
+    if isinstance(w, W8a8Weight) and w.k > W8A8_MAX_K:
+        raise MetraleError(f"{w.name}: W8A8 K={w.k} exceeds {W8A8_MAX_K} (the int32 dot bound)")
+    if isinstance(w, (Fp8Weight, W8a8Weight, DenseWeight)):
+        return KShard(replace(w, weight=w.weight[:, BLOCK * b0 : BLOCK * b1], name=name), (b0, b1), b0, total)
+    if isinstance(w, Q2_0Weight):
+        g0, g1 = b0 // Q2_BLOCKS, -(-b1 // Q2_BLOCKS)
+        return KShard(replace(w, blocks=w.blocks[:, g0:g1], name=name), (b0, b1), Q2_BLOCKS * g0, total)
+    raise MetraleError(f"tensor parallel: cannot shard {type(w).__name__} {getattr(w, 'name', '?')}")
+
+
+def lora_rows(a: LoraAdapter | None, n0: int, n1: int) -> LoraAdapter | None:
+    """A gate/up adapter for output rows n0:n1 (``a`` whole, ``b`` rows sliced)."""
+    return None if a is None else LoraAdapter(a=a.a, b=np.ascontiguousarray(a.b[n0:n1]), scale=a.scale)
+
+
+def lora_k(a: LoraAdapter | None, b0: int, b1: int) -> LoraKShard | None:
+    """A down adapter for K blocks [b0, b1) (``a`` columns sliced, ``b`` whole)."""
+    if a is None:
+        return None
+    part = LoraAdapter(a=np.ascontiguousarray(a.a[:, BLOCK * b0 : BLOCK * b1]), b=a.b, scale=a.scale)
+    return LoraKShard(part, (b0, b1), a.a.shape[1] // BLOCK)
