@@ -58,9 +58,10 @@ def _layer_prefix(names: list[str], layer: int, where: str) -> str:
     raise MetraleError(f"{where}: no FFN for layer {layer} (layers with an FFN: {found})")
 
 
-def _build(
+def build_ffn_layer(
     config: FfnConfig, act: FfnActivation, ws: list[Any], backend: Backend | str | None, where: str
 ) -> DenseFfnLayer:
+    """A layer from gate, up and down weights of one format (W8A8 goes to the W8A8 arm)."""
     kinds = {type(w).__name__ for w in ws}
     if len(kinds) != 1:
         raise MetraleError(f"{where}: gate/up/down mix formats {sorted(kinds)}")
@@ -90,7 +91,7 @@ def _load_folder(path: Path, layer: int, backend: Backend | str | None) -> Dense
             }
             ws.append(weight_from_tensors(mod, tensors))
         conf = FfnConfig(int(cfg["hidden_size"]), int(cfg["intermediate_size"]))
-        return _build(conf, act, ws, backend, where)
+        return build_ffn_layer(conf, act, ws, backend, where)
 
 
 def _load_gguf(path: Path, layer: int, backend: Backend | str | None) -> DenseFfnLayer:
@@ -120,7 +121,7 @@ def _load_gguf(path: Path, layer: int, backend: Backend | str | None) -> DenseFf
             ws.append(q2_weight(t, nm))
         else:
             ws.append(DenseWeight.quantize(float_tensor(t, nm), name=nm))
-    return _build(FfnConfig(int(hidden), int(inter)), act, ws, backend, str(path))
+    return build_ffn_layer(FfnConfig(int(hidden), int(inter)), act, ws, backend, str(path))
 
 
 def load_ffn_layer(
