@@ -163,7 +163,8 @@ class MetraleFfn(nn.Module):
         if got is not None:
             layer = got[0]
         elif device.type == "cpu":
-            layer = build_ffn_layer(self.config, self.activation, self.host_weights(), "reference", "MetraleFfn")
+            ws = self.host_weights()
+            layer = build_ffn_layer(self.config, self.activation, ws, "reference", "MetraleFfn")
         else:
             import cupy
 
