@@ -111,7 +111,7 @@ def test_quantized_model_tracks_bf16() -> None:
 
 def test_replace_mlps_errors(tmp_path) -> None:
     model = tiny_model("llama")
-    with pytest.raises(MetraleError, match="not a format .* and no such checkpoint"):
+    with pytest.raises(MetraleError, match=r"not a format .* and no such checkpoint"):
         replace_mlps(model, "nvfp5")
     with pytest.raises(MetraleError, match="w4a4 needs calibration"):
         replace_mlps(model, "w4a4")
