@@ -198,7 +198,7 @@ class MetraleFfn(nn.Module):
         if x.device.type == "cpu":
             xn = x2.contiguous().view(torch.int16).numpy().view(BF16)
             layer.route(m)[1](xn, ctx)
-            y = np.ascontiguousarray(ctx.buffers.moe_output()[:m])
+            y = np.ascontiguousarray(ctx.buffers.output()[:m])
             return torch.from_numpy(y.view(np.int16).copy()).view(torch.bfloat16).reshape(x.shape)
         import cupy
 
@@ -207,7 +207,7 @@ class MetraleFfn(nn.Module):
         with cupy.cuda.Device(x.device.index), cupy.cuda.ExternalStream(stream.cuda_stream, x.device.index):
             layer.route(m)[1](x2, ctx)
             dst = cupy.from_dlpack(out.view(torch.int16)).view(cupy.uint16)
-            cupy.copyto(dst, ctx.buffers.moe_output()[:m])
+            cupy.copyto(dst, ctx.buffers.output()[:m])
         return out.reshape(x.shape)
 
     def extra_repr(self) -> str:

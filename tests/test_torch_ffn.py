@@ -118,3 +118,16 @@ def test_compile_fullgraph_equals_eager() -> None:
     for shape in ((1, 1, H), (1, 4, H)):
         x = _x(shape, shape[1])
         assert (_bits(cf(x)) == _bits(f(x))).all(), shape
+
+
+def test_import_metrale_without_torch_or_transformers() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None\n"
+        "import metrale\n"
+        "assert metrale.DenseFfnLayer and 'metrale.torch' not in sys.modules\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
