@@ -127,3 +127,15 @@ def test_replace_mlps_errors(tmp_path) -> None:
     replace_mlps(model, "bf16")
     with pytest.raises(MetraleError, match="already a MetraleFfn"):
         replace_mlps(model, "bf16")
+
+
+def test_whole_model_compiles_fullgraph() -> None:
+    """The custom op traces: the whole model under torch.compile(fullgraph=True) (aot_eager, so
+    the ops around the FFN stay torch's eager kernels) gives the eager logits' bits."""
+    torch._dynamo.reset()
+    model = replace_mlps(tiny_model("llama"), "w4a4", calibration=_ids(6, 7))
+    ids = _ids(6, 8)
+    with torch.no_grad():
+        eager = model(ids).logits
+        compiled = torch.compile(model, fullgraph=True, backend="aot_eager")(ids).logits
+    assert torch.equal(_i16(eager), _i16(compiled))

@@ -66,15 +66,27 @@ def test_non_default_stream() -> None:
 
 
 def test_compile_fullgraph_equals_eager_cuda() -> None:
-    torch._dynamo.reset()
-    model = tiny_model("llama").cuda()
+    """Inductor around the op, and the whole model traced in one graph (aot_eager keeps torch's
+    eager kernels for the non-FFN ops, whose inductor fusions change their bits)."""
     from metrale.hf import replace_mlps
 
+    torch._dynamo.reset()
+    mod = MetraleFfn.from_weights(FfnConfig(H, INTER), _weights("w4a4", 13), "silu").cuda()
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return mod(x * 2) + x
+
+    cf = torch.compile(f, fullgraph=True, dynamic=False)
+    for shape in ((1, 1, H), (1, 4, H), (2, 40, H)):
+        x = _x(shape, shape[1]).cuda()
+        assert torch.equal(_i16(cf(x)), _i16(f(x))), shape
+    model = tiny_model("llama").cuda()
     replace_mlps(model, "nvfp4")
     ids = torch.randint(0, TINY["vocab_size"], (1, 6), device="cuda")
     with torch.no_grad():
         eager = model(ids).logits
-        compiled = torch.compile(model, fullgraph=True)(ids).logits
+        compiled = torch.compile(model, fullgraph=True, backend="aot_eager")(ids).logits
+        torch.compile(model, fullgraph=True)(ids)  # inductor: traces and runs without a graph break
     assert torch.equal(_i16(eager), _i16(compiled))
 
 
