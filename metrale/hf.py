@@ -73,6 +73,17 @@ def decoder_mlps(model: nn.Module) -> list[nn.Module]:
     return mlps
 
 
+def rewind_static_cache(cache: Any, pos: torch.Tensor) -> None:
+    """Set a transformers StaticCache's write position to ``pos`` (a 1-element tensor on the
+    cache's device), in place, so a CUDA graph of a decode step can be replayed: caches that
+    keep a ``cumulative_length`` counter advance it inside the step; caches that take the
+    position from ``cache_position`` have none and need nothing."""
+    for layer in getattr(cache, "layers", []):
+        n = getattr(layer, "cumulative_length", None)
+        if isinstance(n, torch.Tensor):
+            n.copy_(pos.reshape(n.shape).to(n.dtype))
+
+
 def _host_bf16(w: torch.Tensor, name: str) -> np.ndarray:
     if w.dtype != torch.bfloat16:
         raise MetraleError(f"{name}: dtype {w.dtype}, want torch.bfloat16 (load the model in bf16)")

@@ -139,3 +139,32 @@ def test_whole_model_compiles_fullgraph() -> None:
         eager = model(ids).logits
         compiled = torch.compile(model, fullgraph=True, backend="aot_eager")(ids).logits
     assert torch.equal(_i16(eager), _i16(compiled))
+
+
+def test_rewound_static_cache_step_repeats_bits() -> None:
+    """What a replayed CUDA graph of a decode step does, on CPU: the same step (rewound to its
+    position each time) gives the bits of the eager step on a cache that advanced normally."""
+    from transformers import StaticCache
+
+    from metrale.hf import rewind_static_cache
+
+    model = replace_mlps(tiny_model("llama"), "nvfp4")
+    prompt = _ids(5, 9)
+    caches = [StaticCache(config=model.config, max_cache_len=16) for _ in range(2)]
+    tok = torch.zeros(1, 1, dtype=torch.long)
+    pos = torch.tensor([5])
+    with torch.no_grad():
+        for c in caches:
+            model(prompt, past_key_values=c, use_cache=True, cache_position=torch.arange(5))
+        for _ in range(3):  # warm-up calls of the "graph" advance nothing once rewound
+            rewind_static_cache(caches[1], pos)
+            model(tok, past_key_values=caches[1], use_cache=True, cache_position=pos)
+        for t in range(5, 12):
+            nxt = _ids(1, t)
+            at = torch.tensor([t])
+            eager = model(nxt, past_key_values=caches[0], use_cache=True, cache_position=at).logits
+            tok.copy_(nxt)
+            pos.fill_(t)
+            rewind_static_cache(caches[1], pos)
+            out = model(tok, past_key_values=caches[1], use_cache=True, cache_position=pos).logits
+            assert torch.equal(_i16(out), _i16(eager)), t

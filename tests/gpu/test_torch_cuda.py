@@ -133,7 +133,7 @@ def test_cuda_graph_of_a_decoder_step(fmt: str) -> None:
     eager step's logits bit for bit, step after step."""
     from transformers import StaticCache
 
-    from metrale.hf import replace_mlps
+    from metrale.hf import replace_mlps, rewind_static_cache
 
     model = tiny_model("llama").cuda()
     prompt = torch.randint(0, TINY["vocab_size"], (1, 5), device="cuda")
@@ -146,6 +146,7 @@ def test_cuda_graph_of_a_decoder_step(fmt: str) -> None:
         pos = torch.tensor([5], device="cuda")
 
         def step() -> torch.Tensor:
+            rewind_static_cache(caches[1], pos)
             return model(tok, past_key_values=caches[1], use_cache=True, cache_position=pos).logits
 
         s = torch.cuda.Stream()
