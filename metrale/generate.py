@@ -57,7 +57,7 @@ def greedy(model: Any, ids: torch.Tensor, n: int) -> list[int]:
 
 def ffn_share(model: Any, ids: torch.Tensor, n: int) -> float:
     """The MLPs' fraction of the greedy loop's time, from synchronising timers around each MLP."""
-    from metrale.hf import decoder_mlps
+    from metrale.hf import decoder_layers
 
     dev = ids.device
     spent = [0.0]
@@ -71,8 +71,7 @@ def ffn_share(model: Any, ids: torch.Tensor, n: int) -> float:
         _sync(dev)
         spent[0] += time.perf_counter() - t0.pop()
 
-    base = getattr(model, "model", model)
-    mlps = [layer.mlp for layer in base.layers] if hasattr(base, "layers") else decoder_mlps(model)
+    mlps = [layer.mlp for layer in decoder_layers(model)]
     hooks = [m.register_forward_pre_hook(pre) for m in mlps] + [m.register_forward_hook(post) for m in mlps]
     try:
         _sync(dev)

@@ -46,16 +46,21 @@ def model_activation(config: Any) -> FfnActivation:
     return act
 
 
-def decoder_mlps(model: nn.Module) -> list[nn.Module]:
-    """The ``mlp`` of every decoder layer (``model.model.layers[i].mlp``), checked to be gated."""
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The decoder layers: ``model.model.layers`` (or ``.language_model.layers``)."""
     base = getattr(model, "model", model)
     layers = getattr(base, "layers", None)
     if layers is None and hasattr(base, "language_model"):
         layers = getattr(base.language_model, "layers", None)
     if layers is None:
         raise MetraleError(f"{type(model).__name__}: no decoder layers found (want model.model.layers)")
+    return layers
+
+
+def decoder_mlps(model: nn.Module) -> list[nn.Module]:
+    """The ``mlp`` of every decoder layer, checked to be a gated MLP without bias."""
     mlps = []
-    for i, layer in enumerate(layers):
+    for i, layer in enumerate(decoder_layers(model)):
         mlp = getattr(layer, "mlp", None)
         if mlp is None:
             raise MetraleError(f"{type(model).__name__}: decoder layer {i} has no .mlp")
@@ -151,8 +156,7 @@ def replace_mlps(
     activation amax sets the W4A4 input scales. The new modules sit on the old MLPs' device.
     """
     act = model_activation(model.config)
-    base = getattr(model, "model", model)
-    layers = getattr(base, "layers", None) or base.language_model.layers
+    layers = decoder_layers(model)
     mlps = decoder_mlps(model)
     is_format = isinstance(source, str) and source in FORMATS
     if not is_format:

@@ -146,6 +146,13 @@ class MetraleFfn(nn.Module):
             out.append(cls(**kw))
         return out
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # A copy (copy.deepcopy, pickle) is a new module: it gets its own operator handle.
+        super().__setstate__(state)
+        self._handle = next(_NEXT)
+        _MODULES[self._handle] = self
+        self._built = {}
+
     def _apply(self, fn: Any, recurse: bool = True) -> MetraleFfn:
         self._built.clear()
         return super()._apply(fn, recurse)

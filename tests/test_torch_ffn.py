@@ -131,3 +131,15 @@ def test_import_metrale_without_torch_or_transformers() -> None:
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
+
+
+def test_deepcopy_is_an_independent_module() -> None:
+    import copy
+
+    a = MetraleFfn.from_weights(FfnConfig(H, INTER), _weights("nvfp4", 3), "silu")
+    x = _x((2, H), 4)
+    ya = _bits(a(x))
+    b = copy.deepcopy(a)
+    b.load_state_dict(MetraleFfn.from_weights(FfnConfig(H, INTER), _weights("nvfp4", 5), "silu").state_dict())
+    assert (_bits(a(x)) == ya).all()  # the copy's new weights do not leak into the original
+    assert (_bits(b(x)) != ya).any()
