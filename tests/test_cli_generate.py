@@ -36,7 +36,10 @@ def test_generate_compare(tmp_path) -> None:
     assert r.exit_code == 0, (r.output[-2000:], repr(r.exception))
     text = " ".join(r.output.split())  # rich wraps long lines at the console width
     assert "4 tokens on cpu, FFNs w8a8" in text and "tokens/s" in text
-    assert "--compare: the original MLPs give the same 4 tokens" in text or "--compare: tokens diverge at" in text
+    assert (
+        "--compare: the original MLPs give the same 4 tokens" in text
+        or "--compare: tokens diverge at" in text
+    )
 
 
 def test_generate_errors(tmp_path) -> None:
