@@ -16,11 +16,10 @@ import torch
 from torch import nn
 
 from metrale.checkpoint.load import load_ffn_layer
-from metrale.checkpoint.work import quantize_array
 from metrale.errors import MetraleError
 from metrale.reference.context import FfnConfig
 from metrale.reference.elements import BF16
-from metrale.reference.formats import DenseWeight
+from metrale.reference.formats.spec import FORMATS as SPECS
 from metrale.reference.layer import FfnActivation
 from metrale.torch import PROJS, MetraleFfn
 
@@ -131,14 +130,12 @@ def quantized_mlp(
     for j, p in enumerate(PROJS):
         w = _host_bf16(getattr(mlp, p).weight, f"{where}.{p}.weight")
         name = f"{where}.{p}"
-        if fmt == "bf16":
-            ws.append(DenseWeight.quantize(w, name=name))
-        elif fmt == "w4a4":
+        if fmt == "w4a4":
             if amax is None:
                 raise MetraleError(f"{where}: format w4a4 needs the calibrated input amax")
-            ws.append(quantize_array("nvfp4", w, name, input_amax=amax[0 if j < 2 else 1]))
+            ws.append(SPECS["nvfp4"].quantize(w, name=name, input_amax=amax[0 if j < 2 else 1]))
         else:
-            ws.append(quantize_array(fmt, w, name))
+            ws.append(SPECS[fmt].quantize(w, name=name))
     return MetraleFfn.from_weights(FfnConfig(int(hidden), int(inter)), ws, activation)
 
 

@@ -28,14 +28,10 @@ from metrale.checkpoint.load import build_ffn_layer
 from metrale.errors import MetraleError
 from metrale.reference.context import FfnConfig, ForwardContext
 from metrale.reference.elements import BF16
-from metrale.reference.formats import DenseWeight, Fp8Weight, Nvfp4Weight, Q2_0Weight, W8a8Weight
+from metrale.reference.formats.spec import FORMATS, spec_of
 from metrale.reference.layer import DenseFfnLayer, FfnActivation
 
 PROJS = ("gate_proj", "up_proj", "down_proj")
-#: The weight containers a MetraleFfn holds, by class name.
-WEIGHT_CLASSES: dict[str, type] = {
-    c.__name__: c for c in (Nvfp4Weight, Fp8Weight, DenseWeight, W8a8Weight, Q2_0Weight)
-}
 #: Integer torch dtype carrying the raw bytes of a numpy element of each size.
 _CARRIER = {1: (np.uint8, torch.uint8), 2: (np.int16, torch.int16), 4: (np.int32, torch.int32)}
 
@@ -71,7 +67,7 @@ def _weights_of(layer: DenseFfnLayer) -> list[Any]:
         raise MetraleError(f"MetraleFfn: the layer holds {len(held)} weight sets, want exactly one format")
     ws = list(held[0])
     for w in ws:
-        if type(w).__name__ not in WEIGHT_CLASSES:
+        if not any(isinstance(w, f.weight_type) for f in FORMATS.values()):
             raise MetraleError(
                 f"MetraleFfn: weight {type(w).__name__} is not a host container "
                 "(load the layer with backend='reference')"
@@ -94,7 +90,7 @@ class MetraleFfn(nn.Module):
         self.activation = FfnActivation(activation)
         # Validate shapes and formats once (the reference layer checks them).
         build_ffn_layer(config, self.activation, list(weights), "reference", "MetraleFfn")
-        self.weight_class = type(weights[0]).__name__
+        self.format = spec_of(weights[0]).stem
         self._fields: dict[str, dict[str, Any]] = {}
         for proj, w in zip(PROJS, weights, strict=True):
             meta: dict[str, Any] = {}
@@ -134,7 +130,7 @@ class MetraleFfn(nn.Module):
     def host_weights(self) -> list[Any]:
         """gate, up and down as reference containers (views of CPU buffers, else copies)."""
         out = []
-        cls = WEIGHT_CLASSES[self.weight_class]
+        cls = FORMATS[self.format].weight_type
         for proj in PROJS:
             kw: dict[str, Any] = {}
             for nm, (kind, v, scalar) in self._fields[proj].items():
@@ -221,7 +217,7 @@ class MetraleFfn(nn.Module):
         c = self.config
         return (
             f"hidden={c.hidden_size}, intermediate={c.intermediate_size}, "
-            f"format={self.weight_class}, activation={self.activation.value}"
+            f"format={self.format}, activation={self.activation.value}"
         )
 
 
