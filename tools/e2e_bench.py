@@ -219,6 +219,11 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("error: tools/e2e_bench.py needs a CUDA build of torch and a GPU", file=sys.stderr)
         return 1
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        print("error: tools/e2e_bench.py needs transformers (pip install 'metrale[hf]')", file=sys.stderr)
+        return 1
     t0 = time.time()
     args.out.mkdir(parents=True, exist_ok=True)
     model = build_model(args.layers)
