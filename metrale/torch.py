@@ -205,6 +205,8 @@ class MetraleFfn(nn.Module):
             return torch.from_numpy(y.view(np.int16).copy()).view(torch.bfloat16).reshape(x.shape)
         import cupy
 
+        if not x2.is_contiguous() or x2.data_ptr() % 16:
+            x2 = x2.clone(memory_format=torch.contiguous_format)  # torch's allocator: graph-safe
         out = torch.empty((m, h), dtype=torch.bfloat16, device=x.device)
         stream = torch.cuda.current_stream(x.device)
         with cupy.cuda.Device(x.device.index), cupy.cuda.ExternalStream(stream.cuda_stream, x.device.index):
