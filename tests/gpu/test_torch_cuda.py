@@ -169,3 +169,18 @@ def test_cuda_graph_of_a_decoder_step(fmt: str) -> None:
             pos.fill_(t)
             g.replay()
             assert torch.equal(_i16(out), _i16(eager.logits)), t
+
+
+def test_generate_cli_on_cuda(tmp_path) -> None:
+    pytest.importorskip("transformers")
+    from typer.testing import CliRunner
+
+    from metrale.cli import app
+    from tests.test_cli_generate import _model_dir
+
+    d = _model_dir(tmp_path)
+    args = ["generate", str(d), "--format", "nvfp4", "--prompt", "the capital of", "-n", "6", "--compare"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, (r.output[-2000:], repr(r.exception))
+    text = " ".join(r.output.split())
+    assert "6 tokens on cuda, FFNs nvfp4" in text and "--compare:" in text
