@@ -1,4 +1,4 @@
-"""The ``metrale`` command line: convert, inspect, verify, demo, bench.
+"""The ``metrale`` command line: convert, inspect, verify, demo, generate, bench.
 
 Every command reports bad input as one line ``error: ...`` naming the file, tensor or option
 and exits 1 (2 for usage errors, from typer; 130 after Ctrl-C). ``convert`` never leaves a
@@ -391,6 +391,51 @@ def demo(
             tmp.cleanup()
     if not ok:
         raise typer.Exit(1)
+
+
+@app.command()
+def generate(
+    model_dir: Annotated[
+        Path, typer.Argument(help="Hugging Face model folder (config, weights, tokenizer).")
+    ],
+    format: Annotated[
+        str, typer.Option("--format", "-f", help="nvfp4 | w4a4 | w8a8 | q2_0 | fp8 | bf16 (on the fly)")
+    ] = "nvfp4",
+    prompt: Annotated[str, typer.Option("--prompt", "-p", help="Prompt text.")] = "The capital of France is",
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", "-n", help="Tokens to generate.")] = 32,
+    compare: Annotated[
+        bool, typer.Option("--compare", help="Also run the original MLPs and report where tokens diverge.")
+    ] = False,
+    checkpoint: Annotated[
+        Path | None, typer.Option("--checkpoint", help="FFNs from this converted checkpoint instead.")
+    ] = None,
+    device: Annotated[str | None, typer.Option("--device", help="cuda | cpu (default: cuda if any)")] = None,
+) -> None:
+    """Greedy generation with transformers for everything but the FFNs, metrale for the FFNs."""
+    try:
+        from metrale.generate import generate as run_generate
+
+        r = run_generate(
+            model_dir, format, prompt, max_new_tokens, compare=compare, checkpoint=checkpoint, device=device
+        )
+    except MetraleError as e:
+        raise _fail(str(e)) from None
+    out = _out()
+    src = str(checkpoint) if checkpoint is not None else format
+    out.print(f"[bold]{prompt}[/]{r.text}", markup=True, soft_wrap=True)
+    out.print(
+        f"{len(r.ids)} tokens on {r.device}, FFNs {src}: {r.tokens_per_s:.1f} tokens/s, "
+        f"FFN {100 * r.ffn_share:.0f} % of the step time"
+    )
+    if r.reference_ids is not None:
+        if r.first_divergence is None:
+            out.print(f"--compare: the original MLPs give the same {len(r.ids)} tokens")
+        else:
+            i = r.first_divergence
+            out.print(
+                f"--compare: tokens diverge at generated token {i} "
+                f"(metrale {r.ids[i]}, original {r.reference_ids[i]}); {i} tokens agree before it"
+            )
 
 
 @app.command(

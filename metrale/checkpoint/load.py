@@ -62,9 +62,10 @@ def _layer_prefix(names: list[str], layer: int, where: str) -> str:
     raise MetraleError(f"{where}: no FFN for layer {layer} (layers with an FFN: {found})")
 
 
-def _build(
+def build_ffn_layer(
     config: FfnConfig, act: FfnActivation, ws: list[Any], backend: Backend | str | None, where: str
 ) -> DenseFfnLayer:
+    """A layer from gate, up and down weights of one format (W8A8 goes to the W8A8 arm)."""
     kinds = {type(w).__name__ for w in ws}
     if len(kinds) != 1:
         raise MetraleError(f"{where}: gate/up/down mix formats {sorted(kinds)}")
@@ -132,7 +133,7 @@ def _load_folder(
                     raise MetraleError(f"{mod}: W8A8 K={views['weight'].shape[1]} exceeds {MAX_K}")
             ws.append(weight_from_tensors(mod, _tp_slice(proj, views, (16 * b0, 16 * b1))))
         if tp is None:
-            return _build(conf, act, ws, backend, where)
+            return build_ffn_layer(conf, act, ws, backend, where)
         return _build_tp(conf, act, ws, backend, where, tp, (b0, b1))
 
 
@@ -187,7 +188,7 @@ def _load_gguf(path: Path, layer: int, backend: Backend | str | None) -> DenseFf
             ws.append(q2_weight(t, nm))
         else:
             ws.append(DenseWeight.quantize(float_tensor(t, nm), name=nm))
-    return _build(FfnConfig(int(hidden), int(inter)), act, ws, backend, str(path))
+    return build_ffn_layer(FfnConfig(int(hidden), int(inter)), act, ws, backend, str(path))
 
 
 def load_ffn_layer(

@@ -1,0 +1,189 @@
+"""Hugging Face models with metrale FFNs: ``replace_mlps(model, source)``.
+
+Swaps each decoder layer's gated MLP (Llama, Mistral, Qwen2, Qwen3: SiLU; Gemma 1/2/3: GELU in
+its tanh form) for a ``MetraleFfn``, from a converted checkpoint folder or ``.gguf`` (anything
+``load_ffn_layer`` reads) or by quantizing the model's own weights to a format on the fly.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from metrale.checkpoint.load import load_ffn_layer
+from metrale.errors import MetraleError
+from metrale.reference.context import FfnConfig
+from metrale.reference.elements import BF16
+from metrale.reference.formats.spec import FORMATS as SPECS
+from metrale.reference.layer import FfnActivation
+from metrale.torch import PROJS, MetraleFfn
+
+#: On-the-fly formats: w4a4 is NVFP4 with a calibrated input_scale (FP4 activations).
+FORMATS = ("nvfp4", "w4a4", "w8a8", "q2_0", "fp8", "bf16")
+_ACTIVATIONS = {
+    "silu": FfnActivation.SiLU,
+    "swish": FfnActivation.SiLU,
+    "gelu_pytorch_tanh": FfnActivation.GELU,
+    "gelu_new": FfnActivation.GELU,
+}
+
+
+def model_activation(config: Any) -> FfnActivation:
+    """The MLP activation of a transformers config (Gemma's ``hidden_activation`` first)."""
+    name = getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", None)
+    act = _ACTIVATIONS.get(str(name).lower())
+    if act is None:
+        raise MetraleError(
+            f"model config: activation {name!r} is not supported "
+            f"(want one of {', '.join(sorted(_ACTIVATIONS))}; metrale's GELU is the tanh form)"
+        )
+    return act
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The decoder layers: ``model.model.layers`` (or ``.language_model.layers``)."""
+    base = getattr(model, "model", model)
+    layers = getattr(base, "layers", None)
+    if layers is None and hasattr(base, "language_model"):
+        layers = getattr(base.language_model, "layers", None)
+    if layers is None:
+        raise MetraleError(f"{type(model).__name__}: no decoder layers found (want model.model.layers)")
+    return layers
+
+
+def decoder_mlps(model: nn.Module) -> list[nn.Module]:
+    """The ``mlp`` of every decoder layer, checked to be a gated MLP without bias."""
+    mlps = []
+    for i, layer in enumerate(decoder_layers(model)):
+        mlp = getattr(layer, "mlp", None)
+        if mlp is None:
+            raise MetraleError(f"{type(model).__name__}: decoder layer {i} has no .mlp")
+        if isinstance(mlp, MetraleFfn):
+            raise MetraleError(f"decoder layer {i}: the MLP is already a MetraleFfn")
+        for p in PROJS:
+            if not isinstance(getattr(mlp, p, None), nn.Linear):
+                raise MetraleError(
+                    f"decoder layer {i}: {type(mlp).__name__} has no Linear {p} "
+                    "(want a gated MLP: gate_proj, up_proj, down_proj)"
+                )
+            if getattr(mlp, p).bias is not None:
+                raise MetraleError(f"decoder layer {i}: {p} has a bias, which metrale's FFN does not add")
+        mlps.append(mlp)
+    return mlps
+
+
+def rewind_static_cache(cache: Any, pos: torch.Tensor) -> None:
+    """Set a transformers StaticCache's write position to ``pos`` (a 1-element tensor on the
+    cache's device), in place, so a CUDA graph of a decode step can be replayed: caches that
+    keep a ``cumulative_length`` counter advance it inside the step; caches that take the
+    position from ``cache_position`` have none and need nothing."""
+    for layer in getattr(cache, "layers", []):
+        n = getattr(layer, "cumulative_length", None)
+        if isinstance(n, torch.Tensor):
+            n.copy_(pos.reshape(n.shape).to(n.dtype))
+
+
+def _host_bf16(w: torch.Tensor, name: str) -> np.ndarray:
+    if w.dtype != torch.bfloat16:
+        raise MetraleError(f"{name}: dtype {w.dtype}, want torch.bfloat16 (load the model in bf16)")
+    return w.detach().cpu().contiguous().view(torch.int16).numpy().view(BF16)
+
+
+def calibrate(model: nn.Module, input_ids: torch.Tensor) -> list[tuple[float, float]]:
+    """Per decoder layer: (amax of the MLP input, amax of down_proj's input) over one forward."""
+    mlps = decoder_mlps(model)
+    amax = [[0.0, 0.0] for _ in mlps]
+    hooks = []
+    for i, mlp in enumerate(mlps):
+
+        def pre(mod: nn.Module, args: tuple[Any, ...], i: int = i, slot: int = 0) -> None:
+            amax[i][slot] = max(amax[i][slot], float(args[0].detach().abs().float().max()))
+
+        hooks.append(mlp.register_forward_pre_hook(pre))
+        hooks.append(mlp.down_proj.register_forward_pre_hook(lambda m, a, i=i: pre(m, a, i, 1)))
+    try:
+        with torch.no_grad():
+            model(input_ids=input_ids.to(next(model.parameters()).device))
+    finally:
+        for h in hooks:
+            h.remove()
+    return [(a, b) for a, b in amax]
+
+
+def quantized_mlp(
+    mlp: nn.Module,
+    fmt: str,
+    activation: FfnActivation,
+    where: str,
+    amax: tuple[float, float] | None = None,
+) -> MetraleFfn:
+    """A MetraleFfn of ``mlp``'s bf16 weights quantized to ``fmt`` (``amax`` for w4a4)."""
+    if fmt not in FORMATS:
+        raise MetraleError(f"format {fmt!r} unknown (want one of {', '.join(FORMATS)})")
+    inter, hidden = mlp.gate_proj.weight.shape
+    ws = []
+    for j, p in enumerate(PROJS):
+        w = _host_bf16(getattr(mlp, p).weight, f"{where}.{p}.weight")
+        name = f"{where}.{p}"
+        if fmt == "w4a4":
+            if amax is None:
+                raise MetraleError(f"{where}: format w4a4 needs the calibrated input amax")
+            ws.append(SPECS["nvfp4"].quantize(w, name=name, input_amax=amax[0 if j < 2 else 1]))
+        else:
+            ws.append(SPECS[fmt].quantize(w, name=name))
+    return MetraleFfn.from_weights(FfnConfig(int(hidden), int(inter)), ws, activation)
+
+
+def replace_mlps(
+    model: nn.Module,
+    source: str | os.PathLike[str],
+    *,
+    calibration: torch.Tensor | None = None,
+) -> nn.Module:
+    """Replace every decoder MLP of ``model`` by a MetraleFfn, in place; returns ``model``.
+
+    ``source``: a format name (``nvfp4``, ``w4a4``, ``w8a8``, ``q2_0``, ``fp8``, ``bf16``) to
+    quantize the model's own bf16 weights, or a checkpoint path of the same model (a metrale /
+    ModelOpt / compressed-tensors folder or a GGUF file). ``calibration``: input ids whose
+    activation amax sets the W4A4 input scales. The new modules sit on the old MLPs' device.
+    """
+    act = model_activation(model.config)
+    layers = decoder_layers(model)
+    mlps = decoder_mlps(model)
+    is_format = isinstance(source, str) and source in FORMATS
+    if not is_format:
+        p = Path(source)
+        if not p.exists():
+            raise MetraleError(f"{p}: not a format ({', '.join(FORMATS)}) and no such checkpoint")
+    amaxes: list[Any] = [None] * len(mlps)
+    if is_format and source == "w4a4":
+        if calibration is None:
+            raise MetraleError("format w4a4 needs calibration inputs (replace_mlps(..., calibration=ids))")
+        amaxes = calibrate(model, calibration)
+    new = []
+    for i, mlp in enumerate(mlps):
+        where = f"model.layers.{i}.mlp"
+        if is_format:
+            ffn = quantized_mlp(mlp, str(source), act, where, amaxes[i])
+        else:
+            ffn = MetraleFfn.from_layer(load_ffn_layer(source, layer=i, backend="reference"))
+            inter, hidden = mlp.gate_proj.weight.shape
+            got = (ffn.config.hidden_size, ffn.config.intermediate_size)
+            if got != (hidden, inter):
+                raise MetraleError(
+                    f"{source}: layer {i} FFN is hidden={got[0]}, intermediate={got[1]}; "
+                    f"the model's is hidden={hidden}, intermediate={inter}"
+                )
+            if ffn.activation != act:
+                raise MetraleError(
+                    f"{source}: layer {i} activation {ffn.activation.value}, the model's is {act.value}"
+                )
+        new.append(ffn.to(mlp.gate_proj.weight.device))
+    for layer, ffn in zip(layers, new, strict=True):
+        layer.mlp = ffn
+    return model

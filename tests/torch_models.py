@@ -1,0 +1,34 @@
+"""Tiny random-weight transformers models built from configs (no downloads)."""
+
+from __future__ import annotations
+
+import torch
+
+TINY = dict(
+    vocab_size=96,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=64,
+)
+
+
+def tiny_model(family: str, seed: int = 0) -> torch.nn.Module:
+    """A bf16 eval-mode Llama / Qwen3 / Gemma with seeded random weights (SDPA attention)."""
+    import transformers as tf
+
+    cls = {
+        "llama": (tf.LlamaConfig, tf.LlamaForCausalLM, {"hidden_act": "silu"}),
+        "qwen3": (tf.Qwen3Config, tf.Qwen3ForCausalLM, {"hidden_act": "silu"}),
+        "gemma": (tf.GemmaConfig, tf.GemmaForCausalLM, {"hidden_activation": "gelu_pytorch_tanh"}),
+    }[family]
+    torch.manual_seed(seed)
+    cfg = cls[0](**TINY, **cls[2], attn_implementation="sdpa")
+    model = cls[1](cfg).to(torch.bfloat16).eval()
+    with torch.no_grad():  # weights large enough that the FFN's quantization steps matter
+        for p in model.parameters():
+            p.normal_(0.0, 0.08)
+    return model
