@@ -203,5 +203,5 @@ def test_w8a8_only_layer_prefill_chunks(
         for layer in (ref, gpu):
             ctx = ForwardContext(layer.config, backend=layer.backend, max_rows=m)
             layer.forward_prefill(layer.backend.rows(x, 80, name="x"), m, ctx)
-            outs.append(layer.backend.to_numpy(ctx.buffers.moe_output()[:m]).view(np.uint16))
+            outs.append(layer.backend.to_numpy(ctx.buffers.output()[:m]).view(np.uint16))
         bits_equal(outs[1], outs[0], f"w8a8-only forward_prefill m={m} chunk={chunk}")
