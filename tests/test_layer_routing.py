@@ -244,7 +244,13 @@ def test_w8a8_arm_refuses_rows_past_64(m: int) -> None:
     assert launches(layer, "forward_prefill", m) == ffn("w4a16_gemm")
 
 
-def test_w8a8_only_prefill_past_64_runs_the_arm_in_chunks() -> None:
+def test_w8a8_only_prefill_past_64_runs_the_arm_in_prefill_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the arm's 64-row cap the arm's kernels run over W8A8_PREFILL_ROWS-row chunks."""
+    import metrale.reference.layer as layer_mod
+
+    assert layer_mod.W8A8_PREFILL_ROWS >= 4096
+    assert launches(make_layer("w8a8_only"), "forward_prefill", 130) == W8A8_ARM
+    monkeypatch.setattr(layer_mod, "W8A8_PREFILL_ROWS", 64)
     assert launches(make_layer("w8a8_only"), "forward_prefill", 130) == W8A8_ARM * 3
 
 

@@ -9,6 +9,7 @@ asks for are exactly the kernels the file defines.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 #: nvfp4_gemv.cu generic kernels ``nvfp4_a16_r{R}_{e,o}``: activation rows per pass.
 NVFP4_A16_ROWS: tuple[int, ...] = (1, 2, 3, 4)
@@ -31,6 +32,43 @@ W8A8_GEMV_TIERS: dict[int, int] = {1: 4}
 W8A8_MMA_TIERS: dict[int, int] = {8: 16, 16: 16, 32: 32}
 W8A8_MMA_WARPS: tuple[int, ...] = (4, 8)
 W8A8_MMA_UNROLL: dict[int, int] = {8: 4, 16: 4, 32: 2}
+
+
+@dataclass(frozen=True)
+class W8a8GemmTile:
+    """One w8a8.cu prefill GEMM ``w8a8_gemm_{bm}x{bn}``: CTA tile (activation rows, weight
+    columns; 64 K-bytes per stage), warp grid, cp.async stages, CTAs per multiprocessor the
+    register cap is set for."""
+
+    bm: int
+    bn: int
+    wm: int
+    wn: int
+    stages: int
+    minb: int
+
+    @property
+    def name(self) -> str:
+        return f"w8a8_gemm_{self.bm}x{self.bn}"
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.wm * self.wn
+
+    @property
+    def smem(self) -> int:
+        """Dynamic shared memory in bytes (STAGES slots of BM + BN rows of 64 bytes)."""
+        return self.stages * (self.bm + self.bn) * 64
+
+
+#: w8a8.cu prefill GEMM tiles in routing order: the launcher takes the first whose grid fills
+#: ``minb`` CTAs on every multiprocessor, else the last. Measured on an H200 (Qwen3-8B FFN,
+#: docs/performance.md): 128x128 fastest at m >= 512, 64x64 at m = 128; 128x256 (64x64 warp
+#: tiles), 64x128 and 128-byte K tiles were slower.
+W8A8_GEMM_TILES: tuple[W8a8GemmTile, ...] = (
+    W8a8GemmTile(128, 128, 2, 4, 4, 2),
+    W8a8GemmTile(64, 64, 2, 2, 4, 4),
+)
 
 
 def _bool(b: bool) -> str:
@@ -57,6 +95,9 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         for r, nc in FP8_BF16_TIERS.items()
     ],
     "W8A8_GEMV": lambda: [f"W8A8_GEMV({r}, {nc})" for r, nc in W8A8_GEMV_TIERS.items()],
+    "W8A8_GEMM": lambda: [
+        f"W8A8_GEMM({t.bm}, {t.bn}, {t.wm}, {t.wn}, {t.stages}, {t.minb})" for t in W8A8_GEMM_TILES
+    ],
     "W8A8_MMA": lambda: [
         f"W8A8_MMA({r}, {r // 8}, {cols // 16}, {w}, {W8A8_MMA_UNROLL[r]})"
         for r, cols in W8A8_MMA_TIERS.items()

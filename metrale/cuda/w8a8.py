@@ -1,6 +1,7 @@
 """W8A8 launchers (kernels in ``kernels/w8a8.cu``; arithmetic.md § a8, § projection, § w8a8-arm):
 ``w8a8_quantize`` (vLLM per-token int8), ``w8a8_gemv`` (S = q_a · q_w over all of K in int32,
-exact: dp4a for one row, the integer tensor cores (mma.sync m16n8k32 s8) from two rows;
+exact: dp4a for one row, the integer tensor cores (mma.sync m16n8k32 s8) from two rows, and
+from ``GEMM_MIN_ROWS`` rows the tiled cp.async GEMM ``w8a8_gemm_{BM}x{BN}``;
 y = bf16((f32(S)·s_a)·s_w[n])) and
 ``w8a8_silu_quant_gemv``, the fused step of the seed engine's W8A8 arm: h = bf16(silu[gate]·f32(up)),
 its per-row quantization and the down GEMV, with the same bits as the three separate steps.
@@ -24,7 +25,7 @@ import numpy as np
 
 from metrale.cuda import configs
 from metrale.cuda.launch_args import cdiv, device_out, device_rows, tier, weight_arrays
-from metrale.cuda.runtime import device_id, get_kernel, sm_count
+from metrale.cuda.runtime import device_id, get_kernel, set_dynamic_smem, sm_count
 from metrale.cuda.weights import DeviceWeight, device_table, to_device
 from metrale.errors import MetraleError
 from metrale.reference.formats.w8a8 import MAX_K, W8a8Weight
@@ -40,6 +41,13 @@ MMA_WARPS = configs.W8A8_MMA_WARPS
 #: MMA kernels' 1.53x: a single row leaves 7 of 8 MMA columns idle); 4 columns per warp.
 R1_COLS_PER_WARP = configs.W8A8_GEMV_TIERS[1]
 
+
+#: Prefill GEMM tiles ``w8a8_gemm_{bm}x{bn}`` by kernel name, in routing order
+#: (``configs.W8A8_GEMM_TILES``).
+GEMM_TILES = {t.name: t for t in configs.W8A8_GEMM_TILES}
+#: Rows from which ``w8a8_gemv`` runs the tiled GEMM (below: the GEMV tiers, which stream the
+#: weights once per 32 rows; 65 = past the W8A8 arm's row cap, i.e. prefill only).
+GEMM_MIN_ROWS = 65
 
 
 @dataclass(frozen=True)
@@ -89,39 +97,64 @@ def mma_kernel_name(m: int, n: int, warps: int | None = None) -> tuple[str, int,
     return f"w8a8_mma_r{r}_w{warps}", cols, r
 
 
+def gemm_tile(m: int, n: int) -> configs.W8a8GemmTile:
+    """The prefill tile for m rows, N = n: the first tile (``GEMM_TILES`` order) whose grid
+    fills ``minb`` CTAs on every multiprocessor, else the last (smallest)."""
+    tiles = list(GEMM_TILES.values())
+    for t in tiles:
+        if cdiv(m, t.bm) * cdiv(n, t.bn) >= t.minb * sm_count():
+            return t
+    return tiles[-1]
+
+
 def _gemv_launch(
-    q: Any, scale: Any, w: Any, arr: dict[str, Any], out: Any, ldo: int, warps: int | None
+    q: Any,
+    scale: Any,
+    w: Any,
+    arr: dict[str, Any],
+    out: Any,
+    ldo: int,
+    warps: int | None,
+    gemm: str | None = None,
 ) -> None:
-    """One GEMV launch over the m rows of codes ``q``/``scale``: the dp4a kernel for one row
-    unless ``warps`` asks for a tensor-core CTA shape, else the tensor-core kernels."""
+    """One launch over the m rows of codes ``q``/``scale``: the dp4a kernel for one row, the
+    tensor-core GEMV tiers up to ``max(MMA_TIERS)`` rows, the tiled GEMM beyond (``warps`` /
+    ``gemm`` force a GEMV CTA shape / a GEMM tile)."""
     m, k = q.shape
+    args = (
+        arr["weight"],
+        arr["weight_scale"],
+        np.int32(w.n),
+        np.int32(k),
+        q,
+        np.int64(q.strides[0]),
+        scale,
+        np.int32(m),
+        out,
+        np.int64(ldo),
+    )
+    if gemm is not None or (warps is None and m >= GEMM_MIN_ROWS):
+        if gemm is not None and gemm not in GEMM_TILES:
+            raise MetraleError(f"w8a8_gemv: gemm={gemm!r}, want one of {sorted(GEMM_TILES)}")
+        tile = GEMM_TILES[gemm] if gemm is not None else gemm_tile(m, w.n)
+        kern = get_kernel(CU_FILE, tile.name)
+        set_dynamic_smem(kern, tile.smem)
+        kern((cdiv(m, tile.bm), cdiv(w.n, tile.bn)), (tile.threads,), args, shared_mem=tile.smem)
+        return
     if m == 1 and warps is None:
         name, grid, block = "w8a8_gemv_r1", (cdiv(w.n, 4 * R1_COLS_PER_WARP), 1), (128,)
     else:
         name, cols, rows_ = mma_kernel_name(m, w.n, warps)
         grid, block = (cdiv(w.n, cols), cdiv(m, rows_)), (32 * int(name.rsplit("_w", 1)[1]),)
-    get_kernel(CU_FILE, name)(
-        grid,
-        block,
-        (
-            arr["weight"],
-            arr["weight_scale"],
-            np.int32(w.n),
-            np.int32(k),
-            q,
-            np.int64(k),
-            scale,
-            np.int32(m),
-            out,
-            np.int64(ldo),
-        ),
-    )
+    get_kernel(CU_FILE, name)(grid, block, args)
 
 
-def w8a8_gemv(codes: DeviceA8Codes, w: Any, out: Any, warps: int | None = None) -> None:
+def w8a8_gemv(
+    codes: DeviceA8Codes, w: Any, out: Any, warps: int | None = None, gemm: str | None = None
+) -> None:
     """out[:m] = bf16((f32(q_a · q_w) · s_a) · s_w[n]) for the m rows of ``codes``; ``warps``
-    (4 or 8) forces a tensor-core CTA shape, also for one row (tests and benchmarks; every
-    choice gives the same bits)."""
+    (4 or 8) forces a tensor-core GEMV CTA shape, also for one row, ``gemm`` (a ``GEMM_TILES``
+    name) the tiled GEMM at any m (tests and benchmarks; every choice gives the same bits)."""
     arr = weight_arrays(w, "w8a8", "w8a8_gemv")
     if not isinstance(codes, DeviceA8Codes):
         raise MetraleError(f"w8a8_gemv: codes are {type(codes).__name__}, want w8a8_quantize's result")
@@ -131,7 +164,7 @@ def w8a8_gemv(codes: DeviceA8Codes, w: Any, out: Any, warps: int | None = None) 
     outa, ldo = device_out(out, m, w.n, "out")
     if m == 0:
         return
-    _gemv_launch(codes.q, codes.scale, w, arr, outa, ldo, warps)
+    _gemv_launch(codes.q, codes.scale, w, arr, outa, ldo, warps, gemm)
 
 
 _scratch: dict[tuple[int, int], DeviceA8Codes] = {}
@@ -196,6 +229,7 @@ _KERNEL_FUNCS = (
     "w8a8_silu_quantize",
     "w8a8_gemv_r1",
     *(f"w8a8_mma_r{t}_w{nw}" for t in MMA_TIERS for nw in MMA_WARPS),
+    *GEMM_TILES,
 )
 
 

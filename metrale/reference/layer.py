@@ -21,7 +21,7 @@ from metrale.reference.dispatch import nvfp4_proj_small_m, quant_gemm, quant_gem
 from metrale.reference.formats import Fp8Weight, Nvfp4Weight, Q2_0Weight
 from metrale.reference.lora import LoraAdapter
 from metrale.reference.tiers import W4a16BatchmTiers, weight_quantization
-from metrale.reference.w8a8_arm import W8A8_MAX_ROWS, W8a8Ffn, available, run_w8a8
+from metrale.reference.w8a8_arm import W8A8_PREFILL_ROWS, W8a8Ffn, available, run_w8a8
 
 W = TypeVar("W")
 
@@ -385,8 +385,8 @@ class DenseFfnLayer:
         self.apply_lora_down(ctx, m)
 
     def _w8a8_chunked(self, x: Any, m: int, ctx: ForwardContext) -> None:
-        """A W8A8-only layer beyond the arm's row cap: the arm over chunks of its cap (the
-        arithmetic is per row, so chunking changes no bit)."""
+        """A W8A8-only layer beyond the arm's row cap: the arm's kernels over chunks of
+        ``W8A8_PREFILL_ROWS`` rows (the arithmetic is per row, so chunking changes no bit)."""
         w = self.w8a8
         if w is None or self.lora is not None:
             raise MetraleError(
@@ -394,8 +394,8 @@ class DenseFfnLayer:
                 "(W8A8 with a LoRA overlay has no arm)"
             )
         b, bufs = ctx.backend, ctx.buffers
-        for r0 in range(0, m, W8A8_MAX_ROWS):
-            r1 = min(m, r0 + W8A8_MAX_ROWS)
+        for r0 in range(0, m, W8A8_PREFILL_ROWS):
+            r1 = min(m, r0 + W8A8_PREFILL_ROWS)
             run_w8a8(
                 b,
                 w,

@@ -14,6 +14,9 @@ from metrale.reference.formats import W8a8Weight
 
 #: Rows the W8A8 decode kernels serve (1..=W8A8_MAX_ROWS).
 W8A8_MAX_ROWS = 64
+#: Rows per chunk when a W8A8-only layer's prefill runs the arm's kernels past the cap (each
+#: chunk is one pass over the weights; the arithmetic is per row, so no bit depends on it).
+W8A8_PREFILL_ROWS = 4096
 W8A8_KERNELS = ("w8a8_quantize", "w8a8_gemv", "w8a8_silu_quant_gemv")
 
 

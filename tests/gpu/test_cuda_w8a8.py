@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from metrale.cuda.w8a8 import GEMM_TILES
 from metrale.reference.activations import quantize_a8
 from metrale.reference.formats import W8a8Weight
 from metrale.reference.kernels import REFERENCE_KERNELS
@@ -113,3 +114,94 @@ def test_fused_large_k(cuda: Any, fresh_rng: np.random.Generator) -> None:
         "w8a8_silu_quant_gemv", cp.asarray(gate.view(np.uint16)), cp.asarray(up.view(np.uint16)), w, inner
     )
     bits_equal(check_guard(buf, init, 11, 20), want.view(np.uint16), "fused K=40960")
+
+
+# ---- the prefill GEMM (w8a8_gemm_{BM}x{BN}: cp.async tiles, full-K int32 dot) ----
+
+
+@pytest.mark.parametrize("tile", sorted(GEMM_TILES))
+def test_gemm_every_tile_matches_reference(cuda: Any, fresh_rng: np.random.Generator, tile: str) -> None:
+    """Each tile forced at m and N off every tile (1, 7, 63, 65, 130, 257 rows; N = 37, 203)
+    and K = 2128 (33 full 64-byte K tiles and a 16-byte tail), strided outputs in guard bands;
+    the result also equals the GEMV tiers' (the routing's choice below 65 rows)."""
+    from metrale.cuda.w8a8 import w8a8_gemv
+
+    for n, k in ((37, 48), (203, 2128)):
+        host = w8a8_weight(fresh_rng, n, k)
+        w = cuda.upload(host)
+        x = rows(fresh_rng, 257, k)
+        want = project(x, host, "A8").view(np.uint16)
+        for m in (1, 7, 63, 65, 130, 257):
+            codes = cuda.launch("w8a8_quantize", cp.asarray(x[:m].view(np.uint16)))
+            buf, inner, init = guarded(cp, fresh_rng, m, n)
+            w8a8_gemv(codes, w, inner, gemm=tile)
+            bits_equal(check_guard(buf, init, m, n), want[:m], f"{tile} N={n} K={k} m={m}")
+
+
+def test_gemm_routing_past_the_gemv_tiers(cuda: Any, fresh_rng: np.random.Generator) -> None:
+    """w8a8_gemv's own choice from GEMM_MIN_ROWS rows (both tile sizes by grid size)."""
+    from metrale.cuda.w8a8 import GEMM_MIN_ROWS, gemm_tile
+
+    n, k = 2100, 80
+    host = w8a8_weight(fresh_rng, n, k)
+    w = cuda.upload(host)
+    x = rows(fresh_rng, 2100, k)
+    want = project(x, host, "A8").view(np.uint16)
+    ms = (GEMM_MIN_ROWS, 200, 2100)
+    assert all(gemm_tile(m, n).name in GEMM_TILES for m in ms)
+    for m in ms:
+        codes = cuda.launch("w8a8_quantize", cp.asarray(x[:m].view(np.uint16)))
+        buf, inner, init = guarded(cp, fresh_rng, m, n)
+        cuda.launch("w8a8_gemv", codes, w, inner)
+        bits_equal(check_guard(buf, init, m, n), want[:m], f"w8a8_gemv m={m} (GEMM)")
+
+
+def test_gemm_adversarial_extremes(cuda: Any, fresh_rng: np.random.Generator) -> None:
+    """Largest int32 sums (weights all -128 / 127 against codes ±127 over K = 16384), rows of
+    zeros, Inf and NaN (scale NaN), a subnormal row amax, all in one 130-row GEMM."""
+    from metrale.cuda.w8a8 import w8a8_gemv
+
+    n, k = 70, 16384
+    q = np.full((n, k), -128, np.int8)
+    q[1::2] = 127
+    q[5] = fresh_rng.integers(-128, 128, k, dtype=np.int16).astype(np.int8)
+    host = W8a8Weight(weight=q, weight_scale=np.exp2(fresh_rng.uniform(-12, 2, n)).astype(F32), name="w8x")
+    w = cuda.upload(host)
+    x = rows(fresh_rng, 130, k)
+    x[0] = np.float32(3.0)  # every code 127
+    x[1] = np.float32(-3.0)
+    x[2] = 0
+    x[3, 7] = np.inf
+    x[4, 9] = np.nan
+    x[5] = (np.asarray(x[5], dtype=F32) * F32(2.0**-125)).astype(x.dtype)
+    want = project(x, host, "A8").view(np.uint16)
+    codes = cuda.launch("w8a8_quantize", cp.asarray(x.view(np.uint16)))
+    for tile in GEMM_TILES:
+        buf, inner, init = guarded(cp, fresh_rng, 130, n)
+        w8a8_gemv(codes, w, inner, gemm=tile)
+        bits_equal(check_guard(buf, init, 130, n), want, f"{tile} extremes")
+
+
+def test_w8a8_only_layer_prefill_chunks(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A W8A8-only layer's forward_prefill past the arm's cap (the GEMM for gate, up and down),
+    in one chunk and in 100-row chunks (chunk boundaries off every tile): the reference's bits."""
+    import layer_cases as lc
+
+    import metrale.reference.layer as layer_mod
+    from metrale.backend import get_backend
+    from metrale.reference.context import ForwardContext
+
+    parts = lc.make_parts("w8a8_only", hidden=80, inter=208, seed=int(fresh_rng.integers(1 << 30)))
+    ref, gpu = parts.layer(get_backend("reference")), parts.layer(get_backend("cuda"))
+    m = 333
+    x = rows(fresh_rng, m, 80)
+    for chunk in (layer_mod.W8A8_PREFILL_ROWS, 100):
+        monkeypatch.setattr(layer_mod, "W8A8_PREFILL_ROWS", chunk)
+        outs = []
+        for layer in (ref, gpu):
+            ctx = ForwardContext(layer.config, backend=layer.backend, max_rows=m)
+            layer.forward_prefill(layer.backend.rows(x, 80, name="x"), m, ctx)
+            outs.append(layer.backend.to_numpy(ctx.buffers.output()[:m]).view(np.uint16))
+        bits_equal(outs[1], outs[0], f"w8a8-only forward_prefill m={m} chunk={chunk}")

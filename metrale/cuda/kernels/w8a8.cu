@@ -20,6 +20,14 @@
 //       the CTA), 16-byte loads (weights with L1::no_allocate), U steps of loads in flight;
 //       the warps' int32 partials are summed with shared-memory integer atomics (exact,
 //       order-free), then y = bf16((f32(S) * s_a) * s_w[n]). Details at w8_mma_gemv below.
+//   w8a8_gemm_{BM}x{BN}(w, sw, N, K, q, ldq, sa, m, out, ldo)              (prefill rows)
+//       Tiled integer-tensor-core GEMM: CTA = BM activation rows x BN output columns, 32 WM WN
+//       threads (warp tile BM/WM x BN/WN), K in 64-byte tiles streamed through STAGES
+//       shared-memory slots by cp.async (zero-filled past m, N and K), mma.sync m16n8k32
+//       s8.s8.s32 with the activation rows as the A operand. Each warp owns its int32
+//       accumulators over all of K (no split), so S is the exact full-K dot; epilogue as above.
+//       grid (ceil(m / BM), ceil(N / BN)): consecutive CTAs share one weight tile. The tiles
+//       are metrale/cuda/configs.py's W8A8_GEMM_TILES (the instantiation lines below).
 //   w8a8_silu_quantize(gate, ldg, up, ldu, table, K, q, scale)
 //       grid (m), block 1024: A8 codes of h = bf16(silu[gate] * f32(up)) (arithmetic.md § act-mul), h
 //       computed in pass 1 (row amax) and again in pass 2 (codes, and h written over gate:
@@ -311,6 +319,117 @@ __device__ __forceinline__ void w8_mma_gemv(const signed char* __restrict__ w, c
     }
 
 // @instances W8A8_MMA   (lines generated from metrale/cuda/configs.py)
+
+// ---- prefill GEMM: cp.async multi-stage tiles, mma.sync m16n8k32 s8 (exact int32, full K) ----
+// Shared tiles hold 64 K-bytes per row (row-major, unpadded). Lane (g, t) reads the 16 bytes at
+// k = 16 t of rows g and g + 8 of an A tile and of column g of a B tile: words (x, y) feed one
+// MMA, (z, w) a second, the same k permutation for both operands (S is an exact integer sum, so
+// the order is free). A quarter-warp's 16-byte reads cover 128 contiguous bytes: no bank
+// conflicts.
+__device__ __forceinline__ void w8_cp16(u32 dst, const void* src, int nbytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(nbytes));
+}
+
+template <int BM, int BN, int WM, int WN, int STAGES>
+__device__ __forceinline__ void w8_gemm(const signed char* __restrict__ w, const float* __restrict__ sw, int N,
+                                        int K, const signed char* __restrict__ q, long long ldq,
+                                        const float* __restrict__ sa, int m, u16* __restrict__ out,
+                                        long long ldo) {
+    constexpr int NTH = 32 * WM * WN, TM = BM / WM, TN = BN / WN, MT = TM / 16, NT = TN / 8;
+    constexpr int STAGE = (BM + BN) * 64;
+    extern __shared__ __align__(16) unsigned char w8_smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int wm = warp / WN, wn = warp % WN;
+    const int r0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    const int ktiles = (K + 63) >> 6;
+    const u32 sbase = (u32)__cvta_generic_to_shared(w8_smem);
+
+    // Tile kt into slot: BM + BN rows of four 16-byte chunks each.
+    auto load = [&](int slot, int kt) {
+        const u32 st = sbase + slot * STAGE;
+#pragma unroll
+        for (int c = threadIdx.x; c < (BM + BN) * 4; c += NTH) {
+            const int row = c >> 2, k = kt * 64 + (c & 3) * 16;
+            const signed char* src;
+            bool ok;
+            if (row < BM) {
+                ok = r0 + row < m && k < K;
+                src = q + (long long)min(r0 + row, m - 1) * ldq + (ok ? k : 0);
+            } else {
+                ok = n0 + row - BM < N && k < K;
+                src = w + (long long)min(n0 + row - BM, N - 1) * K + (ok ? k : 0);
+            }
+            w8_cp16(st + c * 16, src, ok ? 16 : 0);
+        }
+    };
+
+    int acc[MT][NT][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0;
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < ktiles) load(s, s);
+        asm volatile("cp.async.commit_group;");
+    }
+    for (int kt = 0; kt < ktiles; ++kt) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2));
+        __syncthreads();  // slot kt ready for all; slot kt - 1 read by all
+        if (kt + STAGES - 1 < ktiles) load((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
+        asm volatile("cp.async.commit_group;");
+        const unsigned char* a = w8_smem + (kt % STAGES) * STAGE;
+        const unsigned char* b = a + BM * 64;
+        uint4 af[MT][2], bf[NT];
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                af[i][h] = *reinterpret_cast<const uint4*>(a + (wm * TM + 16 * i + 8 * h + g) * 64 + 16 * t);
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+            bf[j] = *reinterpret_cast<const uint4*>(b + (wn * TN + 8 * j + g) * 64 + 16 * t);
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                w8_mma(acc[i][j], af[i][0].x, af[i][1].x, af[i][0].y, af[i][1].y, bf[j].x, bf[j].y);
+                w8_mma(acc[i][j], af[i][0].z, af[i][1].z, af[i][0].w, af[i][1].w, bf[j].z, bf[j].w);
+            }
+    }
+    asm volatile("cp.async.wait_group 0;");
+    // C fragment: c0, c1 at (row g, columns 2t, 2t + 1), c2, c3 at row g + 8.
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int r = r0 + wm * TM + 16 * i + g + 8 * (e >> 1);
+            if (r >= m) continue;
+            const float s_a = sa[r];
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                const int n = n0 + wn * TN + 8 * j + 2 * t + (e & 1);
+                if (n < N)
+                    out[(long long)r * ldo + n] =
+                        w8_f32_bf16(ieee_mul(ieee_mul(__int2float_rn(acc[i][j][e]), s_a), sw[n]));
+            }
+        }
+}
+
+// w8a8_gemm_{BM}x{BN}: grid (ceil(m / BM), ceil(N / BN)), block 32 WM WN, dynamic shared memory
+// STAGES (BM + BN) 64 bytes, at least MINB CTAs per multiprocessor (register cap).
+#define W8A8_GEMM(BM, BN, WM, WN, STAGES, MINB)                                                    \
+    extern "C" __global__ void __launch_bounds__(32 * WM * WN, MINB) w8a8_gemm_##BM##x##BN(           \
+        const signed char* __restrict__ w, const float* __restrict__ sw, int N, int K,              \
+        const signed char* __restrict__ q, long long ldq, const float* __restrict__ sa, int m,      \
+        u16* __restrict__ out, long long ldo) {                                                     \
+        w8_gemm<BM, BN, WM, WN, STAGES>(w, sw, N, K, q, ldq, sa, m, out, ldo);                      \
+    }
+
+// @instances W8A8_GEMM   (lines generated from metrale/cuda/configs.py)
 
 // h = bf16(table[gate] * f32(up)) for 8 packed elements (one uint4 of gate and of up).
 __device__ __forceinline__ uint4 w8_silu8(uint4 g, uint4 u, const float* __restrict__ table) {
