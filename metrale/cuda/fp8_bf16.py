@@ -5,10 +5,11 @@ codes), and their uploaders.
 The FP8 uploader keeps the e4m3 bytes. The BF16 uploader stores, per block, the weight values
 the contract's 24-bit codes stand for, c·2^(F−22) (``weight_codes24``): they equal the bf16
 weight except in blocks spanning more than 2^15, and are always bf16 values, so the kernel's
-exact float64 block dot of those values with the A16 codes is S_b·2^(F−22) exactly. Both
-uploaders also store the 24-bit codes as 8-bit limbs in ``mma.sync`` fragment order
-(``mma_fragments``): ``w8a16_gemm`` / ``dense_gemm`` with m ≥ ``MMA_MIN_M`` rows run on integer
-tensor cores (``{fp8,bf16}_mma_nt*``), fewer rows on the CUDA-core GEMV kernels.
+exact float64 block dot of those values with the A16 codes is S_b·2^(F−22) exactly.
+``w8a16_gemm`` / ``dense_gemm`` with m ≥ ``MMA_MIN_M`` rows run on integer tensor cores
+(``{fp8,bf16}_mma_nt*``) over the 24-bit codes as 8-bit limbs in ``mma.sync`` fragment order
+(``mma_fragments``, added to the device weight on its first such call); fewer rows run on the
+CUDA-core GEMV kernels.
 """
 
 from __future__ import annotations
@@ -93,23 +94,17 @@ def _mma_arrays(w: np.ndarray) -> dict[str, Any]:
 
 
 def upload_fp8(w: Fp8Weight) -> DeviceWeight:
-    """e4m3 weight [N, K] (as uint8 bits), f32 weight_scale [N] and the tensor-core fragments."""
+    """e4m3 weight [N, K] (as uint8 bits) and f32 weight_scale [N]; the tensor-core fragments
+    are added on the first call with m ≥ MMA_MIN_M rows."""
     return DeviceWeight(
-        host=w,
-        arrays={
-            "weight": to_device(w.weight),
-            "weight_scale": to_device(w.weight_scale),
-            **_mma_arrays(w.weight),
-        },
+        host=w, arrays={"weight": to_device(w.weight), "weight_scale": to_device(w.weight_scale)}
     )
 
 
 def upload_bf16(w: DenseWeight) -> DeviceWeight:
-    """bf16 weight [N, K] (uint16 bits) holding the 24-bit block codes' values, and the
-    tensor-core fragments."""
-    return DeviceWeight(
-        host=w, arrays={"weight": to_device(effective_bf16(w.weight)), **_mma_arrays(w.weight)}
-    )
+    """bf16 weight [N, K] (uint16 bits) holding the 24-bit block codes' values; the tensor-core
+    fragments are added on the first call with m ≥ MMA_MIN_M rows."""
+    return DeviceWeight(host=w, arrays={"weight": to_device(effective_bf16(w.weight))})
 
 
 def _project_mma(
@@ -168,7 +163,9 @@ def _project(x: Any, w: Any, out: Any, m: int, kernel: str, fp8: bool) -> None:
         return
     xa = device_rows(x, k, m, "x")
     outa, ldo = device_out(out, m, n, "out")
-    if m >= MMA_MIN_M and "mma_w" in arr:
+    if m >= MMA_MIN_M:
+        if "mma_w" not in arr:  # 3 bytes per weight plus a factor per block: built when first needed
+            arr.update(_mma_arrays(w.host.weight))
         _project_mma(xa, arr, n, k, m, outa, ldo, fp8)
         return
     nb = k // BLOCK
