@@ -25,6 +25,8 @@ NVFP4_MMA_TILES: tuple[int, ...] = (1, 2, 3, 4)
 Q2_0_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 4, 8: 2}
 #: fp8_bf16_gemv.cu kernels ``{fp8,bf16}_gemv_r{R}``: rows per warp -> columns per warp.
 FP8_BF16_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 2, 8: 2}
+#: fp8_bf16_gemv.cu tensor-core kernels ``{fp8,bf16}_mma_nt{NT}``: rows per CTA (8·NT) -> NT.
+FP8_BF16_MMA_TILES: dict[int, int] = {8: 1, 16: 2, 32: 4}
 #: w8a8.cu dp4a kernel ``w8a8_gemv_r{R}``: rows -> columns per warp.
 W8A8_GEMV_TIERS: dict[int, int] = {1: 4}
 #: w8a8.cu tensor-core kernels ``w8a8_mma_r{R}_w{W}``: rows per CTA -> output columns per CTA,
@@ -93,6 +95,11 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         f"FP8_BF16_GEMV({p}_gemv, {_bool(p == 'bf16')}, {r}, {nc})"
         for p in ("fp8", "bf16")
         for r, nc in FP8_BF16_TIERS.items()
+    ],
+    "FP8_BF16_MMA": lambda: [
+        f"FP8_BF16_MMA({p}_mma, {_bool(p == 'fp8')}, {nt})"
+        for p in ("fp8", "bf16")
+        for nt in FP8_BF16_MMA_TILES.values()
     ],
     "W8A8_GEMV": lambda: [f"W8A8_GEMV({r}, {nc})" for r, nc in W8A8_GEMV_TIERS.items()],
     "W8A8_GEMM": lambda: [

@@ -6,6 +6,10 @@ The FP8 uploader keeps the e4m3 bytes. The BF16 uploader stores, per block, the 
 the contract's 24-bit codes stand for, c·2^(F−22) (``weight_codes24``): they equal the bf16
 weight except in blocks spanning more than 2^15, and are always bf16 values, so the kernel's
 exact float64 block dot of those values with the A16 codes is S_b·2^(F−22) exactly.
+``w8a16_gemm`` / ``dense_gemm`` with m ≥ ``MMA_MIN_M`` rows run on integer tensor cores
+(``{fp8,bf16}_mma_nt*``) over the 24-bit codes as 8-bit limbs in ``mma.sync`` fragment order
+(``mma_fragments``, added to the device weight on its first such call); fewer rows run on the
+CUDA-core GEMV kernels.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import numpy as np
 
 from metrale.cuda import configs
 from metrale.cuda.launch_args import cdiv, device_out, device_rows, tier, weight_arrays
-from metrale.cuda.runtime import get_kernel
+from metrale.cuda.runtime import get_kernel, set_dynamic_smem
 from metrale.cuda.weights import DeviceWeight, to_device
 from metrale.errors import MetraleError
 from metrale.reference.activations import weight_codes24
@@ -34,6 +38,13 @@ BLOCK = 16
 #: Rows per prep/GEMV pass (bounds the float64 code scratch at ROW_CHUNK·K·8 bytes).
 ROW_CHUNK = 1024
 _UPLOAD_ROWS = 2048
+#: Integer tensor-core GEMM: row tiers (rows per CTA, 8·NT) -> NT; warps per CTA (they split K
+#: into 64-block runs; FP8_BF16_MMA_WARPS in the kernel file).
+MMA_TIERS = configs.FP8_BF16_MMA_TILES
+MMA_WARPS = 4
+#: The tensor-core GEMM serves w8a16_gemm / dense_gemm from this many rows (at m = 2 the
+#: CUDA-core GEMV measured faster: 267 vs 343 µs per Qwen3-8B FFN, docs/performance.md).
+MMA_MIN_M = 3
 
 
 def effective_bf16(w: np.ndarray) -> np.ndarray:
@@ -56,16 +67,89 @@ def effective_bf16(w: np.ndarray) -> np.ndarray:
     return out
 
 
+def mma_fragments(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The 24-bit block codes of e4m3/bf16 ``w`` [N, K] as 8-bit limbs in mma.sync A-fragment
+    order, u32 [N16, Bp, 32, 6], and 2^(F−22) as the high words of doubles, int32 [N16, Bp, 16]
+    (N padded to 16 rows, B to Bp = 8·ceil(B/8) blocks with zero codes); layout in
+    ``kernels/fp8_bf16_gemv.cu``."""
+    n, k = w.shape
+    nb = k // BLOCK
+    n16, bp = cdiv(n, 16), 8 * cdiv(nb, 8)
+    codes = np.zeros((n16 * 16, bp, BLOCK), dtype=np.int32)
+    exps = np.zeros((n16 * 16, bp), dtype=np.int32)
+    for r0 in range(0, n, _UPLOAD_ROWS):
+        wb = weight_codes24(w[r0 : r0 + _UPLOAD_ROWS])
+        codes[r0 : r0 + wb.codes.shape[0], :nb] = wb.codes.astype(np.int32)
+        exps[r0 : r0 + wb.codes.shape[0], :nb] = wb.exp
+    limbs = np.stack([(codes >> (8 * i)) & 0xFF for i in range(3)]).astype(np.uint8)  # [3, Np, Bp, 16]
+    limbs = limbs.reshape(3, n16, 2, 8, bp, 4, 4).transpose(1, 4, 3, 5, 0, 2, 6)  # n16 b g t limb h byte
+    frag = np.ascontiguousarray(limbs).view(np.uint32).reshape(n16, bp, 32, 6)
+    pw = ((exps - 22 + 1023) << 20).astype(np.int32).reshape(n16, 16, bp).transpose(0, 2, 1)
+    return frag, np.ascontiguousarray(pw)
+
+
+def _mma_arrays(w: np.ndarray) -> dict[str, Any]:
+    frag, pw = mma_fragments(w)
+    return {"mma_w": to_device(frag), "mma_pw": to_device(pw)}
+
+
 def upload_fp8(w: Fp8Weight) -> DeviceWeight:
-    """e4m3 weight [N, K] (as uint8 bits) and f32 weight_scale [N]."""
+    """e4m3 weight [N, K] (as uint8 bits) and f32 weight_scale [N]; the tensor-core fragments
+    are added on the first call with m ≥ MMA_MIN_M rows."""
     return DeviceWeight(
         host=w, arrays={"weight": to_device(w.weight), "weight_scale": to_device(w.weight_scale)}
     )
 
 
 def upload_bf16(w: DenseWeight) -> DeviceWeight:
-    """bf16 weight [N, K] (uint16 bits) holding the 24-bit block codes' values."""
+    """bf16 weight [N, K] (uint16 bits) holding the 24-bit block codes' values; the tensor-core
+    fragments are added on the first call with m ≥ MMA_MIN_M rows."""
     return DeviceWeight(host=w, arrays={"weight": to_device(effective_bf16(w.weight))})
+
+
+def _project_mma(
+    xa: Any, arr: dict[str, Any], n: int, k: int, m: int, outa: Any, ldo: int, fp8: bool
+) -> None:
+    """The integer tensor-core GEMM (``{fp8,bf16}_mma_nt*``) over rows in ROW_CHUNK passes."""
+    import cupy
+
+    nb = k // BLOCK
+    bp = 8 * cdiv(nb, 8)
+    prep = get_kernel(CU_FILE, "fp8_bf16_mma_prep")
+    scale = arr["weight_scale"] if fp8 else np.uint64(0)
+    for r0 in range(0, m, ROW_CHUNK):
+        mr = min(ROW_CHUNK, m - r0)
+        mt = cdiv(mr, 8)
+        act = cupy.empty((mt * bp * 64,), dtype=cupy.uint32)
+        pa = cupy.empty((mt * 8 * bp,), dtype=cupy.int32)
+        ld = np.int64(xa.strides[0] // 2)
+        prep(
+            (cdiv(mt * 8 * bp, 256),),
+            (256,),
+            (xa[r0 : r0 + mr], ld, np.int32(k), np.int32(mr), np.int32(mt), np.int32(bp), act, pa),
+        )
+        nt = MMA_TIERS[tier(mr, MMA_TIERS)]
+        gemm = get_kernel(CU_FILE, f"{'fp8' if fp8 else 'bf16'}_mma_nt{nt}")
+        smem = cdiv(bp // 8, 8) * nt * 4 * 32 * 4  # run roots
+        set_dynamic_smem(gemm, smem)
+        gemm(
+            (cdiv(n, 16), cdiv(mr, 8 * nt)),
+            (32 * MMA_WARPS,),
+            (
+                arr["mma_w"],
+                arr["mma_pw"],
+                scale,
+                act,
+                pa,
+                np.int32(n),
+                np.int32(nb),
+                np.int32(bp),
+                np.int32(mr),
+                outa[r0 : r0 + mr],
+                np.int64(ldo),
+            ),
+            shared_mem=smem,
+        )
 
 
 def _project(x: Any, w: Any, out: Any, m: int, kernel: str, fp8: bool) -> None:
@@ -79,6 +163,11 @@ def _project(x: Any, w: Any, out: Any, m: int, kernel: str, fp8: bool) -> None:
         return
     xa = device_rows(x, k, m, "x")
     outa, ldo = device_out(out, m, n, "out")
+    if m >= MMA_MIN_M:
+        if "mma_w" not in arr:  # 3 bytes per weight plus a factor per block: built when first needed
+            arr.update(_mma_arrays(w.host.weight))
+        _project_mma(xa, arr, n, k, m, outa, ldo, fp8)
+        return
     nb = k // BLOCK
     prep = get_kernel(CU_FILE, "fp8_bf16_a16_prep")
     scale = arr["weight_scale"] if fp8 else np.uint64(0)
@@ -132,7 +221,12 @@ def dense_gemm(x: Any, w: Any, out: Any) -> None:
     _project(x, w, out, int(x.shape[0]), "dense_gemm", False)
 
 
-_KERNEL_FUNCS = ("fp8_bf16_a16_prep", *(f"{p}_gemv_r{t}" for p in ("fp8", "bf16") for t in WIDE_TIERS))
+_KERNEL_FUNCS = (
+    "fp8_bf16_a16_prep",
+    "fp8_bf16_mma_prep",
+    *(f"{p}_gemv_r{t}" for p in ("fp8", "bf16") for t in WIDE_TIERS),
+    *(f"{p}_mma_nt{nt}" for p in ("fp8", "bf16") for nt in MMA_TIERS.values()),
+)
 
 
 def kernels() -> dict[str, Callable[..., Any]]:

@@ -71,3 +71,29 @@ def test_wide_large_m_gemm(cuda: Any, fresh_rng: np.random.Generator) -> None:
     x = rows(fresh_rng, 130, 64)
     got = _launch(cuda, "w8a16_gemm", x, w, 130, fresh_rng)
     bits_equal(got, project(x, host, "A16").view(np.uint16), "w8a16_gemm m=130")
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "bf16"])
+def test_wide_mma_prefill_chunks(cuda: Any, fresh_rng: np.random.Generator, fmt: str) -> None:
+    """The tensor-core GEMM over 1100 rows (two row chunks of the launcher, a last row tile of
+    4 rows), 67 blocks (a partial 8-block step) and N = 37 (a partial 16-column tile), with
+    every activation edge kind among the rows: all rows bit-equal to the reference."""
+    host = fp8_weight(fresh_rng, 37, 1072) if fmt == "fp8" else bf16_weight(fresh_rng, 37, 1072)
+    w = cuda.upload(host)
+    x = rows(fresh_rng, 1100, 1072)
+    kernel = "w8a16_gemm" if fmt == "fp8" else "dense_gemm"
+    got = _launch(cuda, kernel, x, w, 1100, fresh_rng)
+    bits_equal(got, project(x, host, "A16").view(np.uint16), f"{kernel} m=1100")
+
+
+def test_wide_mma_extreme_weight_codes(cuda: Any, fresh_rng: np.random.Generator) -> None:
+    """BF16 weights at the code extremes (|c| near 2^23, a block of the bf16 maximum beside
+    subnormals, ±0) times activations at |c_a| = 32640 and huge rows: every limb carries, and
+    products overflow to Inf after the one rounding."""
+    k = 256
+    w = np.stack([row(fresh_rng, k, kind) for kind in ("huge", "spread", "subnormal", "zeros", "ties") * 4])
+    host = DenseWeight(weight=w.astype(BF16), name="bf16")
+    wd = cuda.upload(host)
+    x = np.concatenate([rows(fresh_rng, 24, k), np.stack([row(fresh_rng, k, "huge") for _ in range(5)])])
+    got = _launch(cuda, "dense_gemm", x, wd, x.shape[0], fresh_rng)
+    bits_equal(got, project(x, host, "A16").view(np.uint16), "dense_gemm extremes")

@@ -25,7 +25,8 @@
 //       Lane l owns blocks 2l, 2l+1 of each 64-block chunk (16-byte weight loads), adds the pair,
 //       shfl_xor 1..16 gives the chunk's subtree; chunk roots go to shared memory and the padded
 //       tree over chunks (C <= 64, so K <= 65536) finishes with the same shuffles. They serve
-//       w8a16_gemv / dense_gemv (R = 1) and w8a16_gemm / dense_gemm (grid.y row groups).
+//       w8a16_gemv / dense_gemv (R = 1) and w8a16_gemm / dense_gemm (grid.y row groups) below
+//       MMA_MIN_M rows; from there the integer tensor-core GEMM at the end of this file.
 //
 // Build: --fmad=false; the only fma() calls are exact by the argument above; fp32 steps and the
 // f64 -> f32 rounding are common.cuh's inline-PTX ieee_* (subnormals kept whatever -ftz).
@@ -164,3 +165,244 @@ __device__ __forceinline__ void fp8_bf16_gemv_warp(const uint4* __restrict__ w, 
     }
 
 // @instances FP8_BF16_GEMV   (lines generated from metrale/cuda/configs.py)
+
+// ---- Integer tensor-core GEMM (w8a16_gemm / dense_gemm for m >= MMA_MIN_M) ----
+//
+// Exactness (docs/arithmetic.md, FP8 and BF16 weights). The 24-bit weight code c_w = 2^16 w2 +
+// 2^8 w1 + w0 (w0, w1 u8, w2 s8: |c_w| < 2^23) and the A16 code c_a = 2^8 a1 + a0 (a0 u8, a1 s8:
+// |c_a| <= 32640) are split into 8-bit limbs that metrale/cuda/fp8_bf16.py (weights, at upload) and
+// fp8_bf16_mma_prep (activations) store in mma.sync fragment order. mma.sync.m16n8k16 has k = 16 =
+// one block, so every accumulator is a limb-pair block dot P_ij = sum_j w_i a_j (|P| < 2^21).
+// With Q_L = sum_{i+j=L} P_ij, H = 2^8 Q_3 + Q_2 and L = 2^8 Q_1 + Q_0 are int32-exact (the
+// shift is applied to the accumulator between MMAs: |H| < 2^27, |L| < 2^30), and
+// S_b = 2^16 H + L (|S_b| < 2^43) is formed exactly in float64 (each int32 to double by the
+// magic-number 2^52 + 2^31 subtraction, then one exact fma). v_b = f32((S_b 2^(F-22)) 2^(E-14)):
+// two exact float64 power-of-two multiplies (no double underflow or overflow: |exponents| < 300)
+// and ONE rounding to f32 by cvt.rn (ieee_d2f: f32 subnormals and overflow to Inf exact), the
+// reference's ldexp + astype. The powers of two travel as the high words of doubles; a
+// non-finite activation block has the high word of NaN (v_b = NaN), a padding row that of +0.
+//
+// Tree: a step is 8 aligned blocks summed in registers as the contract's 8-leaf subtree; a run is
+// 8 aligned steps (64 blocks) whose step roots go through a binary counter (one slot per level);
+// the counter's slots, combined from the lowest level upward (each slot the left operand), are
+// the padded subtree's root because every padded subtree is -0.0 and x + (-0.0) = x. Warps take
+// runs round-robin (split K) and park run roots in shared memory; warp 0 combines them the same
+// way. Blocks B..Bp-1 (padding to a multiple of 8) are -0.0 leaves.
+//
+// Kernels:
+//   fp8_bf16_mma_prep(x, ldx, K, m, MT, Bp, act, pa)
+//       grid ceil(8 MT * Bp / 256), block 256; one thread per (row r < 8 MT, block b < Bp):
+//       act u32 [MT][Bp][32 lanes][2] (lane 4g+t: words lo, hi of elements 4t..4t+3 of row
+//       8 tile + g), pa int [Bp][8 MT] = high word of the double 2^(E-14) (NaN: non-finite
+//       block; 0: padding).
+//   {fp8,bf16}_mma_nt{1,2,4}(wf, pw, scale, act, pa, N, B, Bp, m, out, ldo)
+//       wf u32 [N16][Bp][32][6] (words limb0 rows g, g+8; limb1; limb2), pw int [N16][Bp][16]
+//       = high word of the double 2^(F-22). grid (ceil(N / 16), ceil(m / (8 NT))), block
+//       32 FP8_BF16_MMA_WARPS; the CTA computes 16 columns x 8 NT rows, its warps split K by runs.
+//       Dynamic shared memory: runs * NT * 4 * 32 floats.
+
+#define FP8_BF16_MMA_WARPS 4
+#define FP8_BF16_MMA_LEVELS 8
+
+extern "C" __global__ void __launch_bounds__(256) fp8_bf16_mma_prep(
+    const u16* __restrict__ x, long long ldx, int K, int m, int MT, int Bp, u32* __restrict__ act,
+    int* __restrict__ pa) {
+    const int B = K >> 4;
+    const long long it = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (it >= (long long)MT * 8 * Bp) return;
+    const int r = (int)(it / Bp), b = (int)(it % Bp);
+    int c[16];
+    int p = 0;
+    if (r < m && b < B) {
+        int E;
+        bool finite;
+        a16_block_int(x + (long long)r * ldx + b * 16, c, E, finite);
+        p = finite ? (E - 14 + 1023) << 20 : 0x7FF80000;
+    } else {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) c[j] = 0;
+    }
+    const int tile = r >> 3, g = r & 7;
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+        u32 lo = 0u, hi = 0u;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            lo |= (u32)(c[4 * t + q] & 0xFF) << (8 * q);
+            hi |= (u32)((c[4 * t + q] >> 8) & 0xFF) << (8 * q);
+        }
+        const long long base = (((long long)tile * Bp + b) * 32 + 4 * g + t) * 2;
+        act[base] = lo;
+        act[base + 1] = hi;
+    }
+    pa[(long long)b * MT * 8 + r] = p;
+}
+
+// mma.sync.m16n8k16 s32 += A (16 x 16, row) * B (16 x 8, col), 8-bit operands: SA / SB say
+// whether A / B are signed (s8) or unsigned (u8).
+#define FP8_BF16_MMA_ASM(TA, TB)                                                                   \
+    asm("mma.sync.aligned.m16n8k16.row.col.s32." TA "." TB ".s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "     \
+        "{%0,%1,%2,%3};"                                                                           \
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])                                           \
+        : "r"(a0), "r"(a1), "r"(b))
+template <bool SA, bool SB>
+__device__ __forceinline__ void mma_i8(int (&d)[4], u32 a0, u32 a1, u32 b) {
+    if constexpr (SA && SB) {
+        FP8_BF16_MMA_ASM("s8", "s8");
+    } else if constexpr (SA) {
+        FP8_BF16_MMA_ASM("s8", "u8");
+    } else if constexpr (SB) {
+        FP8_BF16_MMA_ASM("u8", "s8");
+    } else {
+        FP8_BF16_MMA_ASM("u8", "u8");
+    }
+}
+
+// int32 -> double exactly: 2^52 + 2^31 + x read back, minus 2^52 + 2^31.
+__device__ __forceinline__ double i32_to_f64(int x) {
+    return __dsub_rn(__hiloint2double(0x43300000, x ^ (int)0x80000000), 4503601774854144.0);
+}
+
+// Push a subtree root x (level `base` of a binary counter holding cnt roots) into lv.
+template <int NT>
+__device__ __forceinline__ void counter_push(float (&lv)[FP8_BF16_MMA_LEVELS][NT][4], int cnt, float (&x)[NT][4]) {
+    int c = cnt, l = 0;
+    while (c & 1) {
+#pragma unroll
+        for (int i = 0; i < NT; ++i)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) x[i][q] = ieee_add(lv[l][i][q], x[i][q]);
+        c >>= 1;
+        ++l;
+    }
+#pragma unroll
+    for (int i = 0; i < NT; ++i)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) lv[l][i][q] = x[i][q];
+}
+
+// The padded tree's root from a counter holding cnt >= 1 roots.
+template <int NT>
+__device__ __forceinline__ void counter_root(const float (&lv)[FP8_BF16_MMA_LEVELS][NT][4], int cnt, float (&res)[NT][4]) {
+    bool have = false;
+    for (int l = 0; l < FP8_BF16_MMA_LEVELS; ++l) {
+        if (!((cnt >> l) & 1)) continue;
+#pragma unroll
+        for (int i = 0; i < NT; ++i)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) res[i][q] = have ? ieee_add(lv[l][i][q], res[i][q]) : lv[l][i][q];
+        have = true;
+    }
+}
+
+template <int NT, bool FP8>
+__device__ __forceinline__ void wide_mma_body(const uint2* __restrict__ wf, const int* __restrict__ pw,
+                                              const float* __restrict__ scale, const uint2* __restrict__ act,
+                                              const int* __restrict__ pa, int N, int B, int Bp, int m,
+                                              u16* __restrict__ out, long long ldo) {
+    extern __shared__ float red[];  // [runs][NT][4][32 lanes]
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int n16 = blockIdx.x;
+    const int tile0 = blockIdx.y * NT;
+    const int ntv = min(NT, (m - tile0 * 8 + 7) >> 3);
+    const int rows8 = ((m + 7) >> 3) * 8;
+    const int steps = Bp >> 3, runs = (steps + 7) >> 3;
+    float lv[FP8_BF16_MMA_LEVELS][NT][4];
+    for (int run = warp; run < runs; run += FP8_BF16_MMA_WARPS) {
+        const int s_end = min(steps, run * 8 + 8);
+        int cnt = 0;
+        for (int s = run * 8; s < s_end; ++s, ++cnt) {
+            float p0[NT][4], p1[NT][4], p2[NT][4];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const int b = s * 8 + j;
+                const uint2* wp = wf + ((long long)(n16 * Bp + b) * 32 + lane) * 3;
+                const uint2 w0 = __ldg(wp), w1 = __ldg(wp + 1), w2 = __ldg(wp + 2);
+                const int* pwb = pw + (long long)(n16 * Bp + b) * 16;
+                const double pwg = __hiloint2double(__ldg(pwb + g), 0), pwg8 = __hiloint2double(__ldg(pwb + g + 8), 0);
+                float v[NT][4];
+#pragma unroll
+                for (int i = 0; i < NT; ++i) {
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) v[i][q] = -0.0f;
+                    if (i < ntv && b < B) {
+                        const uint2 a = __ldg(act + ((long long)(tile0 + i) * Bp + b) * 32 + lane);
+                        int H[4] = {0, 0, 0, 0}, L[4] = {0, 0, 0, 0};
+                        mma_i8<true, true>(H, w2.x, w2.y, a.y);
+                        mma_i8<false, false>(L, w1.x, w1.y, a.x);
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) H[q] <<= 8;
+                        mma_i8<false, true>(L, w0.x, w0.y, a.y);
+                        mma_i8<true, false>(H, w2.x, w2.y, a.x);
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) L[q] <<= 8;
+                        mma_i8<false, true>(H, w1.x, w1.y, a.y);
+                        mma_i8<false, false>(L, w0.x, w0.y, a.x);
+                        const int2 ph = __ldg(reinterpret_cast<const int2*>(pa + (long long)b * rows8 + (tile0 + i) * 8 + 2 * t));
+                        const double pa0 = __hiloint2double(ph.x, 0), pa1 = __hiloint2double(ph.y, 0);
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) {
+                            const double sb = __fma_rn(i32_to_f64(H[q]), 65536.0, i32_to_f64(L[q]));
+                            v[i][q] = ieee_d2f(__dmul_rn(__dmul_rn(sb, (q & 2) ? pwg8 : pwg), (q & 1) ? pa1 : pa0));
+                        }
+                    }
+                }
+#pragma unroll
+                for (int i = 0; i < NT; ++i)
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) {
+                        const float x = v[i][q];
+                        if (j == 0 || j == 2 || j == 4 || j == 6) {
+                            p0[i][q] = x;
+                        } else if (j == 1 || j == 5) {
+                            p1[i][q] = ieee_add(p0[i][q], x);
+                        } else if (j == 3) {
+                            p2[i][q] = ieee_add(p1[i][q], ieee_add(p0[i][q], x));
+                        } else {
+                            p2[i][q] = ieee_add(p2[i][q], ieee_add(p1[i][q], ieee_add(p0[i][q], x)));
+                        }
+                    }
+            }
+            counter_push<NT>(lv, cnt, p2);
+        }
+        float root[NT][4];
+        counter_root<NT>(lv, cnt, root);
+#pragma unroll
+        for (int i = 0; i < NT; ++i)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) red[((run * NT + i) * 4 + q) * 32 + lane] = root[i][q];
+    }
+    __syncthreads();
+    if (warp != 0) return;
+    for (int run = 0; run < runs; ++run) {
+        float x[NT][4];
+#pragma unroll
+        for (int i = 0; i < NT; ++i)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) x[i][q] = red[((run * NT + i) * 4 + q) * 32 + lane];
+        counter_push<NT>(lv, run, x);
+    }
+    float res[NT][4];
+    counter_root<NT>(lv, runs, res);
+#pragma unroll
+    for (int i = 0; i < NT; ++i) {
+        if (i >= ntv) continue;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const int row = (tile0 + i) * 8 + 2 * t + (q & 1);
+            const int n = n16 * 16 + g + 8 * (q >> 1);
+            if (row < m && n < N)
+                out[(long long)row * ldo + n] = f32_to_bf16(FP8 ? ieee_mul(res[i][q], __ldg(scale + n)) : res[i][q]);
+        }
+    }
+}
+
+#define FP8_BF16_MMA(NAME, FP8, NT)                                                                      \
+    extern "C" __global__ void __launch_bounds__(32 * FP8_BF16_MMA_WARPS) NAME##_nt##NT(                  \
+        const uint2* __restrict__ wf, const int* __restrict__ pw, const float* __restrict__ scale,    \
+        const uint2* __restrict__ act, const int* __restrict__ pa, int N, int B, int Bp, int m,       \
+        u16* __restrict__ out, long long ldo) {                                                      \
+        wide_mma_body<NT, FP8>(wf, pw, scale, act, pa, N, B, Bp, m, out, ldo);                       \
+    }
+
+// @instances FP8_BF16_MMA   (lines generated from metrale/cuda/configs.py)

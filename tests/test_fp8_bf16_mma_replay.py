@@ -1,0 +1,117 @@
+"""CPU replay of the FP8/BF16 integer tensor-core GEMM (``kernels/fp8_bf16_gemv.cu``, ``{fp8,bf16}_mma_nt*``):
+the upload's fragment layout decodes back to the contract's 24-bit codes and 2^(F−22), and the
+kernel's arithmetic -- 8-bit limb block dots, H = 2^8 Q3 + Q2 and L = 2^8 Q1 + Q0 in int32,
+S = 2^16 H + L in float64, two power-of-two multiplies, one rounding to f32, the 8-block step
+subtrees and the binary counter over steps -- reproduces ``project`` bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from metrale.cuda.fp8_bf16 import mma_fragments
+from metrale.reference.activations import quantize_a16, weight_codes24
+from metrale.reference.elements import to_bf16
+from metrale.reference.formats import DenseWeight, Fp8Weight
+from metrale.reference.projection import project
+from tests.gpu.gen import BF16, E4M3, E4M3_FINITE, F32, row, rows
+
+#: (N, K): 1, 3, 8, 9 and 67 blocks (steps padded with zero blocks, 1 to 9 steps).
+SHAPES = [(5, 16), (17, 48), (16, 128), (33, 144), (7, 1072)]
+
+
+def _weight(rng: np.random.Generator, fmt: str, n: int, k: int) -> Fp8Weight | DenseWeight:
+    if fmt == "fp8":
+        codes = rng.choice(E4M3_FINITE, (n, k))
+        scale = np.exp2(rng.uniform(-12, 4, n)).astype(F32)
+        return Fp8Weight(weight=codes.view(E4M3), weight_scale=scale, name="fp8")
+    kinds = ("gauss", "spread", "tiny", "subnormal", "huge", "ties")
+    w = np.stack([row(rng, k, kinds[i % len(kinds)]) for i in range(n)])
+    return DenseWeight(weight=w.astype(BF16), name="bf16")
+
+
+def _decode(frag: np.ndarray, n: int, nb: int) -> np.ndarray:
+    """Fragments u32 [N16, Bp, 32, 6] -> codes int64 [N, B, 16] (the documented layout)."""
+    n16, bp = frag.shape[:2]
+    by = frag.view(np.uint8).reshape(n16, bp, 8, 4, 3, 2, 4)  # n16 b g t limb h byte
+    limb = by.transpose(4, 0, 5, 2, 1, 3, 6).reshape(3, n16 * 16, bp, 16).astype(np.int64)
+    codes = limb[0] + 256 * limb[1] + 65536 * limb[2].astype(np.uint8).view(np.int8).astype(np.int64)
+    return codes[:n, :nb]
+
+
+def _hiword_pow2(hi: np.ndarray) -> np.ndarray:
+    """int32 high words of doubles (low words zero) -> float64."""
+    return (hi.astype(np.int64) << 32).view(np.float64)
+
+
+def _limbs(c: np.ndarray, count: int) -> list[np.ndarray]:
+    """Integer codes -> ``count`` 8-bit limbs, the low ones u8, the top one s8."""
+    ci = c.astype(np.int64)
+    out = [(ci >> (8 * i)) & 0xFF for i in range(count)]
+    out[-1] = out[-1].astype(np.uint8).view(np.int8).astype(np.int64)
+    return out
+
+
+def _replay(x: np.ndarray, w: Fp8Weight | DenseWeight) -> np.ndarray:
+    a = quantize_a16(x)
+    frag, pw = mma_fragments(w.weight)
+    n, k = w.weight.shape
+    nb = k // 16
+    wl = _limbs(_decode(frag, n, nb), 3)  # [N, B, 16] each
+    al = _limbs(a.codes, 2)  # [m, B, 16] each
+
+    def p(i: int, j: int) -> np.ndarray:  # limb block dot [B, N, m]
+        return np.einsum("nbj,mbj->bnm", wl[i], al[j])
+
+    hi = (p(2, 1) << 8) + p(2, 0) + p(1, 1)
+    lo = ((p(1, 0) + p(0, 1)) << 8) + p(0, 0)
+    assert np.abs(hi).max() < 2**31 and np.abs(lo).max() < 2**31
+    s = hi.astype(np.float64) * 65536.0 + lo.astype(np.float64)
+    pwb = _hiword_pow2(pw.transpose(0, 2, 1).reshape(-1, pw.shape[1])[:n, :nb].T[:, :, None])  # [B, N, 1]
+    pa = np.where(a.finite, np.ldexp(1.0, a.exp - 14), np.nan).T[:, None, :]  # [B, 1, m]
+    with np.errstate(over="ignore", invalid="ignore"):
+        v = ((s * pwb) * pa).astype(F32)
+        bp = 8 * -(-nb // 8)
+        v = np.concatenate([v, np.full((bp - nb, *v.shape[1:]), F32(-0.0), dtype=F32)])
+        slots: dict[int, np.ndarray] = {}
+        for st in range(bp // 8):
+            q = v[8 * st : 8 * st + 8]
+            l1 = [q[0] + q[1], q[2] + q[3], q[4] + q[5], q[6] + q[7]]
+            x_ = (l1[0] + l1[1]) + (l1[2] + l1[3])
+            c, lvl = st, 0
+            while c & 1:
+                x_ = slots[lvl] + x_
+                c >>= 1
+                lvl += 1
+            slots[lvl] = x_
+        steps = bp // 8
+        res = None
+        for lvl in range(steps.bit_length()):
+            if (steps >> lvl) & 1:
+                res = slots[lvl] if res is None else slots[lvl] + res
+        assert res is not None
+        root = res.T  # [m, N]
+        if isinstance(w, Fp8Weight):
+            root = root * w.weight_scale[None, :]
+    return to_bf16(root)
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "bf16"])
+@pytest.mark.parametrize(("n", "k"), SHAPES)
+def test_fragments_hold_the_24bit_codes(rng: np.random.Generator, fmt: str, n: int, k: int) -> None:
+    w = _weight(rng, fmt, n, k)
+    frag, pw = mma_fragments(w.weight)
+    wb = weight_codes24(w.weight)
+    assert np.array_equal(_decode(frag, n, k // 16), wb.codes.astype(np.int64))
+    got_pw = _hiword_pow2(pw.transpose(0, 2, 1).reshape(-1, pw.shape[1])[:n, : k // 16])
+    assert np.array_equal(got_pw, np.ldexp(1.0, wb.exp - 22))
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "bf16"])
+@pytest.mark.parametrize(("n", "k"), SHAPES)
+def test_limb_arithmetic_replays_the_reference(rng: np.random.Generator, fmt: str, n: int, k: int) -> None:
+    w = _weight(rng, fmt, n, k)
+    x = rows(rng, 11, k)
+    want = project(x, w, "A16").view(np.uint16)
+    got = _replay(x, w).view(np.uint16)
+    assert np.array_equal(got, want), f"{int((got != want).sum())} of {want.size} differ"
