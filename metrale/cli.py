@@ -19,6 +19,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -67,7 +68,7 @@ def _err() -> Console:
 
 
 def _fail(msg: str, code: int = 1) -> typer.Exit:
-    _err().print(f"[bold red]error:[/] {msg}", markup=True, soft_wrap=True)
+    _err().print(f"[bold red]error:[/] {escape(msg)}", markup=True, soft_wrap=True)
     return typer.Exit(code)
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from metrale.checkpoint.fusion import abs_max
 from metrale.checkpoint.load import load_ffn_layer
 from metrale.errors import MetraleError
 from metrale.reference.context import FfnConfig
@@ -126,14 +127,22 @@ def quantized_mlp(
     if fmt not in FORMATS:
         raise MetraleError(f"format {fmt!r} unknown (want one of {', '.join(FORMATS)})")
     inter, hidden = mlp.gate_proj.weight.shape
+    srcs = [_host_bf16(getattr(mlp, p).weight, f"{where}.{p}.weight") for p in PROJS]
+    # NVFP4 gate and up are fused siblings: one shared weight amax, as ModelOpt and the converter
+    # give them (arithmetic.md § fused-siblings), so on-the-fly equals a converted checkpoint.
+    shared = max(abs_max(srcs[0]), abs_max(srcs[1]))
     ws = []
-    for j, p in enumerate(PROJS):
-        w = _host_bf16(getattr(mlp, p).weight, f"{where}.{p}.weight")
+    for j, (p, w) in enumerate(zip(PROJS, srcs, strict=True)):
         name = f"{where}.{p}"
+        wamax = shared if j < 2 else None
         if fmt == "w4a4":
             if amax is None:
                 raise MetraleError(f"{where}: format w4a4 needs the calibrated input amax")
-            ws.append(SPECS["nvfp4"].quantize(w, name=name, input_amax=amax[0 if j < 2 else 1]))
+            ws.append(
+                SPECS["nvfp4"].quantize(w, name=name, input_amax=amax[0 if j < 2 else 1], weight_amax=wamax)
+            )
+        elif fmt == "nvfp4":
+            ws.append(SPECS[fmt].quantize(w, name=name, weight_amax=wamax))
         else:
             ws.append(SPECS[fmt].quantize(w, name=name))
     return MetraleFfn.from_weights(FfnConfig(int(hidden), int(inter)), ws, activation)

@@ -394,3 +394,4 @@ def test_cli_bench_without_gpu_is_one_line() -> None:
     )
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "error: bench: backend 'cuda' cannot run here" in r.stderr.replace("\n", " ")
+    assert "install metrale[cuda]" in r.stderr.replace("\n", " ")  # brackets are not markup

@@ -69,6 +69,7 @@ class Device:
             name = f"host CPU (dry run, {platform.processor() or platform.machine()})"
             clock = HostClock()
             return cls(get_backend("reference"), clock, clock, "cpu", name, 1 << 20, ceilings_host(), True)
+        get_backend("cuda")  # BackendUnavailable naming what is missing, before any CuPy import
         import cupy as cp
 
         from metrale.bench.measure import CupyClock, TorchClock
