@@ -11,9 +11,7 @@ entry point of ``DenseFfnLayer`` on any backend with sentinel-filled buffers.
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
@@ -29,7 +27,8 @@ from metrale.reference.elements import BF16, E4M3
 from metrale.reference.formats import DenseWeight, Fp8Weight, Nvfp4Weight, Q2_0Weight, W8a8Weight
 from metrale.reference.layer import DenseFfnLayer, FfnLora, FfnWeights
 from metrale.reference.lora import LoraAdapter
-from metrale.reference.tiers import weight_quantization
+from metrale.reference.tiers import weight_quant_env as weight_quant_env  # re-exported for the tests
+from metrale.reference.tiers import weight_quantization as weight_quantization  # re-exported
 from metrale.reference.w8a8_arm import W8a8Ffn
 from metrale.testing import PROJECTIONS, LayerParts, quantized_ffn
 
@@ -49,26 +48,6 @@ BACKENDS = (
 # ---- weight-quantization tier -----------------------------------------------------------
 
 WEIGHT_QUANT_MODES = ("w4a4", "w4a4-batch", "w4a16")
-
-
-@contextmanager
-def weight_quant_env(mode: str | None) -> Iterator[None]:
-    """Run with ``METRALE_WEIGHT_QUANT=mode`` (None: unset), re-reading the cached tier on entry
-    and on exit (the tests use monkeypatch; the vector tool uses this)."""
-    old = os.environ.get("METRALE_WEIGHT_QUANT")
-    try:
-        if mode is None:
-            os.environ.pop("METRALE_WEIGHT_QUANT", None)
-        else:
-            os.environ["METRALE_WEIGHT_QUANT"] = mode
-        weight_quantization.cache_clear()
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("METRALE_WEIGHT_QUANT", None)
-        else:
-            os.environ["METRALE_WEIGHT_QUANT"] = old
-        weight_quantization.cache_clear()
 
 
 # ---- bf16 helpers -------------------------------------------------------------------------

@@ -16,7 +16,6 @@ is a picklable tuple, its result a dict of bits and launches.
 
 from __future__ import annotations
 
-import os
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -144,7 +143,7 @@ def _reference_layer(shape: str, hidden: int, inter: int, fmt: str, seed: int) -
 def run_job(job: tuple[Any, ...]) -> dict[str, Any]:
     """Run one reference job. "full": {m: {"bits", "launches"}} of ``layer(x[:m])``;
     "rows": {r: bits [hidden]} of the one-row ``forward`` on row r in the job's mode."""
-    from metrale.reference.tiers import weight_quantization
+    from metrale.reference.tiers import weight_quant_env
 
     kind, shape, hidden, inter, fmt, seed = job[:6]
     t0 = time.time()
@@ -164,21 +163,12 @@ def run_job(job: tuple[Any, ...]) -> dict[str, Any]:
         else:
             mode, rows = job[6], job[7]
             x = x_rows(hidden, seed, shape, max(rows) + 1)
-            old = os.environ.get("METRALE_WEIGHT_QUANT")
-            os.environ["METRALE_WEIGHT_QUANT"] = MODE_TIER[mode]
-            weight_quantization.cache_clear()
-            try:
+            with weight_quant_env(MODE_TIER[mode]):
                 ctx = ForwardContext(layer.config, backend=layer.backend, max_rows=1)
                 for r in rows:
                     with np.errstate(all="ignore"):
                         layer.forward(x[r : r + 1], ctx)
                     out[r] = np.ascontiguousarray(ctx.buffers.output()[0]).view(np.uint16).copy()
-            finally:
-                if old is None:
-                    os.environ.pop("METRALE_WEIGHT_QUANT", None)
-                else:
-                    os.environ["METRALE_WEIGHT_QUANT"] = old
-                weight_quantization.cache_clear()
         return {"job": job, "out": out, "seconds": time.time() - t0}
     except Exception:
         return {"job": job, "error": traceback.format_exc(limit=4), "seconds": time.time() - t0}

@@ -17,8 +17,7 @@ import platform
 import sys
 import time
 import traceback
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -249,23 +248,12 @@ def write(doc: dict[str, Any], md: str, opts: Options) -> None:
             print(f"no plot here ({_first_line(exc)}); python -m metrale.bench.plot JSON PNG redraws it")
 
 
-@contextmanager
-def w4a4_tier() -> Iterator[None]:
+def w4a4_tier() -> AbstractContextManager[None]:
     """``METRALE_WEIGHT_QUANT=w4a4`` (the W4A4 mode; weights without ``input_scale`` stay A16)
     for the run, the caller's setting back afterwards."""
-    from metrale.reference.tiers import weight_quantization
+    from metrale.reference.tiers import weight_quant_env
 
-    old = os.environ.get("METRALE_WEIGHT_QUANT")
-    os.environ["METRALE_WEIGHT_QUANT"] = "w4a4"
-    weight_quantization.cache_clear()
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("METRALE_WEIGHT_QUANT", None)
-        else:
-            os.environ["METRALE_WEIGHT_QUANT"] = old
-        weight_quantization.cache_clear()
+    return weight_quant_env("w4a4")
 
 
 def run(opts: Options, command: str) -> int:

@@ -7,6 +7,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 
@@ -93,3 +95,23 @@ def weight_quantization() -> WeightQuantTier:
     """The process-wide tier, read once from ``METRALE_WEIGHT_QUANT`` (default ``w4a4``).
     ``weight_quantization.cache_clear()`` re-reads it."""
     return WeightQuantTier(os.environ.get("METRALE_WEIGHT_QUANT", "w4a4").strip().lower())
+
+
+@contextmanager
+def weight_quant_env(mode: str | None) -> Iterator[None]:
+    """Run with ``METRALE_WEIGHT_QUANT=mode`` (None: unset), re-reading the cached tier on entry
+    and on exit, and the caller's setting back afterwards."""
+    old = os.environ.get("METRALE_WEIGHT_QUANT")
+    try:
+        if mode is None:
+            os.environ.pop("METRALE_WEIGHT_QUANT", None)
+        else:
+            os.environ["METRALE_WEIGHT_QUANT"] = mode
+        weight_quantization.cache_clear()
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("METRALE_WEIGHT_QUANT", None)
+        else:
+            os.environ["METRALE_WEIGHT_QUANT"] = old
+        weight_quantization.cache_clear()
