@@ -4,8 +4,11 @@
 numpy reference (the input viewed zero-copy); CUDA tensors run the CUDA kernels, the input viewed
 zero-copy through DLPack and every launch on torch's current stream (CuPy launches on an
 ``ExternalStream`` wrapping it: no synchronisation, no host round trip), so the module works
-inside ``torch.cuda.graph`` capture. The operator has a fake implementation, so
-``torch.compile(fullgraph=True)`` traces through it. Inference only: backward raises.
+inside ``torch.cuda.graph`` capture. While the operator runs, CuPy allocates from torch's caching
+allocator on that stream (``torch_allocator``): under capture the kernels' temporary buffers (the
+A4/A8 activation codes, grown workspaces) come from the graph's private pool, so replays find
+them where the capture put them and no eager allocation can take them. The operator has a fake
+implementation, so ``torch.compile(fullgraph=True)`` traces through it. Inference only: backward raises.
 
 The weights are integer buffers holding the format's raw bytes (``<proj>_<field>``), so
 ``.to()``, ``state_dict()`` and ``load_state_dict()`` behave and ``model.to(torch.float16)``
@@ -209,7 +212,11 @@ class MetraleFfn(nn.Module):
             x2 = x2.clone(memory_format=torch.contiguous_format)  # torch's allocator: graph-safe
         out = torch.empty((m, h), dtype=torch.bfloat16, device=x.device)
         stream = torch.cuda.current_stream(x.device)
-        with cupy.cuda.Device(x.device.index), cupy.cuda.ExternalStream(stream.cuda_stream, x.device.index):
+        with (
+            cupy.cuda.Device(x.device.index),
+            cupy.cuda.ExternalStream(stream.cuda_stream, x.device.index),
+            cupy.cuda.using_allocator(torch_allocator()),
+        ):
             layer.route(m)[1](x2, ctx)
             dst = cupy.from_dlpack(out.view(torch.int16)).view(cupy.uint16)
             cupy.copyto(dst, ctx.buffers.output()[:m])
@@ -221,6 +228,28 @@ class MetraleFfn(nn.Module):
             f"hidden={c.hidden_size}, intermediate={c.intermediate_size}, "
             f"format={self.format}, activation={self.activation.value}"
         )
+
+
+def _torch_malloc(size: int, device: int) -> int:
+    return int(torch.cuda.caching_allocator_alloc(size, device, torch.cuda.current_stream(device)))
+
+
+def _torch_free(ptr: int, device: int) -> None:
+    torch.cuda.caching_allocator_delete(ptr)
+
+
+_ALLOCATOR: list[Any] = []
+
+
+def torch_allocator() -> Any:
+    """A CuPy allocator (``cupy.cuda.using_allocator``) drawing from torch's caching allocator
+    on torch's current stream: capture-aware, so CuPy buffers made inside ``torch.cuda.graph``
+    live in the graph's pool."""
+    if not _ALLOCATOR:
+        import cupy
+
+        _ALLOCATOR.append(cupy.cuda.memory.PythonFunctionAllocator(_torch_malloc, _torch_free).malloc)
+    return _ALLOCATOR[0]
 
 
 def check_input(x: torch.Tensor, hidden: int, name: str) -> None:
