@@ -72,13 +72,13 @@ def test_instantiations_come_from_the_configuration_tables() -> None:
 def test_launchers_ask_for_kernels_the_files_define() -> None:
     """The kernel names the launchers build from the tables are defined in the built sources."""
     built = {cu: source(cu) for cu in kernel_files()}
-    names = [
-        ("nvfp4_gemv.cu", f"nvfp4_a16f_r{r}") for r in configs.NVFP4_FAST_DEPTH
-    ] + [("nvfp4_mma.cu", f"w4a16_mma_nt{nt}_a") for nt in configs.NVFP4_MMA_TILES] + [
-        ("q2_0_gemv.cu", f"q2_0_gemv_r{r}") for r in configs.Q2_0_TIERS
-    ] + [("fp8_bf16_gemv.cu", f"{p}_gemv_r{r}") for p in ("fp8", "bf16") for r in configs.FP8_BF16_TIERS] + [
-        ("w8a8.cu", f"w8a8_mma_r{r}_w{w}") for r in configs.W8A8_MMA_TIERS for w in configs.W8A8_MMA_WARPS
-    ]
+    names = (
+        [("nvfp4_gemv.cu", f"nvfp4_a16f_r{r}") for r in configs.NVFP4_FAST_DEPTH]
+        + [("nvfp4_mma.cu", f"w4a16_mma_nt{nt}_a") for nt in configs.NVFP4_MMA_TILES]
+        + [("q2_0_gemv.cu", f"q2_0_gemv_r{r}") for r in configs.Q2_0_TIERS]
+        + [("fp8_bf16_gemv.cu", f"{p}_gemv_r{r}") for p in ("fp8", "bf16") for r in configs.FP8_BF16_TIERS]
+        + [("w8a8.cu", f"w8a8_mma_r{r}_w{w}") for r in configs.W8A8_MMA_TIERS for w in configs.W8A8_MMA_WARPS]
+    )
     for cu, name in names:
         macro_lines = [ln for ln in built[cu].splitlines() if re.match(r"^[A-Z0-9_]+\(", ln)]
         assert macro_lines, cu

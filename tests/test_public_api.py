@@ -235,9 +235,7 @@ def test_nvfp4_scalars_as_producers_store_them() -> None:
 # ---- the descriptors against the classes --------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("stem", "declares_a4"), [*((s, False) for s in sorted(FORMATS)), ("nvfp4", True)]
-)
+@pytest.mark.parametrize(("stem", "declares_a4"), [*((s, False) for s in sorted(FORMATS)), ("nvfp4", True)])
 def test_descriptor_tensors_match_the_class(stem: str, declares_a4: bool) -> None:
     spec = FORMATS[stem]
     n, k = 16, 2 * spec.block * 2

@@ -29,7 +29,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 DEFAULT_CELLS = ["nvfp4-w4a16:1,2,8,32", "nvfp4-w4a4:1,4", "w8a8:1,8", "q2_0:1,4"]
-SECTIONS = ["SpeedOfLight", "LaunchStats", "Occupancy", "WarpStateStats", "MemoryWorkloadAnalysis"]
+SECTIONS = [
+    "SpeedOfLight",
+    "LaunchStats",
+    "Occupancy",
+    "WarpStateStats",
+    "MemoryWorkloadAnalysis",
+    "ComputeWorkloadAnalysis",
+    "InstructionStats",
+]
 METRICS = [
     "gpu__time_duration.sum",
     "dram__bytes_read.sum",

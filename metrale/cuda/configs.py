@@ -21,6 +21,15 @@ NVFP4_FAST_DEPTH: dict[int, int] = {1: 3, 2: 4, 3: 3, 4: 3}
 NVFP4_FAST_PQ: dict[int, bool] = {1: True, 2: True, 3: False, 4: False}
 #: nvfp4_mma.cu kernels ``w4a16_mma_nt{NT}_{a,u}``: tiles of 8 rows per pass.
 NVFP4_MMA_TILES: tuple[int, ...] = (1, 2, 3, 4)
+#: nvfp4_mma.cu prefill GEMM ``w4a16_gemm_nt{NT}_d{D}_b{MINB}_{a,u}``: counter depth D (steps
+#: of 8 blocks S8 <= 2^D) -> (8-row tiles per warp, CTAs per multiprocessor the registers are
+#: capped for); the counter holds 4 NT (D + 1) floats per lane. The launcher takes the first
+#: entry whose D covers S8. Measured on an H200 (tools/nvfp4_gemm_variants.py, Qwen3-8B FFN,
+#: m = 512 / 2048, docs/performance.md): gate+up (D = 5) 1.91 / 2.01 T block values/s with
+#: (4, 1) against 1.85 / 1.88 with (2, 2); down (D = 7) 1.59 / 1.71 with (2, 2) against
+#: 1.36 / 1.61 with (3, 1). NVFP4_GEMM_VARIANTS are built too, for that comparison.
+NVFP4_GEMM_TILES: dict[int, tuple[int, int]] = {5: (4, 1), 7: (2, 2), 9: (2, 1)}
+NVFP4_GEMM_VARIANTS: tuple[tuple[int, int, int], ...] = ((5, 2, 2), (7, 3, 1))
 #: q2_0_gemv.cu kernels ``q2_0_gemv_r{R}``: rows per warp -> columns per warp.
 Q2_0_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 4, 8: 2}
 #: fp8_bf16_gemv.cu kernels ``{fp8,bf16}_gemv_r{R}``: rows per warp -> columns per warp.
@@ -73,6 +82,11 @@ W8A8_GEMM_TILES: tuple[W8a8GemmTile, ...] = (
 )
 
 
+def nvfp4_gemm_builds() -> list[tuple[int, int, int]]:
+    """(D, NT, MINB) of every NVFP4 prefill GEMM built: the routing table's, then the variants."""
+    return list(dict.fromkeys([*((d, *v) for d, v in NVFP4_GEMM_TILES.items()), *NVFP4_GEMM_VARIANTS]))
+
+
 def _bool(b: bool) -> str:
     return "true" if b else "false"
 
@@ -90,6 +104,11 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
     ],
     "NVFP4_A4": lambda: _pairs("NVFP4_A4", NVFP4_A4_ROWS, "e", "o"),
     "W4A16_MMA": lambda: _pairs("W4A16_MMA", NVFP4_MMA_TILES, "a", "u"),
+    "W4A16_GEMM": lambda: [
+        f"W4A16_GEMM({nt}, {d}, {b}, {_bool(al)}, {'a' if al else 'u'})"
+        for d, nt, b in nvfp4_gemm_builds()
+        for al in (True, False)
+    ],
     "Q2_GEMV": lambda: [f"Q2_GEMV({r}, {nc})" for r, nc in Q2_0_TIERS.items()],
     "FP8_BF16_GEMV": lambda: [
         f"FP8_BF16_GEMV({p}_gemv, {_bool(p == 'bf16')}, {r}, {nc})"

@@ -45,6 +45,16 @@ MMA_ROWS = 8 * configs.NVFP4_MMA_TILES[-1]
 MMA_MIN_ROWS = 4
 MMA_WARPS = 4
 MMA_RUN = 64
+#: The prefill GEMM (``w4a16_gemm_*``, kernels/nvfp4_mma.cu) from GEMM_MIN_ROWS rows on where its
+#: grid fills every multiprocessor (else the MMA path, which splits K across warps), in chunks
+#: of GEMM_ROWS rows (its prologue workspace: 36 bytes per row and block);
+#: METRALE_NVFP4_GEMM_MIN_ROWS moves the switch (tests and benchmarks; same bits).
+GEMM_MIN_ROWS = int(os.environ.get("METRALE_NVFP4_GEMM_MIN_ROWS", "33"))
+GEMM_ROWS = 2048
+#: Take the GEMM also where its grid does not fill the GPU (tests, tools/nvfp4_gemm_variants.py).
+GEMM_ANY_GRID = False
+GEMM_WARPS = 8
+GEMM_TILES = configs.NVFP4_GEMM_TILES
 #: (device, nbytes) -> persistent prologue workspace (stream-ordered reuse; graph-capture safe).
 _mma_ws: dict[int, Any] = {}
 
@@ -190,12 +200,14 @@ def _mma_workspace(nbytes: int) -> Any:
 def _nvfp4_mma(x: Any, ldx: int, rows: int, b: int, args0: tuple, args1: tuple, gz: int, n: int) -> bool:
     """Tensor-core A16 path (kernels/nvfp4_mma.cu) over chunks of up to MMA_ROWS rows; False
     (nothing launched) where its kernels did not build or its shared memory does not fit."""
-    nb = MMA_RUN * -(-b // MMA_RUN)
-    runs = nb // MMA_RUN
     suffix = "a" if b % 8 == 0 else "u"
     prep = runtime.get_kernel(MMA_FILE, "w4a16_mma_prep")
     if prep is None:
         return False
+    if rows >= GEMM_MIN_ROWS and _nvfp4_gemm(prep, x, ldx, rows, b, args0, args1, gz, n):
+        return True
+    nb = MMA_RUN * -(-b // MMA_RUN)
+    runs = nb // MMA_RUN
     plan = []
     for r0 in range(0, rows, MMA_ROWS):
         m = min(MMA_ROWS, rows - r0)
@@ -240,6 +252,47 @@ def _nvfp4_mma(x: Any, ldx: int, rows: int, b: int, args0: tuple, args1: tuple, 
                 np.int32(nb),
             ),
             shared_mem=smem,
+        )
+    return True
+
+
+def _nvfp4_gemm(
+    prep: Any, x: Any, ldx: int, rows: int, b: int, args0: tuple, args1: tuple, gz: int, n: int
+) -> bool:
+    """The prefill GEMM over chunks of up to GEMM_ROWS rows: the A16 prologue of the chunk, then
+    one launch with every warp a 16-column x 8 NT-row tile over all of K. False (nothing
+    launched) where no kernel covers K, or the grid would not fill the GPU (unless GEMM_ANY_GRID)."""
+    nb = 8 * -(-b // 8)
+    s8 = nb // 8
+    depth = min((d for d in GEMM_TILES if s8 <= 1 << d), default=None)
+    if depth is None:
+        return False
+    nt, minb = GEMM_TILES[depth]
+    ctas = -(-n // (16 * GEMM_WARPS)) * -(-min(rows, GEMM_ROWS) // (8 * nt)) * gz
+    if not GEMM_ANY_GRID and ctas < minb * runtime.sm_count():
+        return False
+    kern = runtime.get_kernel(MMA_FILE, f"w4a16_gemm_nt{nt}_d{depth}_b{minb}_{'a' if b % 8 == 0 else 'u'}")
+    if kern is None:
+        return False
+    ws = _mma_workspace((GEMM_ROWS + 8 * nt) * nb * 36)
+    (w0, s0, rs0, o0, ldo0), (w1, s1, rs1, o1, ldo1) = args0, args1
+    tail = (np.int32(n), np.int32(b), np.int32(nb))
+    for r0 in range(0, rows, GEMM_ROWS):
+        m = min(GEMM_ROWS, rows - r0)
+        tiles = -(-m // (8 * nt))
+        rows8 = 8 * nt * tiles
+        act = ws[: rows8 * nb * 32]
+        fac = ws[rows8 * nb * 32 : rows8 * nb * 36]
+        items = rows8 * nb
+        prep(
+            (-(-items // THREADS),),
+            (THREADS,),
+            (x[r0:], np.int64(ldx), np.int32(m), np.int32(rows8), np.int32(b), np.int32(nb), act, fac),
+        )
+        kern(
+            (-(-n // (16 * GEMM_WARPS)), tiles, gz),
+            (32 * GEMM_WARPS,),
+            (act, fac, np.int32(m), w0, s0, rs0, o0[r0:], ldo0, w1, s1, rs1, o1[r0:], ldo1, *tail),
         )
     return True
 

@@ -65,9 +65,7 @@ class ForwardContext:
 
     def __post_init__(self) -> None:
         if not isinstance(self.config, FfnConfig):
-            raise MetraleError(
-                f"ForwardContext: config is a {type(self.config).__name__}, want an FfnConfig"
-            )
+            raise MetraleError(f"ForwardContext: config is a {type(self.config).__name__}, want an FfnConfig")
         if isinstance(self.max_rows, bool) or not isinstance(self.max_rows, int):
             raise MetraleError(f"ForwardContext: max_rows={self.max_rows!r}, want an int >= 1")
         self.backend = resolve_backend(self.backend, "ForwardContext")

@@ -79,3 +79,54 @@ def test_mma_edge_rows_every_kind(cuda: Any, fresh_rng: np.random.Generator) -> 
         buf, view, init = gen.guarded(cp, fresh_rng, 11, n)
         cuda.launch("w4a16_gemv_batch16", dev_rows(x), dw, view, 11)
         gen.bits_equal(gen.check_guard(buf, init, 11, n), ref(x, w), f"mma edge rows {kind}")
+
+
+#: GEMM shapes: every counter depth D (S8 = ceil(B / 8) steps: 1, 17, 96, 129), B % 8 != 0
+#: (the ``_u`` kernels) and N past the last 128-column CTA.
+GEMM_SHAPES = ((37, 48), (50, 2080), (133, 12288), (9, 16512), (16, 1040))
+
+
+@pytest.mark.parametrize("shape", GEMM_SHAPES, ids=[f"N{n}-K{k}" for n, k in GEMM_SHAPES])
+def test_gemm_matches_reference(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, shape: tuple
+) -> None:
+    """The prefill GEMM at every m around its tiles (8 NT rows, chunks of GEMM_ROWS lowered to
+    48 rows), single and dual (gate and up in one launch), against the reference."""
+    from metrale.cuda import nvfp4
+
+    n, k = shape
+    w = gen.nvfp4(fresh_rng, n, k)
+    w1 = gen.nvfp4(fresh_rng, n, k, name="up")
+    dw, dw1 = cuda.upload(w), cuda.upload(w1)
+    x = gen.rows(fresh_rng, 100, k)
+    want, want1 = ref(x, w), ref(x, w1)
+    xd = dev_rows(x)
+    monkeypatch.setattr(nvfp4, "GEMM_MIN_ROWS", 2)
+    monkeypatch.setattr(nvfp4, "GEMM_ANY_GRID", True)
+    monkeypatch.setattr(nvfp4, "GEMM_ROWS", 48)
+    for m in (2, 3, 9, 16, 23, 24, 25, 47, 48, 49, 100):
+        buf, view, init = gen.guarded(cp, fresh_rng, m, n)
+        cuda.launch("w4a16_gemm", xd[:m], dw, view)
+        gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"gemm m={m} {shape}")
+    for rows in (2, 3):
+        b1, v1, i1 = gen.guarded(cp, fresh_rng, rows, n)
+        b2, v2, i2 = gen.guarded(cp, fresh_rng, rows, n)
+        cuda.launch(f"w4a16_gemv_dual_batch{rows}", xd[:rows], dw, v1, dw1, v2)
+        gen.bits_equal(gen.check_guard(b1, i1, rows, n), want[:rows], f"gemm dual{rows} gate {shape}")
+        gen.bits_equal(gen.check_guard(b2, i2, rows, n), want1[:rows], f"gemm dual{rows} up {shape}")
+
+
+def test_gemm_edge_rows_every_kind(cuda: Any, fresh_rng: np.random.Generator, monkeypatch) -> None:
+    """Each edge kind (NaN/Inf blocks, subnormals, zeros, ties, huge) in every row of a tile."""
+    from metrale.cuda import nvfp4
+
+    monkeypatch.setattr(nvfp4, "GEMM_MIN_ROWS", 2)
+    monkeypatch.setattr(nvfp4, "GEMM_ANY_GRID", True)
+    n, k = 29, 1040
+    w = gen.nvfp4(fresh_rng, n, k)
+    dw = cuda.upload(w)
+    for kind in gen.ROW_KINDS:
+        x = np.stack([gen.row(fresh_rng, k, kind) for _ in range(37)])
+        buf, view, init = gen.guarded(cp, fresh_rng, 37, n)
+        cuda.launch("w4a16_gemm", dev_rows(x), dw, view)
+        gen.bits_equal(gen.check_guard(buf, init, 37, n), ref(x, w), f"gemm edge rows {kind}")

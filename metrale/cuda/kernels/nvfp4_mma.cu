@@ -36,6 +36,7 @@
 
 #define MMA_WARPS 4
 #define MMA_RUN 64
+#define GEMM_WARPS 8
 
 // ---- prologue: A16 limbs and factors in fragment order ----
 extern "C" __global__ void __launch_bounds__(256) w4a16_mma_prep(const unsigned short* __restrict__ x,
@@ -111,6 +112,123 @@ __device__ __forceinline__ void step_pieces(uint4 v, int t, unsigned int (&u)[4]
     u[0] = p0; u[1] = p1; u[2] = p2; u[3] = p3;
 }
 
+// One step (8 aligned blocks) of 16 weight columns as loaded: lane (g, t) holds 16 bytes of
+// rows n0 + g (wv[0]) and n0 + g + 8 (wv[1]) at byte 16 t of the step, and the step's 8 scale
+// bytes of both rows (sc[h][0]: blocks 0-3, sc[h][1]: blocks 4-7). Blocks past B load as zeros.
+struct StepLoad {
+    uint4 wv[2];
+    unsigned int sc[2][2];
+};
+
+template <bool AL>
+__device__ __forceinline__ void load_step(StepLoad& s, const unsigned char* wr0, const unsigned char* wr1,
+                                          const unsigned char* sr0, const unsigned char* sr1, int blk0, int B,
+                                          int t) {
+    if (AL) {
+        const bool ok = blk0 < B;  // B % 8 == 0: whole steps
+        const long long wo = (long long)blk0 * 8 + 16 * t;
+        s.wv[0] = ok ? __ldg((const uint4*)(wr0 + wo)) : make_uint4(0u, 0u, 0u, 0u);
+        s.wv[1] = ok ? __ldg((const uint4*)(wr1 + wo)) : make_uint4(0u, 0u, 0u, 0u);
+        const uint2 z2 = make_uint2(0u, 0u);
+        const uint2 a = ok ? __ldg((const uint2*)(sr0 + blk0)) : z2;
+        const uint2 c = ok ? __ldg((const uint2*)(sr1 + blk0)) : z2;
+        s.sc[0][0] = a.x; s.sc[0][1] = a.y;
+        s.sc[1][0] = c.x; s.sc[1][1] = c.y;
+    } else {
+        const int be = blk0 + 2 * t, bo = be + 1;
+        uint2 e0 = make_uint2(0u, 0u), o0 = e0, e1 = e0, o1 = e0;
+        if (be < B) {
+            e0 = __ldg((const uint2*)(wr0 + (long long)be * 8));
+            e1 = __ldg((const uint2*)(wr1 + (long long)be * 8));
+        }
+        if (bo < B) {
+            o0 = __ldg((const uint2*)(wr0 + (long long)bo * 8));
+            o1 = __ldg((const uint2*)(wr1 + (long long)bo * 8));
+        }
+        s.wv[0] = make_uint4(e0.x, e0.y, o0.x, o0.y);
+        s.wv[1] = make_uint4(e1.x, e1.y, o1.x, o1.y);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const unsigned char* sr = h ? sr1 : sr0;
+            unsigned int s0 = 0u, s1 = 0u;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                if (blk0 + j < B) s0 |= (unsigned int)__ldg(sr + blk0 + j) << (8 * j);
+                if (blk0 + 4 + j < B) s1 |= (unsigned int)__ldg(sr + blk0 + 4 + j) << (8 * j);
+            }
+            s.sc[h][0] = s0;
+            s.sc[h][1] = s1;
+        }
+    }
+}
+
+// A step's MMA operands: A fragments (codes of rows g: a0, g + 8: a1) and the f32 weight scales
+// of columns g (ws0), g + 8 (ws1), for the 8 blocks.
+struct StepOps {
+    unsigned int a0[8], a1[8];
+    float ws0[8], ws1[8];
+};
+
+__device__ __forceinline__ void decode_step(const StepLoad& s, int t, const NibConsts& kc, StepOps& o) {
+    unsigned int u[4];
+    step_pieces(s.wv[0], t, u);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) nib8_codes_k(u[q], kc, o.a0[2 * q], o.a0[2 * q + 1]);
+    step_pieces(s.wv[1], t, u);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) nib8_codes_k(u[q], kc, o.a1[2 * q], o.a1[2 * q + 1]);
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+        e4m3x2_to_f32(s.sc[0][q] & 0xffffu, o.ws0[4 * q], o.ws0[4 * q + 1]);
+        e4m3x2_to_f32(s.sc[0][q] >> 16, o.ws0[4 * q + 2], o.ws0[4 * q + 3]);
+        e4m3x2_to_f32(s.sc[1][q] & 0xffffu, o.ws1[4 * q], o.ws1[4 * q + 1]);
+        e4m3x2_to_f32(s.sc[1][q] >> 16, o.ws1[4 * q + 2], o.ws1[4 * q + 3]);
+    }
+}
+
+// The step's 8-leaf subtree roots for one 8-row tile: sr[j], j in fragment order (c0: column g,
+// row 2t; c1: g, 2t+1; c2: g+8, 2t; c3: g+8, 2t+1). ap, fp: this lane's limbs and factors of
+// the tile's step (prep layout).
+__device__ __forceinline__ void step_roots(const StepOps& o, const uint4* __restrict__ ap,
+                                           const float4* __restrict__ fp, float (&sr)[4]) {
+    float v[8][4];
+#pragma unroll
+    for (int pr = 0; pr < 4; ++pr) {
+        const uint4 bv = __ldg(ap + pr * 32);  // blocks 2 pr (x lo, y hi), 2 pr + 1
+        const float4 ff = __ldg(fp + pr);      // blocks 2 pr, 2 pr + 1: (h0, h1) each
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int bb = 2 * pr + e;
+            int d[4] = {0, 0, 0, 0};
+            mma_s8s8(d, o.a0[bb], o.a1[bb], e ? bv.w : bv.y);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) d[j] = d[j] << 8;
+            mma_s8u8(d, o.a0[bb], o.a1[bb], e ? bv.z : bv.x);
+            const float f0 = e ? ff.z : ff.x, f1 = e ? ff.w : ff.y;
+            v[bb][0] = ieee_mul(ieee_mul((float)d[0], o.ws0[bb]), f0);
+            v[bb][1] = ieee_mul(ieee_mul((float)d[1], o.ws0[bb]), f1);
+            v[bb][2] = ieee_mul(ieee_mul((float)d[2], o.ws1[bb]), f0);
+            v[bb][3] = ieee_mul(ieee_mul((float)d[3], o.ws1[bb]), f1);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const float s01 = ieee_add(v[0][j], v[1][j]), s23 = ieee_add(v[2][j], v[3][j]);
+        const float s45 = ieee_add(v[4][j], v[5][j]), s67 = ieee_add(v[6][j], v[7][j]);
+        sr[j] = ieee_add(ieee_add(s01, s23), ieee_add(s45, s67));
+    }
+}
+
+__device__ __forceinline__ NibConsts nib_consts() {
+    NibConsts kc;
+    asm volatile("mov.b32 %0, 0x03020100;" : "=r"(kc.p0));
+    asm volatile("mov.b32 %0, 0x0C080604;" : "=r"(kc.p1));
+    asm volatile("mov.b32 %0, 0xFDFEFF00;" : "=r"(kc.n0));
+    asm volatile("mov.b32 %0, 0xF4F8FAFC;" : "=r"(kc.n1));
+    asm volatile("mov.b32 %0, 0x32103210;" : "=r"(kc.base));
+    return kc;
+}
+
 template <int NT, bool AL>
 __device__ __forceinline__ void w4a16_mma_body(const uint4* __restrict__ act, const float4* __restrict__ fac,
                                                int m, Nvfp4Set set, int N, int B, int NB) {
@@ -119,12 +237,7 @@ __device__ __forceinline__ void w4a16_mma_body(const uint4* __restrict__ act, co
     const int n0 = blockIdx.x * 16;
     const int runs = NB / MMA_RUN;
     const int S8 = NB >> 3;
-    NibConsts kc;
-    asm volatile("mov.b32 %0, 0x03020100;" : "=r"(kc.p0));
-    asm volatile("mov.b32 %0, 0x0C080604;" : "=r"(kc.p1));
-    asm volatile("mov.b32 %0, 0xFDFEFF00;" : "=r"(kc.n0));
-    asm volatile("mov.b32 %0, 0xF4F8FAFC;" : "=r"(kc.n1));
-    asm volatile("mov.b32 %0, 0x32103210;" : "=r"(kc.base));
+    const NibConsts kc = nib_consts();
     const long long wrow = (long long)B * 8;
     const unsigned char* wr0 = set.w + (long long)min(n0 + g, N - 1) * wrow;
     const unsigned char* wr1 = set.w + (long long)min(n0 + g + 8, N - 1) * wrow;
@@ -135,107 +248,28 @@ __device__ __forceinline__ void w4a16_mma_body(const uint4* __restrict__ act, co
         float p1[NT][4], p2[NT][4], p0[NT][4], root[NT][4];
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-            uint4 wv[4][2];
-            unsigned int sc[4][2][2];
+            StepLoad ld[4];
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int blk0 = run * MMA_RUN + (half * 4 + i) * 8;  // first block of the step
-                if (AL) {
-                    const bool ok = blk0 < B;  // B % 8 == 0: whole steps
-                    const long long wo = (long long)blk0 * 8 + 16 * t;
-                    wv[i][0] = ok ? __ldg((const uint4*)(wr0 + wo)) : make_uint4(0u, 0u, 0u, 0u);
-                    wv[i][1] = ok ? __ldg((const uint4*)(wr1 + wo)) : make_uint4(0u, 0u, 0u, 0u);
-                    const uint2 z2 = make_uint2(0u, 0u);
-                    const uint2 a = ok ? __ldg((const uint2*)(sr0 + blk0)) : z2;
-                    const uint2 c = ok ? __ldg((const uint2*)(sr1 + blk0)) : z2;
-                    sc[i][0][0] = a.x; sc[i][0][1] = a.y;
-                    sc[i][1][0] = c.x; sc[i][1][1] = c.y;
-                } else {
-                    const int be = blk0 + 2 * t, bo = be + 1;
-                    uint2 e0 = make_uint2(0u, 0u), o0 = e0, e1 = e0, o1 = e0;
-                    if (be < B) {
-                        e0 = __ldg((const uint2*)(wr0 + (long long)be * 8));
-                        e1 = __ldg((const uint2*)(wr1 + (long long)be * 8));
-                    }
-                    if (bo < B) {
-                        o0 = __ldg((const uint2*)(wr0 + (long long)bo * 8));
-                        o1 = __ldg((const uint2*)(wr1 + (long long)bo * 8));
-                    }
-                    wv[i][0] = make_uint4(e0.x, e0.y, o0.x, o0.y);
-                    wv[i][1] = make_uint4(e1.x, e1.y, o1.x, o1.y);
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const unsigned char* sr = h ? sr1 : sr0;
-                        unsigned int s0 = 0u, s1 = 0u;
-#pragma unroll
-                        for (int j = 0; j < 4; ++j) {
-                            if (blk0 + j < B) s0 |= (unsigned int)__ldg(sr + blk0 + j) << (8 * j);
-                            if (blk0 + 4 + j < B) s1 |= (unsigned int)__ldg(sr + blk0 + 4 + j) << (8 * j);
-                        }
-                        sc[i][h][0] = s0;
-                        sc[i][h][1] = s1;
-                    }
-                }
-            }
+            for (int i = 0; i < 4; ++i)
+                load_step<AL>(ld[i], wr0, wr1, sr0, sr1, run * MMA_RUN + (half * 4 + i) * 8, B, t);
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int step = half * 4 + i;
                 const int s8 = run * (MMA_RUN / 8) + step;
-                // A fragments: codes of rows g (a0) and g + 8 (a1) for the 8 blocks
-                unsigned int a0[8], a1[8];
-                {
-                    unsigned int u[4];
-                    step_pieces(wv[i][0], t, u);
-#pragma unroll
-                    for (int s = 0; s < 4; ++s) nib8_codes_k(u[s], kc, a0[2 * s], a0[2 * s + 1]);
-                    step_pieces(wv[i][1], t, u);
-#pragma unroll
-                    for (int s = 0; s < 4; ++s) nib8_codes_k(u[s], kc, a1[2 * s], a1[2 * s + 1]);
-                }
-                // weight scales of columns g, g + 8 for the 8 blocks
-                float ws0[8], ws1[8];
-#pragma unroll
-                for (int q = 0; q < 2; ++q) {
-                    e4m3x2_to_f32(sc[i][0][q] & 0xffffu, ws0[4 * q], ws0[4 * q + 1]);
-                    e4m3x2_to_f32(sc[i][0][q] >> 16, ws0[4 * q + 2], ws0[4 * q + 3]);
-                    e4m3x2_to_f32(sc[i][1][q] & 0xffffu, ws1[4 * q], ws1[4 * q + 1]);
-                    e4m3x2_to_f32(sc[i][1][q] >> 16, ws1[4 * q + 2], ws1[4 * q + 3]);
-                }
+                StepOps o;
+                decode_step(ld[i], t, kc, o);
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
-                    const uint4* ap = act + ((size_t)nt * (NB >> 1) + (size_t)s8 * 4) * 32 + lane;
-                    const float4* fp = fac + (((size_t)nt * S8 + s8) * 4 + t) * 4;
-                    float v[8][4];
-#pragma unroll
-                    for (int pr = 0; pr < 4; ++pr) {
-                        const uint4 bv = __ldg(ap + pr * 32);  // blocks 2 pr (x lo, y hi), 2 pr + 1
-                        const float4 ff = __ldg(fp + pr);      // blocks 2 pr, 2 pr + 1: (h0, h1) each
-#pragma unroll
-                        for (int e = 0; e < 2; ++e) {
-                            const int bb = 2 * pr + e;
-                            int d[4] = {0, 0, 0, 0};
-                            mma_s8s8(d, a0[bb], a1[bb], e ? bv.w : bv.y);
-#pragma unroll
-                            for (int j = 0; j < 4; ++j) d[j] = d[j] << 8;
-                            mma_s8u8(d, a0[bb], a1[bb], e ? bv.z : bv.x);
-                            const float f0 = e ? ff.z : ff.x, f1 = e ? ff.w : ff.y;
-                            // c0 (col g, row 2t), c1 (col g, 2t+1), c2 (col g+8, 2t), c3 (col g+8, 2t+1)
-                            v[bb][0] = ieee_mul(ieee_mul((float)d[0], ws0[bb]), f0);
-                            v[bb][1] = ieee_mul(ieee_mul((float)d[1], ws0[bb]), f1);
-                            v[bb][2] = ieee_mul(ieee_mul((float)d[2], ws1[bb]), f0);
-                            v[bb][3] = ieee_mul(ieee_mul((float)d[3], ws1[bb]), f1);
-                        }
-                    }
+                    float sr[4];
+                    step_roots(o, act + ((size_t)nt * (NB >> 1) + (size_t)s8 * 4) * 32 + lane,
+                               fac + (((size_t)nt * S8 + s8) * 4 + t) * 4, sr);
 #pragma unroll
                     for (int j = 0; j < 4; ++j) {
-                        const float s01 = ieee_add(v[0][j], v[1][j]), s23 = ieee_add(v[2][j], v[3][j]);
-                        const float s45 = ieee_add(v[4][j], v[5][j]), s67 = ieee_add(v[6][j], v[7][j]);
-                        const float sr = ieee_add(ieee_add(s01, s23), ieee_add(s45, s67));
                         // binary counter over the 8 steps of the run (levels p0, p1, p2)
                         if ((step & 1) == 0) {
-                            p0[nt][j] = sr;
+                            p0[nt][j] = sr[j];
                         } else {
-                            const float l1 = ieee_add(p0[nt][j], sr);
+                            const float l1 = ieee_add(p0[nt][j], sr[j]);
                             if ((step & 2) == 0) {
                                 p1[nt][j] = l1;
                             } else {
@@ -277,6 +311,82 @@ __device__ __forceinline__ void w4a16_mma_body(const uint4* __restrict__ act, co
     }
 }
 
+// ---- the prefill GEMM: every warp one 16-column x 8 NT-row tile over all of K ----
+// Steps s8 = 0 .. S8-1 (S8 = NB / 8, NB = 8 ceil(B / 8)) enter a binary counter p[0..D] of
+// aligned subtrees (S8 <= 2^D): step s8 adds into levels 0, 1, ... while bit L of s8 is set
+// (earlier subtree on the left) and parks the sum at the first clear bit. At the end the
+// levels L of the set bits of S8 hold aligned subtrees, earlier ones at higher levels; the
+// contract's tree padded with -0.0 leaves is their right-nested sum from the lowest level up
+// (a subtree of padding leaves is -0.0, and x + -0.0 = x). The next step's weights are loaded
+// while the current step computes.
+// Push the step roots sr of tile nt: add into levels 0 .. lvl-1 (left operand the parked
+// earlier subtree), park at level lvl (warp-uniform, so one branch per level).
+template <int NT, int D>
+__device__ __forceinline__ void counter_push(float (&p)[D + 1][NT][4], int nt, const float (&sr)[4], int lvl) {
+#pragma unroll
+    for (int L = 0; L <= D; ++L) {
+        if (lvl == L) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                float c = sr[j];
+#pragma unroll
+                for (int i = 0; i < L; ++i) c = ieee_add(p[i][nt][j], c);
+                p[L][nt][j] = c;
+            }
+        }
+    }
+}
+
+template <int NT, int D, bool AL>
+__device__ __forceinline__ void w4a16_gemm_body(const uint4* __restrict__ act, const float4* __restrict__ fac,
+                                                int m, Nvfp4Set set, int N, int B, int NB) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int n0 = (blockIdx.x * GEMM_WARPS + warp) * 16;
+    if (n0 >= N) return;
+    const int tile0 = blockIdx.y * NT;
+    const int S8 = NB >> 3;
+    const NibConsts kc = nib_consts();
+    const long long wrow = (long long)B * 8;
+    const unsigned char* wr0 = set.w + (long long)min(n0 + g, N - 1) * wrow;
+    const unsigned char* wr1 = set.w + (long long)min(n0 + g + 8, N - 1) * wrow;
+    const unsigned char* sr0 = set.ws + (long long)min(n0 + g, N - 1) * B;
+    const unsigned char* sr1 = set.ws + (long long)min(n0 + g + 8, N - 1) * B;
+    float p[D + 1][NT][4];
+    StepLoad cur, nxt;
+    load_step<AL>(cur, wr0, wr1, sr0, sr1, 0, B, t);
+    for (int s8 = 0; s8 < S8; ++s8) {
+        if (s8 + 1 < S8) load_step<AL>(nxt, wr0, wr1, sr0, sr1, (s8 + 1) * 8, B, t);
+        StepOps o;
+        decode_step(cur, t, kc, o);
+        const int lvl = __ffs(~s8) - 1;  // trailing ones of s8: the level the step's root parks at
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const size_t tile = (size_t)(tile0 + nt);
+            float sr[4];
+            step_roots(o, act + (tile * (NB >> 1) + (size_t)s8 * 4) * 32 + lane,
+                       fac + ((tile * S8 + s8) * 4 + t) * 4, sr);
+            counter_push<NT, D>(p, nt, sr, lvl);
+        }
+        cur = nxt;
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            float acc = 0.0f;
+            bool have = false;
+#pragma unroll
+            for (int L = 0; L <= D; ++L) {
+                if ((S8 >> L) & 1) {
+                    acc = have ? ieee_add(p[L][nt][j], acc) : p[L][nt][j];
+                    have = true;
+                }
+            }
+            const int c = n0 + g + 8 * (j >> 1), rr = 8 * (tile0 + nt) + 2 * t + (j & 1);
+            if (c < N && rr < m) set.out[(size_t)rr * set.ldo + c] = f32_to_bf16(ieee_mul(acc, set.rowscale));
+        }
+}
+
 #define W4A16_MMA(NT, AL, SUFFIX)                                                                        \
     extern "C" __global__ void __launch_bounds__(32 * MMA_WARPS) w4a16_mma_nt##NT##_##SUFFIX(            \
         const uint4* __restrict__ act, const float4* __restrict__ fac, int m, const unsigned char* w0,   \
@@ -287,3 +397,15 @@ __device__ __forceinline__ void w4a16_mma_body(const uint4* __restrict__ act, co
     }
 
 // @instances W4A16_MMA   (lines generated from metrale/cuda/configs.py)
+
+#define W4A16_GEMM(NT, D, MINB, AL, SUFFIX)                                                               \
+    extern "C" __global__ void __launch_bounds__(32 * GEMM_WARPS, MINB)                                   \
+        w4a16_gemm_nt##NT##_d##D##_b##MINB##_##SUFFIX(                                                   \
+        const uint4* __restrict__ act, const float4* __restrict__ fac, int m, const unsigned char* w0,   \
+        const unsigned char* s0, float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, \
+        const unsigned char* s1, float rs1, unsigned short* out1, long long ldo1, int N, int B, int NB) { \
+        const Nvfp4Set set = nvfp4_set(w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);             \
+        w4a16_gemm_body<NT, D, AL>(act, fac, m, set, N, B, NB);                                          \
+    }
+
+// @instances W4A16_GEMM   (lines generated from metrale/cuda/configs.py)

@@ -92,9 +92,7 @@ class FormatSpec:
 
     def entries(self, n: int, k: int, *, declares_a4: bool = False) -> list[tuple[str, str, tuple[int, ...]]]:
         """(suffix, dtype, shape) of the tensors a [N, K] weight becomes on disk."""
-        return [
-            (t.suffix, t.dtype, t.shape(n, k)) for t in self.tensors if not t.optional or declares_a4
-        ]
+        return [(t.suffix, t.dtype, t.shape(n, k)) for t in self.tensors if not t.optional or declares_a4]
 
 
 def _nk(n: int, k: int) -> tuple[int, ...]:
