@@ -74,7 +74,16 @@ def test_launchers_ask_for_kernels_the_files_define() -> None:
     built = {cu: source(cu) for cu in kernel_files()}
     names = (
         [("nvfp4_gemv.cu", f"nvfp4_a16f_r{r}") for r in configs.NVFP4_FAST_DEPTH]
-        + [("nvfp4_mma.cu", f"w4a16_mma_nt{nt}_a") for nt in configs.NVFP4_MMA_TILES]
+        + [
+            ("nvfp4_mma.cu", f"{p}_mma_nt{nt}_a")
+            for p, _ in configs.NVFP4_MMA_MODES
+            for nt in configs.NVFP4_MMA_TILES
+        ]
+        + [
+            ("nvfp4_mma.cu", f"{p}_gemm_nt{nt}_d{d}_b{b}_u")
+            for p, _ in configs.NVFP4_MMA_MODES
+            for d, (nt, b) in configs.NVFP4_GEMM_TILES.items()
+        ]
         + [("q2_0_gemv.cu", f"q2_0_gemv_r{r}") for r in configs.Q2_0_TIERS]
         + [("fp8_bf16_gemv.cu", f"{p}_gemv_r{r}") for p in ("fp8", "bf16") for r in configs.FP8_BF16_TIERS]
         + [("w8a8.cu", f"w8a8_mma_r{r}_w{w}") for r in configs.W8A8_MMA_TIERS for w in configs.W8A8_MMA_WARPS]
@@ -102,7 +111,8 @@ def _pasted(macro: str, a: list[str]) -> str:
         "NVFP4_A16": lambda: f"nvfp4_a16_r{a[0]}_{a[2]}",
         "NVFP4_A16F": lambda: f"nvfp4_a16f_r{a[0]}",
         "NVFP4_A4": lambda: f"nvfp4_a4_r{a[0]}_{a[2]}",
-        "W4A16_MMA": lambda: f"w4a16_mma_nt{a[0]}_{a[2]}",
+        "NVFP4_MMA": lambda: f"{a[0]}_mma_nt{a[2]}_{a[4]}",
+        "NVFP4_GEMM": lambda: f"{a[0]}_gemm_nt{a[2]}_d{a[3]}_b{a[4]}_{a[6]}",
         "Q2_GEMV": lambda: f"q2_0_gemv_r{a[0]}",
         "FP8_BF16_GEMV": lambda: f"{a[0]}_r{a[2]}",
         "W8A8_GEMV": lambda: f"w8a8_gemv_r{a[0]}",

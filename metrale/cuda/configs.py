@@ -19,7 +19,9 @@ NVFP4_A4_ROWS: tuple[int, ...] = (1, 4)
 #: per warp; depth − 1 items in flight), and whether R uses the P/Q block dot.
 NVFP4_FAST_DEPTH: dict[int, int] = {1: 3, 2: 4, 3: 3, 4: 3}
 NVFP4_FAST_PQ: dict[int, bool] = {1: True, 2: True, 3: False, 4: False}
-#: nvfp4_mma.cu kernels ``w4a16_mma_nt{NT}_{a,u}``: tiles of 8 rows per pass.
+#: nvfp4_mma.cu kernel families: name prefix -> activation mode (0: A16, 1: A4).
+NVFP4_MMA_MODES: tuple[tuple[str, int], ...] = (("w4a16", 0), ("w4a4", 1))
+#: nvfp4_mma.cu kernels ``{w4a16,w4a4}_mma_nt{NT}_{a,u}``: tiles of 8 rows per pass.
 NVFP4_MMA_TILES: tuple[int, ...] = (1, 2, 3, 4)
 #: nvfp4_mma.cu prefill GEMM ``w4a16_gemm_nt{NT}_d{D}_b{MINB}_{a,u}``: counter depth D (steps
 #: of 8 blocks S8 <= 2^D) -> (8-row tiles per warp, CTAs per multiprocessor the registers are
@@ -103,9 +105,15 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         f"NVFP4_A16F({r}, {d}, {_bool(NVFP4_FAST_PQ[r])})" for r, d in NVFP4_FAST_DEPTH.items()
     ],
     "NVFP4_A4": lambda: _pairs("NVFP4_A4", NVFP4_A4_ROWS, "e", "o"),
-    "W4A16_MMA": lambda: _pairs("W4A16_MMA", NVFP4_MMA_TILES, "a", "u"),
-    "W4A16_GEMM": lambda: [
-        f"W4A16_GEMM({nt}, {d}, {b}, {_bool(al)}, {'a' if al else 'u'})"
+    "NVFP4_MMA": lambda: [
+        f"NVFP4_MMA({prefix}, {mode}, {nt}, {_bool(al)}, {'a' if al else 'u'})"
+        for prefix, mode in NVFP4_MMA_MODES
+        for nt in NVFP4_MMA_TILES
+        for al in (True, False)
+    ],
+    "NVFP4_GEMM": lambda: [
+        f"NVFP4_GEMM({prefix}, {mode}, {nt}, {d}, {b}, {_bool(al)}, {'a' if al else 'u'})"
+        for prefix, mode in NVFP4_MMA_MODES
         for d, nt, b in nvfp4_gemm_builds()
         for al in (True, False)
     ],

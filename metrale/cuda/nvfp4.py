@@ -43,6 +43,9 @@ MMA_FILE = "nvfp4_mma.cu"
 MMA_ENABLED = os.environ.get("METRALE_CUDA_MMA", "1") != "0"
 MMA_ROWS = 8 * configs.NVFP4_MMA_TILES[-1]
 MMA_MIN_ROWS = 4
+#: The A4 kernels take the tensor-core path from 2 rows (the CUDA-core A4 kernels make one
+#: pass per row below 4 rows and per 4 rows above).
+A4_MMA_MIN_ROWS = 2
 MMA_WARPS = 4
 MMA_RUN = 64
 #: The prefill GEMM (``w4a16_gemm_*``, kernels/nvfp4_mma.cu) from GEMM_MIN_ROWS rows on where its
@@ -153,7 +156,11 @@ def nvfp4_a16(x: Any, sets: list[tuple[Any, Any]], rows: int, r_want: int) -> No
     args0 = _set(sets[0][0], sets[0][1], F32(sets[0][0].weight_scale_2), rows)
     args1 = _set(sets[-1][0], sets[-1][1], F32(sets[-1][0].weight_scale_2), rows)
     tail = (np.int32(w0.n), np.int32(k))
-    if MMA_ENABLED and rows >= MMA_MIN_ROWS and _nvfp4_mma(x, ldx, rows, b, args0, args1, len(sets), w0.n):
+    if (
+        MMA_ENABLED
+        and rows >= MMA_MIN_ROWS
+        and _nvfp4_mma("w4a16", _a16_prep(x, ldx, b), rows, b, args0, args1, len(sets), w0.n)
+    ):
         return
     fast = _fast_rows(min(r_want, rows), k) if FAST_ENABLED else None
     if fast is not None:
@@ -197,15 +204,33 @@ def _mma_workspace(nbytes: int) -> Any:
     return buf
 
 
-def _nvfp4_mma(x: Any, ldx: int, rows: int, b: int, args0: tuple, args1: tuple, gz: int, n: int) -> bool:
-    """Tensor-core A16 path (kernels/nvfp4_mma.cu) over chunks of up to MMA_ROWS rows; False
-    (nothing launched) where its kernels did not build or its shared memory does not fit."""
-    suffix = "a" if b % 8 == 0 else "u"
-    prep = runtime.get_kernel(MMA_FILE, "w4a16_mma_prep")
+#: prep(r0, m, rows8, nb, act, fac): launch the prologue of rows r0 .. r0 + m - 1 into act/fac.
+Prep = Callable[[int, int, int, int, Any, Any], None]
+
+
+def _a16_prep(x: Any, ldx: int, b: int) -> Prep | None:
+    kern = runtime.get_kernel(MMA_FILE, "w4a16_mma_prep")
+    if kern is None:
+        return None
+
+    def prep(r0: int, m: int, rows8: int, nb: int, act: Any, fac: Any) -> None:
+        args = (x[r0:], np.int64(ldx), np.int32(m), np.int32(rows8), np.int32(b), np.int32(nb), act, fac)
+        kern((-(-rows8 * nb // THREADS),), (THREADS,), args)
+
+    return prep
+
+
+def _nvfp4_mma(
+    prefix: str, prep: Prep | None, rows: int, b: int, args0: tuple, args1: tuple, gz: int, n: int
+) -> bool:
+    """Tensor-core path (kernels/nvfp4_mma.cu; ``prefix`` w4a16 or w4a4, ``prep`` its prologue):
+    the prefill GEMM where it applies, else the MMA kernels over chunks of up to MMA_ROWS rows;
+    False (nothing launched) where the kernels did not build or shared memory does not fit."""
     if prep is None:
         return False
-    if rows >= GEMM_MIN_ROWS and _nvfp4_gemm(prep, x, ldx, rows, b, args0, args1, gz, n):
+    if rows >= GEMM_MIN_ROWS and _nvfp4_gemm(prefix, prep, rows, b, args0, args1, gz, n):
         return True
+    suffix = "a" if b % 8 == 0 else "u"
     nb = MMA_RUN * -(-b // MMA_RUN)
     runs = nb // MMA_RUN
     plan = []
@@ -213,55 +238,34 @@ def _nvfp4_mma(x: Any, ldx: int, rows: int, b: int, args0: tuple, args1: tuple, 
         m = min(MMA_ROWS, rows - r0)
         nt = -(-m // 8)
         smem = 16 * 8 * nt * runs * 4
-        kern = runtime.get_kernel(MMA_FILE, f"w4a16_mma_nt{nt}_{suffix}")
+        kern = runtime.get_kernel(MMA_FILE, f"{prefix}_mma_nt{nt}_{suffix}")
         if kern is None or smem > SMEM_LIMIT:
             return False
         plan.append((r0, m, nt, smem, kern))
     ws = _mma_workspace(MMA_ROWS * nb * 36)
     (w0, s0, rs0, o0, ldo0), (w1, s1, rs1, o1, ldo1) = args0, args1
+    tail = (np.int32(n), np.int32(b), np.int32(nb))
     for r0, m, nt, smem, kern in plan:
         rows8 = 8 * nt
         act = ws[: rows8 * nb * 32]
         fac = ws[rows8 * nb * 32 : rows8 * nb * 36]
-        items = rows8 * nb
-        prep(
-            (-(-items // THREADS),),
-            (THREADS,),
-            (x[r0:], np.int64(ldx), np.int32(m), np.int32(rows8), np.int32(b), np.int32(nb), act, fac),
-        )
+        prep(r0, m, rows8, nb, act, fac)
         runtime.set_dynamic_smem(kern, smem)
         kern(
             (-(-n // 16), 1, gz),
             (32 * MMA_WARPS,),
-            (
-                act,
-                fac,
-                np.int32(m),
-                w0,
-                s0,
-                rs0,
-                o0[r0:],
-                ldo0,
-                w1,
-                s1,
-                rs1,
-                o1[r0:],
-                ldo1,
-                np.int32(n),
-                np.int32(b),
-                np.int32(nb),
-            ),
+            (act, fac, np.int32(m), w0, s0, rs0, o0[r0:], ldo0, w1, s1, rs1, o1[r0:], ldo1, *tail),
             shared_mem=smem,
         )
     return True
 
 
 def _nvfp4_gemm(
-    prep: Any, x: Any, ldx: int, rows: int, b: int, args0: tuple, args1: tuple, gz: int, n: int
+    prefix: str, prep: Prep, rows: int, b: int, args0: tuple, args1: tuple, gz: int, n: int
 ) -> bool:
-    """The prefill GEMM over chunks of up to GEMM_ROWS rows: the A16 prologue of the chunk, then
-    one launch with every warp a 16-column x 8 NT-row tile over all of K. False (nothing
-    launched) where no kernel covers K, or the grid would not fill the GPU (unless GEMM_ANY_GRID)."""
+    """The prefill GEMM over chunks of up to GEMM_ROWS rows: the prologue of the chunk, then one
+    launch with every warp a 16-column x 8 NT-row tile over all of K. False (nothing launched)
+    where no kernel covers K, or the grid would not fill the GPU (unless GEMM_ANY_GRID)."""
     nb = 8 * -(-b // 8)
     s8 = nb // 8
     depth = min((d for d in GEMM_TILES if s8 <= 1 << d), default=None)
@@ -271,7 +275,7 @@ def _nvfp4_gemm(
     ctas = -(-n // (16 * GEMM_WARPS)) * -(-min(rows, GEMM_ROWS) // (8 * nt)) * gz
     if not GEMM_ANY_GRID and ctas < minb * runtime.sm_count():
         return False
-    kern = runtime.get_kernel(MMA_FILE, f"w4a16_gemm_nt{nt}_d{depth}_b{minb}_{'a' if b % 8 == 0 else 'u'}")
+    kern = runtime.get_kernel(MMA_FILE, f"{prefix}_gemm_nt{nt}_d{depth}_b{minb}_{'a' if b % 8 == 0 else 'u'}")
     if kern is None:
         return False
     ws = _mma_workspace((GEMM_ROWS + 8 * nt) * nb * 36)
@@ -283,12 +287,7 @@ def _nvfp4_gemm(
         rows8 = 8 * nt * tiles
         act = ws[: rows8 * nb * 32]
         fac = ws[rows8 * nb * 32 : rows8 * nb * 36]
-        items = rows8 * nb
-        prep(
-            (-(-items // THREADS),),
-            (THREADS,),
-            (x[r0:], np.int64(ldx), np.int32(m), np.int32(rows8), np.int32(b), np.int32(nb), act, fac),
-        )
+        prep(r0, m, rows8, nb, act, fac)
         kern(
             (-(-n // (16 * GEMM_WARPS)), tiles, gz),
             (32 * GEMM_WARPS,),
@@ -361,6 +360,19 @@ def w4a4_quantize(x: Any, input_scale: Any) -> DeviceA4Codes:
     return DeviceA4Codes(codes, scales, finite, afac, s)
 
 
+def _a4_prep(codes: DeviceA4Codes, b: int) -> Prep | None:
+    kern = runtime.get_kernel(MMA_FILE, "w4a4_mma_prep")
+    c, ldc = codes.codes, codes.codes.strides[0]
+    if kern is None or ldc % 16 or c.data.ptr % 16:
+        return None
+
+    def prep(r0: int, m: int, rows8: int, nb: int, act: Any, fac: Any) -> None:
+        args = (c[r0:], np.int64(ldc), codes.afac[r0:], np.int32(m), np.int32(rows8), np.int32(b))
+        kern((-(-rows8 * nb // THREADS),), (THREADS,), (*args, np.int32(nb), act, fac))
+
+    return prep
+
+
 def w4a4_gemv_small_m(codes: DeviceA4Codes, w: Any, out: Any) -> None:
     """out[:m] = NVFP4 x A4 projection of the codes' m rows (reference project(..., "A4"))."""
     if not isinstance(codes, DeviceA4Codes):
@@ -372,6 +384,11 @@ def w4a4_gemv_small_m(codes: DeviceA4Codes, w: Any, out: Any) -> None:
     if m <= 0:
         return
     b, _, _ = _geometry(k)
+    rowscale = F32(F32(w.input_scale) * F32(w.weight_scale_2))
+    args = _set(w, out, rowscale, m)
+    prep = _a4_prep(codes, b)
+    if MMA_ENABLED and m >= A4_MMA_MIN_ROWS and _nvfp4_mma("w4a4", prep, m, b, args, args, 1, w.n):
+        return
     r = _rows_per_pass(1, m, k)
     name = f"nvfp4_a4_r{r}_{'e' if b % 2 == 0 else 'o'}"
     kern = runtime.get_kernel(A4_FILE, name)
@@ -379,8 +396,6 @@ def w4a4_gemv_small_m(codes: DeviceA4Codes, w: Any, out: Any) -> None:
         raise MetraleError(f"{name} kernel missing in this target build")
     smem = _smem(1, r, k)
     runtime.set_dynamic_smem(kern, smem)
-    rowscale = F32(F32(w.input_scale) * F32(w.weight_scale_2))
-    args = _set(w, out, rowscale, m)
     c, ldc = codes.codes, codes.codes.strides[0]
     grid = _grid(w.n, -(-m // r), 1, smem)
     kern(

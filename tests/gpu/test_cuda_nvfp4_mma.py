@@ -130,3 +130,31 @@ def test_gemm_edge_rows_every_kind(cuda: Any, fresh_rng: np.random.Generator, mo
         buf, view, init = gen.guarded(cp, fresh_rng, 37, n)
         cuda.launch("w4a16_gemm", dev_rows(x), dw, view)
         gen.bits_equal(gen.check_guard(buf, init, 37, n), ref(x, w), f"gemm edge rows {kind}")
+
+
+@pytest.mark.parametrize("shape", GEMM_SHAPES, ids=[f"N{n}-K{k}" for n, k in GEMM_SHAPES])
+def test_a4_mma_and_gemm_match_reference(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, shape: tuple
+) -> None:
+    """W4A4 on the tensor cores (w4a4_mma_prep, the MMA kernels and the GEMM) against the
+    reference's A4 projection of the same codes, every m around the tiles, rows of every kind."""
+    from metrale.cuda import nvfp4
+    from metrale.reference.activations import quantize_a4
+
+    n, k = shape
+    w = gen.nvfp4(fresh_rng, n, k, a4=True)
+    dw = cuda.upload(w)
+    kinds = [gen.row(fresh_rng, k, kind) for kind in gen.ROW_KINDS]
+    x = np.concatenate([np.stack(kinds), gen.rows(fresh_rng, 70 - len(kinds), k)])
+    xd = dev_rows(x)
+    with np.errstate(all="ignore"):
+        want = project(None, w, "A4", codes=quantize_a4(x, w.input_scale)).view(np.uint16)
+    for gemm in (False, True):
+        monkeypatch.setattr(nvfp4, "GEMM_MIN_ROWS", 2 if gemm else 1 << 30)
+        monkeypatch.setattr(nvfp4, "GEMM_ANY_GRID", gemm)
+        monkeypatch.setattr(nvfp4, "GEMM_ROWS", 48)
+        for m in (2, 3, 4, 9, 24, 33, 47, 49, 70):
+            dc = cuda.launch("w4a4_quantize", xd[:m], w.input_scale)
+            buf, view, init = gen.guarded(cp, fresh_rng, m, n)
+            cuda.launch("w4a4_gemv_small_m", dc, dw, view)
+            gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"a4 gemm={gemm} m={m} {shape}")

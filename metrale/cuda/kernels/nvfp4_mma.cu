@@ -1,32 +1,42 @@
-// nvfp4_mma.cu -- NVFP4 weights x A16 activations on integer tensor cores, m = 2..32 rows in one
-// pass over the weights (arithmetic.md § a16, § projection; the CUDA-core kernels are in nvfp4_gemv.cu).
+// nvfp4_mma.cu -- NVFP4 weights x A16 or A4 activations on integer tensor cores: the small-m
+// MMA kernels (K split across warps) and the prefill GEMM (arithmetic.md § a16, § a4,
+// § projection; the CUDA-core kernels are in nvfp4_gemv.cu and nvfp4_a4.cu).
 //
 // Kernels (extern "C"):
-//   w4a16_mma_prep(x, ldx, m, rows8, B, NB, act, fac)     (rows8 = 8 NT)
-//       grid ceil(8 NT * NB / 256), block 256; one thread per (row r < 8 NT, block b < NB),
-//       NB = 64 * ceil(B / 64). A16 codes of the block (common.cuh a16_block_int) split into
-//       limbs c = 256 hi + lo (lo u8, hi s8), stored in mma B-fragment order:
-//         act u32 [NT][NB/2][32 lanes][4]: lane 4g+t, words (lo, hi) of block b (b even: .x .y,
-//             odd: .z .w) hold elements 4t..4t+3 of row 8 nt + g;
-//         fac f32 [NT][NB/8][4 t][8 blocks][2 h]: 2^(E-15) of row 8 nt + 2t + h (NaN for a
-//             non-finite block; -0.0 for rows >= m and blocks >= B).
-//   w4a16_mma_nt{1,2,3,4}_{a,u}(act, fac, m, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1,
-//                              N, B, NB)
+//   w4a16_mma_prep(x, ldx, m, rows8, B, NB, act, fac)
+//   w4a4_mma_prep(codes, ldc, afac, m, rows8, B, NB, act, fac)
+//       grid ceil(rows8 * NB / 256), block 256; one thread per (row r < rows8, block b < NB),
+//       rows8 a multiple of 8, NB a multiple of 8 (64 for the MMA kernels). A16: the block's
+//       codes (common.cuh a16_block_int) split into limbs c = 256 hi + lo (lo u8, hi s8);
+//       A4: lo = w4a4_quantize's 2 e2m1 codes (s8), hi = 0. Stored in mma B-fragment order:
+//         act u32 [rows8/8][NB/2][32 lanes][4]: lane 4g+t, words (lo, hi) of block b (b even:
+//             .x .y, odd: .z .w) hold elements 4t..4t+3 of row 8 nt + g;
+//         fac f32 [rows8/8][NB/8][4 t][8 blocks][2 h] of row 8 nt + 2t + h: A16 2^(E-15), A4
+//             f32(ascale) (NaN for a non-finite block; -0.0 for rows >= m and blocks >= B).
+//   {w4a16,w4a4}_mma_nt{1,2,3,4}_{a,u}(act, fac, m, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1,
+//                                    ldo1, N, B, NB)
 //       NT = ceil(m / 8) tiles of 8 rows; _a: B % 8 == 0 (16-byte weight, 8-byte scale loads),
 //       _u: any B (8-byte weight loads, byte scale loads). grid (ceil(N / 16), 1, gz), block
-//       32 W (W = MMA_WARPS); gz = 2 takes weight set 1 on blockIdx.z = 1 (gate and up).
-//       Dynamic shared memory 16 * 8 NT * (NB / 64) floats.
+//       32 MMA_WARPS; gz = 2 takes weight set 1 on blockIdx.z = 1 (gate and up). K is split
+//       across the warps in runs of 64 blocks. Dynamic shared memory 16 * 8 NT * (NB / 64) floats.
+//   {w4a16,w4a4}_gemm_nt{NT}_d{D}_b{MINB}_{a,u}(same arguments), the prefill GEMM: grid
+//       (ceil(N / (16 GEMM_WARPS)), ceil(m / (8 NT)), gz), block 32 GEMM_WARPS; every warp one
+//       tile of 16 columns x 8 NT rows over all of K (NB = 8 ceil(B / 8), S8 = NB / 8 <= 2^D).
+//       No shared memory.
 //
 // Exactness. mma.sync.m16n8k16 s8 x s8 / s8 x u8 -> s32: k = 16 is exactly one quant block, so
 // each accumulator is one block dot; weights are the A operand (16 output columns), activation
-// rows the B operand (8 rows). S_b = 256 S_hi + S_lo: the hi MMA runs first, its accumulator is
-// shifted left by 8 and fed as C of the lo MMA (|S_b| < 2^23: exact in int32). Then
-// v_b = (f32(S_b) * f32(wscale_b)) * fac (one fp32 multiply each, IEEE, subnormals kept).
-// Tree: a step is 8 aligned blocks (one 8-leaf subtree in registers); a run is 8 steps = an
-// aligned 64-block subtree (binary counter of depth 3); warps take runs round-robin and park
-// the run roots in shared memory; the tree over the run roots (padded with -0.0) gives the
-// root. Blocks past B have zero weights, zero scale and fac = -0.0: v = (0 * 0) * -0.0 = -0.0,
-// the contract's padding leaf. y = f32_to_bf16(root * rowscale).
+// rows the B operand (8 rows). A16: S_b = 256 S_hi + S_lo: the hi MMA runs first, its
+// accumulator is shifted left by 8 and fed as C of the lo MMA (|S_b| < 2^23: exact in int32);
+// v_b = (f32(S_b) * f32(wscale_b)) * fac. A4: one MMA (|S_b| <= 2304);
+// v_b = ((f32(S_b) * f32(wscale_b)) * f32(ascale_b)) * 0.25. Every product one IEEE fp32
+// multiply (subnormals kept). Tree: a step is 8 aligned blocks (an 8-leaf subtree in
+// registers). MMA kernels: a run is 8 steps = an aligned 64-block subtree (binary counter of
+// depth 3); warps take runs round-robin and park the run roots in shared memory; the tree over
+// the run roots (padded with -0.0) gives the root. GEMM: a binary counter over all steps (see
+// nvfp4_gemm_body). Blocks past B have zero weights, zero scale and fac = -0.0:
+// v = (0 * 0) * -0.0 = -0.0, the contract's padding leaf. y = f32_to_bf16(root * rowscale)
+// (A4: rowscale = f32(input_scale * weight_scale_2)).
 //
 // Weight loads. Lane (g, t) loads 16 bytes of weight rows n0 + g and n0 + g + 8 at byte 16 t of
 // each 64-byte step (blocks 2t, 2t+1); a 4 x 4 transpose of 16-bit pieces across the 4 lanes
@@ -66,6 +76,35 @@ extern "C" __global__ void __launch_bounds__(256) w4a16_mma_prep(const unsigned 
         const size_t base = (((size_t)nt * (NB >> 1) + (b >> 1)) * 32 + (4 * g + t)) * 4 + 2 * (b & 1);
         act[base] = lo[t];
         act[base + 1] = hi[t];
+    }
+    const int tt = (r & 7) >> 1, h = r & 1;
+    fac[((((size_t)nt * (NB >> 3) + (b >> 3)) * 4 + tt) * 8 + (b & 7)) * 2 + h] = f;
+}
+
+// ---- prologue of the A4 path: w4a4_quantize's codes and factors in the same fragment order ----
+// codes int8 [m, K] (row stride ldc bytes), afac f32 [m, B] (f32(ascale), NaN: non-finite block);
+// the low-limb words hold the codes, the high-limb words zeros; fac = afac (-0.0 for padding).
+extern "C" __global__ void __launch_bounds__(256) w4a4_mma_prep(const unsigned int* __restrict__ codes,
+                                                                long long ldc, const float* __restrict__ afac,
+                                                                int m, int rows8, int B, int NB,
+                                                                unsigned int* __restrict__ act,
+                                                                float* __restrict__ fac) {
+    const int it = blockIdx.x * blockDim.x + threadIdx.x;
+    if (it >= NB * rows8) return;
+    const int r = it / NB, b = it - r * NB;
+    uint4 c = make_uint4(0u, 0u, 0u, 0u);
+    float f = METRALE_NEG_ZERO;
+    if (r < m && b < B) {
+        c = *(const uint4*)((const unsigned char*)codes + (size_t)r * ldc + (size_t)b * 16);
+        f = afac[(size_t)r * B + b];
+    }
+    const unsigned int lo[4] = {c.x, c.y, c.z, c.w};
+    const int nt = r >> 3, g = r & 7;
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+        const size_t base = (((size_t)nt * (NB >> 1) + (b >> 1)) * 32 + (4 * g + t)) * 4 + 2 * (b & 1);
+        act[base] = lo[t];
+        act[base + 1] = 0u;
     }
     const int tt = (r & 7) >> 1, h = r & 1;
     fac[((((size_t)nt * (NB >> 3) + (b >> 3)) * 4 + tt) * 8 + (b & 7)) * 2 + h] = f;
@@ -189,6 +228,7 @@ __device__ __forceinline__ void decode_step(const StepLoad& s, int t, const NibC
 // The step's 8-leaf subtree roots for one 8-row tile: sr[j], j in fragment order (c0: column g,
 // row 2t; c1: g, 2t+1; c2: g+8, 2t; c3: g+8, 2t+1). ap, fp: this lane's limbs and factors of
 // the tile's step (prep layout).
+template <int MODE>
 __device__ __forceinline__ void step_roots(const StepOps& o, const uint4* __restrict__ ap,
                                            const float4* __restrict__ fp, float (&sr)[4]) {
     float v[8][4];
@@ -200,15 +240,23 @@ __device__ __forceinline__ void step_roots(const StepOps& o, const uint4* __rest
         for (int e = 0; e < 2; ++e) {
             const int bb = 2 * pr + e;
             int d[4] = {0, 0, 0, 0};
-            mma_s8s8(d, o.a0[bb], o.a1[bb], e ? bv.w : bv.y);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) d[j] = d[j] << 8;
-            mma_s8u8(d, o.a0[bb], o.a1[bb], e ? bv.z : bv.x);
             const float f0 = e ? ff.z : ff.x, f1 = e ? ff.w : ff.y;
-            v[bb][0] = ieee_mul(ieee_mul((float)d[0], o.ws0[bb]), f0);
-            v[bb][1] = ieee_mul(ieee_mul((float)d[1], o.ws0[bb]), f1);
-            v[bb][2] = ieee_mul(ieee_mul((float)d[2], o.ws1[bb]), f0);
-            v[bb][3] = ieee_mul(ieee_mul((float)d[3], o.ws1[bb]), f1);
+            if (MODE == 0) {  // A16: S = 256 S_hi + S_lo
+                mma_s8s8(d, o.a0[bb], o.a1[bb], e ? bv.w : bv.y);
+#pragma unroll
+                for (int j = 0; j < 4; ++j) d[j] = d[j] << 8;
+                mma_s8u8(d, o.a0[bb], o.a1[bb], e ? bv.z : bv.x);
+                v[bb][0] = ieee_mul(ieee_mul((float)d[0], o.ws0[bb]), f0);
+                v[bb][1] = ieee_mul(ieee_mul((float)d[1], o.ws0[bb]), f1);
+                v[bb][2] = ieee_mul(ieee_mul((float)d[2], o.ws1[bb]), f0);
+                v[bb][3] = ieee_mul(ieee_mul((float)d[3], o.ws1[bb]), f1);
+            } else {  // A4: the 2 e2m1 codes in the low-limb slot, one MMA
+                mma_s8s8(d, o.a0[bb], o.a1[bb], e ? bv.z : bv.x);
+                v[bb][0] = ieee_mul(ieee_mul(ieee_mul((float)d[0], o.ws0[bb]), f0), 0.25f);
+                v[bb][1] = ieee_mul(ieee_mul(ieee_mul((float)d[1], o.ws0[bb]), f1), 0.25f);
+                v[bb][2] = ieee_mul(ieee_mul(ieee_mul((float)d[2], o.ws1[bb]), f0), 0.25f);
+                v[bb][3] = ieee_mul(ieee_mul(ieee_mul((float)d[3], o.ws1[bb]), f1), 0.25f);
+            }
         }
     }
 #pragma unroll
@@ -229,8 +277,8 @@ __device__ __forceinline__ NibConsts nib_consts() {
     return kc;
 }
 
-template <int NT, bool AL>
-__device__ __forceinline__ void w4a16_mma_body(const uint4* __restrict__ act, const float4* __restrict__ fac,
+template <int MODE, int NT, bool AL>
+__device__ __forceinline__ void nvfp4_mma_body(const uint4* __restrict__ act, const float4* __restrict__ fac,
                                                int m, Nvfp4Set set, int N, int B, int NB) {
     extern __shared__ __align__(16) float red[];  // [16 columns][8 NT rows][runs]
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -261,7 +309,7 @@ __device__ __forceinline__ void w4a16_mma_body(const uint4* __restrict__ act, co
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
                     float sr[4];
-                    step_roots(o, act + ((size_t)nt * (NB >> 1) + (size_t)s8 * 4) * 32 + lane,
+                    step_roots<MODE>(o, act + ((size_t)nt * (NB >> 1) + (size_t)s8 * 4) * 32 + lane,
                                fac + (((size_t)nt * S8 + s8) * 4 + t) * 4, sr);
 #pragma unroll
                     for (int j = 0; j < 4; ++j) {
@@ -337,8 +385,8 @@ __device__ __forceinline__ void counter_push(float (&p)[D + 1][NT][4], int nt, c
     }
 }
 
-template <int NT, int D, bool AL>
-__device__ __forceinline__ void w4a16_gemm_body(const uint4* __restrict__ act, const float4* __restrict__ fac,
+template <int MODE, int NT, int D, bool AL>
+__device__ __forceinline__ void nvfp4_gemm_body(const uint4* __restrict__ act, const float4* __restrict__ fac,
                                                 int m, Nvfp4Set set, int N, int B, int NB) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int n0 = (blockIdx.x * GEMM_WARPS + warp) * 16;
@@ -363,7 +411,7 @@ __device__ __forceinline__ void w4a16_gemm_body(const uint4* __restrict__ act, c
         for (int nt = 0; nt < NT; ++nt) {
             const size_t tile = (size_t)(tile0 + nt);
             float sr[4];
-            step_roots(o, act + (tile * (NB >> 1) + (size_t)s8 * 4) * 32 + lane,
+            step_roots<MODE>(o, act + (tile * (NB >> 1) + (size_t)s8 * 4) * 32 + lane,
                        fac + ((tile * S8 + s8) * 4 + t) * 4, sr);
             counter_push<NT, D>(p, nt, sr, lvl);
         }
@@ -387,25 +435,26 @@ __device__ __forceinline__ void w4a16_gemm_body(const uint4* __restrict__ act, c
         }
 }
 
-#define W4A16_MMA(NT, AL, SUFFIX)                                                                        \
-    extern "C" __global__ void __launch_bounds__(32 * MMA_WARPS) w4a16_mma_nt##NT##_##SUFFIX(            \
+#define NVFP4_MMA(PREFIX, MODE, NT, AL, SUFFIX)                                                          \
+    extern "C" __global__ void __launch_bounds__(32 * MMA_WARPS) PREFIX##_mma_nt##NT##_##SUFFIX(         \
         const uint4* __restrict__ act, const float4* __restrict__ fac, int m, const unsigned char* w0,   \
         const unsigned char* s0, float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, \
         const unsigned char* s1, float rs1, unsigned short* out1, long long ldo1, int N, int B, int NB) { \
         const Nvfp4Set set = nvfp4_set(w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);             \
-        w4a16_mma_body<NT, AL>(act, fac, m, set, N, B, NB);                                              \
+        nvfp4_mma_body<MODE, NT, AL>(act, fac, m, set, N, B, NB);                                        \
     }
 
-// @instances W4A16_MMA   (lines generated from metrale/cuda/configs.py)
+// @instances NVFP4_MMA   (lines generated from metrale/cuda/configs.py)
 
-#define W4A16_GEMM(NT, D, MINB, AL, SUFFIX)                                                               \
+#define NVFP4_GEMM(PREFIX, MODE, NT, D, MINB, AL, SUFFIX)                                                 \
     extern "C" __global__ void __launch_bounds__(32 * GEMM_WARPS, MINB)                                   \
-        w4a16_gemm_nt##NT##_d##D##_b##MINB##_##SUFFIX(                                                   \
-        const uint4* __restrict__ act, const float4* __restrict__ fac, int m, const unsigned char* w0,   \
-        const unsigned char* s0, float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, \
-        const unsigned char* s1, float rs1, unsigned short* out1, long long ldo1, int N, int B, int NB) { \
+        PREFIX##_gemm_nt##NT##_d##D##_b##MINB##_##SUFFIX(                                                \
+            const uint4* __restrict__ act, const float4* __restrict__ fac, int m, const unsigned char* w0, \
+            const unsigned char* s0, float rs0, unsigned short* out0, long long ldo0,                    \
+            const unsigned char* w1, const unsigned char* s1, float rs1, unsigned short* out1,           \
+            long long ldo1, int N, int B, int NB) {                                                      \
         const Nvfp4Set set = nvfp4_set(w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);             \
-        w4a16_gemm_body<NT, D, AL>(act, fac, m, set, N, B, NB);                                          \
+        nvfp4_gemm_body<MODE, NT, D, AL>(act, fac, m, set, N, B, NB);                                    \
     }
 
-// @instances W4A16_GEMM   (lines generated from metrale/cuda/configs.py)
+// @instances NVFP4_GEMM   (lines generated from metrale/cuda/configs.py)
