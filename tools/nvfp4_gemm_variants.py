@@ -26,7 +26,7 @@ def main() -> int:
 
     from metrale.backend import get_backend
     from metrale.bench.cases import SHAPES
-    from metrale.cuda import configs, nvfp4
+    from metrale.cuda import configs, mma, nvfp4
     from tests.gpu import gen
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -52,15 +52,15 @@ def main() -> int:
             ref_bits = None
             for vname, v in variants:
                 if v is None:
-                    nvfp4.GEMM_MIN_ROWS = 1 << 30
+                    mma.GEMM_MIN_ROWS = 1 << 30
                 else:
                     d, nt, b = v
                     b_ = k // 16
                     if -(-b_ // 8) > 1 << d:
                         continue
-                    nvfp4.GEMM_MIN_ROWS = 1
-                    nvfp4.GEMM_ANY_GRID = True
-                    nvfp4.GEMM_TILES = {d: (nt, b)}
+                    mma.GEMM_MIN_ROWS = 1
+                    mma.GEMM_ANY_GRID = True
+                    mma.GEMM_TILES = {d: (nt, b)}
                 outs = [cp.zeros((m, n), dtype=cp.uint16) for _ in range(gz)]
                 sets = list(zip(ws, outs, strict=True))
                 nvfp4.nvfp4_a16(x[:m], sets, m, 4)
@@ -85,7 +85,7 @@ def main() -> int:
                 print(
                     f"{pname:8s} m={m:5d} {vname:12s} {us:10.1f} us  {vals / us / 1e6:6.2f} T block values/s"
                 )
-            nvfp4.GEMM_TILES = dict(configs.NVFP4_GEMM_TILES)
+            mma.GEMM_TILES = dict(configs.NVFP4_GEMM_TILES)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0

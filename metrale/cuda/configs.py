@@ -21,7 +21,8 @@ NVFP4_FAST_DEPTH: dict[int, int] = {1: 3, 2: 4, 3: 3, 4: 3}
 NVFP4_FAST_PQ: dict[int, bool] = {1: True, 2: True, 3: False, 4: False}
 #: nvfp4_mma.cu kernel families: name prefix -> activation mode (0: A16, 1: A4).
 NVFP4_MMA_MODES: tuple[tuple[str, int], ...] = (("w4a16", 0), ("w4a4", 1))
-#: nvfp4_mma.cu kernels ``{w4a16,w4a4}_mma_nt{NT}_{a,u}``: tiles of 8 rows per pass.
+#: nvfp4_mma.cu kernels ``{w4a16,w4a4}_mma_nt{NT}_{a,u}`` and q2_0_mma.cu ``q2_mma_nt{NT}_{a,u}``
+#: (mma_gemm.cuh): tiles of 8 rows per pass. The prefill GEMM tables below serve both files.
 NVFP4_MMA_TILES: tuple[int, ...] = (1, 2, 3, 4)
 #: nvfp4_mma.cu prefill GEMM ``w4a16_gemm_nt{NT}_d{D}_b{MINB}_{a,u}``: counter depth D (steps
 #: of 8 blocks S8 <= 2^D) -> (8-row tiles per warp, CTAs per multiprocessor the registers are
@@ -115,6 +116,14 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         f"NVFP4_GEMM({prefix}, {mode}, {nt}, {d}, {b}, {_bool(al)}, {'a' if al else 'u'})"
         for prefix, mode in NVFP4_MMA_MODES
         for d, nt, b in nvfp4_gemm_builds()
+        for al in (True, False)
+    ],
+    "Q2_MMA": lambda: [
+        f"Q2_MMA({nt}, {_bool(al)}, {'a' if al else 'u'})" for nt in NVFP4_MMA_TILES for al in (True, False)
+    ],
+    "Q2_GEMM": lambda: [
+        f"Q2_GEMM({nt}, {d}, {b}, {_bool(al)}, {'a' if al else 'u'})"
+        for d, (nt, b) in NVFP4_GEMM_TILES.items()
         for al in (True, False)
     ],
     "Q2_GEMV": lambda: [f"Q2_GEMV({r}, {nc})" for r, nc in Q2_0_TIERS.items()],

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from metrale.cuda import configs, pdl, runtime
+from metrale.cuda import configs, mma, pdl, runtime
 from metrale.cuda.launch_args import mat
 from metrale.cuda.weights import upload_generic
 from metrale.errors import MetraleError
@@ -35,31 +35,15 @@ F32 = np.float32
 #: Use the fast A16 kernels where they apply (B % 64 == 0); METRALE_CUDA_FAST=0 turns
 #: them off (the generic kernels give the same bits).
 FAST_ENABLED = os.environ.get("METRALE_CUDA_FAST", "1") != "0"
-#: Tensor-core A16 kernels (kernels/nvfp4_mma.cu) for m >= MMA_MIN_ROWS, in chunks of MMA_ROWS
-#: rows; METRALE_CUDA_MMA=0 forces the CUDA-core kernels (same bits). MMA_MIN_ROWS = 4: on the
-#: H200 the FFN at m = 2 took 77.2 us on the MMA path against 56.0 us on the CUDA-core kernels
-#: (docs/performance.md); the tests lower it to 2 to keep m = 2, 3 covered.
+#: Tensor-core kernels (kernels/nvfp4_mma.cu, launched by metrale/cuda/mma.py) for m >=
+#: MMA_MIN_ROWS; METRALE_CUDA_MMA=0 forces the CUDA-core kernels (same bits). MMA_MIN_ROWS = 4:
+#: on the H200 the FFN at m = 2 took 77.2 us on the MMA path against 56.0 us on the CUDA-core
+#: kernels (docs/performance.md); the tests lower it to 2 to keep m = 2, 3 covered.
 MMA_FILE = "nvfp4_mma.cu"
-MMA_ENABLED = os.environ.get("METRALE_CUDA_MMA", "1") != "0"
-MMA_ROWS = 8 * configs.NVFP4_MMA_TILES[-1]
 MMA_MIN_ROWS = 4
 #: The A4 kernels take the tensor-core path from 2 rows (the CUDA-core A4 kernels make one
 #: pass per row below 4 rows and per 4 rows above).
 A4_MMA_MIN_ROWS = 2
-MMA_WARPS = 4
-MMA_RUN = 64
-#: The prefill GEMM (``w4a16_gemm_*``, kernels/nvfp4_mma.cu) from GEMM_MIN_ROWS rows on where its
-#: grid fills every multiprocessor (else the MMA path, which splits K across warps), in chunks
-#: of GEMM_ROWS rows (its prologue workspace: 36 bytes per row and block);
-#: METRALE_NVFP4_GEMM_MIN_ROWS moves the switch (tests and benchmarks; same bits).
-GEMM_MIN_ROWS = int(os.environ.get("METRALE_NVFP4_GEMM_MIN_ROWS", "33"))
-GEMM_ROWS = 2048
-#: Take the GEMM also where its grid does not fill the GPU (tests, tools/nvfp4_gemm_variants.py).
-GEMM_ANY_GRID = False
-GEMM_WARPS = 8
-GEMM_TILES = configs.NVFP4_GEMM_TILES
-#: (device, nbytes) -> persistent prologue workspace (stream-ordered reuse; graph-capture safe).
-_mma_ws: dict[int, Any] = {}
 
 UPLOADERS: dict[str, Callable[[Any], Any]] = {"nvfp4": upload_generic}
 
@@ -157,9 +141,9 @@ def nvfp4_a16(x: Any, sets: list[tuple[Any, Any]], rows: int, r_want: int) -> No
     args1 = _set(sets[-1][0], sets[-1][1], F32(sets[-1][0].weight_scale_2), rows)
     tail = (np.int32(w0.n), np.int32(k))
     if (
-        MMA_ENABLED
+        mma.ENABLED
         and rows >= MMA_MIN_ROWS
-        and _nvfp4_mma("w4a16", _a16_prep(x, ldx, b), rows, b, args0, args1, len(sets), w0.n)
+        and mma.launch(MMA_FILE, "w4a16", _a16_prep(x, ldx, b), rows, b, args0, args1, len(sets), w0.n)
     ):
         return
     fast = _fast_rows(min(r_want, rows), k) if FAST_ENABLED else None
@@ -193,22 +177,7 @@ def nvfp4_a16(x: Any, sets: list[tuple[Any, Any]], rows: int, r_want: int) -> No
     kern(grid, (THREADS,), (x, np.int64(ldx), np.int32(rows), *args0, *args1, *tail), shared_mem=smem)
 
 
-def _mma_workspace(nbytes: int) -> Any:
-    import cupy
-
-    dev = runtime.device_id()
-    buf = _mma_ws.get(dev)
-    if buf is None or buf.nbytes < nbytes:
-        buf = cupy.empty(nbytes, dtype=cupy.uint8)
-        _mma_ws[dev] = buf
-    return buf
-
-
-#: prep(r0, m, rows8, nb, act, fac): launch the prologue of rows r0 .. r0 + m - 1 into act/fac.
-Prep = Callable[[int, int, int, int, Any, Any], None]
-
-
-def _a16_prep(x: Any, ldx: int, b: int) -> Prep | None:
+def _a16_prep(x: Any, ldx: int, b: int) -> mma.Prep | None:
     kern = runtime.get_kernel(MMA_FILE, "w4a16_mma_prep")
     if kern is None:
         return None
@@ -218,82 +187,6 @@ def _a16_prep(x: Any, ldx: int, b: int) -> Prep | None:
         kern((-(-rows8 * nb // THREADS),), (THREADS,), args)
 
     return prep
-
-
-def _nvfp4_mma(
-    prefix: str, prep: Prep | None, rows: int, b: int, args0: tuple, args1: tuple, gz: int, n: int
-) -> bool:
-    """Tensor-core path (kernels/nvfp4_mma.cu; ``prefix`` w4a16 or w4a4, ``prep`` its prologue):
-    the prefill GEMM where it applies, else the MMA kernels over chunks of up to MMA_ROWS rows;
-    False (nothing launched) where the kernels did not build or shared memory does not fit."""
-    if prep is None:
-        return False
-    if rows >= GEMM_MIN_ROWS and _nvfp4_gemm(prefix, prep, rows, b, args0, args1, gz, n):
-        return True
-    suffix = "a" if b % 8 == 0 else "u"
-    nb = MMA_RUN * -(-b // MMA_RUN)
-    runs = nb // MMA_RUN
-    plan = []
-    for r0 in range(0, rows, MMA_ROWS):
-        m = min(MMA_ROWS, rows - r0)
-        nt = -(-m // 8)
-        smem = 16 * 8 * nt * runs * 4
-        kern = runtime.get_kernel(MMA_FILE, f"{prefix}_mma_nt{nt}_{suffix}")
-        if kern is None or smem > SMEM_LIMIT:
-            return False
-        plan.append((r0, m, nt, smem, kern))
-    ws = _mma_workspace(MMA_ROWS * nb * 36)
-    (w0, s0, rs0, o0, ldo0), (w1, s1, rs1, o1, ldo1) = args0, args1
-    tail = (np.int32(n), np.int32(b), np.int32(nb))
-    for r0, m, nt, smem, kern in plan:
-        rows8 = 8 * nt
-        act = ws[: rows8 * nb * 32]
-        fac = ws[rows8 * nb * 32 : rows8 * nb * 36]
-        prep(r0, m, rows8, nb, act, fac)
-        runtime.set_dynamic_smem(kern, smem)
-        kern(
-            (-(-n // 16), 1, gz),
-            (32 * MMA_WARPS,),
-            (act, fac, np.int32(m), w0, s0, rs0, o0[r0:], ldo0, w1, s1, rs1, o1[r0:], ldo1, *tail),
-            shared_mem=smem,
-        )
-    return True
-
-
-def _nvfp4_gemm(
-    prefix: str, prep: Prep, rows: int, b: int, args0: tuple, args1: tuple, gz: int, n: int
-) -> bool:
-    """The prefill GEMM over chunks of up to GEMM_ROWS rows: the prologue of the chunk, then one
-    launch with every warp a 16-column x 8 NT-row tile over all of K. False (nothing launched)
-    where no kernel covers K, or the grid would not fill the GPU (unless GEMM_ANY_GRID)."""
-    nb = 8 * -(-b // 8)
-    s8 = nb // 8
-    depth = min((d for d in GEMM_TILES if s8 <= 1 << d), default=None)
-    if depth is None:
-        return False
-    nt, minb = GEMM_TILES[depth]
-    ctas = -(-n // (16 * GEMM_WARPS)) * -(-min(rows, GEMM_ROWS) // (8 * nt)) * gz
-    if not GEMM_ANY_GRID and ctas < minb * runtime.sm_count():
-        return False
-    kern = runtime.get_kernel(MMA_FILE, f"{prefix}_gemm_nt{nt}_d{depth}_b{minb}_{'a' if b % 8 == 0 else 'u'}")
-    if kern is None:
-        return False
-    ws = _mma_workspace((GEMM_ROWS + 8 * nt) * nb * 36)
-    (w0, s0, rs0, o0, ldo0), (w1, s1, rs1, o1, ldo1) = args0, args1
-    tail = (np.int32(n), np.int32(b), np.int32(nb))
-    for r0 in range(0, rows, GEMM_ROWS):
-        m = min(GEMM_ROWS, rows - r0)
-        tiles = -(-m // (8 * nt))
-        rows8 = 8 * nt * tiles
-        act = ws[: rows8 * nb * 32]
-        fac = ws[rows8 * nb * 32 : rows8 * nb * 36]
-        prep(r0, m, rows8, nb, act, fac)
-        kern(
-            (-(-n // (16 * GEMM_WARPS)), tiles, gz),
-            (32 * GEMM_WARPS,),
-            (act, fac, np.int32(m), w0, s0, rs0, o0[r0:], ldo0, w1, s1, rs1, o1[r0:], ldo1, *tail),
-        )
-    return True
 
 
 @dataclass
@@ -360,7 +253,7 @@ def w4a4_quantize(x: Any, input_scale: Any) -> DeviceA4Codes:
     return DeviceA4Codes(codes, scales, finite, afac, s)
 
 
-def _a4_prep(codes: DeviceA4Codes, b: int) -> Prep | None:
+def _a4_prep(codes: DeviceA4Codes, b: int) -> mma.Prep | None:
     kern = runtime.get_kernel(MMA_FILE, "w4a4_mma_prep")
     c, ldc = codes.codes, codes.codes.strides[0]
     if kern is None or ldc % 16 or c.data.ptr % 16:
@@ -387,7 +280,7 @@ def w4a4_gemv_small_m(codes: DeviceA4Codes, w: Any, out: Any) -> None:
     rowscale = F32(F32(w.input_scale) * F32(w.weight_scale_2))
     args = _set(w, out, rowscale, m)
     prep = _a4_prep(codes, b)
-    if MMA_ENABLED and m >= A4_MMA_MIN_ROWS and _nvfp4_mma("w4a4", prep, m, b, args, args, 1, w.n):
+    if mma.ENABLED and m >= A4_MMA_MIN_ROWS and mma.launch(MMA_FILE, "w4a4", prep, m, b, args, args, 1, w.n):
         return
     r = _rows_per_pass(1, m, k)
     name = f"nvfp4_a4_r{r}_{'e' if b % 2 == 0 else 'o'}"

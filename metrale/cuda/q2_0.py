@@ -4,8 +4,9 @@ helpers the other launcher modules of this family (``w8a8``, ``fp8_bf16``) share
 
 Every launch is two kernels: ``q2_a16_prep`` turns the bf16 rows into A16 codes (byte limbs,
 per-block code sum and 2^(E−14)), then ``q2_0_gemv_r{1,2,4,8}`` computes the exact block dots,
-the contract's fp32 block values and the fixed tree. The output of a row never depends on how
-many rows the call had.
+the contract's fp32 block values and the fixed tree; from MMA_MIN_ROWS rows the integer tensor
+cores do the same (``q2_mma_prep`` and the MMA kernels or the prefill GEMM of ``q2_0_mma.cu``).
+The output of a row never depends on how many rows the call had.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from metrale.cuda import configs
+from metrale.cuda import configs, mma
 from metrale.cuda.launch_args import cdiv, device_out, device_rows, tier, weight_arrays
 from metrale.cuda.runtime import get_kernel
 from metrale.cuda.weights import DeviceWeight, to_device
@@ -23,6 +24,10 @@ from metrale.errors import MetraleError
 from metrale.reference.formats.q2_0 import QK, Q2_0Weight
 
 CU_FILE = "q2_0_gemv.cu"
+#: Tensor-core kernels (kernels/q2_0_mma.cu via metrale/cuda/mma.py) from MMA_MIN_ROWS rows
+#: (the GEMV below it); METRALE_CUDA_MMA=0 keeps the GEMV at every m (same bits).
+MMA_FILE = "q2_0_mma.cu"
+MMA_MIN_ROWS = 2
 #: Row tiers of the GEMV kernel (rows per warp) and columns per warp for each.
 Q2_TIERS = configs.Q2_0_TIERS
 #: The tree over 2048-element chunks keeps at most 64 chunk roots.
@@ -55,6 +60,17 @@ def _q2_project(x: Any, w: Any, out: Any, m: int, kernel: str) -> None:
     xa = device_rows(x, k, m, "x")
     outa, ldo = device_out(out, m, n, "out")
     nb = k // BLOCK
+    if mma.ENABLED and m >= MMA_MIN_ROWS:
+        ldx = xa.strides[0] // 2
+        prep_kernel = get_kernel(MMA_FILE, "q2_mma_prep")
+
+        def prep(r0: int, rows: int, rows8: int, nbp: int, act: Any, fac: Any) -> None:
+            args = (xa[r0:], np.int64(ldx), np.int32(rows), np.int32(rows8), np.int32(nb), np.int32(nbp))
+            prep_kernel((cdiv(rows8 * nbp, 256),), (256,), (*args, act, fac))
+
+        ws = (arr["qs"], arr["d"], np.float32(1.0), outa, np.int64(ldo))
+        if prep_kernel is not None and mma.launch(MMA_FILE, "q2", prep, m, nb, ws, ws, 1, n):
+            return
     lohi = cupy.empty((m * nb * 2 * 4,), dtype=cupy.uint32)
     aux = cupy.empty((m * nb * 2,), dtype=cupy.uint32)
     prep = get_kernel(CU_FILE, "q2_a16_prep")

@@ -36,6 +36,7 @@ def dev_rows(x: np.ndarray) -> Any:
 def test_mma_matches_reference_and_cuda_cores(
     cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, shape: tuple
 ) -> None:
+    from metrale.cuda import mma as mma_mod
     from metrale.cuda import nvfp4
 
     n, k = shape
@@ -47,7 +48,7 @@ def test_mma_matches_reference_and_cuda_cores(
     ms = (2, 3, 4, 5, 8, 9, 16, 17, 24, 31, 32)
     monkeypatch.setattr(nvfp4, "MMA_MIN_ROWS", 2)  # cover m = 2, 3 on the MMA path too
     for mma in (True, False):
-        monkeypatch.setattr(nvfp4, "MMA_ENABLED", mma)
+        monkeypatch.setattr(mma_mod, "ENABLED", mma)
         for m in ms:
             t = next(t for t in (4, 8, 16, 32) if m <= t)
             buf, view, init = gen.guarded(cp, fresh_rng, m + 1, n)
@@ -92,7 +93,7 @@ def test_gemm_matches_reference(
 ) -> None:
     """The prefill GEMM at every m around its tiles (8 NT rows, chunks of GEMM_ROWS lowered to
     48 rows), single and dual (gate and up in one launch), against the reference."""
-    from metrale.cuda import nvfp4
+    from metrale.cuda import mma as mma_mod
 
     n, k = shape
     w = gen.nvfp4(fresh_rng, n, k)
@@ -101,9 +102,9 @@ def test_gemm_matches_reference(
     x = gen.rows(fresh_rng, 100, k)
     want, want1 = ref(x, w), ref(x, w1)
     xd = dev_rows(x)
-    monkeypatch.setattr(nvfp4, "GEMM_MIN_ROWS", 2)
-    monkeypatch.setattr(nvfp4, "GEMM_ANY_GRID", True)
-    monkeypatch.setattr(nvfp4, "GEMM_ROWS", 48)
+    monkeypatch.setattr(mma_mod, "GEMM_MIN_ROWS", 2)
+    monkeypatch.setattr(mma_mod, "GEMM_ANY_GRID", True)
+    monkeypatch.setattr(mma_mod, "GEMM_ROWS", 48)
     for m in (2, 3, 9, 16, 23, 24, 25, 47, 48, 49, 100):
         buf, view, init = gen.guarded(cp, fresh_rng, m, n)
         cuda.launch("w4a16_gemm", xd[:m], dw, view)
@@ -118,10 +119,10 @@ def test_gemm_matches_reference(
 
 def test_gemm_edge_rows_every_kind(cuda: Any, fresh_rng: np.random.Generator, monkeypatch) -> None:
     """Each edge kind (NaN/Inf blocks, subnormals, zeros, ties, huge) in every row of a tile."""
-    from metrale.cuda import nvfp4
+    from metrale.cuda import mma as mma_mod
 
-    monkeypatch.setattr(nvfp4, "GEMM_MIN_ROWS", 2)
-    monkeypatch.setattr(nvfp4, "GEMM_ANY_GRID", True)
+    monkeypatch.setattr(mma_mod, "GEMM_MIN_ROWS", 2)
+    monkeypatch.setattr(mma_mod, "GEMM_ANY_GRID", True)
     n, k = 29, 1040
     w = gen.nvfp4(fresh_rng, n, k)
     dw = cuda.upload(w)
@@ -138,7 +139,7 @@ def test_a4_mma_and_gemm_match_reference(
 ) -> None:
     """W4A4 on the tensor cores (w4a4_mma_prep, the MMA kernels and the GEMM) against the
     reference's A4 projection of the same codes, every m around the tiles, rows of every kind."""
-    from metrale.cuda import nvfp4
+    from metrale.cuda import mma as mma_mod
     from metrale.reference.activations import quantize_a4
 
     n, k = shape
@@ -150,9 +151,9 @@ def test_a4_mma_and_gemm_match_reference(
     with np.errstate(all="ignore"):
         want = project(None, w, "A4", codes=quantize_a4(x, w.input_scale)).view(np.uint16)
     for gemm in (False, True):
-        monkeypatch.setattr(nvfp4, "GEMM_MIN_ROWS", 2 if gemm else 1 << 30)
-        monkeypatch.setattr(nvfp4, "GEMM_ANY_GRID", gemm)
-        monkeypatch.setattr(nvfp4, "GEMM_ROWS", 48)
+        monkeypatch.setattr(mma_mod, "GEMM_MIN_ROWS", 2 if gemm else 1 << 30)
+        monkeypatch.setattr(mma_mod, "GEMM_ANY_GRID", gemm)
+        monkeypatch.setattr(mma_mod, "GEMM_ROWS", 48)
         for m in (2, 3, 4, 9, 24, 33, 47, 49, 70):
             dc = cuda.launch("w4a4_quantize", xd[:m], w.input_scale)
             buf, view, init = gen.guarded(cp, fresh_rng, m, n)

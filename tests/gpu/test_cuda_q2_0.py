@@ -73,3 +73,32 @@ def test_q2_reads_row_slices(cuda: Any, fresh_rng: np.random.Generator) -> None:
     cuda.launch("q2_0_gemv_vec_batchm", xb[:6], w, inner, 6)
     got = check_guard(buf, init, 6, 33)
     bits_equal(got, project(x[:6], host, "A16").view(np.uint16), "row slice")
+
+
+#: Tensor-core shapes: B % 8 == 4 (``_u``) and == 0 (``_a``), every GEMM counter depth
+#: (S8 = 2, 16, 96, 129 steps), N off the 16-column tile and the 128-column CTA.
+MMA_SHAPES = [(37, 192), (50, 2048), (133, 12288), (9, 16512)]
+
+
+@pytest.mark.parametrize(("n", "k"), MMA_SHAPES)
+def test_q2_tensor_cores_match_reference(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, n: int, k: int
+) -> None:
+    """The MMA kernels and the prefill GEMM (forced at every m, chunks of 48 rows) against the
+    reference, with rows of every edge kind (NaN/Inf blocks, subnormals, zeros, ties, huge)."""
+    from metrale.cuda import mma
+    from tests.gpu import gen
+
+    host = q2_weight(fresh_rng, n, k)
+    w = cuda.upload(host)
+    kinds = [gen.row(fresh_rng, k, kind) for kind in gen.ROW_KINDS]
+    x = np.concatenate([np.stack(kinds), rows(fresh_rng, 70 - len(kinds), k)])
+    with np.errstate(all="ignore"):
+        want = project(x, host, "A16").view(np.uint16)
+    monkeypatch.setattr(mma, "GEMM_ROWS", 48)
+    for gemm in (False, True):
+        monkeypatch.setattr(mma, "GEMM_MIN_ROWS", 2 if gemm else 1 << 30)
+        monkeypatch.setattr(mma, "GEMM_ANY_GRID", gemm)
+        for m in (2, 3, 9, 24, 33, 47, 49, 70):
+            got = _launch(cuda, "q2_0_gemv_vec_batchm", x[:m], w, m, fresh_rng, m)
+            bits_equal(got, want[:m], f"q2 tensor cores gemm={gemm} m={m} ({n}, {k})")

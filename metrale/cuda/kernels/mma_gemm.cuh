@@ -1,0 +1,323 @@
+// mma_gemm.cuh -- the integer tensor-core engine of the block-scaled weight x A16 / A4 kernels
+// (nvfp4_mma.cu, q2_0_mma.cu; their headers state the kernels and the contract): the MMA
+// operands of one step (8 aligned blocks of 16 columns), the step's 8-leaf subtree roots, the
+// A16 prologue in fragment order, the K-split MMA body and the prefill GEMM body.
+//
+// A weight policy WP supplies: struct Consts and consts() (registers the decode keeps); struct
+// Load (one step of rows n0 + g and n0 + g + 8 as loaded); wrow(B) and srow(B), the bytes per
+// weight row of codes and of scales; load<AL>(Load&, wr0, wr1, sr0, sr1, blk0, B, t) (AL: every
+// step whole, B % 8 == 0; blocks past B may load anything: their activation codes are zero and
+// their factor -0.0); decode(Load, t, Consts, StepOps&) (the A fragments and the f32 scales).
+#pragma once
+#include "nvfp4.cuh"
+
+#define MMA_WARPS 4
+#define MMA_RUN 64
+#define GEMM_WARPS 8
+
+// One weight set of a launch (gate and up in one launch: blockIdx.z picks the set).
+struct WeightSet {
+    const unsigned char* w;   // codes, rows of WP::wrow(B) bytes
+    const unsigned char* ws;  // scales, rows of WP::srow(B) bytes
+    float rowscale;
+    unsigned short* out;      // bf16 bits, rows of stride ldo
+    long long ldo;
+};
+
+__device__ __forceinline__ WeightSet weight_set(const unsigned char* w0, const unsigned char* s0, float rs0,
+                                                unsigned short* out0, long long ldo0, const unsigned char* w1,
+                                                const unsigned char* s1, float rs1, unsigned short* out1,
+                                                long long ldo1) {
+    WeightSet set;
+    if (blockIdx.z == 0) {
+        set.w = w0; set.ws = s0; set.rowscale = rs0; set.out = out0; set.ldo = ldo0;
+    } else {
+        set.w = w1; set.ws = s1; set.rowscale = rs1; set.out = out1; set.ldo = ldo1;
+    }
+    return set;
+}
+
+// ---- A16 prologue: limbs and factors in fragment order (layout in nvfp4_mma.cu's header) ----
+// PERM: lane t's word holds elements t, t+4, t+8, t+12 of the block (byte j: element t + 4j),
+// else 4t .. 4t+3; the factor is 2^(E - eoff) (NaN for a non-finite block).
+template <bool PERM>
+__device__ __forceinline__ void a16_mma_prep_body(const unsigned short* __restrict__ x, long long ldx, int m,
+                                                  int rows8, int B, int NB, int eoff,
+                                                  unsigned int* __restrict__ act, float* __restrict__ fac) {
+    const int it = blockIdx.x * blockDim.x + threadIdx.x;
+    if (it >= NB * rows8) return;
+    const int r = it / NB, b = it - r * NB;
+    unsigned int lo[4] = {0u, 0u, 0u, 0u}, hi[4] = {0u, 0u, 0u, 0u};
+    float f = METRALE_NEG_ZERO;
+    if (r < m && b < B) {
+        const unsigned short* src = x + (size_t)r * ldx + (size_t)b * 16;
+        unsigned short xs[16];
+#pragma unroll
+        for (int j = 0; j < 16; ++j) xs[j] = src[j];
+        int c[16];
+        int E;
+        bool fin;
+        a16_block_int(xs, c, E, fin);
+        if (PERM) {
+            int cp[16];
+#pragma unroll
+            for (int t = 0; t < 4; ++t)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) cp[4 * t + j] = c[t + 4 * j];
+            a16_limbs(cp, lo, hi);
+        } else {
+            a16_limbs(c, lo, hi);
+        }
+        f = fin ? pow2f(E - eoff) : __uint_as_float(0x7fc00000u);
+    }
+    const int nt = r >> 3, g = r & 7;
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+        const size_t base = (((size_t)nt * (NB >> 1) + (b >> 1)) * 32 + (4 * g + t)) * 4 + 2 * (b & 1);
+        act[base] = lo[t];
+        act[base + 1] = hi[t];
+    }
+    const int tt = (r & 7) >> 1, h = r & 1;
+    fac[((((size_t)nt * (NB >> 3) + (b >> 3)) * 4 + tt) * 8 + (b & 7)) * 2 + h] = f;
+}
+
+__device__ __forceinline__ void mma_s8s8(int (&d)[4], unsigned int a0, unsigned int a1, unsigned int b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(b));
+}
+__device__ __forceinline__ void mma_s8u8(int (&d)[4], unsigned int a0, unsigned int a1, unsigned int b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(b));
+}
+
+// A step's MMA operands: A fragments (codes of rows g: a0, g + 8: a1) and the f32 weight scales
+// of columns g (ws0), g + 8 (ws1), for the 8 blocks.
+struct StepOps {
+    unsigned int a0[8], a1[8];
+    float ws0[8], ws1[8];
+};
+
+// row 2t; c1: g, 2t+1; c2: g+8, 2t; c3: g+8, 2t+1). ap, fp: this lane's limbs and factors of
+// the tile's step (prep layout).
+template <int MODE>
+__device__ __forceinline__ void step_roots(const StepOps& o, const uint4* __restrict__ ap,
+                                           const float4* __restrict__ fp, float (&sr)[4]) {
+    float v[8][4];
+#pragma unroll
+    for (int pr = 0; pr < 4; ++pr) {
+        const uint4 bv = __ldg(ap + pr * 32);  // blocks 2 pr (x lo, y hi), 2 pr + 1
+        const float4 ff = __ldg(fp + pr);      // blocks 2 pr, 2 pr + 1: (h0, h1) each
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int bb = 2 * pr + e;
+            int d[4] = {0, 0, 0, 0};
+            const float f0 = e ? ff.z : ff.x, f1 = e ? ff.w : ff.y;
+            if (MODE == 0) {  // A16: S = 256 S_hi + S_lo
+                mma_s8s8(d, o.a0[bb], o.a1[bb], e ? bv.w : bv.y);
+#pragma unroll
+                for (int j = 0; j < 4; ++j) d[j] = d[j] << 8;
+                mma_s8u8(d, o.a0[bb], o.a1[bb], e ? bv.z : bv.x);
+                v[bb][0] = ieee_mul(ieee_mul((float)d[0], o.ws0[bb]), f0);
+                v[bb][1] = ieee_mul(ieee_mul((float)d[1], o.ws0[bb]), f1);
+                v[bb][2] = ieee_mul(ieee_mul((float)d[2], o.ws1[bb]), f0);
+                v[bb][3] = ieee_mul(ieee_mul((float)d[3], o.ws1[bb]), f1);
+            } else {  // A4: the 2 e2m1 codes in the low-limb slot, one MMA
+                mma_s8s8(d, o.a0[bb], o.a1[bb], e ? bv.z : bv.x);
+                v[bb][0] = ieee_mul(ieee_mul(ieee_mul((float)d[0], o.ws0[bb]), f0), 0.25f);
+                v[bb][1] = ieee_mul(ieee_mul(ieee_mul((float)d[1], o.ws0[bb]), f1), 0.25f);
+                v[bb][2] = ieee_mul(ieee_mul(ieee_mul((float)d[2], o.ws1[bb]), f0), 0.25f);
+                v[bb][3] = ieee_mul(ieee_mul(ieee_mul((float)d[3], o.ws1[bb]), f1), 0.25f);
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const float s01 = ieee_add(v[0][j], v[1][j]), s23 = ieee_add(v[2][j], v[3][j]);
+        const float s45 = ieee_add(v[4][j], v[5][j]), s67 = ieee_add(v[6][j], v[7][j]);
+        sr[j] = ieee_add(ieee_add(s01, s23), ieee_add(s45, s67));
+    }
+}
+
+template <class WP, int MODE, int NT, bool AL>
+__device__ __forceinline__ void mma_body(const uint4* __restrict__ act, const float4* __restrict__ fac,
+                                               int m, WeightSet set, int N, int B, int NB) {
+    extern __shared__ __align__(16) float red[];  // [16 columns][8 NT rows][runs]
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int n0 = blockIdx.x * 16;
+    const int runs = NB / MMA_RUN;
+    const int S8 = NB >> 3;
+    const typename WP::Consts kc = WP::consts();
+    const long long wrow = WP::wrow(B), srow = WP::srow(B);
+    const unsigned char* wr0 = set.w + (long long)min(n0 + g, N - 1) * wrow;
+    const unsigned char* wr1 = set.w + (long long)min(n0 + g + 8, N - 1) * wrow;
+    const unsigned char* sr0 = set.ws + (long long)min(n0 + g, N - 1) * srow;
+    const unsigned char* sr1 = set.ws + (long long)min(n0 + g + 8, N - 1) * srow;
+
+    for (int run = warp; run < runs; run += MMA_WARPS) {
+        float p1[NT][4], p2[NT][4], p0[NT][4], root[NT][4];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            typename WP::Load ld[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                WP::template load<AL>(ld[i], wr0, wr1, sr0, sr1, run * MMA_RUN + (half * 4 + i) * 8, B, t);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int step = half * 4 + i;
+                const int s8 = run * (MMA_RUN / 8) + step;
+                StepOps o;
+                WP::decode(ld[i], t, kc, o);
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+                    float sr[4];
+                    step_roots<MODE>(o, act + ((size_t)nt * (NB >> 1) + (size_t)s8 * 4) * 32 + lane,
+                               fac + (((size_t)nt * S8 + s8) * 4 + t) * 4, sr);
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        // binary counter over the 8 steps of the run (levels p0, p1, p2)
+                        if ((step & 1) == 0) {
+                            p0[nt][j] = sr[j];
+                        } else {
+                            const float l1 = ieee_add(p0[nt][j], sr[j]);
+                            if ((step & 2) == 0) {
+                                p1[nt][j] = l1;
+                            } else {
+                                const float l2 = ieee_add(p1[nt][j], l1);
+                                if ((step & 4) == 0) {
+                                    p2[nt][j] = l2;
+                                } else {
+                                    root[nt][j] = ieee_add(p2[nt][j], l2);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // park the run roots: value j of tile nt is column g + 8 (j >> 1), row 8 nt + 2t + (j & 1)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int c = g + 8 * (j >> 1), rr = 8 * nt + 2 * t + (j & 1);
+                red[(c * 8 * NT + rr) * runs + run] = root[nt][j];
+            }
+    }
+    __syncthreads();
+    // the tree over the run roots of each (column, row), padded with -0.0 (in place)
+    for (int pidx = threadIdx.x; pidx < 16 * 8 * NT; pidx += blockDim.x) {
+        const int c = pidx / (8 * NT), rr = pidx - c * (8 * NT);
+        const int n = n0 + c;
+        if (n >= N || rr >= m) continue;
+        float* a = red + (size_t)pidx * runs;
+        int len = runs;
+        while (len > 1) {
+            const int half = (len + 1) >> 1;
+            for (int i = 0; i < half; ++i) a[i] = (2 * i + 1 < len) ? ieee_add(a[2 * i], a[2 * i + 1]) : a[2 * i];
+            len = half;
+        }
+        set.out[(size_t)rr * set.ldo + n] = f32_to_bf16(ieee_mul(a[0], set.rowscale));
+    }
+}
+
+
+// ---- the prefill GEMM: every warp one 16-column x 8 NT-row tile over all of K ----
+// Steps s8 = 0 .. S8-1 (S8 = NB / 8, NB = 8 ceil(B / 8)) enter a binary counter p[0..D] of
+// aligned subtrees (S8 <= 2^D): step s8 adds into levels 0, 1, ... while bit L of s8 is set
+// (earlier subtree on the left) and parks the sum at the first clear bit. At the end the
+// levels L of the set bits of S8 hold aligned subtrees, earlier ones at higher levels; the
+// contract's tree padded with -0.0 leaves is their right-nested sum from the lowest level up
+// (a subtree of padding leaves is -0.0, and x + -0.0 = x). The next step's weights are loaded
+// while the current step computes.
+// Push the step roots sr of tile nt: add into levels 0 .. lvl-1 (left operand the parked
+// earlier subtree), park at level lvl (warp-uniform, so one branch per level).
+template <int NT, int D>
+__device__ __forceinline__ void counter_push(float (&p)[D + 1][NT][4], int nt, const float (&sr)[4], int lvl) {
+#pragma unroll
+    for (int L = 0; L <= D; ++L) {
+        if (lvl == L) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                float c = sr[j];
+#pragma unroll
+                for (int i = 0; i < L; ++i) c = ieee_add(p[i][nt][j], c);
+                p[L][nt][j] = c;
+            }
+        }
+    }
+}
+
+template <class WP, int MODE, int NT, int D, bool AL>
+__device__ __forceinline__ void gemm_body(const uint4* __restrict__ act, const float4* __restrict__ fac,
+                                                int m, WeightSet set, int N, int B, int NB) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int n0 = (blockIdx.x * GEMM_WARPS + warp) * 16;
+    if (n0 >= N) return;
+    const int tile0 = blockIdx.y * NT;
+    const int S8 = NB >> 3;
+    const typename WP::Consts kc = WP::consts();
+    const long long wrow = WP::wrow(B), srow = WP::srow(B);
+    const unsigned char* wr0 = set.w + (long long)min(n0 + g, N - 1) * wrow;
+    const unsigned char* wr1 = set.w + (long long)min(n0 + g + 8, N - 1) * wrow;
+    const unsigned char* sr0 = set.ws + (long long)min(n0 + g, N - 1) * srow;
+    const unsigned char* sr1 = set.ws + (long long)min(n0 + g + 8, N - 1) * srow;
+    float p[D + 1][NT][4];
+    typename WP::Load cur, nxt;
+    WP::template load<AL>(cur, wr0, wr1, sr0, sr1, 0, B, t);
+    for (int s8 = 0; s8 < S8; ++s8) {
+        if (s8 + 1 < S8) WP::template load<AL>(nxt, wr0, wr1, sr0, sr1, (s8 + 1) * 8, B, t);
+        StepOps o;
+        WP::decode(cur, t, kc, o);
+        const int lvl = __ffs(~s8) - 1;  // trailing ones of s8: the level the step's root parks at
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const size_t tile = (size_t)(tile0 + nt);
+            float sr[4];
+            step_roots<MODE>(o, act + (tile * (NB >> 1) + (size_t)s8 * 4) * 32 + lane,
+                       fac + ((tile * S8 + s8) * 4 + t) * 4, sr);
+            counter_push<NT, D>(p, nt, sr, lvl);
+        }
+        cur = nxt;
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            float acc = 0.0f;
+            bool have = false;
+#pragma unroll
+            for (int L = 0; L <= D; ++L) {
+                if ((S8 >> L) & 1) {
+                    acc = have ? ieee_add(p[L][nt][j], acc) : p[L][nt][j];
+                    have = true;
+                }
+            }
+            const int c = n0 + g + 8 * (j >> 1), rr = 8 * (tile0 + nt) + 2 * t + (j & 1);
+            if (c < N && rr < m) set.out[(size_t)rr * set.ldo + c] = f32_to_bf16(ieee_mul(acc, set.rowscale));
+        }
+}
+
+// The kernels of one weight policy, activation mode and shape (arguments as nvfp4_mma.cu states).
+#define MMA_KERNEL(WP, PREFIX, MODE, NT, AL, SUFFIX)                                                     \
+    extern "C" __global__ void __launch_bounds__(32 * MMA_WARPS) PREFIX##_mma_nt##NT##_##SUFFIX(         \
+        const uint4* __restrict__ act, const float4* __restrict__ fac, int m, const unsigned char* w0,   \
+        const unsigned char* s0, float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, \
+        const unsigned char* s1, float rs1, unsigned short* out1, long long ldo1, int N, int B, int NB) { \
+        const WeightSet set = weight_set(w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);           \
+        mma_body<WP, MODE, NT, AL>(act, fac, m, set, N, B, NB);                                          \
+    }
+
+#define GEMM_KERNEL(WP, PREFIX, MODE, NT, D, MINB, AL, SUFFIX)                                           \
+    extern "C" __global__ void __launch_bounds__(32 * GEMM_WARPS, MINB)                                   \
+        PREFIX##_gemm_nt##NT##_d##D##_b##MINB##_##SUFFIX(                                                \
+            const uint4* __restrict__ act, const float4* __restrict__ fac, int m, const unsigned char* w0, \
+            const unsigned char* s0, float rs0, unsigned short* out0, long long ldo0,                    \
+            const unsigned char* w1, const unsigned char* s1, float rs1, unsigned short* out1,           \
+            long long ldo1, int N, int B, int NB) {                                                      \
+        const WeightSet set = weight_set(w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);           \
+        gemm_body<WP, MODE, NT, D, AL>(act, fac, m, set, N, B, NB);                                      \
+    }

@@ -1,0 +1,91 @@
+// q2_0_mma.cu -- Q2_0 (GGUF type 42) weights x A16 activations on integer tensor cores: the
+// K-split MMA kernels and the prefill GEMM of mma_gemm.cuh with the Q2_0 weight policy
+// (arithmetic.md § q2_0-format, § a16, § projection; the CUDA-core GEMV is q2_0_gemv.cu).
+//
+// Kernels (extern "C"):
+//   q2_mma_prep(x, ldx, m, rows8, B, NB, act, fac)
+//       as nvfp4_mma.cu's w4a16_mma_prep, with lane t's limb words holding elements t, t+4,
+//       t+8, t+12 of the block (byte j: element t + 4j; the order of the 2-bit fields) and the
+//       factor 2^(E - 14).
+//   q2_mma_nt{1,2,3,4}_{a,u}(act, fac, m, qs0, d0, rs0, out0, ldo0, qs1, d1, rs1, out1, ldo1,
+//                           N, B, NB)
+//   q2_gemm_nt{NT}_d{D}_b{MINB}_{a,u}(same arguments)
+//       launch shapes, tiles and tree as nvfp4_mma.cu states; weights qs uint8 [N, K/4] and
+//       d uint16 [N, K/64] (f16 bits) as metrale/cuda/q2_0.py uploads them; rs = 1.0 (Q2_0 has
+//       no row scale: root * 1.0 = root); _a: B % 8 == 0, _u: B % 8 == 4.
+//
+// Exactness. A 32-bit word of qs is one 16-element block, byte i holding elements 4i .. 4i+3
+// at bit pairs 0, 2, 4, 6; lane t takes the bit pair t of every byte, ((X >> 2t) & 0x03030303),
+// the codes q of elements t + 4j, and q - 1 in [-1, 2] as s8 bytes by (q + 0x7F) ^ 0x80 per
+// byte (no carry between bytes). S_b = sum (q - 1) c: two MMAs (A16 limbs) exact in int32
+// (|S_b| < 2^20); v_b = (f32(S_b) * f32(d)) * 2^(E_b - 14), f32(d) by cvt.f32.f16 (exact).
+// Blocks past B: their activation codes are zero and their factor -0.0, so v_b = -0.0 whatever
+// the weight bytes.
+#include "mma_gemm.cuh"
+
+extern "C" __global__ void __launch_bounds__(256) q2_mma_prep(const unsigned short* __restrict__ x, long long ldx,
+                                                              int m, int rows8, int B, int NB,
+                                                              unsigned int* __restrict__ act,
+                                                              float* __restrict__ fac) {
+    a16_mma_prep_body<true>(x, ldx, m, rows8, B, NB, 14, act, fac);
+}
+
+struct Q2W {
+    struct Consts {};
+    struct Load {
+        uint4 q[2][2];     // rows g, g + 8: the step's 8 block words (blocks 0-3, 4-7)
+        unsigned int d[2]; // rows g, g + 8: f16 d of blocks 0-3 (low half) and 4-7 (high half)
+    };
+    static __device__ __forceinline__ Consts consts() { return Consts(); }
+    static __device__ __forceinline__ long long wrow(int B) { return (long long)B * 4; }
+    static __device__ __forceinline__ long long srow(int B) { return (long long)(B >> 2) * 2; }
+    template <bool AL>
+    static __device__ __forceinline__ void load(Load& s, const unsigned char* wr0, const unsigned char* wr1,
+                                                const unsigned char* sr0, const unsigned char* sr1, int blk0,
+                                                int B, int t) {
+        const uint4 z = make_uint4(0u, 0u, 0u, 0u);
+        const bool ok0 = blk0 < B, ok1 = blk0 + 4 < B;
+        const long long o = (long long)blk0 * 4;
+        s.q[0][0] = ok0 ? __ldg((const uint4*)(wr0 + o)) : z;
+        s.q[0][1] = ok1 ? __ldg((const uint4*)(wr0 + o + 16)) : z;
+        s.q[1][0] = ok0 ? __ldg((const uint4*)(wr1 + o)) : z;
+        s.q[1][1] = ok1 ? __ldg((const uint4*)(wr1 + o + 16)) : z;
+        const int so = blk0 >> 1;  // byte offset of the f16 d of blocks blk0 .. blk0 + 3
+        if (AL) {
+            s.d[0] = ok0 ? __ldg((const unsigned int*)(sr0 + so)) : 0u;
+            s.d[1] = ok0 ? __ldg((const unsigned int*)(sr1 + so)) : 0u;
+        } else {
+            const unsigned short* h0 = (const unsigned short*)(sr0 + so);
+            const unsigned short* h1 = (const unsigned short*)(sr1 + so);
+            s.d[0] = (ok0 ? (unsigned int)__ldg(h0) : 0u) | ((ok1 ? (unsigned int)__ldg(h0 + 1) : 0u) << 16);
+            s.d[1] = (ok0 ? (unsigned int)__ldg(h1) : 0u) | ((ok1 ? (unsigned int)__ldg(h1 + 1) : 0u) << 16);
+        }
+    }
+    static __device__ __forceinline__ void decode(const Load& s, int t, const Consts&, StepOps& o) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const unsigned int X[8] = {s.q[h][0].x, s.q[h][0].y, s.q[h][0].z, s.q[h][0].w,
+                                       s.q[h][1].x, s.q[h][1].y, s.q[h][1].z, s.q[h][1].w};
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const unsigned int q = (X[k] >> (2 * t)) & 0x03030303u;
+                const unsigned int c = (q + 0x7F7F7F7Fu) ^ 0x80808080u;
+                if (h == 0) o.a0[k] = c; else o.a1[k] = c;
+            }
+            float lo, hi;
+            asm("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;\n\t}"
+                : "=f"(lo), "=f"(hi)
+                : "r"(s.d[h]));
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                if (h == 0) o.ws0[k] = k < 4 ? lo : hi; else o.ws1[k] = k < 4 ? lo : hi;
+            }
+        }
+    }
+};
+
+#define Q2_MMA(NT, AL, SUFFIX) MMA_KERNEL(Q2W, q2, 0, NT, AL, SUFFIX)
+// @instances Q2_MMA   (lines generated from metrale/cuda/configs.py)
+
+#define Q2_GEMM(NT, D, MINB, AL, SUFFIX) GEMM_KERNEL(Q2W, q2, 0, NT, D, MINB, AL, SUFFIX)
+// @instances Q2_GEMM   (lines generated from metrale/cuda/configs.py)

@@ -1,0 +1,124 @@
+"""Launcher of the integer tensor-core kernels of ``kernels/mma_gemm.cuh`` (NVFP4 × A16/A4 in
+``nvfp4_mma.cu``, Q2_0 × A16 in ``q2_0_mma.cu``): one prologue per chunk of rows writes the
+activation codes in MMA fragment order into a persistent workspace, then either the prefill GEMM
+(``{prefix}_gemm_*``: every warp a 16-column × 8·NT-row tile over all of K) where its grid fills
+every multiprocessor, or the K-split MMA kernels (``{prefix}_mma_nt{NT}_*``: a CTA per 16
+columns, K split across its warps) in chunks of MMA_ROWS rows. Every path gives the same bits.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from metrale.cuda import configs, runtime
+
+#: METRALE_CUDA_MMA=0 turns the tensor-core paths off (the CUDA-core kernels give the same bits).
+ENABLED = os.environ.get("METRALE_CUDA_MMA", "1") != "0"
+MMA_ROWS = 8 * configs.NVFP4_MMA_TILES[-1]
+MMA_WARPS = 4
+MMA_RUN = 64
+#: The GEMM from GEMM_MIN_ROWS rows on (METRALE_GEMM_MIN_ROWS moves the switch: tests and
+#: benchmarks), in chunks of GEMM_ROWS rows (the workspace: 36 bytes per row and block).
+GEMM_MIN_ROWS = int(os.environ.get("METRALE_GEMM_MIN_ROWS", "33"))
+GEMM_ROWS = 2048
+#: Take the GEMM also where its grid does not fill the GPU (tests, tools/nvfp4_gemm_variants.py).
+GEMM_ANY_GRID = False
+GEMM_WARPS = 8
+GEMM_TILES = configs.NVFP4_GEMM_TILES
+SMEM_LIMIT = 220 * 1024
+#: prep(r0, m, rows8, nb, act, fac): launch the prologue of rows r0 .. r0 + m - 1 into act/fac.
+Prep = Callable[[int, int, int, int, Any, Any], None]
+#: device -> persistent prologue workspace (stream-ordered reuse; graph-capture safe).
+_workspace: dict[int, Any] = {}
+
+
+def workspace(nbytes: int) -> Any:
+    """A device buffer of at least ``nbytes`` bytes, kept per device and grown on demand."""
+    import cupy
+
+    dev = runtime.device_id()
+    buf = _workspace.get(dev)
+    if buf is None or buf.nbytes < nbytes:
+        buf = cupy.empty(nbytes, dtype=cupy.uint8)
+        _workspace[dev] = buf
+    return buf
+
+
+def launch(
+    cu: str, prefix: str, prep: Prep | None, rows: int, b: int, args0: tuple, args1: tuple, gz: int, n: int
+) -> bool:
+    """``rows`` rows times one weight set (gz = 1) or two (gz = 2, gate and up) of N = ``n``
+    columns and B = ``b`` blocks; ``args0``/``args1`` the sets' (codes, scales, rowscale, out,
+    ldo). False (nothing launched) where the kernels did not build or do not fit."""
+    if prep is None:
+        return False
+    if rows >= GEMM_MIN_ROWS and _gemm(cu, prefix, prep, rows, b, args0, args1, gz, n):
+        return True
+    suffix = "a" if b % 8 == 0 else "u"
+    nb = MMA_RUN * -(-b // MMA_RUN)
+    runs = nb // MMA_RUN
+    plan = []
+    for r0 in range(0, rows, MMA_ROWS):
+        m = min(MMA_ROWS, rows - r0)
+        nt = -(-m // 8)
+        smem = 16 * 8 * nt * runs * 4
+        kern = runtime.get_kernel(cu, f"{prefix}_mma_nt{nt}_{suffix}")
+        if kern is None or smem > SMEM_LIMIT:
+            return False
+        plan.append((r0, m, nt, smem, kern))
+    ws = workspace(MMA_ROWS * nb * 36)
+    (w0, s0, rs0, o0, ldo0), (w1, s1, rs1, o1, ldo1) = args0, args1
+    tail = (np.int32(n), np.int32(b), np.int32(nb))
+    for r0, m, nt, smem, kern in plan:
+        rows8 = 8 * nt
+        act = ws[: rows8 * nb * 32]
+        fac = ws[rows8 * nb * 32 : rows8 * nb * 36]
+        prep(r0, m, rows8, nb, act, fac)
+        runtime.set_dynamic_smem(kern, smem)
+        kern(
+            (-(-n // 16), 1, gz),
+            (32 * MMA_WARPS,),
+            (act, fac, np.int32(m), w0, s0, rs0, o0[r0:], ldo0, w1, s1, rs1, o1[r0:], ldo1, *tail),
+            shared_mem=smem,
+        )
+    return True
+
+
+def _gemm(
+    cu: str, prefix: str, prep: Prep, rows: int, b: int, args0: tuple, args1: tuple, gz: int, n: int
+) -> bool:
+    """The prefill GEMM over chunks of up to GEMM_ROWS rows: the prologue of the chunk, then one
+    launch. False (nothing launched) where no kernel covers K, or the grid would not fill the
+    GPU (unless GEMM_ANY_GRID)."""
+    nb = 8 * -(-b // 8)
+    s8 = nb // 8
+    depth = min((d for d in GEMM_TILES if s8 <= 1 << d), default=None)
+    if depth is None:
+        return False
+    nt, minb = GEMM_TILES[depth]
+    ctas = -(-n // (16 * GEMM_WARPS)) * -(-min(rows, GEMM_ROWS) // (8 * nt)) * gz
+    if not GEMM_ANY_GRID and ctas < minb * runtime.sm_count():
+        return False
+    kern = runtime.get_kernel(cu, f"{prefix}_gemm_nt{nt}_d{depth}_b{minb}_{'a' if b % 8 == 0 else 'u'}")
+    if kern is None:
+        return False
+    ws = workspace((GEMM_ROWS + 8 * nt) * nb * 36)
+    (w0, s0, rs0, o0, ldo0), (w1, s1, rs1, o1, ldo1) = args0, args1
+    tail = (np.int32(n), np.int32(b), np.int32(nb))
+    for r0 in range(0, rows, GEMM_ROWS):
+        m = min(GEMM_ROWS, rows - r0)
+        tiles = -(-m // (8 * nt))
+        rows8 = 8 * nt * tiles
+        act = ws[: rows8 * nb * 32]
+        fac = ws[rows8 * nb * 32 : rows8 * nb * 36]
+        prep(r0, m, rows8, nb, act, fac)
+        kern(
+            (-(-n // (16 * GEMM_WARPS)), tiles, gz),
+            (32 * GEMM_WARPS,),
+            (act, fac, np.int32(m), w0, s0, rs0, o0[r0:], ldo0, w1, s1, rs1, o1[r0:], ldo1, *tail),
+        )
+    return True
