@@ -6,13 +6,14 @@ y = bf16((f32(S)·s_a)·s_w[n])) and
 ``w8a8_silu_quant_gemv``, the fused step of the seed engine's W8A8 arm: h = bf16(silu[gate]·f32(up)),
 its per-row quantization and the down GEMV, with the same bits as the three separate steps.
 
-The fused entry point issues two kernels: ``w8a8_silu_quantize`` (one CTA per row: h is
-computed per row, not per GEMV CTA) into a per-device scratch buffer, then the GEMV above. One launch that
-quantizes inside every GEMV CTA recomputes h for every row in every CTA (the row's amax needs
-all of K before any code exists): measured 2.5x the weight-streaming floor at m = 1 and 36x at
-m = 32 on an H200; the two kernels measured 2.3x at m = 1 and 2.6x at m = 32 (the quantize
-kernel alone 7-10 us: one CTA per row, two dependent passes of SiLU-table reads). The scratch buffer makes the
-entry point graph-capturable; two streams running it at once on one device would share it.
+The fused entry point issues three kernels: ``w8a8_silu_parts`` (h of each 1024-element slice
+of a row, written over gate, and the slice's amax), ``w8a8_quantize_parts`` (the row's scale
+from its slices, the codes) into a per-device scratch buffer, then the GEMV above. One launch
+that quantizes inside every GEMV CTA recomputes h for every row in every CTA (the row's amax
+needs all of K before any code exists): measured 2.5x the weight-streaming floor at m = 1 and
+36x at m = 32 on an H200; one quantize CTA per row took 7-10 us (two dependent passes of
+SiLU-table reads on one multiprocessor), hence the slices. The scratch buffer makes the entry
+point graph-capturable; two streams running it at once on one device would share it.
 """
 
 from __future__ import annotations
@@ -167,21 +168,25 @@ def w8a8_gemv(
     _gemv_launch(codes.q, codes.scale, w, arr, outa, ldo, warps, gemm)
 
 
-_scratch: dict[tuple[int, int], DeviceA8Codes] = {}
+#: Elements of a row per CTA of the SiLU-quantize kernels (w8a8.cu SILU_SLICE).
+SILU_SLICE = 1024
+_scratch: dict[tuple[int, int], tuple[DeviceA8Codes, Any]] = {}
 
 
-def _codes_scratch(m: int, k: int) -> DeviceA8Codes:
-    """A reusable device buffer for m rows of A8 codes of length k (grown on demand)."""
+def _codes_scratch(m: int, k: int) -> tuple[DeviceA8Codes, Any]:
+    """Reusable device buffers for m rows of A8 codes of length k and their slices' (amax, flag)
+    parts (grown on demand)."""
     import cupy
 
     key = (device_id(), k)
     buf = _scratch.get(key)
-    if buf is None or buf.q.shape[0] < m:
+    if buf is None or buf[0].q.shape[0] < m:
         rows_ = max(m, 64)
-        buf = _scratch[key] = DeviceA8Codes(
+        codes = DeviceA8Codes(
             q=cupy.empty((rows_, k), dtype=cupy.int8), scale=cupy.empty((rows_,), dtype=cupy.float32)
         )
-    return DeviceA8Codes(q=buf.q[:m], scale=buf.scale[:m])
+        buf = _scratch[key] = (codes, cupy.empty((rows_ * cdiv(k, SILU_SLICE) * 2,), dtype=cupy.uint32))
+    return DeviceA8Codes(q=buf[0].q[:m], scale=buf[0].scale[:m]), buf[1]
 
 
 def w8a8_silu_quant_gemv(gate: Any, up: Any, w: Any, out: Any, warps: int | None = None) -> None:
@@ -204,20 +209,16 @@ def w8a8_silu_quant_gemv(gate: Any, up: Any, w: Any, out: Any, warps: int | None
     outa, ldo = device_out(out, m, w.n, "out")
     if m == 0:
         return
-    codes = _codes_scratch(m, k)
-    get_kernel(CU_FILE, "w8a8_silu_quantize")(
-        (m,),
-        (1024,),
-        (
-            g,
-            np.int64(g.strides[0] // 2),
-            u,
-            np.int64(u.strides[0] // 2),
-            device_table("silu"),
-            np.int32(k),
-            codes.q,
-            codes.scale,
-        ),
+    codes, parts = _codes_scratch(m, k)
+    grid = (cdiv(k, SILU_SLICE), m)
+    ldg = np.int64(g.strides[0] // 2)
+    get_kernel(CU_FILE, "w8a8_silu_parts")(
+        grid,
+        (SILU_SLICE // 8,),
+        (g, ldg, u, np.int64(u.strides[0] // 2), device_table("silu"), np.int32(k), parts),
+    )
+    get_kernel(CU_FILE, "w8a8_quantize_parts")(
+        grid, (SILU_SLICE // 8,), (g, ldg, np.int32(k), parts, codes.q, codes.scale)
     )
     if g is not g0:  # an aligned copy took h: give it back to the caller's gate rows
         g0[...] = g
@@ -226,7 +227,8 @@ def w8a8_silu_quant_gemv(gate: Any, up: Any, w: Any, out: Any, warps: int | None
 
 _KERNEL_FUNCS = (
     "w8a8_quantize",
-    "w8a8_silu_quantize",
+    "w8a8_silu_parts",
+    "w8a8_quantize_parts",
     "w8a8_gemv_r1",
     *(f"w8a8_mma_r{t}_w{nw}" for t in MMA_TIERS for nw in MMA_WARPS),
     *GEMM_TILES,

@@ -28,11 +28,13 @@
 //       accumulators over all of K (no split), so S is the exact full-K dot; epilogue as above.
 //       grid (ceil(m / BM), ceil(N / BN)): consecutive CTAs share one weight tile. The tiles
 //       are metrale/cuda/configs.py's W8A8_GEMM_TILES (the instantiation lines below).
-//   w8a8_silu_quantize(gate, ldg, up, ldu, table, K, q, scale)
-//       grid (m), block 1024: A8 codes of h = bf16(silu[gate] * f32(up)) (arithmetic.md § act-mul), h
-//       computed in pass 1 (row amax) and again in pass 2 (codes, and h written over gate:
-//       the FFN's gate buffer holds h after every route). With a GEMV kernel above
-//       it serves w8a8_silu_quant_gemv (two kernels; metrale/cuda/w8a8.py says why).
+//   w8a8_silu_parts(gate, ldg, up, ldu, table, K, part), then
+//   w8a8_quantize_parts(gate, ldg, K, part, q, scale)
+//       grid (ceil(K / 1024), m), block 128 each: A8 codes of h = bf16(silu[gate] * f32(up))
+//       (arithmetic.md § act-mul, § a8): the first writes h over gate (the FFN's gate buffer
+//       holds h after every route) and each 1024-element slice's amax / non-finite flag, the
+//       second reduces a row's slices (max, or: exact in any order) and writes the codes. With
+//       a GEMV kernel above they serve w8a8_silu_quant_gemv (metrale/cuda/w8a8.py says why).
 //
 // Build: --fmad=false; every fp32 step is an inline-PTX ieee_mul/ieee_div (common.cuh): exact
 // IEEE with subnormals whatever -ftz the compiler was given; zero tests are on the bits.
@@ -443,35 +445,51 @@ __device__ __forceinline__ uint4 w8_silu8(uint4 g, uint4 u, const float* __restr
     return make_uint4(hw[0], hw[1], hw[2], hw[3]);
 }
 
-// ---- w8a8_silu_quantize: A8 codes of h = bf16(silu[gate] * f32(up)), one CTA per row ----
-// grid (m), block 1024. Pass 1: amax / non-finite flag of h; pass 2: codes (h recomputed),
-// and h stored over gate (every route leaves h in the gate buffer).
-extern "C" __global__ void __launch_bounds__(1024) w8a8_silu_quantize(
+// ---- the SiLU-quantize step in two kernels over row slices of SILU_SLICE elements ----
+// w8a8_silu_parts: grid (C, m), C = ceil(K / SILU_SLICE), block SILU_SLICE / 8. Each CTA
+// computes h = bf16(silu[gate] * f32(up)) of its slice, stores it over gate (every route leaves
+// h in the gate buffer) and its slice's (amax bits, non-finite flag) in part [m, C].
+#define SILU_SLICE 1024
+extern "C" __global__ void __launch_bounds__(SILU_SLICE / 8) w8a8_silu_parts(
     u16* __restrict__ gate, long long ldg_, const u16* __restrict__ up, long long ldu,
-    const float* __restrict__ table, int K, signed char* __restrict__ q, float* __restrict__ scale) {
+    const float* __restrict__ table, int K, uint2* __restrict__ part) {
     __shared__ u32 red[64];
-    __shared__ float sinv;
-    const int r = blockIdx.x;
+    const int r = blockIdx.y, c = blockIdx.x;
+    const int k = (c * blockDim.x + threadIdx.x) * 8;
     u16* gr = gate + (long long)r * ldg_;
-    const u16* ur = up + (long long)r * ldu;
     u32 amax = 0;
     int bad = 0;
-    for (int k = threadIdx.x * 8; k < K; k += blockDim.x * 8)
-        w8_scan8(w8_silu8(*reinterpret_cast<const uint4*>(gr + k), *reinterpret_cast<const uint4*>(ur + k), table),
-                 &amax, &bad);
+    if (k < K) {
+        const uint4 h = w8_silu8(*reinterpret_cast<const uint4*>(gr + k),
+                                 *reinterpret_cast<const uint4*>(up + (long long)r * ldu + k), table);
+        w8_scan8(h, &amax, &bad);
+        *reinterpret_cast<uint4*>(gr + k) = h;
+    }
     w8_block_reduce(&amax, &bad, red);
-    if (threadIdx.x == 0) {
-        float s, inv;
-        w8_row_params(amax, bad, &s, &inv);
-        scale[r] = s;
-        sinv = inv;
+    if (threadIdx.x == 0) part[(long long)r * gridDim.x + c] = make_uint2(amax, (u32)bad);
+}
+
+// w8a8_quantize_parts: grid (C, m), block SILU_SLICE / 8 (>= C). Every CTA reduces its row's C
+// parts (max and or: any order gives the same), derives the row's scale as w8a8_quantize does
+// (CTA 0 stores it) and writes the codes of its slice of h.
+extern "C" __global__ void __launch_bounds__(SILU_SLICE / 8) w8a8_quantize_parts(
+    const u16* __restrict__ h, long long ldh, int K, const uint2* __restrict__ part,
+    signed char* __restrict__ q, float* __restrict__ scale) {
+    __shared__ u32 red[64];
+    const int r = blockIdx.y, c = blockIdx.x, C = gridDim.x;
+    u32 amax = 0;
+    int bad = 0;
+    if ((int)threadIdx.x < C) {
+        const uint2 p = part[(long long)r * C + threadIdx.x];
+        amax = p.x;
+        bad = (int)p.y;
     }
-    __syncthreads();
-    const float inv = sinv;
-    signed char* qr = q + (long long)r * K;
-    for (int k = threadIdx.x * 8; k < K; k += blockDim.x * 8) {
-        const uint4 h = w8_silu8(*reinterpret_cast<const uint4*>(gr + k), *reinterpret_cast<const uint4*>(ur + k), table);
-        *reinterpret_cast<uint2*>(qr + k) = w8_quant8(h, inv);
-        *reinterpret_cast<uint4*>(gr + k) = h;  // h into gate, as act_mul leaves it (same thread, same k)
-    }
+    w8_block_reduce(&amax, &bad, red);
+    float s, inv;
+    w8_row_params(amax, bad, &s, &inv);
+    if (c == 0 && threadIdx.x == 0) scale[r] = s;
+    const int k = (c * blockDim.x + threadIdx.x) * 8;
+    if (k < K)
+        *reinterpret_cast<uint2*>(q + (long long)r * K + k) =
+            w8_quant8(*reinterpret_cast<const uint4*>(h + (long long)r * ldh + k), inv);
 }
