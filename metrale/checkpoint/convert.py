@@ -69,18 +69,20 @@ def memory_bound(max_elements: int, n_tensors: int) -> int:
 
 
 _COPY_CHUNK = 8 << 20
+_KEEP_HINT = " (keep it unquantized with --exclude, or quantize only the FFN with --ffn-only)"
 
 
 @dataclass(frozen=True)
 class ConvertOptions:
     """What ``convert`` does: ``format``; extra ``exclude`` globs (module or tensor names);
-    ``all_linear`` widens the FFN projections to every Linear; ``calibration`` a safetensors
+    every Linear but the default excludes is quantized, as ModelOpt and llm-compressor do,
+    unless ``ffn_only`` narrows it to the FFN projections; ``calibration`` a safetensors
     file of per-module activation amax (NVFP4 ``input_scale``); ``force`` replaces DST;
     ``workers`` > 1 quantizes in a process pool."""
 
     format: str
     exclude: tuple[str, ...] = ()
-    all_linear: bool = False
+    ffn_only: bool = False
     default_exclude: bool = True
     calibration: Path | None = None
     force: bool = False
@@ -156,7 +158,8 @@ def is_linear_weight(e: TensorEntry) -> bool:
 
 
 def select(folder: HfFolder, opts: ConvertOptions) -> list[str]:
-    """Names of the tensors ``opts`` quantizes: the FFN projections (or every Linear), minus excludes."""
+    """Names of the tensors ``opts`` quantizes: every Linear (or only the FFN projections with
+    ``ffn_only``), minus the excludes."""
     patterns = (DEFAULT_EXCLUDE if opts.default_exclude else ()) + tuple(opts.exclude)
     out = []
     for n in folder.names():
@@ -168,7 +171,7 @@ def select(folder: HfFolder, opts: ConvertOptions) -> list[str]:
             )
         if not is_linear_weight(e):
             continue
-        if not opts.all_linear and not FFN_RE.search(module_of(n)):
+        if opts.ffn_only and not FFN_RE.search(module_of(n)):
             continue
         if _matches(n, patterns):
             continue
@@ -251,7 +254,7 @@ def _plan(folder: HfFolder, opts: ConvertOptions) -> list[_Plan]:
         raise MetraleError(f"{folder.path}: SRC is already quantized (has {layouts.HF_QUANT_CONFIG})")
     chosen = select(folder, opts)
     if not chosen:
-        what = "Linear" if opts.all_linear else "FFN projection (mlp.gate_proj / up_proj / down_proj)"
+        what = "FFN projection (mlp.gate_proj / up_proj / down_proj)" if opts.ffn_only else "Linear"
         raise MetraleError(f"{folder.path}: no {what} weights left to quantize after the excludes")
     block = SPECS[opts.format].block
     for n in chosen:
@@ -263,7 +266,7 @@ def _plan(folder: HfFolder, opts: ConvertOptions) -> list[_Plan]:
         if k % block or k == 0 or rows == 0:
             raise MetraleError(
                 f"{f}: tensor {n!r} shape [{rows}, {k}]: K={k} is not a multiple of the "
-                f"{opts.format} block of {block}"
+                f"{opts.format} block of {block}" + ("" if FFN_RE.search(module_of(n)) else _KEEP_HINT)
             )
     _check_config_sizes(folder)
     amax = read_calibration(opts.calibration, [module_of(n) for n in chosen]) if opts.calibration else {}
