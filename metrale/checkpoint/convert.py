@@ -497,12 +497,30 @@ def _write_gguf(
 ) -> None:
     import gguf
 
-    from metrale.checkpoint.gguf_q2 import GGUF_NAME, Q2_0_TYPE, add_metadata, arch_for, permute_rows
+    from metrale.checkpoint.gguf_q2 import (
+        GGUF_NAME,
+        Q2_0_TYPE,
+        add_metadata,
+        arch_for,
+        llama3_rope_factors,
+        permute_rows,
+    )
+    from metrale.checkpoint.gguf_vocab import add_vocab
 
     cfg = folder.config
     T = gguf.GGMLQuantizationType
     writer = gguf.GGUFWriter(tmp / GGUF_NAME, gguf.MODEL_ARCH_NAMES[arch_for(cfg)])
     add_metadata(writer, cfg, folder.path.name)
+    add_vocab(writer, folder.path, cfg)
+    rope_freqs = llama3_rope_factors(cfg)
+    if rope_freqs is not None:
+        writer.add_tensor_info(
+            gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight",
+            rope_freqs.shape,
+            rope_freqs.dtype,
+            rope_freqs.nbytes,
+            raw_dtype=T.F32,
+        )
     gtype = {"BF16": T.BF16, "F16": T.F16, "F32": T.F32}
     for p in plans:
         e = p.entry
@@ -525,6 +543,8 @@ def _write_gguf(
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
     try:
+        if rope_freqs is not None:
+            writer.write_tensor_data(rope_freqs)
         for p, res in _results(folder, plans, opts):
             e = p.entry
             if res is None:
