@@ -156,6 +156,17 @@ def convert(
         Path | None,
         typer.Option("--calibration", help="safetensors of per-module activation amax (NVFP4 input_scale)."),
     ] = None,
+    calibrate: Annotated[
+        Path | None,
+        typer.Option(
+            "--calibrate",
+            help="Text file: run SRC with transformers (CPU) over its lines and write NVFP4 input_scale "
+            "= amax/(6·448) from the measured activation amax (as ModelOpt does).",
+        ),
+    ] = None,
+    calibration_samples: Annotated[
+        int, typer.Option("--calibration-samples", help="Lines of the --calibrate text to run.")
+    ] = 64,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing DST.")] = False,
     workers: Annotated[int, typer.Option("--workers", "-j", help="Quantize in a pool of N processes.")] = 1,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or table.")] = False,
@@ -170,6 +181,8 @@ def convert(
         ffn_only=ffn_only,
         default_exclude=not no_default_exclude,
         calibration=calibration,
+        calibrate=calibrate,
+        calibration_samples=calibration_samples,
         force=force,
         workers=workers,
     )

@@ -77,7 +77,9 @@ class ConvertOptions:
     """What ``convert`` does: ``format``; extra ``exclude`` globs (module or tensor names);
     every Linear but the default excludes is quantized, as ModelOpt and llm-compressor do,
     unless ``ffn_only`` narrows it to the FFN projections; ``calibration`` a safetensors
-    file of per-module activation amax (NVFP4 ``input_scale``); ``force`` replaces DST;
+    file of per-module activation amax, or ``calibrate`` a text file whose first
+    ``calibration_samples`` lines the source model runs on to measure it (NVFP4
+    ``input_scale``, ``metrale.checkpoint.calibrate``); ``force`` replaces DST;
     ``workers`` > 1 quantizes in a process pool."""
 
     format: str
@@ -85,6 +87,8 @@ class ConvertOptions:
     ffn_only: bool = False
     default_exclude: bool = True
     calibration: Path | None = None
+    calibrate: Path | None = None
+    calibration_samples: int = 64
     force: bool = False
     workers: int = 1
 
@@ -224,13 +228,19 @@ def _check_paths(src: Path, dst: Path, force: bool) -> None:
 
 
 def check_options(opts: ConvertOptions) -> None:
-    """Refuse an unknown format, a worker count below 1, or calibration for a non-NVFP4 format."""
+    """Refuse an unknown format, a worker count below 1, calibration for a non-NVFP4 format,
+    both calibration sources at once, or fewer than one calibration sample."""
     if opts.format not in FORMATS:
         raise MetraleError(f"unknown format {opts.format!r} (want one of {', '.join(FORMATS)})")
     if opts.workers < 1:
         raise MetraleError(f"--workers {opts.workers}: want at least 1")
-    if opts.calibration is not None and opts.format != "nvfp4":
-        raise MetraleError(f"--calibration applies to --format nvfp4 only (got {opts.format})")
+    for opt, val in (("--calibration", opts.calibration), ("--calibrate", opts.calibrate)):
+        if val is not None and opts.format != "nvfp4":
+            raise MetraleError(f"{opt} applies to --format nvfp4 only (got {opts.format})")
+    if opts.calibration is not None and opts.calibrate is not None:
+        raise MetraleError("--calibration and --calibrate: give one (an amax file or text to measure it on)")
+    if opts.calibration_samples < 1:
+        raise MetraleError(f"--calibration-samples {opts.calibration_samples}: want at least 1")
 
 
 def plan(src: Path, opts: ConvertOptions) -> tuple[HfFolder, list[_Plan]]:
@@ -269,7 +279,14 @@ def _plan(folder: HfFolder, opts: ConvertOptions) -> list[_Plan]:
                 f"{opts.format} block of {block}" + ("" if FFN_RE.search(module_of(n)) else _KEEP_HINT)
             )
     _check_config_sizes(folder)
-    amax = read_calibration(opts.calibration, [module_of(n) for n in chosen]) if opts.calibration else {}
+    amax: dict[str, float] = {}
+    if opts.calibration is not None:
+        amax = read_calibration(opts.calibration, [module_of(n) for n in chosen])
+    elif opts.calibrate is not None:
+        from metrale.checkpoint.calibrate import collect_amax
+
+        mods = [module_of(n) for n in chosen]
+        amax = collect_amax(folder.path, opts.calibrate, mods, opts.calibration_samples)
     shared: dict[str, float] = {}
     if opts.format == "nvfp4":
         from metrale.checkpoint.fusion import shared_amax
