@@ -247,3 +247,43 @@ def test_gguf_package_lacks_q2_0_and_inspect_reads_it(models: dict[str, tuple[Pa
         rows["blk.0.ffn_gate.weight"]["format"] == "q2_0" and rows["blk.0.attn_q.weight"]["format"] == "q2_0"
     )
     assert rows["blk.0.ffn_gate.weight"]["bytes"] == 128 * 64 // 64 * 18
+
+
+@pytest.mark.parametrize("family", ["mistral", "qwen2"])
+def test_mistral_and_qwen2_families(tmp_path: Path, family: str) -> None:
+    """Mistral is written as llama.cpp's llama architecture (q/k rows permuted, as
+    convert_hf_to_gguf.py registers MistralForCausalLM); Qwen2 keeps its q/k/v biases (F32)."""
+    import torch
+
+    common = dict(
+        vocab_size=320,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
+    if family == "mistral":
+        cfg = transformers.MistralConfig(head_dim=16, sliding_window=None, rope_theta=1e6, **common)
+        model = transformers.MistralForCausalLM(cfg)
+    else:
+        cfg = transformers.Qwen2Config(rope_theta=1e6, tie_word_embeddings=True, **common)
+        model = transformers.Qwen2ForCausalLM(cfg)
+    src = tmp_path / family
+    model.to(torch.bfloat16).save_pretrained(src)
+    write_example_tokenizer(src, style="qwen2", vocab_size=300)
+    convert_checkpoint(src, tmp_path / "q", ConvertOptions("q2_0"))
+    f = fields(tmp_path / "q")
+    arch = {"mistral": "llama", "qwen2": "qwen2"}[family]
+    assert f["general.architecture"] == arch and f[f"{arch}.rope.freq_base"] == 1e6
+    assert f[f"{arch}.attention.head_count_kv"] == 2 and f["tokenizer.ggml.pre"] == "qwen2"
+    by = {t.name: t for t in gguf.GGUFReader(tmp_path / "q" / GGUF_NAME).tensors}
+    assert by["blk.0.attn_q.weight"].tensor_type == gguf.GGMLQuantizationType(42)
+    if family == "qwen2":
+        sd = model.state_dict()
+        for p in ("q", "k", "v"):
+            b = by[f"blk.0.attn_{p}.bias"]
+            assert b.tensor_type == gguf.GGMLQuantizationType.F32
+            want = sd[f"model.layers.0.self_attn.{p}_proj.bias"].float().numpy()
+            assert np.array_equal(np.asarray(b.data), want)
