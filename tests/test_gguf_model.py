@@ -163,8 +163,11 @@ def test_rope_parameters_and_scaling_keys(tmp_path: Path) -> None:
     assert f["llama.rope.scaling.type"] == "linear" and f["llama.rope.scaling.factor"] == 2.0
     cfg["rope_parameters"] = {"rope_type": "longrope", "rope_theta": 1e4}
     (src / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(MetraleError, match=r"rope_type 'longrope': metrale writes no GGUF RoPE scaling"):
+    with pytest.raises(
+        MetraleError, match=r"config\.json: rope_type 'longrope': metrale writes no GGUF RoPE scaling for it$"
+    ):
         convert_checkpoint(src, tmp_path / "r", ConvertOptions("q2_0"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["l", "q", "s"]
 
 
 def test_llama_style_sentencepiece_tokenizer_json(tmp_path: Path) -> None:

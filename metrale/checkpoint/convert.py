@@ -307,6 +307,7 @@ def _plan(folder: HfFolder, opts: ConvertOptions) -> list[_Plan]:
         for key in ("hidden_size", "intermediate_size"):
             if key not in cfg:
                 raise MetraleError(f"{folder.path / 'config.json'}: lacks {key!r}, which GGUF metadata needs")
+        _gguf_header(folder, None)  # RoPE and tokenizer checked before anything is written
     chosen_set = set(chosen)
     plans = []
     for n in folder.names():
@@ -504,6 +505,24 @@ def _dt(code: str) -> Any:
     return DTYPES[code]
 
 
+def _gguf_header(folder: HfFolder, path: Path | None) -> Any:
+    """A ``gguf.GGUFWriter`` (in memory when ``path`` is None) holding the metadata and the
+    tokenizer of SRC; raises on what GGUF cannot carry."""
+    import gguf
+
+    from metrale.checkpoint.gguf_q2 import add_metadata, arch_for
+    from metrale.checkpoint.gguf_vocab import add_vocab
+
+    cfg = folder.config
+    writer = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[arch_for(cfg)])
+    try:
+        add_metadata(writer, cfg, folder.path.name)
+    except MetraleError as e:
+        raise MetraleError(f"{folder.path / 'config.json'}: {e}") from None
+    add_vocab(writer, folder.path, cfg)
+    return writer
+
+
 def _write_gguf(
     folder: HfFolder,
     plans: list[_Plan],
@@ -514,21 +533,11 @@ def _write_gguf(
 ) -> None:
     import gguf
 
-    from metrale.checkpoint.gguf_q2 import (
-        GGUF_NAME,
-        Q2_0_TYPE,
-        add_metadata,
-        arch_for,
-        llama3_rope_factors,
-        permute_rows,
-    )
-    from metrale.checkpoint.gguf_vocab import add_vocab
+    from metrale.checkpoint.gguf_q2 import GGUF_NAME, Q2_0_TYPE, llama3_rope_factors, permute_rows
 
     cfg = folder.config
     T = gguf.GGMLQuantizationType
-    writer = gguf.GGUFWriter(tmp / GGUF_NAME, gguf.MODEL_ARCH_NAMES[arch_for(cfg)])
-    add_metadata(writer, cfg, folder.path.name)
-    add_vocab(writer, folder.path, cfg)
+    writer = _gguf_header(folder, tmp / GGUF_NAME)
     rope_freqs = llama3_rope_factors(cfg)
     if rope_freqs is not None:
         writer.add_tensor_info(
