@@ -264,7 +264,7 @@ def emulate_llamacpp_rounding(model: Any) -> list[Any]:
 def sentencepiece_tokenizer(src: Path) -> Any:
     """Replace the tokenizer of model folder ``src`` by a SentencePiece BPE model trained here
     with Llama 2's settings (byte fallback, identity normalization, whitespace kept, <unk> <s>
-    </s> = 0 1 2), written as ``tokenizer.model``; returns its encoder (BOS + pieces)."""
+    </s> = 0 1 2), written as ``tokenizer.model``; returns the processor."""
     import io
 
     import sentencepiece as spm
@@ -305,8 +305,21 @@ def sentencepiece_tokenizer(src: Path) -> Any:
     (src / "config.json").write_text(
         json.dumps({**cfg, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": None})
     )
-    sp = spm.SentencePieceProcessor(model_file=str(src / "tokenizer.model"))
-    return lambda s: [1, *sp.encode(s)]
+    return spm.SentencePieceProcessor(model_file=str(src / "tokenizer.model"))
+
+
+def spm_vocab_equal(sp: Any, gguf_path: Path) -> bool:
+    """The GGUF's token list and scores equal the SentencePiece model's, piece by piece."""
+    import gguf as _gguf
+
+    from metrale.checkpoint.gguf_q2 import field_value
+
+    r = _gguf.GGUFReader(gguf_path)
+    toks, scores = field_value(r, "tokenizer.ggml.tokens"), field_value(r, "tokenizer.ggml.scores")
+    n = sp.vocab_size()
+    return toks[:n] == [sp.id_to_piece(i) for i in range(n)] and all(
+        np.float32(scores[i]) == np.float32(sp.get_score(i)) for i in range(n)
+    )
 
 
 def check_model(llama_cpp: Any, family: str, work: Path) -> dict[str, Any]:
@@ -320,13 +333,16 @@ def check_model(llama_cpp: Any, family: str, work: Path) -> dict[str, Any]:
     for p in (src, dst):
         shutil.rmtree(p, ignore_errors=True)
     make_hf_model(src, family.removesuffix("-spm"))
+    sp = None
     if family == "llama-spm":
-        encode = sentencepiece_tokenizer(src)
+        sp = sentencepiece_tokenizer(src)
+        encode = lambda s: [1, *sp.encode(s)]  # noqa: E731
     else:
         tok = transformers.AutoTokenizer.from_pretrained(src)
         encode = lambda s: tok(s)["input_ids"]  # noqa: E731
     convert_checkpoint(src, dst, ConvertOptions("q2_0"))
     gguf_path = dst / "model.gguf"
+    vocab_ok = sp is None or spm_vocab_equal(sp, gguf_path)
     llm = llama_cpp.Llama(
         model_path=str(gguf_path),
         n_ctx=128,
@@ -371,7 +387,7 @@ def check_model(llama_cpp: Any, family: str, work: Path) -> dict[str, Any]:
         "gguf_bytes": gguf_path.stat().st_size,
         "q2_0_tensors_dequantized": model.metrale_replaced,
         "tokens": tokens,
-        "tokens_equal": all(t["equal"] for t in tokens),
+        "tokens_equal": all(t["equal"] for t in tokens) and vocab_ok,
         "positions": len(ids),
         "max_abs_logit": scale,
         "max_abs_diff_vs_transformers_f32": float(np.abs(got - plain).max()),
