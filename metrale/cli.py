@@ -31,6 +31,7 @@ from rich.progress import (
 from rich.table import Table
 
 from metrale.errors import BackendUnavailable, MetraleError
+from metrale.reference.formats import CONVERT_FORMATS
 
 app = typer.Typer(
     name="metrale",
@@ -132,7 +133,7 @@ def convert(
         typer.Option(
             "--format",
             "-f",
-            metavar="[nvfp4|fp8|w8a8|q2_0]",
+            metavar="[" + "|".join(CONVERT_FORMATS) + "]",
             help="nvfp4 (ModelOpt), fp8 / w8a8 (compressed-tensors) or q2_0 (GGUF type 42).",
         ),
     ] = "nvfp4",
@@ -140,8 +141,13 @@ def convert(
         list[str] | None,
         typer.Option("--exclude", "-x", help="Glob of module/tensor names to keep unquantized (repeat)."),
     ] = None,
-    all_linear: Annotated[
-        bool, typer.Option("--all-linear", help="Quantize every Linear, not only the FFN.")
+    ffn_only: Annotated[
+        bool,
+        typer.Option(
+            "--ffn-only",
+            help="Quantize only the FFN projections (mlp.gate_proj/up_proj/down_proj); "
+            "default: every Linear except lm_head, as ModelOpt and llm-compressor do.",
+        ),
     ] = False,
     no_default_exclude: Annotated[
         bool, typer.Option("--no-default-exclude", help="Drop the default excludes (lm_head, embeddings).")
@@ -150,20 +156,33 @@ def convert(
         Path | None,
         typer.Option("--calibration", help="safetensors of per-module activation amax (NVFP4 input_scale)."),
     ] = None,
+    calibrate: Annotated[
+        Path | None,
+        typer.Option(
+            "--calibrate",
+            help="Text file: run SRC with transformers (CPU) over its lines and write NVFP4 input_scale "
+            "= amax/(6·448) from the measured activation amax (as ModelOpt does).",
+        ),
+    ] = None,
+    calibration_samples: Annotated[
+        int, typer.Option("--calibration-samples", help="Lines of the --calibrate text to run.")
+    ] = 64,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing DST.")] = False,
     workers: Annotated[int, typer.Option("--workers", "-j", help="Quantize in a pool of N processes.")] = 1,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or table.")] = False,
     show: Annotated[int, typer.Option("--show", help="Rows of the report table to print.")] = 30,
 ) -> None:
-    """Quantize SRC's FFN projections (or every Linear) into DST."""
+    """Quantize SRC's Linear layers (all but lm_head and embeddings; --ffn-only: the FFN) into DST."""
     from metrale.checkpoint.convert import ConvertOptions, convert_checkpoint
 
     opts = ConvertOptions(
         format=format.lower(),
         exclude=tuple(exclude or ()),
-        all_linear=all_linear,
+        ffn_only=ffn_only,
         default_exclude=not no_default_exclude,
         calibration=calibration,
+        calibrate=calibrate,
+        calibration_samples=calibration_samples,
         force=force,
         workers=workers,
     )
@@ -327,11 +346,12 @@ def demo(
     backend: Annotated[str, typer.Option("--backend", help="auto | reference | cuda")] = "auto",
     layer: Annotated[int, typer.Option("--layer", help="Decoder layer whose FFN runs.")] = 0,
 ) -> None:
-    """Generate a tiny Llama checkpoint, convert it to all four formats, inspect, verify, and
-    run the FFN of one layer of each through DenseFfnLayer.from_checkpoint."""
+    """Generate a tiny Llama checkpoint, convert it to all four formats (every Linear but
+    lm_head), inspect, verify, and run the FFN of one layer of each through
+    DenseFfnLayer.from_checkpoint."""
     import ml_dtypes
 
-    from metrale.checkpoint.convert import ConvertOptions, convert_checkpoint
+    from metrale.checkpoint.convert import FFN_RE, ConvertOptions, convert_checkpoint, module_of
     from metrale.checkpoint.example import make_example_checkpoint
     from metrale.checkpoint.inspect import scan
     from metrale.checkpoint.verify import verify_path
@@ -364,7 +384,8 @@ def demo(
             ok &= v.ok
             y = DenseFfnLayer.from_checkpoint(dst, layer=layer, backend=backend)(x).astype(np.float64)
             err = np.linalg.norm(y - ref) / np.linalg.norm(ref)
-            ffn = sum(q.source_bytes for q in rep.quantized) / sum(q.bytes for q in rep.quantized)
+            fq = [q for q in rep.quantized if FFN_RE.search(module_of(q.name))]
+            ffn = sum(q.source_bytes for q in fq) / sum(q.bytes for q in fq)
             t.add_row(
                 fmt,
                 s.layout,

@@ -82,7 +82,17 @@ def test_convert_with_calibration_and_workers(src: Path, tmp_path: Path) -> None
     cal = tmp_path / "amax.safetensors"
     save_tensors(cal, {f"{m}.input_amax": np.array(5.0, np.float32) for m in mods})
     r = run(
-        "convert", str(src), str(tmp_path / "a4"), "-f", "nvfp4", "--calibration", str(cal), "-j", "2", "-q"
+        "convert",
+        str(src),
+        str(tmp_path / "a4"),
+        "-f",
+        "nvfp4",
+        "--calibration",
+        str(cal),
+        "--ffn-only",
+        "-j",
+        "2",
+        "-q",
     )
     assert r.exit_code == 0, r.output
     hq = json.loads((tmp_path / "a4" / "hf_quant_config.json").read_text())
@@ -183,7 +193,22 @@ def test_version_and_format_choices_in_help() -> None:
     r = run("--version")
     assert r.exit_code == 0 and r.stdout.strip() == f"metrale {metrale_version()}"
     r = run("convert", "--help")
-    assert r.exit_code == 0 and "[nvfp4|fp8|w8a8|q2_0]" in r.stdout
+    assert r.exit_code == 0 and "[nvfp4|fp8|w8a8|q2_0]" in r.stdout and "--ffn-only" in r.stdout
+    assert "--all-linear" not in r.stdout
+
+
+def test_default_every_linear_and_ffn_only(src: Path, converted: dict[str, Path], tmp_path: Path) -> None:
+    r = run("inspect", str(converted["fp8"]), "--json")
+    fmts = {t["tensor"]: t["format"] for t in json.loads(r.stdout)["tensors"]}
+    assert fmts["model.layers.1.self_attn.o_proj"] == "fp8" and fmts["lm_head"] == "bf16"
+    r = run("convert", str(src), str(tmp_path / "f"), "-f", "fp8", "--ffn-only", "-q")
+    assert r.exit_code == 0, r.output
+    r = run("inspect", str(tmp_path / "f"), "--json")
+    fmts = {t["tensor"]: t["format"] for t in json.loads(r.stdout)["tensors"]}
+    assert fmts["model.layers.1.self_attn.o_proj"] == "bf16"
+    assert fmts["model.layers.1.mlp.down_proj"] == "fp8"
+    r = run("convert", str(src), str(tmp_path / "g"), "--all-linear")
+    assert r.exit_code == 2 and "No such option: --all-linear" in r.output
 
 
 def test_inspect_flags_what_verify_rejects(converted: dict[str, Path], tmp_path: Path) -> None:

@@ -61,11 +61,11 @@ def outputs(
 ) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("out")
     out = {}
-    for fmt in ("nvfp4", "fp8", "w8a8", "q2_0"):
+    for fmt in ("nvfp4", "fp8", "w8a8", "q2_0"):  # the FFN only: these tests read its tensors
         out[fmt] = root / fmt
-        convert_checkpoint(src, out[fmt], ConvertOptions(fmt))
+        convert_checkpoint(src, out[fmt], ConvertOptions(fmt, ffn_only=True))
     out["nvfp4_a4"] = root / "nvfp4_a4"
-    convert_checkpoint(src, out["nvfp4_a4"], ConvertOptions("nvfp4", calibration=calib[0]))
+    convert_checkpoint(src, out["nvfp4_a4"], ConvertOptions("nvfp4", ffn_only=True, calibration=calib[0]))
     return out
 
 
@@ -298,18 +298,17 @@ def test_report(src: Path, outputs: dict[str, Path]) -> None:
 
 def test_workers_pool_writes_identical_files(src: Path, outputs: dict[str, Path], tmp_path: Path) -> None:
     for fmt in ("nvfp4", "q2_0"):
-        convert_checkpoint(src, tmp_path / fmt, ConvertOptions(fmt, workers=2))
+        convert_checkpoint(src, tmp_path / fmt, ConvertOptions(fmt, ffn_only=True, workers=2))
         for f in sorted(outputs[fmt].iterdir()):
             if f.name != "conversion_report.json":
                 assert (tmp_path / fmt / f.name).read_bytes() == f.read_bytes(), f.name
 
 
-def test_all_linear_excludes_and_no_default_exclude(src: Path, tmp_path: Path) -> None:
-    convert_checkpoint(
-        src, tmp_path / "a", ConvertOptions("fp8", all_linear=True, exclude=("*layers.1.mlp.*",))
-    )
+def test_default_quantizes_every_linear_but_lm_head_and_ffn_only_narrows(src: Path, tmp_path: Path) -> None:
+    convert_checkpoint(src, tmp_path / "a", ConvertOptions("fp8", exclude=("*layers.1.mlp.*",)))
     got = read_all(tmp_path / "a")
-    assert got["model.layers.0.self_attn.q_proj.weight"].dtype == torch.float8_e4m3fn
+    for mod in ("q_proj", "k_proj", "v_proj", "o_proj"):
+        assert got[f"model.layers.0.self_attn.{mod}.weight"].dtype == torch.float8_e4m3fn, mod
     assert got["model.layers.0.mlp.down_proj.weight"].dtype == torch.float8_e4m3fn
     assert got["model.layers.1.mlp.gate_proj.weight"].dtype == torch.bfloat16
     assert got["lm_head.weight"].dtype == torch.bfloat16
@@ -317,10 +316,16 @@ def test_all_linear_excludes_and_no_default_exclude(src: Path, tmp_path: Path) -
     ig = json.loads((tmp_path / "a" / "config.json").read_text())["quantization_config"]["ignore"]
     assert "model.layers.1.mlp.gate_proj" in ig and "lm_head" in ig
     assert "model.layers.0.self_attn.q_proj" not in ig
+    convert_checkpoint(src, tmp_path / "f", ConvertOptions("fp8", ffn_only=True))
+    got = read_all(tmp_path / "f")
+    assert got["model.layers.0.self_attn.q_proj.weight"].dtype == torch.bfloat16
+    assert got["model.layers.1.mlp.up_proj.weight"].dtype == torch.float8_e4m3fn
+    ig = json.loads((tmp_path / "f" / "config.json").read_text())["quantization_config"]["ignore"]
+    assert "model.layers.0.self_attn.q_proj" in ig and "model.layers.1.mlp.up_proj" not in ig
     convert_checkpoint(
         src,
         tmp_path / "b",
-        ConvertOptions("w8a8", all_linear=True, default_exclude=False, exclude=("model.embed_tokens",)),
+        ConvertOptions("w8a8", default_exclude=False, exclude=("model.embed_tokens",)),
     )
     got = read_all(tmp_path / "b")
     assert got["lm_head.weight"].dtype == torch.int8

@@ -22,7 +22,7 @@ def _amax(src: Path, name: str) -> float:
 def test_siblings_share_the_global_scale_and_verify_checks_it(tmp_path: Path) -> None:
     src = make_example_checkpoint(tmp_path / "src", hidden=64, intermediate=128, layers=2, shards=2)
     dst = tmp_path / "q"
-    convert_checkpoint(src, dst, ConvertOptions("nvfp4", all_linear=True))
+    convert_checkpoint(src, dst, ConvertOptions("nvfp4"))
     got: dict[str, np.float32] = {}
     with HfFolder(dst) as f:
         for n in f.names():

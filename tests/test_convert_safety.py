@@ -113,9 +113,18 @@ def test_shape_not_divisible(tmp_path: Path) -> None:
     refused(
         s,
         tmp_path / "out",
-        ConvertOptions("q2_0"),
+        ConvertOptions("q2_0", ffn_only=True),
         r"tensor 'model\.layers\.0\.mlp\.gate_proj\.weight' shape \[128, 48\]: K=48 is not a multiple of the "
-        r"q2_0 block of 64",
+        r"q2_0 block of 64$",
+    )
+    # by default attention is quantized too: its first misfit is named, with the way out
+    refused(
+        s,
+        tmp_path / "out",
+        ConvertOptions("q2_0"),
+        r"tensor 'model\.layers\.0\.self_attn\.q_proj\.weight' shape \[48, 48\]: K=48 is not a multiple "
+        r"of the q2_0 block of 64 \(keep it unquantized with --exclude, or quantize only the FFN with "
+        r"--ffn-only\)$",
     )
     s2 = make_example_checkpoint(tmp_path / "s40", hidden=40, intermediate=128, layers=1, heads=4, kv_heads=2)
     refused(s2, tmp_path / "out", ConvertOptions("nvfp4"), r"K=40 is not a multiple of the nvfp4 block of 16")
@@ -154,7 +163,7 @@ def test_calibration_errors(src: Path, tmp_path: Path) -> None:
     refused(
         src,
         tmp_path / "out",
-        ConvertOptions("nvfp4", calibration=cal),
+        ConvertOptions("nvfp4", ffn_only=True, calibration=cal),
         r"no calibration entry for module 'model\.layers\.0\.mlp\.up_proj'",
     )
     refused(

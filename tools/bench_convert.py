@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         for w in (int(x) for x in a.workers.split(",")):
             dst = root / f"{fmt}-{w}"
             t0 = time.perf_counter()
-            rep = convert_checkpoint(src, dst, ConvertOptions(fmt, workers=w))
+            rep = convert_checkpoint(src, dst, ConvertOptions(fmt, ffn_only=True, workers=w))
             dt = time.perf_counter() - t0
             qbytes = sum(t.source_bytes for t in rep.quantized)
             print(

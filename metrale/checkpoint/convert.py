@@ -69,20 +69,26 @@ def memory_bound(max_elements: int, n_tensors: int) -> int:
 
 
 _COPY_CHUNK = 8 << 20
+_KEEP_HINT = " (keep it unquantized with --exclude, or quantize only the FFN with --ffn-only)"
 
 
 @dataclass(frozen=True)
 class ConvertOptions:
     """What ``convert`` does: ``format``; extra ``exclude`` globs (module or tensor names);
-    ``all_linear`` widens the FFN projections to every Linear; ``calibration`` a safetensors
-    file of per-module activation amax (NVFP4 ``input_scale``); ``force`` replaces DST;
+    every Linear but the default excludes is quantized, as ModelOpt and llm-compressor do,
+    unless ``ffn_only`` narrows it to the FFN projections; ``calibration`` a safetensors
+    file of per-module activation amax, or ``calibrate`` a text file whose first
+    ``calibration_samples`` lines the source model runs on to measure it (NVFP4
+    ``input_scale``, ``metrale.checkpoint.calibrate``); ``force`` replaces DST;
     ``workers`` > 1 quantizes in a process pool."""
 
     format: str
     exclude: tuple[str, ...] = ()
-    all_linear: bool = False
+    ffn_only: bool = False
     default_exclude: bool = True
     calibration: Path | None = None
+    calibrate: Path | None = None
+    calibration_samples: int = 64
     force: bool = False
     workers: int = 1
 
@@ -156,7 +162,8 @@ def is_linear_weight(e: TensorEntry) -> bool:
 
 
 def select(folder: HfFolder, opts: ConvertOptions) -> list[str]:
-    """Names of the tensors ``opts`` quantizes: the FFN projections (or every Linear), minus excludes."""
+    """Names of the tensors ``opts`` quantizes: every Linear (or only the FFN projections with
+    ``ffn_only``), minus the excludes."""
     patterns = (DEFAULT_EXCLUDE if opts.default_exclude else ()) + tuple(opts.exclude)
     out = []
     for n in folder.names():
@@ -168,7 +175,7 @@ def select(folder: HfFolder, opts: ConvertOptions) -> list[str]:
             )
         if not is_linear_weight(e):
             continue
-        if not opts.all_linear and not FFN_RE.search(module_of(n)):
+        if opts.ffn_only and not FFN_RE.search(module_of(n)):
             continue
         if _matches(n, patterns):
             continue
@@ -221,13 +228,19 @@ def _check_paths(src: Path, dst: Path, force: bool) -> None:
 
 
 def check_options(opts: ConvertOptions) -> None:
-    """Refuse an unknown format, a worker count below 1, or calibration for a non-NVFP4 format."""
+    """Refuse an unknown format, a worker count below 1, calibration for a non-NVFP4 format,
+    both calibration sources at once, or fewer than one calibration sample."""
     if opts.format not in FORMATS:
         raise MetraleError(f"unknown format {opts.format!r} (want one of {', '.join(FORMATS)})")
     if opts.workers < 1:
         raise MetraleError(f"--workers {opts.workers}: want at least 1")
-    if opts.calibration is not None and opts.format != "nvfp4":
-        raise MetraleError(f"--calibration applies to --format nvfp4 only (got {opts.format})")
+    for opt, val in (("--calibration", opts.calibration), ("--calibrate", opts.calibrate)):
+        if val is not None and opts.format != "nvfp4":
+            raise MetraleError(f"{opt} applies to --format nvfp4 only (got {opts.format})")
+    if opts.calibration is not None and opts.calibrate is not None:
+        raise MetraleError("--calibration and --calibrate: give one (an amax file or text to measure it on)")
+    if opts.calibration_samples < 1:
+        raise MetraleError(f"--calibration-samples {opts.calibration_samples}: want at least 1")
 
 
 def plan(src: Path, opts: ConvertOptions) -> tuple[HfFolder, list[_Plan]]:
@@ -251,7 +264,7 @@ def _plan(folder: HfFolder, opts: ConvertOptions) -> list[_Plan]:
         raise MetraleError(f"{folder.path}: SRC is already quantized (has {layouts.HF_QUANT_CONFIG})")
     chosen = select(folder, opts)
     if not chosen:
-        what = "Linear" if opts.all_linear else "FFN projection (mlp.gate_proj / up_proj / down_proj)"
+        what = "FFN projection (mlp.gate_proj / up_proj / down_proj)" if opts.ffn_only else "Linear"
         raise MetraleError(f"{folder.path}: no {what} weights left to quantize after the excludes")
     block = SPECS[opts.format].block
     for n in chosen:
@@ -263,10 +276,17 @@ def _plan(folder: HfFolder, opts: ConvertOptions) -> list[_Plan]:
         if k % block or k == 0 or rows == 0:
             raise MetraleError(
                 f"{f}: tensor {n!r} shape [{rows}, {k}]: K={k} is not a multiple of the "
-                f"{opts.format} block of {block}"
+                f"{opts.format} block of {block}" + ("" if FFN_RE.search(module_of(n)) else _KEEP_HINT)
             )
     _check_config_sizes(folder)
-    amax = read_calibration(opts.calibration, [module_of(n) for n in chosen]) if opts.calibration else {}
+    amax: dict[str, float] = {}
+    if opts.calibration is not None:
+        amax = read_calibration(opts.calibration, [module_of(n) for n in chosen])
+    elif opts.calibrate is not None:
+        from metrale.checkpoint.calibrate import collect_amax
+
+        mods = [module_of(n) for n in chosen]
+        amax = collect_amax(folder.path, opts.calibrate, mods, opts.calibration_samples)
     shared: dict[str, float] = {}
     if opts.format == "nvfp4":
         from metrale.checkpoint.fusion import shared_amax
@@ -287,6 +307,7 @@ def _plan(folder: HfFolder, opts: ConvertOptions) -> list[_Plan]:
         for key in ("hidden_size", "intermediate_size"):
             if key not in cfg:
                 raise MetraleError(f"{folder.path / 'config.json'}: lacks {key!r}, which GGUF metadata needs")
+        _gguf_header(folder, None)  # RoPE and tokenizer checked before anything is written
     chosen_set = set(chosen)
     plans = []
     for n in folder.names():
@@ -484,6 +505,24 @@ def _dt(code: str) -> Any:
     return DTYPES[code]
 
 
+def _gguf_header(folder: HfFolder, path: Path | None) -> Any:
+    """A ``gguf.GGUFWriter`` (in memory when ``path`` is None) holding the metadata and the
+    tokenizer of SRC; raises on what GGUF cannot carry."""
+    import gguf
+
+    from metrale.checkpoint.gguf_q2 import add_metadata, arch_for
+    from metrale.checkpoint.gguf_vocab import add_vocab
+
+    cfg = folder.config
+    writer = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[arch_for(cfg)])
+    try:
+        add_metadata(writer, cfg, folder.path.name)
+    except MetraleError as e:
+        raise MetraleError(f"{folder.path / 'config.json'}: {e}") from None
+    add_vocab(writer, folder.path, cfg)
+    return writer
+
+
 def _write_gguf(
     folder: HfFolder,
     plans: list[_Plan],
@@ -494,12 +533,20 @@ def _write_gguf(
 ) -> None:
     import gguf
 
-    from metrale.checkpoint.gguf_q2 import GGUF_NAME, Q2_0_TYPE, add_metadata, arch_for, permute_rows
+    from metrale.checkpoint.gguf_q2 import GGUF_NAME, Q2_0_TYPE, llama3_rope_factors, permute_rows
 
     cfg = folder.config
     T = gguf.GGMLQuantizationType
-    writer = gguf.GGUFWriter(tmp / GGUF_NAME, gguf.MODEL_ARCH_NAMES[arch_for(cfg)])
-    add_metadata(writer, cfg, folder.path.name)
+    writer = _gguf_header(folder, tmp / GGUF_NAME)
+    rope_freqs = llama3_rope_factors(cfg)
+    if rope_freqs is not None:
+        writer.add_tensor_info(
+            gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight",
+            rope_freqs.shape,
+            rope_freqs.dtype,
+            rope_freqs.nbytes,
+            raw_dtype=T.F32,
+        )
     gtype = {"BF16": T.BF16, "F16": T.F16, "F32": T.F32}
     for p in plans:
         e = p.entry
@@ -522,6 +569,8 @@ def _write_gguf(
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
     try:
+        if rope_freqs is not None:
+            writer.write_tensor_data(rope_freqs)
         for p, res in _results(folder, plans, opts):
             e = p.entry
             if res is None:

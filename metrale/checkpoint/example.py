@@ -144,3 +144,150 @@ def make_example_checkpoint(
     if shards > 1:
         write_index(out / INDEX_NAME, weight_map, total)
     return out
+
+
+#: Split patterns of the byte-level BPE families (as their tokenizer.json files carry them).
+SPLIT_PATTERNS = {
+    "llama3": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "qwen2": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+",
+}
+EXAMPLE_TEXT = (
+    "The quick brown fox jumps over the lazy dog. Hello world! It's 2026; we've 12345 tokens.\n"
+    "Quantized feed-forward layers run in two bits, four bits and eight bits.\n"
+    "Les modèles de langue découpent le texte en morceaux: über, naïve, café.\n"
+)
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def write_example_tokenizer(
+    path: str | os.PathLike[str], *, style: str = "qwen2", vocab_size: int = 320
+) -> Path:
+    """Train a byte-level BPE tokenizer on ``EXAMPLE_TEXT`` with the ``tokenizers`` library (no
+    downloads) and write ``tokenizer.json`` + ``tokenizer_config.json`` into folder ``path``.
+
+    ``style`` ``qwen2`` | ``llama3`` picks the split pattern (``SPLIT_PATTERNS``); llama3 also sets
+    ``ignore_merges`` and prepends ``<|begin_of_text|>``. Specials ``<|endoftext|>`` (id 0),
+    ``<|im_start|>``, ``<|im_end|>`` (and ``<|begin_of_text|>``) come first; the vocabulary has
+    at most ``vocab_size`` entries (256 bytes + specials + merges)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    if style not in SPLIT_PATTERNS:
+        raise MetraleError(f"tokenizer style {style!r}: want one of {', '.join(SPLIT_PATTERNS)}")
+    out = Path(path)
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    if style == "llama3":
+        specials.append("<|begin_of_text|>")
+    tok = Tokenizer(models.BPE(ignore_merges=style == "llama3"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(SPLIT_PATTERNS[style]), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator([EXAMPLE_TEXT] * 4, trainer=trainer)
+    bos = "<|begin_of_text|>" if style == "llama3" else None
+    if bos is not None:
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.token_to_id(bos))]
+        )
+    else:
+        tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out / "tokenizer.json"))
+    cfg = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": bos,
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "add_bos_token": bos is not None,
+        "add_eos_token": False,
+        "chat_template": CHAT_TEMPLATE,
+        "model_max_length": 2048,
+    }
+    (out / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
+    return out
+
+
+def make_hf_model(
+    path: str | os.PathLike[str], family: str = "qwen3", *, seed: int = 0, std: float = 0.08
+) -> Path:
+    """A tiny random transformers model saved (bf16 safetensors + config.json) with a trained
+    tokenizer (``write_example_tokenizer``), for the GGUF tests and ``tools/llamacpp_check.py``.
+    Needs torch, transformers and tokenizers.
+
+    ``family`` ``llama``: hidden 128, 4 heads of 32 (2 KV), Llama-3 tokenizer, RoPE theta 5e5 with
+    ``llama3`` scaling; ``qwen3``: hidden 64, 2 heads of 128 (head_dim != hidden/heads, 1 KV),
+    q/k norms, RoPE theta 1e6, tied embeddings, Qwen2 tokenizer. Both: 2 layers, intermediate 2 x
+    hidden, vocab 320 (the tokenizer has 304 tokens: ids 304..319 are padding)."""
+    import torch
+    import transformers as tf
+
+    vocab = 320
+    common: dict[str, Any] = dict(
+        vocab_size=vocab,
+        num_hidden_layers=2,
+        hidden_act="silu",
+        rms_norm_eps=1e-6,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    if family == "llama":
+        cfg: Any = tf.LlamaConfig(
+            hidden_size=128,
+            intermediate_size=256,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=32,
+            max_position_embeddings=131072,
+            bos_token_id=3,
+            tie_word_embeddings=False,
+            rope_parameters={
+                "rope_type": "llama3",
+                "rope_theta": 500000.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+            },
+            **common,
+        )
+        model_cls, style = tf.LlamaForCausalLM, "llama3"
+    elif family == "qwen3":
+        cfg = tf.Qwen3Config(
+            hidden_size=64,
+            intermediate_size=128,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=128,
+            max_position_embeddings=4096,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            **common,
+        )
+        model_cls, style = tf.Qwen3ForCausalLM, "qwen2"
+    else:
+        raise MetraleError(f"example family {family!r}: want llama or qwen3")
+    torch.manual_seed(seed)
+    model = model_cls(cfg).to(torch.bfloat16).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            else:
+                p.normal_(0.0, std)
+    out = Path(path)
+    model.save_pretrained(out)
+    write_example_tokenizer(out, style=style, vocab_size=vocab - 16)
+    return out

@@ -132,11 +132,60 @@ def permute_rows(w: np.ndarray, heads: int, name: str) -> np.ndarray:
     return w.reshape(heads, 2, n // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+#: llama.h's ``LLAMA_FTYPE_MOSTLY_Q2_0`` (``general.file_type``); gguf 0.19's LlamaFileType lacks it.
+LLAMA_FTYPE_MOSTLY_Q2_0 = 41
+
+
+def rope_parameters(config: Mapping[str, Any]) -> dict[str, Any]:
+    """RoPE settings as ``convert_hf_to_gguf.py`` reads them: transformers-5 ``rope_parameters``
+    (its ``full_attention`` entry where split), else ``rope_scaling``, with a top-level
+    ``rope_theta`` filled in; ``rope_type`` also from the older ``type``."""
+    rp = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
+    rp = dict(rp.get("full_attention", rp))
+    if "rope_theta" not in rp and config.get("rope_theta") is not None:
+        rp["rope_theta"] = config["rope_theta"]
+    if "rope_type" not in rp and rp.get("type") is not None:
+        rp["rope_type"] = rp["type"]
+    return rp
+
+
+def head_dim(config: Mapping[str, Any]) -> int:
+    """``head_dim`` where the config gives it (Qwen3: 128 whatever hidden/heads), else hidden/heads."""
+    return int(config.get("head_dim") or int(config["hidden_size"]) // int(config["num_attention_heads"]))
+
+
+def llama3_rope_factors(config: Mapping[str, Any]) -> np.ndarray | None:
+    """The ``rope_freqs`` tensor (f32 [head_dim/2]) llama.cpp needs for ``rope_type: llama3``
+    (Llama 3.1+), computed as ``convert_hf_to_gguf.py`` does; None for other RoPE types."""
+    rp = rope_parameters(config)
+    if str(rp.get("rope_type", "")).lower() != "llama3":
+        return None
+    base = float(rp.get("rope_theta", 10000.0))
+    dim = head_dim(config)
+    freqs = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)))
+    factor = float(rp.get("factor", 8.0))
+    low, high = float(rp.get("low_freq_factor", 1.0)), float(rp.get("high_freq_factor", 4.0))
+    old_ctx = float(rp.get("original_max_position_embeddings", 8192))
+    out = []
+    for f in freqs.astype(np.float64):
+        wavelen = 2 * np.pi / f
+        if wavelen < old_ctx / high:
+            out.append(1.0)
+        elif wavelen > old_ctx / low:
+            out.append(factor)
+        else:
+            smooth = (old_ctx / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.asarray(out, dtype=np.float32)
+
+
 def add_metadata(writer: gguf.GGUFWriter, config: Mapping[str, Any], name: str) -> None:
-    """llama.cpp's hyper-parameter keys from a HF config, plus ``metrale.hidden_act``."""
+    """llama.cpp's hyper-parameter keys from a HF config (the ones ``convert_hf_to_gguf.py``
+    writes for Llama/Mistral, Qwen2 and Qwen3), plus ``metrale.hidden_act``."""
     c = config
     writer.add_name(name)
     writer.add_quantization_version(gconst.GGML_QUANT_VERSION)
+    writer.add_file_type(LLAMA_FTYPE_MOSTLY_Q2_0)
     hidden = int(c["hidden_size"])
     writer.add_embedding_length(hidden)
     writer.add_feed_forward_length(int(c["intermediate_size"]))
@@ -147,9 +196,31 @@ def add_metadata(writer: gguf.GGUFWriter, config: Mapping[str, Any], name: str) 
         nh = int(c["num_attention_heads"])
         writer.add_head_count(nh)
         writer.add_head_count_kv(int(c.get("num_key_value_heads") or nh))
-        writer.add_rope_dimension_count(int(c.get("head_dim") or hidden // nh))
-    if "rope_theta" in c:
-        writer.add_rope_freq_base(float(c["rope_theta"]))
+        writer.add_rope_dimension_count(head_dim(c))
+    if c.get("head_dim") is not None:
+        writer.add_key_length(int(c["head_dim"]))
+        writer.add_value_length(int(c["head_dim"]))
+    rp = rope_parameters(c)
+    rope_type, factor = rp.get("rope_type"), rp.get("factor")
+    if rope_type == "linear" and factor is not None:
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(float(factor))
+    elif rope_type == "yarn" and factor is not None:
+        writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        writer.add_rope_scaling_factor(float(factor))
+        writer.add_rope_scaling_orig_ctx_len(int(rp["original_max_position_embeddings"]))
+        for key, add in (
+            ("extrapolation_factor", writer.add_rope_scaling_yarn_ext_factor),
+            ("attention_factor", writer.add_rope_scaling_yarn_attn_factor),
+            ("beta_fast", writer.add_rope_scaling_yarn_beta_fast),
+            ("beta_slow", writer.add_rope_scaling_yarn_beta_slow),
+        ):
+            if rp.get(key) is not None:
+                add(float(rp[key]))
+    elif rope_type not in (None, "default", "llama3"):
+        raise MetraleError(f"rope_type {rope_type!r}: metrale writes no GGUF RoPE scaling for it")
+    if rp.get("rope_theta") is not None:
+        writer.add_rope_freq_base(float(rp["rope_theta"]))
     if "rms_norm_eps" in c:
         writer.add_layer_norm_rms_eps(float(c["rms_norm_eps"]))
     if "vocab_size" in c:
