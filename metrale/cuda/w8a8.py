@@ -38,9 +38,9 @@ MMA_TIERS = configs.W8A8_MMA_TIERS
 #: 4096x12288): 8 is faster for the 32-row tier and whenever the grid has fewer than two CTAs
 #: per multiprocessor; 4 and 8 are within 2% otherwise.
 MMA_WARPS = configs.W8A8_MMA_WARPS
-#: One row goes to the dp4a kernel ``w8a8_gemv_r1`` (1.14x the floor at 12288x4096 against the
-#: MMA kernels' 1.53x: a single row leaves 7 of 8 MMA columns idle); 4 columns per warp.
-R1_COLS_PER_WARP = configs.W8A8_GEMV_TIERS[1]
+#: Up to 3 rows go to the dp4a kernels ``w8a8_gemv_r{R}`` (one row: 1.14x the floor at
+#: 12288x4096 against the MMA kernels' 1.53x, a single row leaves 7 of 8 MMA columns idle).
+GEMV_TIERS = configs.W8A8_GEMV_TIERS
 
 
 #: Prefill GEMM tiles ``w8a8_gemm_{bm}x{bn}`` by kernel name, in routing order
@@ -118,9 +118,9 @@ def _gemv_launch(
     warps: int | None,
     gemm: str | None = None,
 ) -> None:
-    """One launch over the m rows of codes ``q``/``scale``: the dp4a kernel for one row, the
-    tensor-core GEMV tiers up to ``max(MMA_TIERS)`` rows, the tiled GEMM beyond (``warps`` /
-    ``gemm`` force a GEMV CTA shape / a GEMM tile)."""
+    """One launch over the m rows of codes ``q``/``scale``: the dp4a kernels up to
+    ``max(GEMV_TIERS)`` rows, the tensor-core GEMV tiers up to ``max(MMA_TIERS)`` rows, the
+    tiled GEMM beyond (``warps`` / ``gemm`` force a GEMV CTA shape / a GEMM tile)."""
     m, k = q.shape
     args = (
         arr["weight"],
@@ -142,8 +142,9 @@ def _gemv_launch(
         set_dynamic_smem(kern, tile.smem)
         kern((cdiv(m, tile.bm), cdiv(w.n, tile.bn)), (tile.threads,), args, shared_mem=tile.smem)
         return
-    if m == 1 and warps is None:
-        name, grid, block = "w8a8_gemv_r1", (cdiv(w.n, 4 * R1_COLS_PER_WARP), 1), (128,)
+    if m <= max(GEMV_TIERS) and warps is None:
+        r = tier(m, GEMV_TIERS)
+        name, grid, block = f"w8a8_gemv_r{r}", (cdiv(w.n, 4 * GEMV_TIERS[r]), cdiv(m, r)), (128,)
     else:
         name, cols, rows_ = mma_kernel_name(m, w.n, warps)
         grid, block = (cdiv(w.n, cols), cdiv(m, rows_)), (32 * int(name.rsplit("_w", 1)[1]),)
@@ -229,7 +230,7 @@ _KERNEL_FUNCS = (
     "w8a8_quantize",
     "w8a8_silu_parts",
     "w8a8_quantize_parts",
-    "w8a8_gemv_r1",
+    *(f"w8a8_gemv_r{r}" for r in GEMV_TIERS),
     *(f"w8a8_mma_r{t}_w{nw}" for t in MMA_TIERS for nw in MMA_WARPS),
     *GEMM_TILES,
 )
