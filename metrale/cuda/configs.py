@@ -39,8 +39,10 @@ Q2_0_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 4, 8: 2}
 FP8_BF16_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 2, 8: 2}
 #: fp8_bf16_gemv.cu tensor-core kernels ``{fp8,bf16}_mma_nt{NT}``: rows per CTA (8·NT) -> NT.
 FP8_BF16_MMA_TILES: dict[int, int] = {8: 1, 16: 2, 32: 4}
-#: w8a8.cu dp4a kernels ``w8a8_gemv_r{R}`` (the tiers up to 3 rows): rows -> columns per warp.
-W8A8_GEMV_TIERS: dict[int, int] = {1: 4, 2: 4, 3: 4}
+#: w8a8.cu dp4a kernels ``w8a8_gemv_r{R}`` (the tiers up to 2 rows): rows -> columns per warp.
+#: H200, Qwen3-8B W8A8 FFN (docs/performance.md): m = 2 60.2 us on r2 against 65.1 on the MMA
+#: tier; m = 3 71.6 on r3 against 65.6, so 3 rows stay on the tensor cores.
+W8A8_GEMV_TIERS: dict[int, int] = {1: 4, 2: 4}
 #: w8a8.cu tensor-core kernels ``w8a8_mma_r{R}_w{W}``: rows per CTA -> output columns per CTA,
 #: the warps per CTA built, and each tier's K unroll.
 W8A8_MMA_TIERS: dict[int, int] = {8: 16, 16: 16, 32: 32}

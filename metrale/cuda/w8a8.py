@@ -38,7 +38,7 @@ MMA_TIERS = configs.W8A8_MMA_TIERS
 #: 4096x12288): 8 is faster for the 32-row tier and whenever the grid has fewer than two CTAs
 #: per multiprocessor; 4 and 8 are within 2% otherwise.
 MMA_WARPS = configs.W8A8_MMA_WARPS
-#: Up to 3 rows go to the dp4a kernels ``w8a8_gemv_r{R}`` (one row: 1.14x the floor at
+#: Up to 2 rows go to the dp4a kernels ``w8a8_gemv_r{R}`` (one row: 1.14x the floor at
 #: 12288x4096 against the MMA kernels' 1.53x, a single row leaves 7 of 8 MMA columns idle).
 GEMV_TIERS = configs.W8A8_GEMV_TIERS
 

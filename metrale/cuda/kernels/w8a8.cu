@@ -7,7 +7,7 @@
 //   w8a8_quantize(x, ldx, K, q, scale)
 //       grid (m), block 256. Row r: amax = max|x|, s = amax/127, inv = 127/amax (0 when
 //       amax == 0), q = sat_int8(rne(x * inv)); a row holding Inf/NaN: q = 0, s = NaN.
-//   w8a8_gemv_r{1,2,3}(w, sw, N, K, q, ldq, sa, m, out, ldo)                  (m <= 3)
+//   w8a8_gemv_r{1,2}(w, sw, N, K, q, ldq, sa, m, out, ldo)                    (m <= 2)
 //       grid (ceil(N / 16), ceil(m / R)), block 128 (4 warps). Warp = 4 output columns x R
 //       rows; lane l
 //       streams 16 weight bytes at k = 16 l + 512 i of each column (coalesced 512-byte rows),
