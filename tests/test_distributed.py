@@ -52,9 +52,9 @@ def _bits_mismatch(where: str, got: np.ndarray, want: np.ndarray) -> str | None:
 
 def test_tp_bits_equal_single_device_every_size(tmp_path) -> None:
     """One gloo world of 8 processes; groups of TP = 1, 2, 3, 4, 8 run every (layer kind, weight
-    quantization mode, entry point, m) case; every rank of every group must return the bits and
-    the launch log of the single-device layer, and its split f32 roots must equal the whole
-    tree's."""
+    quantization mode, entry point, m) case with the down projection split by K, and TP = 1, 2,
+    3 split by output rows; every rank of every run must return the bits and the launch log of
+    the single-device layer, and its K-split f32 roots must equal the whole tree's."""
     from metrale.reference.kernels import ReferenceBackend
     from metrale.reference.projection import _tree_projection
     from tests import tp_worker
@@ -85,19 +85,21 @@ def test_tp_bits_equal_single_device_every_size(tmp_path) -> None:
     for world_rank in range(tp_worker.WORLD):
         got = np.load(tmp_path / f"rank{world_rank}.npz")
         launches = json.loads((tmp_path / f"rank{world_rank}.json").read_text())
-        for size, ranks in tp_worker.GROUPS.items():
+        for split, size in tp_worker.RUNS:
+            ranks = tp_worker.GROUPS[size]
             if world_rank not in ranks:
                 continue
-            who = f"TP={size} rank {ranks.index(world_rank)}"
+            who = f"split {split} TP={size} rank {ranks.index(world_rank)}"
             for i, (kind, mode, entry, m) in enumerate(cases):
                 where = f"{who} {kind} {mode} {entry} m={m}"
-                bad.append(_bits_mismatch(where, got[f"bits|{size}|{i}"], want[i]))
-                if launches[f"{size}|{i}"] != want_launches[i]:
-                    bad.append(f"{where}: launches {launches[f'{size}|{i}']} != {want_launches[i]}")
+                bad.append(_bits_mismatch(where, got[f"bits|{split}|{size}|{i}"], want[i]))
+                log = launches[f"{split}|{size}|{i}"]
+                if log != want_launches[i]:
+                    bad.append(f"{where}: launches {log} != {want_launches[i]}")
                 checked += 1
-            for key, r in roots.items():
+            for key, r in roots.items() if split == "k" else ():
                 bad.append(_bits_mismatch(f"{who} f32 roots {key}", got[f"roots|{size}|{key}"], r))
-    assert checked == len(cases) * sum(tp_worker.GROUPS)
+    assert checked == len(cases) * sum(size for _, size in tp_worker.RUNS)
     bad = [b for b in bad if b]
     assert bad == [], f"{len(bad)} mismatches, first: {bad[:5]}"
 
@@ -209,5 +211,10 @@ def test_tp_backend_refusals() -> None:
     class Other(Backend):
         name = "cuda"
 
-    with pytest.raises(MetraleError, match="backend 'cuda' is not supported"):
+    with pytest.raises(MetraleError, match=r"backend 'cuda' cannot split the down projection by K"):
+        TpBackend(Other({}), split="k")
+    with pytest.raises(MetraleError, match=r"split='x', want one of k, n"):
+        TpBackend(ReferenceBackend(), split="x")
+    # Without a split named, the CUDA backend takes the N split (and then needs the group).
+    with pytest.raises(MetraleError, match=r"torch\.distributed is not initialized"):
         TpBackend(Other({}))

@@ -1,7 +1,9 @@
 """The rank side of tests/test_distributed.py: one gloo world of 8 processes holds a process
 group for every TP size (1, 2, 3, 4, 8) on a spread of its ranks, runs every case on every
-group, and each rank writes the raw bits it got; the test compares them with the single-device
-layer it runs itself.
+group with the down projection split by K (the reference's split) and on the TP = 1, 2, 3
+groups split by output rows (the CUDA backend's split, here over the reference kernels), and
+each rank writes the raw bits it got; the test compares them with the single-device layer it
+runs itself.
 
 Importable by ``torch.multiprocessing`` (a plain module, no test functions).
 """
@@ -32,6 +34,18 @@ GROUPS: dict[int, tuple[int, ...]] = {
     2: (6, 7),
     1: (5,),
 }
+#: (split, TP size) of every run: K split on every size, N split on the small groups (TP = 3
+#: has unequal h blocks, 6/7/7, and unequal output rows, 16/16/32).
+RUNS: tuple[tuple[str, int], ...] = (
+    ("k", 8),
+    ("k", 4),
+    ("k", 3),
+    ("k", 2),
+    ("k", 1),
+    ("n", 3),
+    ("n", 2),
+    ("n", 1),
+)
 #: The f32-root check's activation rows (m = 13 over the intermediate size).
 ROOT_ROWS = 13
 
@@ -107,9 +121,9 @@ def _f32_roots(tb: Any, size: int, rank: int, parts_by_kind: dict[str, Any]) -> 
 
 
 def run(rank: int, world: int, port: int, out_dir: str) -> None:
-    """World rank ``rank``: every case on every group it belongs to; writes ``rank{r}.npz``
-    (``bits|size|case`` → uint16 [m, HIDDEN], ``roots|…`` → uint32) and ``rank{r}.json``
-    (``size|case`` → the launch log)."""
+    """World rank ``rank``: every case on every run whose group it belongs to; writes
+    ``rank{r}.npz`` (``bits|split|size|case`` → uint16 [m, HIDDEN], ``roots|…`` → uint32) and
+    ``rank{r}.json`` (``split|size|case`` → the launch log)."""
     import torch
     import torch.distributed as dist
 
@@ -122,9 +136,13 @@ def run(rank: int, world: int, port: int, out_dir: str) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         groups = {size: (ranks, dist.new_group(list(ranks))) for size, ranks in GROUPS.items()}
-        mine = {size: (ranks.index(rank), g) for size, (ranks, g) in groups.items() if rank in ranks}
+        mine = {
+            (split, size): (groups[size][0].index(rank), groups[size][1])
+            for split, size in RUNS
+            if rank in groups[size][0]
+        }
         parts_by_kind = layer_parts()
-        layers: dict[tuple[int, str], Any] = {}
+        layers: dict[tuple[str, int, str], Any] = {}
         bits: dict[str, np.ndarray] = {}
         launches: dict[str, list[str]] = {}
         for i, (kind, mode, entry, m) in enumerate(cases()):
@@ -132,9 +150,9 @@ def run(rank: int, world: int, port: int, out_dir: str) -> None:
             weight_quantization.cache_clear()
             x = case_input(i, m)
             p = parts_by_kind[kind]
-            for size, (r, g) in mine.items():
-                if (size, kind) not in layers:
-                    layers[size, kind] = tp_layer(
+            for (split, size), (r, g) in mine.items():
+                if (split, size, kind) not in layers:
+                    layers[split, size, kind] = tp_layer(
                         p.config,
                         r,
                         size,
@@ -146,13 +164,15 @@ def run(rank: int, world: int, port: int, out_dir: str) -> None:
                         lora=p.lora,
                         activation=p.activation,
                         group=g,
+                        split=split,
                     )
-                layer = layers[size, kind]
+                layer = layers[split, size, kind]
                 layer.backend.launches.clear()
-                bits[f"bits|{size}|{i}"] = run_guarded(layer, entry, x)
-                launches[f"{size}|{i}"] = list(layer.backend.launches)
-        for size, (r, g) in mine.items():
-            bits.update(_f32_roots(TpBackend(ReferenceBackend(), g), size, r, parts_by_kind))
+                bits[f"bits|{split}|{size}|{i}"] = run_guarded(layer, entry, x)
+                launches[f"{split}|{size}|{i}"] = list(layer.backend.launches)
+        for (split, size), (r, g) in mine.items():
+            if split == "k":
+                bits.update(_f32_roots(TpBackend(ReferenceBackend(), g), size, r, parts_by_kind))
         np.savez(Path(out_dir, f"rank{rank}.npz"), **bits)
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(launches))
         dist.barrier()
