@@ -159,7 +159,8 @@ def test_split_tree_random_nonfinite_and_every_split() -> None:
 
 def test_load_ffn_layer_reads_rank_slices(tmp_path) -> None:
     """TP = 3 over 8 blocks (2, 3, 3): each rank loads its slices of a converted checkpoint of
-    every safetensors format; every rank's bits equal the whole layer's."""
+    every safetensors format, with the down projection split by K and by rows; every rank's
+    bits equal the whole layer's."""
     from metrale.checkpoint.convert import ConvertOptions, convert_checkpoint
     from metrale.checkpoint.example import make_example_checkpoint
     from metrale.checkpoint.load import load_ffn_layer
@@ -177,18 +178,20 @@ def test_load_ffn_layer_reads_rank_slices(tmp_path) -> None:
             whole = load_ffn_layer(p, layer=1, backend="reference")
             for m in tp_worker.LOAD_MS:
                 want[j, m] = whole(tp_worker.load_input(m, whole.config.hidden_size)).view(np.uint16)
+        with pytest.raises(MetraleError, match="tp_split='x': want one of k, n"):
+            load_ffn_layer(paths[1], layer=1, backend="reference", tp_rank=0, tp_size=3, tp_split="x")
     finally:
         _join(ctx)
     bad = []
     for rank, (b0, b1) in enumerate(block_ranges(8, 3)):
         got = np.load(tmp_path / f"load{rank}.npz")
-        for j, p in enumerate(paths):
-            if int(got[f"{j}|inter"]) != 16 * (b1 - b0):
-                bad.append(f"{p}: rank {rank} holds {int(got[f'{j}|inter'])} columns, want {16 * (b1 - b0)}")
-            bad += [
-                _bits_mismatch(f"{p} rank {rank} m={m}", got[f"{j}|{m}"], want[j, m])
-                for m in tp_worker.LOAD_MS
-            ]
+        for split, (j, p) in itertools.product("kn", enumerate(paths)):
+            held = int(got[f"{split}|{j}|inter"])
+            if held != 16 * (b1 - b0):
+                bad.append(f"{p} split {split}: rank {rank} holds {held} columns, want {16 * (b1 - b0)}")
+            for m in tp_worker.LOAD_MS:
+                where = f"{p} split {split} rank {rank} m={m}"
+                bad.append(_bits_mismatch(where, got[f"{split}|{j}|{m}"], want[j, m]))
     bad = [b for b in bad if b]
     assert bad == [], bad[:5]
 
@@ -198,6 +201,8 @@ def test_load_tp_arguments_refused(tmp_path) -> None:
 
     with pytest.raises(MetraleError, match="tp_rank=3, tp_size=2"):
         load_ffn_layer(tmp_path, tp_rank=3, tp_size=2)
+    with pytest.raises(MetraleError, match="tp_split='n' without tp_rank"):
+        load_ffn_layer(tmp_path, tp_split="n")
 
 
 def test_tp_backend_refusals() -> None:

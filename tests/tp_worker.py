@@ -181,8 +181,9 @@ def run(rank: int, world: int, port: int, out_dir: str) -> None:
 
 
 def run_load(rank: int, size: int, port: int, out_dir: str, paths: list[str]) -> None:
-    """Each rank loads its slices of every checkpoint in ``paths`` and writes the bits of rows
-    1, 2, 3, 5, 70 (``load{r}.npz``: ``path-index|m`` → uint16) and its intermediate size."""
+    """Each rank loads its slices of every checkpoint in ``paths`` with either split and writes
+    the bits of rows 1, 2, 3, 5, 70 (``load{r}.npz``: ``split|path-index|m`` → uint16) and its
+    intermediate size."""
     import torch
     import torch.distributed as dist
 
@@ -192,11 +193,14 @@ def run_load(rank: int, size: int, port: int, out_dir: str, paths: list[str]) ->
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
     out: dict[str, np.ndarray] = {}
     try:
-        for j, p in enumerate(paths):
-            tp = load_ffn_layer(p, layer=1, backend="reference", tp_rank=rank, tp_size=size)
-            out[f"{j}|inter"] = np.array(tp.config.intermediate_size)
-            for m in LOAD_MS:
-                out[f"{j}|{m}"] = tp(load_input(m, tp.config.hidden_size)).view(np.uint16)
+        for split in ("k", "n"):
+            for j, p in enumerate(paths):
+                tp = load_ffn_layer(
+                    p, layer=1, backend="reference", tp_rank=rank, tp_size=size, tp_split=split
+                )
+                out[f"{split}|{j}|inter"] = np.array(tp.config.intermediate_size)
+                for m in LOAD_MS:
+                    out[f"{split}|{j}|{m}"] = tp(load_input(m, tp.config.hidden_size)).view(np.uint16)
         np.savez(Path(out_dir, f"load{rank}.npz"), **out)
         dist.barrier()
     finally:
