@@ -216,3 +216,57 @@ def load_input(m: int, hidden: int) -> np.ndarray:
     from metrale.reference.elements import BF16
 
     return np.random.default_rng(m).standard_normal((m, hidden)).astype(BF16)
+
+
+def run_cuda(rank: int, size: int, port: int, out_dir: str, transport: str) -> None:
+    """A CUDA rank of ``size``: ``transport`` "nccl" (rank r on GPU r) or "gloo" (every rank on
+    GPU 0, device arrays staged through the host). Every case with the down projection split by
+    output rows; writes ``cuda{r}.npz`` (``case`` → uint16 bits) and ``cuda{r}.json`` (launch
+    logs)."""
+    import cupy
+    import torch
+    import torch.distributed as dist
+
+    from metrale.cuda import cuda_backend
+    from metrale.distributed import tp_layer
+    from metrale.reference.tiers import weight_quantization
+    from tests.layer_cases import run_guarded
+
+    dev = rank if transport == "nccl" else 0
+    torch.cuda.set_device(dev)
+    cupy.cuda.Device(dev).use()
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    dist.init_process_group(transport, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
+    try:
+        backend = cuda_backend()
+        parts_by_kind = layer_parts()
+        layers: dict[str, Any] = {}
+        bits: dict[str, np.ndarray] = {}
+        launches: dict[str, list[str]] = {}
+        for i, (kind, mode, entry, m) in enumerate(cases()):
+            os.environ["METRALE_WEIGHT_QUANT"] = mode
+            weight_quantization.cache_clear()
+            p = parts_by_kind[kind]
+            if kind not in layers:
+                layers[kind] = tp_layer(
+                    p.config,
+                    rank,
+                    size,
+                    weights=p.weights,
+                    bf16_weights=p.bf16_weights,
+                    fp8_weights=p.fp8_weights,
+                    q2_weights=p.q2_weights,
+                    w8a8=p.w8a8,
+                    lora=p.lora,
+                    activation=p.activation,
+                    backend=backend,
+                )
+            layer = layers[kind]
+            layer.backend.launches.clear()
+            bits[str(i)] = run_guarded(layer, entry, case_input(i, m))
+            launches[str(i)] = list(layer.backend.launches)
+        np.savez(Path(out_dir, f"cuda{rank}.npz"), **bits)
+        Path(out_dir, f"cuda{rank}.json").write_text(json.dumps(launches))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()

@@ -119,6 +119,9 @@ class TpBackend(Backend):
         self.device: int | None = getattr(inner, "device", None) if inner.name == "cuda" else None
         #: Device arrays through the host: a CUDA backend in a gloo group.
         self.staged = self.device is not None and dist.get_backend(group) == "gloo"
+        #: When a list: the bytes each rank sends to every all-gather, appended per call (what
+        #: tools/tp_check.py replays to time the collectives alone).
+        self.trace: list[int] | None = None
 
     # ---- memory helpers: the inner backend's ----
     def upload(self, weight: Any) -> Any:
@@ -267,6 +270,8 @@ class TpBackend(Backend):
         else:
             host = a.get() if self.device is not None else a
             t = torch.from_numpy(np.ascontiguousarray(host).reshape(-1).view(np.uint8))
+        if self.trace is not None:
+            self.trace.append(int(t.numel()))
         out = torch.empty(self.size * t.numel(), dtype=torch.uint8, device=t.device)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # the collective the contract names
