@@ -10,6 +10,7 @@ Importable by ``torch.multiprocessing`` (a plain module, no test functions).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -63,12 +64,19 @@ def cases() -> list[tuple[str, str, str, int]]:
     return out
 
 
+@functools.cache
+def _pool() -> np.ndarray:
+    from tests.layer_cases import x_pool
+
+    return x_pool(7, POOL_ROWS, HIDDEN)
+
+
 def case_input(index: int, m: int) -> np.ndarray:
     """The bf16 rows [m, HIDDEN] of case ``index``: a seeded draw from one pool holding the
     named edge rows (every m > 1 holds one; m = 1 is an edge row for odd indices)."""
-    from tests.layer_cases import row_indices, x_pool
+    from tests.layer_cases import row_indices
 
-    return x_pool(7, POOL_ROWS, HIDDEN)[row_indices(index, POOL_ROWS, m)]
+    return _pool()[row_indices(index, POOL_ROWS, m)]
 
 
 def root_input() -> np.ndarray:
