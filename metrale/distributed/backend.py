@@ -198,7 +198,7 @@ class TpBackend(Backend):
             fn(g, u, shard.weight, y)
             c0, c1 = self._cols(shard)
             gate[...] = g[:, c0:c1]  # h, as the single-device kernel leaves it in gate
-            out[...] = self._gather_y(y, shard)
+            self._gather_y(y, shard, out)
             return None
         if kernel == "w4a4_gemv_small_m":
             lazy, _, out = args
@@ -209,13 +209,13 @@ class TpBackend(Backend):
             h = self._gather_h(lazy.x, shard.total_blocks)
             y = self.empty_bf16((h.shape[0], shard.weight.n))
             fn(lazy.quantize(h, lazy.input_scale), shard.weight, y)
-            out[: h.shape[0]] = self._gather_y(y, shard)
+            self._gather_y(y, shard, out[: h.shape[0]])
             return None
         r = _a16_rows(kernel, args)
         h = self._gather_h(args[0][:r], shard.total_blocks)
         y = self.empty_bf16((r, shard.weight.n))
         fn(h, shard.weight, y, *args[3:])
-        args[2][:r] = self._gather_y(y, shard)
+        self._gather_y(y, shard, args[2][:r])
         return None
 
     @property
@@ -239,23 +239,26 @@ class TpBackend(Backend):
             raise MetraleError(
                 f"tensor parallel: rank {self.rank} holds {x.shape[-1]} h columns, its blocks {b - a}"
             )
-        wmax = max(b - a for a, b in ranges)
-        send = xp.zeros((*x.shape[:-1], wmax), dtype=x.dtype)
-        send[..., : x.shape[-1]] = x
+        send = self._padded(x, max(b - a for a, b in ranges))
         got = self._all_gather(send)
         return xp.concatenate([got[q, ..., : b - a] for q, (a, b) in enumerate(ranges)], axis=-1)
 
-    def _gather_y(self, y: Any, shard: NShard) -> Any:
-        """[r, N]: the rank's output rows (y columns) gathered from every rank."""
-        xp = self._xp
+    def _gather_y(self, y: Any, shard: NShard, dest: Any) -> None:
+        """``dest`` [r, N] = the ranks' output rows (y columns [r, n1 − n0] each), gathered."""
         ranges = row_ranges(shard.n_total, self.size)
         if ranges[self.rank] != shard.rows:
             raise MetraleError(f"tensor parallel: {shard.name} rows {shard.rows} are not rank {self.rank}'s")
-        wmax = max(b - a for a, b in ranges)
-        send = xp.zeros((y.shape[0], wmax), dtype=y.dtype)
-        send[:, : y.shape[1]] = y
-        got = self._all_gather(send)
-        return xp.concatenate([got[q, :, : b - a] for q, (a, b) in enumerate(ranges)], axis=1)
+        got = self._all_gather(self._padded(y, max(b - a for a, b in ranges)))
+        self._xp.concatenate([got[q, :, : b - a] for q, (a, b) in enumerate(ranges)], axis=1, out=dest)
+
+    def _padded(self, x: Any, width: int) -> Any:
+        """``x`` [..., w] as a C-contiguous [..., width] array, zero columns after w (``x``
+        itself when it already is one)."""
+        if x.shape[-1] == width and x.flags.c_contiguous:
+            return x
+        send = self._xp.zeros((*x.shape[:-1], width), dtype=x.dtype)
+        send[..., : x.shape[-1]] = x
+        return send
 
     # ---- the collectives ----
     def _all_gather(self, a: Any) -> Any:
