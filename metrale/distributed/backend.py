@@ -128,13 +128,7 @@ class TpBackend(Backend):
         if isinstance(weight, (KShard, LoraKShard)):
             return weight
         if isinstance(weight, NShard):
-            return NShard(
-                self.inner.upload(weight.weight),
-                weight.rows,
-                weight.n_total,
-                weight.blocks,
-                weight.total_blocks,
-            )
+            return dataclasses.replace(weight, weight=self.inner.upload(weight.weight))
         if isinstance(weight, LoraNShard):
             return dataclasses.replace(weight, adapter=self.inner.upload(weight.adapter))
         return self.inner.upload(weight)
@@ -280,19 +274,16 @@ class TpBackend(Backend):
             warnings.simplefilter("ignore", FutureWarning)  # the collective the contract names
             dist.all_gather_into_tensor(out, t, group=self.group)
         shape = (self.size, *a.shape)
+        if self.device is None:
+            return out.numpy().view(np.dtype(a.dtype)).reshape(shape)
+        import cupy
+
+        from metrale.cuda import pdl
+
+        pdl.entry_start()  # the next kernel waits for the collective, not programmatically
         if dev:
-            import cupy
-
-            from metrale.cuda import pdl
-
-            pdl.entry_start()  # the next kernel waits for the collective, not programmatically
             return cupy.from_dlpack(out).view(a.dtype).reshape(shape)
-        host = out.numpy().view(np.dtype(a.dtype)).reshape(shape)
-        if self.device is not None:
-            import cupy
-
-            return cupy.asarray(host)
-        return host
+        return cupy.asarray(out.numpy().view(np.dtype(a.dtype)).reshape(shape))
 
     # ---- the "k" split (reference) ----
     def _k_split(self, kernel: str, shard: KShard | LoraKShard, args: tuple[Any, ...]) -> Any:
