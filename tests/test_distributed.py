@@ -1,5 +1,8 @@
 """Tensor parallel over torch.distributed (gloo, reference backend): every TP size gives the
-single-device bits on every layer kind, weight-quantization mode, entry point and m."""
+single-device bits on every layer kind, weight-quantization mode, entry point and m, with the
+down projection split by K (the reference's split) and by output rows (the CUDA backend's),
+arithmetic.md § tp. The ranks run in one world of forked processes (tests/tp_worker.py); the
+single-device layer runs in the test process meanwhile."""
 
 from __future__ import annotations
 
