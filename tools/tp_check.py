@@ -161,6 +161,15 @@ class Clock:
         return {"us": statistics.median(ts), "min_us": min(ts), "max_us": max(ts), "reps": reps}
 
 
+def weight_bytes(layer: Any) -> int:
+    """Bytes of the weights a layer holds (every slot, the W8A8 arm included)."""
+    slots = [layer.weights, layer.bf16_weights, layer.fp8_weights, layer.q2_weights]
+    parts = [p for ws in slots if ws is not None for p in ws.all()]
+    if layer.w8a8 is not None:
+        parts += [layer.w8a8.gate, layer.w8a8.up, layer.w8a8.down]
+    return int(sum(p.nbytes for p in parts))
+
+
 def bits_of(layer: Any, ctx: Any, m: int) -> np.ndarray:
     return np.ascontiguousarray(layer.backend.to_numpy(ctx.buffers.output()[:m])).view(np.uint16)
 
@@ -258,6 +267,7 @@ def check_case(
                 "entry": entry,
                 "launches": launches,
                 "tp1_sha256": hashlib.sha256(want.tobytes()).hexdigest(),
+                "weight_bytes": {"tp1": weight_bytes(one), "tp_rank": weight_bytes(tl)},
                 "gathered_bytes_per_rank": trace,
                 "problems": [],
             }
