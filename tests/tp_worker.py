@@ -10,6 +10,7 @@ Importable by ``torch.multiprocessing`` (a plain module, no test functions).
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
 import os
@@ -47,6 +48,8 @@ RUNS: tuple[tuple[str, int], ...] = (
     ("n", 2),
     ("n", 1),
 )
+#: A rank stuck in a collective fails after this long instead of gloo's 30 minutes.
+TIMEOUT = datetime.timedelta(seconds=300)
 #: The f32-root check's activation rows (m = 13 over the intermediate size).
 ROOT_ROWS = 13
 
@@ -141,9 +144,11 @@ def run(rank: int, world: int, port: int, out_dir: str) -> None:
     from tests.layer_cases import run_guarded
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=TIMEOUT
+    )
     try:
-        groups = {size: (ranks, dist.new_group(list(ranks))) for size, ranks in GROUPS.items()}
+        groups = {s: (ranks, dist.new_group(list(ranks), timeout=TIMEOUT)) for s, ranks in GROUPS.items()}
         mine = {
             (split, size): (groups[size][0].index(rank), groups[size][1])
             for split, size in RUNS
@@ -198,7 +203,9 @@ def run_load(rank: int, size: int, port: int, out_dir: str, paths: list[str]) ->
     from metrale.checkpoint.load import load_ffn_layer
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size, timeout=TIMEOUT
+    )
     out: dict[str, np.ndarray] = {}
     try:
         for split in ("k", "n"):
@@ -244,7 +251,9 @@ def run_cuda(rank: int, size: int, port: int, out_dir: str, transport: str) -> N
     torch.cuda.set_device(dev)
     cupy.cuda.Device(dev).use()
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-    dist.init_process_group(transport, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
+    dist.init_process_group(
+        transport, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size, timeout=TIMEOUT
+    )
     try:
         backend = cuda_backend()
         parts_by_kind = layer_parts()
