@@ -1,11 +1,15 @@
 """Tensor parallel over torch.distributed (gloo, reference backend): every TP size gives the
-single-device bits on every layer kind, weight-quantization mode, entry point and m."""
+single-device bits on every layer kind, weight-quantization mode, entry point and m, with the
+down projection split by K (the reference's split) and by output rows (the CUDA backend's),
+arithmetic.md § tp. The ranks run in one world of forked processes (tests/tp_worker.py); the
+single-device layer runs in the test process meanwhile."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import socket
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,16 +25,86 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.parametrize("size", [1, 2, 3, 4, 8])
-def test_tp_bits_equal_single_device(size: int, tmp_path) -> None:
+def _start(fn: Any, nprocs: int, args: tuple[Any, ...]) -> Any:
+    """``nprocs`` ranks of ``fn`` forked from one forkserver that imported torch and the worker
+    once (a spawn per rank re-imports torch: ~1.4 s of CPU each)."""
+    import multiprocessing
+
     import torch.multiprocessing as mp
 
-    from tests import tp_worker
+    multiprocessing.get_context("forkserver").set_forkserver_preload(
+        ["torch.distributed", "metrale.distributed", "tests.layer_cases", "tests.tp_worker"]
+    )
+    return mp.start_processes(fn, args=args, nprocs=nprocs, join=False, start_method="forkserver")
 
-    mp.spawn(tp_worker.run, args=(size, _free_port(), str(tmp_path)), nprocs=size, join=True)
-    res = json.loads((tmp_path / f"tp{size}.json").read_text())
-    assert res["cases"] == len(tp_worker.cases()) > 300
-    assert res["bad"] == []
+
+def _join(ctx: Any) -> None:
+    while not ctx.join():
+        pass
+
+
+def _bits_mismatch(where: str, got: np.ndarray, want: np.ndarray) -> str | None:
+    """None when the raw bits are equal, else where the first difference is."""
+    if got.shape != want.shape:
+        return f"{where}: shape {got.shape} != {want.shape}"
+    if np.array_equal(got, want):
+        return None
+    i = tuple(int(v) for v in np.argwhere(got != want)[0])
+    return f"{where}: {list(i)} bits {int(got[i]):04x} != {int(want[i]):04x}"
+
+
+def test_tp_bits_equal_single_device_every_size(tmp_path) -> None:
+    """One gloo world of 8 processes; groups of TP = 1, 2, 3, 4, 8 run every (layer kind, weight
+    quantization mode, entry point, m) case with the down projection split by K, and TP = 1, 2,
+    3 split by output rows; every rank of every run must return the bits and the launch log of
+    the single-device layer, and its K-split f32 roots must equal the whole tree's."""
+    from metrale.reference.kernels import ReferenceBackend
+    from metrale.reference.projection import _tree_projection
+    from tests import tp_worker
+    from tests.layer_cases import run_guarded, weight_quant_env
+
+    ctx = _start(tp_worker.run, tp_worker.WORLD, (tp_worker.WORLD, _free_port(), str(tmp_path)))
+    try:
+        cases = tp_worker.cases()
+        parts = tp_worker.layer_parts()
+        want, want_launches = [], []
+        for i, (kind, mode, entry, m) in enumerate(cases):
+            layer = parts[kind].layer(ReferenceBackend())
+            with weight_quant_env(mode):
+                want.append(run_guarded(layer, entry, tp_worker.case_input(i, m)))
+            want_launches.append(layer.backend.launches)
+        h = tp_worker.root_input()
+        roots = {
+            f"{kind}|{w.name}|{qn}": _tree_projection(q(h), w).view(np.uint32)
+            for kind, p in parts.items()
+            for w in tp_worker.down_weights(p)
+            for qn, q in tp_worker.root_quants(w)
+        }
+    finally:
+        _join(ctx)
+    assert len(cases) > 300 and len(roots) >= 12
+    bad: list[str] = []
+    checked = 0
+    for world_rank in range(tp_worker.WORLD):
+        got = np.load(tmp_path / f"rank{world_rank}.npz")
+        launches = json.loads((tmp_path / f"rank{world_rank}.json").read_text())
+        for split, size in tp_worker.RUNS:
+            ranks = tp_worker.GROUPS[size]
+            if world_rank not in ranks:
+                continue
+            who = f"split {split} TP={size} rank {ranks.index(world_rank)}"
+            for i, (kind, mode, entry, m) in enumerate(cases):
+                where = f"{who} {kind} {mode} {entry} m={m}"
+                bad.append(_bits_mismatch(where, got[f"bits|{split}|{size}|{i}"], want[i]))
+                log = launches[f"{split}|{size}|{i}"]
+                if log != want_launches[i]:
+                    bad.append(f"{where}: launches {log} != {want_launches[i]}")
+                checked += 1
+            for key, r in roots.items() if split == "k" else ():
+                bad.append(_bits_mismatch(f"{who} f32 roots {key}", got[f"roots|{size}|{key}"], r))
+    assert checked == len(cases) * sum(size for _, size in tp_worker.RUNS)
+    bad = [b for b in bad if b]
+    assert bad == [], f"{len(bad)} mismatches, first: {bad[:5]}"
 
 
 def test_block_ranges_balanced_within_one_block() -> None:
@@ -88,11 +162,11 @@ def test_split_tree_random_nonfinite_and_every_split() -> None:
 
 def test_load_ffn_layer_reads_rank_slices(tmp_path) -> None:
     """TP = 3 over 8 blocks (2, 3, 3): each rank loads its slices of a converted checkpoint of
-    every safetensors format; the bits equal the whole layer's."""
-    import torch.multiprocessing as mp
-
+    every safetensors format, with the down projection split by K and by rows; every rank's
+    bits equal the whole layer's."""
     from metrale.checkpoint.convert import ConvertOptions, convert_checkpoint
     from metrale.checkpoint.example import make_example_checkpoint
+    from metrale.checkpoint.load import load_ffn_layer
     from tests import tp_worker
 
     src = make_example_checkpoint(tmp_path / "llama", hidden=64, intermediate=128, layers=2, shards=2, seed=5)
@@ -100,8 +174,29 @@ def test_load_ffn_layer_reads_rank_slices(tmp_path) -> None:
     for fmt in ("nvfp4", "fp8", "w8a8"):
         convert_checkpoint(src, tmp_path / fmt, ConvertOptions(fmt))
         paths.append(str(tmp_path / fmt))
-    mp.spawn(tp_worker.run_load, args=(3, _free_port(), str(tmp_path), paths), nprocs=3, join=True)
-    assert json.loads((tmp_path / "load3.json").read_text())["bad"] == []
+    ctx = _start(tp_worker.run_load, 3, (3, _free_port(), str(tmp_path), paths))
+    try:
+        want = {}
+        for j, p in enumerate(paths):
+            whole = load_ffn_layer(p, layer=1, backend="reference")
+            for m in tp_worker.LOAD_MS:
+                want[j, m] = whole(tp_worker.load_input(m, whole.config.hidden_size)).view(np.uint16)
+        with pytest.raises(MetraleError, match="tp_split='x': want one of k, n"):
+            load_ffn_layer(paths[1], layer=1, backend="reference", tp_rank=0, tp_size=3, tp_split="x")
+    finally:
+        _join(ctx)
+    bad = []
+    for rank, (b0, b1) in enumerate(block_ranges(8, 3)):
+        got = np.load(tmp_path / f"load{rank}.npz")
+        for split, (j, p) in itertools.product("kn", enumerate(paths)):
+            held = int(got[f"{split}|{j}|inter"])
+            if held != 16 * (b1 - b0):
+                bad.append(f"{p} split {split}: rank {rank} holds {held} columns, want {16 * (b1 - b0)}")
+            for m in tp_worker.LOAD_MS:
+                where = f"{p} split {split} rank {rank} m={m}"
+                bad.append(_bits_mismatch(where, got[f"{split}|{j}|{m}"], want[j, m]))
+    bad = [b for b in bad if b]
+    assert bad == [], bad[:5]
 
 
 def test_load_tp_arguments_refused(tmp_path) -> None:
@@ -109,6 +204,8 @@ def test_load_tp_arguments_refused(tmp_path) -> None:
 
     with pytest.raises(MetraleError, match="tp_rank=3, tp_size=2"):
         load_ffn_layer(tmp_path, tp_rank=3, tp_size=2)
+    with pytest.raises(MetraleError, match="tp_split='n' without tp_rank"):
+        load_ffn_layer(tmp_path, tp_split="n")
 
 
 def test_tp_backend_refusals() -> None:
@@ -122,5 +219,10 @@ def test_tp_backend_refusals() -> None:
     class Other(Backend):
         name = "cuda"
 
-    with pytest.raises(MetraleError, match="backend 'cuda' is not supported"):
+    with pytest.raises(MetraleError, match=r"backend 'cuda' cannot split the down projection by K"):
+        TpBackend(Other({}), split="k")
+    with pytest.raises(MetraleError, match=r"split='x', want one of k, n"):
+        TpBackend(ReferenceBackend(), split="x")
+    # Without a split named, the CUDA backend takes the N split (and then needs the group).
+    with pytest.raises(MetraleError, match=r"torch\.distributed is not initialized"):
         TpBackend(Other({}))

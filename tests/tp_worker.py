@@ -1,11 +1,17 @@
-"""The rank side of tests/test_distributed.py: one gloo process group per TP size, every case
-run by the rank layers and (on rank 0) by the single-device layer; mismatches written to a file.
+"""The rank side of tests/test_distributed.py: one gloo world of 8 processes holds a process
+group for every TP size (1, 2, 3, 4, 8) on a spread of its ranks, runs every case on every
+group with the down projection split by K (the reference's split) and on the TP = 1, 2, 3
+groups split by output rows (the CUDA backend's split, here over the reference kernels), and
+each rank writes the raw bits it got; the test compares them with the single-device layer it
+runs itself.
 
-Importable by ``torch.multiprocessing.spawn`` (a plain module, no test functions).
+Importable by ``torch.multiprocessing`` (a plain module, no test functions).
 """
 
 from __future__ import annotations
 
+import datetime
+import functools
 import json
 import os
 from pathlib import Path
@@ -13,13 +19,39 @@ from typing import Any
 
 import numpy as np
 
-from metrale.reference.elements import BF16
-
 #: hidden 64, intermediate 320 = 20 blocks (not a power of two; Q2_0's 64-groups straddle ranks
-#: at TP = 8, whose ranks own 3 blocks each).
+#: at TP = 3 and 8, whose ranks own 6–7 and 2–3 blocks).
 HIDDEN, INTER = 64, 320
 #: The row counts: 1 … 64 as in the vectors, plus a prefill size beyond the decode arms.
 MS = (1, 2, 3, 4, 5, 8, 17, 32, 33, 64, 80)
+#: Rows of the activation pool the cases draw from.
+POOL_ROWS = 96
+#: Processes of the world, and the world ranks of each TP size's group (spread so that no
+#: process serves more than three groups).
+WORLD = 8
+GROUPS: dict[int, tuple[int, ...]] = {
+    8: tuple(range(8)),
+    4: (0, 1, 2, 3),
+    3: (4, 5, 6),
+    2: (6, 7),
+    1: (5,),
+}
+#: (split, TP size) of every run: K split on every size, N split on the small groups (TP = 3
+#: has unequal h blocks, 6/7/7, and unequal output rows, 16/16/32).
+RUNS: tuple[tuple[str, int], ...] = (
+    ("k", 8),
+    ("k", 4),
+    ("k", 3),
+    ("k", 2),
+    ("k", 1),
+    ("n", 3),
+    ("n", 2),
+    ("n", 1),
+)
+#: A rank stuck in a collective fails after this long instead of gloo's 30 minutes.
+TIMEOUT = datetime.timedelta(seconds=300)
+#: The f32-root check's activation rows (m = 13 over the intermediate size).
+ROOT_ROWS = 13
 
 
 def cases() -> list[tuple[str, str, str, int]]:
@@ -35,116 +67,223 @@ def cases() -> list[tuple[str, str, str, int]]:
     return out
 
 
-def f32_roots(rank: int, size: int, parts_by_kind: dict[str, Any]) -> list[str]:
-    """The finished f32 tree before ``to_bf16`` (most last-bit differences of a wrong order
-    vanish in bf16): the rank's split against the whole projection, bit for bit, for every
-    down weight, in A16 and (NVFP4 declaring input_scale) A4, with NaN/Inf rows."""
-    from metrale.distributed import TpBackend, block_ranges, k_slice
-    from metrale.reference.activations import quantize_a4, quantize_a16
-    from metrale.reference.kernels import ReferenceBackend
-    from metrale.reference.projection import _tree_projection
+@functools.cache
+def _pool() -> np.ndarray:
     from tests.layer_cases import x_pool
 
-    tb = TpBackend(ReferenceBackend())
-    h = x_pool(13, 40, INTER)
+    return x_pool(7, POOL_ROWS, HIDDEN)
+
+
+def case_input(index: int, m: int) -> np.ndarray:
+    """The bf16 rows [m, HIDDEN] of case ``index``: a seeded draw from one pool holding the
+    named edge rows (every m > 1 holds one; m = 1 is an edge row for odd indices)."""
+    from tests.layer_cases import row_indices
+
+    return _pool()[row_indices(index, POOL_ROWS, m)]
+
+
+def root_input() -> np.ndarray:
+    """The bf16 rows [ROOT_ROWS, INTER] the f32-root check projects (edge rows included)."""
+    from tests.layer_cases import x_pool
+
+    return x_pool(13, ROOT_ROWS, INTER)
+
+
+def layer_parts() -> dict[str, Any]:
+    """Every layer kind's seeded parts, once."""
+    from tests.layer_cases import LAYER_KINDS, make_parts
+
+    return {kind: make_parts(kind, HIDDEN, INTER, seed=11) for kind in LAYER_KINDS}
+
+
+def down_weights(parts: Any) -> list[Any]:
+    """The down weights of a layer kind that run the tree (every container but W8A8)."""
+    return [
+        ws.down_proj for ws in (parts.weights, parts.bf16_weights, parts.fp8_weights, parts.q2_weights) if ws
+    ]
+
+
+def root_quants(w: Any) -> list[tuple[str, Any]]:
+    """(name, quantizer) of the activations a down weight takes: A16, and A4 where it declares
+    an input_scale."""
+    from metrale.reference.activations import quantize_a4, quantize_a16
+
+    out = [("a16", quantize_a16)]
+    if getattr(w, "input_scale", None) is not None:
+        out.append(("a4", lambda x, s=w.input_scale: quantize_a4(x, s)))
+    return out
+
+
+def _f32_roots(tb: Any, size: int, rank: int, parts_by_kind: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The finished f32 tree before ``to_bf16`` (most last-bit differences of a wrong order
+    vanish in bf16) of this rank's split, per kind / down weight / activation kind."""
+    from metrale.distributed import block_ranges, k_slice
+
+    h = root_input()
     b0, b1 = block_ranges(INTER // 16, size)[rank]
-    bad = []
+    out = {}
     for kind, parts in parts_by_kind.items():
-        for ws in (parts.weights, parts.bf16_weights, parts.fp8_weights, parts.q2_weights):
-            if ws is None:
-                continue
-            w = ws.down_proj
+        for w in down_weights(parts):
             shard = k_slice(w, b0, b1)
-            quants = [quantize_a16]
-            if getattr(w, "input_scale", None) is not None:
-                quants.append(lambda x, s=w.input_scale: quantize_a4(x, s))
-            for q in quants:
+            for qn, q in root_quants(w):
                 got = tb._tree(q(tb._cover(h[:, 16 * b0 : 16 * b1], shard)), shard)
-                if rank == 0:
-                    want = _tree_projection(q(h), w)
-                    if not np.array_equal(got.view(np.uint32), want.view(np.uint32)):
-                        bad.append(f"TP={size} {kind} {w.name} {q.__name__}: f32 roots differ")
-    return bad
+                out[f"roots|{size}|{kind}|{w.name}|{qn}"] = got.view(np.uint32)
+    return out
 
 
-def run(rank: int, size: int, port: int, out_dir: str) -> None:
+def run(rank: int, world: int, port: int, out_dir: str) -> None:
+    """World rank ``rank``: every case on every run whose group it belongs to; writes
+    ``rank{r}.npz`` (``bits|split|size|case`` → uint16 [m, HIDDEN], ``roots|…`` → uint32) and
+    ``rank{r}.json`` (``split|size|case`` → the launch log)."""
+    import torch
     import torch.distributed as dist
 
-    from metrale.distributed import tp_layer
+    from metrale.distributed import TpBackend, tp_layer
     from metrale.reference.kernels import ReferenceBackend
     from metrale.reference.tiers import weight_quantization
-    from tests.layer_cases import make_parts, run_guarded, x_pool
+    from tests.layer_cases import run_guarded
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
-    bad: list[str] = []
-    pool = x_pool(7, 96, HIDDEN)
-    done = 0
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=TIMEOUT
+    )
     try:
-        parts_by_kind: dict[str, Any] = {}
-        for kind, mode, entry, m in cases():
+        groups = {s: (ranks, dist.new_group(list(ranks), timeout=TIMEOUT)) for s, ranks in GROUPS.items()}
+        mine = {
+            (split, size): (groups[size][0].index(rank), groups[size][1])
+            for split, size in RUNS
+            if rank in groups[size][0]
+        }
+        parts_by_kind = layer_parts()
+        layers: dict[tuple[str, int, str], Any] = {}
+        bits: dict[str, np.ndarray] = {}
+        launches: dict[str, list[str]] = {}
+        for i, (kind, mode, entry, m) in enumerate(cases()):
             os.environ["METRALE_WEIGHT_QUANT"] = mode
             weight_quantization.cache_clear()
-            parts = parts_by_kind.setdefault(kind, make_parts(kind, HIDDEN, INTER, seed=11))
-            x = pool[:m] if m <= 48 else np.concatenate([pool[:48], pool[48 : 48 + m - 48]])
-            tp = tp_layer(
-                parts.config,
-                rank,
-                size,
-                weights=parts.weights,
-                bf16_weights=parts.bf16_weights,
-                fp8_weights=parts.fp8_weights,
-                q2_weights=parts.q2_weights,
-                w8a8=parts.w8a8,
-                lora=parts.lora,
-                activation=parts.activation,
-            )
-            got = run_guarded(tp, entry, x)
-            if rank == 0:
-                one = parts.layer(ReferenceBackend())
-                want = run_guarded(one, entry, x)
-                where = f"TP={size} {kind} {mode} {entry} m={m}"
-                if not np.array_equal(got, want):
-                    r, c = np.argwhere(got != want)[0]
-                    bad.append(f"{where}: y[{r},{c}] bits {got[r, c]:04x} != {want[r, c]:04x}")
-                if tp.backend.launches != one.backend.launches:
-                    bad.append(f"{where}: launches {tp.backend.launches} != {one.backend.launches}")
-            done += 1
-        bad += f32_roots(rank, size, parts_by_kind)
+            x = case_input(i, m)
+            p = parts_by_kind[kind]
+            for (split, size), (r, g) in mine.items():
+                if (split, size, kind) not in layers:
+                    layers[split, size, kind] = tp_layer(
+                        p.config,
+                        r,
+                        size,
+                        weights=p.weights,
+                        bf16_weights=p.bf16_weights,
+                        fp8_weights=p.fp8_weights,
+                        q2_weights=p.q2_weights,
+                        w8a8=p.w8a8,
+                        lora=p.lora,
+                        activation=p.activation,
+                        group=g,
+                        split=split,
+                    )
+                layer = layers[split, size, kind]
+                layer.backend.launches.clear()
+                bits[f"bits|{split}|{size}|{i}"] = run_guarded(layer, entry, x)
+                launches[f"{split}|{size}|{i}"] = list(layer.backend.launches)
+        for (split, size), (r, g) in mine.items():
+            if split == "k":
+                bits.update(_f32_roots(TpBackend(ReferenceBackend(), g), size, r, parts_by_kind))
+        np.savez(Path(out_dir, f"rank{rank}.npz"), **bits)
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(launches))
         dist.barrier()
     finally:
         dist.destroy_process_group()
-    if rank == 0:
-        Path(out_dir, f"tp{size}.json").write_text(json.dumps({"cases": done, "bad": bad}))
 
 
 def run_load(rank: int, size: int, port: int, out_dir: str, paths: list[str]) -> None:
-    """Each rank loads its slices of every checkpoint in ``paths``; rank 0 compares the bits of
-    rows 1, 2, 3, 5, 70 with the whole layer loaded without tensor parallelism."""
+    """Each rank loads its slices of every checkpoint in ``paths`` with either split and writes
+    the bits of rows 1, 2, 3, 5, 70 (``load{r}.npz``: ``split|path-index|m`` → uint16) and its
+    intermediate size."""
+    import torch
     import torch.distributed as dist
 
     from metrale.checkpoint.load import load_ffn_layer
-    from metrale.distributed import block_ranges
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
-    bad: list[str] = []
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size, timeout=TIMEOUT
+    )
+    out: dict[str, np.ndarray] = {}
     try:
-        for p in paths:
-            tp = load_ffn_layer(p, layer=1, backend="reference", tp_rank=rank, tp_size=size)
-            whole = load_ffn_layer(p, layer=1, backend="reference") if rank == 0 else None
-            b0, b1 = block_ranges(whole.config.intermediate_size // 16 if whole else tp_inter(p), size)[rank]
-            if tp.config.intermediate_size != 16 * (b1 - b0):
-                bad.append(f"{p}: rank {rank} holds {tp.config.intermediate_size} columns")
-            for m in (1, 2, 3, 5, 70):
-                x = np.random.default_rng(m).standard_normal((m, tp.config.hidden_size)).astype(BF16)
-                got = tp(x).view(np.uint16)
-                if whole is not None and not np.array_equal(got, whole(x).view(np.uint16)):
-                    bad.append(f"{p} m={m}: TP={size} bits differ")
+        for split in ("k", "n"):
+            for j, p in enumerate(paths):
+                tp = load_ffn_layer(
+                    p, layer=1, backend="reference", tp_rank=rank, tp_size=size, tp_split=split
+                )
+                out[f"{split}|{j}|inter"] = np.array(tp.config.intermediate_size)
+                for m in LOAD_MS:
+                    out[f"{split}|{j}|{m}"] = tp(load_input(m, tp.config.hidden_size)).view(np.uint16)
+        np.savez(Path(out_dir, f"load{rank}.npz"), **out)
         dist.barrier()
     finally:
         dist.destroy_process_group()
-    if rank == 0:
-        Path(out_dir, f"load{size}.json").write_text(json.dumps({"bad": bad}))
 
 
-def tp_inter(path: str) -> int:
-    return int(json.loads(Path(path, "config.json").read_text())["intermediate_size"]) // 16
+#: The row counts of the loading check.
+LOAD_MS = (1, 2, 3, 5, 70)
+
+
+def load_input(m: int, hidden: int) -> np.ndarray:
+    """Seeded bf16 rows [m, hidden] of the loading check."""
+    from metrale.reference.elements import BF16
+
+    return np.random.default_rng(m).standard_normal((m, hidden)).astype(BF16)
+
+
+def run_cuda(rank: int, size: int, port: int, out_dir: str, transport: str) -> None:
+    """A CUDA rank of ``size``: ``transport`` "nccl" (rank r on GPU r) or "gloo" (every rank on
+    GPU 0, device arrays staged through the host). Every case with the down projection split by
+    output rows; writes ``cuda{r}.npz`` (``case`` → uint16 bits) and ``cuda{r}.json`` (launch
+    logs)."""
+    import cupy
+    import torch
+    import torch.distributed as dist
+
+    from metrale.cuda import cuda_backend
+    from metrale.distributed import tp_layer
+    from metrale.reference.tiers import weight_quantization
+    from tests.layer_cases import run_guarded
+
+    dev = rank if transport == "nccl" else 0
+    torch.cuda.set_device(dev)
+    cupy.cuda.Device(dev).use()
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    dist.init_process_group(
+        transport, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size, timeout=TIMEOUT
+    )
+    try:
+        backend = cuda_backend()
+        parts_by_kind = layer_parts()
+        layers: dict[str, Any] = {}
+        bits: dict[str, np.ndarray] = {}
+        launches: dict[str, list[str]] = {}
+        for i, (kind, mode, entry, m) in enumerate(cases()):
+            os.environ["METRALE_WEIGHT_QUANT"] = mode
+            weight_quantization.cache_clear()
+            p = parts_by_kind[kind]
+            if kind not in layers:
+                layers[kind] = tp_layer(
+                    p.config,
+                    rank,
+                    size,
+                    weights=p.weights,
+                    bf16_weights=p.bf16_weights,
+                    fp8_weights=p.fp8_weights,
+                    q2_weights=p.q2_weights,
+                    w8a8=p.w8a8,
+                    lora=p.lora,
+                    activation=p.activation,
+                    backend=backend,
+                )
+            layer = layers[kind]
+            layer.backend.launches.clear()
+            bits[str(i)] = run_guarded(layer, entry, case_input(i, m))
+            launches[str(i)] = list(layer.backend.launches)
+        np.savez(Path(out_dir, f"cuda{rank}.npz"), **bits)
+        Path(out_dir, f"cuda{rank}.json").write_text(json.dumps(launches))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()

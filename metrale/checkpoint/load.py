@@ -21,7 +21,7 @@ import numpy as np
 from metrale.checkpoint.checks import ffn_problems, require_none, weight_problems
 from metrale.checkpoint.io import HfFolder
 from metrale.errors import MetraleError
-from metrale.reference.backend import Backend
+from metrale.reference.backend import Backend, resolve_backend
 from metrale.reference.context import FfnConfig
 from metrale.reference.formats import DenseWeight, spec_of, spec_of_tensors
 from metrale.reference.layer import DenseFfnLayer, FfnActivation, FfnWeights
@@ -78,19 +78,23 @@ def build_ffn_layer(
     return DenseFfnLayer(config, activation=act, backend=backend, **{slot: FfnWeights(*ws)})
 
 
-def _tp_slice(proj: str, tensors: dict[str, np.ndarray], cols: tuple[int, int]) -> dict[str, np.ndarray]:
+def _tp_slice(
+    proj: str, tensors: dict[str, np.ndarray], cols: tuple[int, int], down_rows: tuple[int, int] | None
+) -> dict[str, np.ndarray]:
     """The rank's part of one module's tensors (views of the mapped file; only the copy that
-    follows reads their pages): gate/up rows ``cols`` (16-column blocks, in elements), down K
-    blocks ``cols`` // 16. Scalars and per-row scales of down stay whole."""
+    follows reads their pages): gate/up rows ``cols`` (16-column blocks, in elements); down K
+    blocks ``cols`` // 16 (``down_rows`` None: the K split) or down rows ``down_rows`` (the N
+    split). Scalars, and per-row scales of a K-split down, stay whole."""
     w = tensors["weight"]
     c0, c1 = cols
     nvfp4 = str(w.dtype) == "uint8"
+    rows = cols if proj != "down_proj" else down_rows
     out = {}
     for suffix, t in tensors.items():
         if t.ndim == 0 or t.size == 1 or suffix not in ("weight", "weight_scale"):
             out[suffix] = t
-        elif proj != "down_proj":
-            out[suffix] = t[c0:c1]
+        elif rows is not None:
+            out[suffix] = t[rows[0] : rows[1]]
         elif suffix == "weight":
             out[suffix] = t[:, c0 // 2 : c1 // 2] if nvfp4 else t[:, c0:c1]
         elif nvfp4:
@@ -101,7 +105,11 @@ def _tp_slice(proj: str, tensors: dict[str, np.ndarray], cols: tuple[int, int]) 
 
 
 def _load_folder(
-    path: Path, layer: int, backend: Backend | str | None, tp: tuple[int, int] | None = None
+    path: Path,
+    layer: int,
+    backend: Backend | str | None,
+    tp: tuple[int, int] | None = None,
+    tp_split: str | None = None,
 ) -> DenseFfnLayer:
     with HfFolder(path) as folder:
         cfg = folder.config
@@ -113,10 +121,17 @@ def _load_folder(
         names = folder.names()
         prefix = _layer_prefix(names, layer, where)
         conf = FfnConfig(int(cfg["hidden_size"]), int(cfg["intermediate_size"]))
+        down_rows = None
         if tp is not None:
-            from metrale.distributed.shard import BLOCK, block_ranges
+            from metrale.distributed.shard import BLOCK, SPLITS, block_ranges, default_split, row_ranges
 
+            backend = resolve_backend(backend, "load_ffn_layer")
+            tp_split = default_split(backend) if tp_split is None else tp_split
+            if tp_split not in SPLITS:
+                raise MetraleError(f"tp_split={tp_split!r}: want one of {', '.join(SPLITS)}")
             b0, b1 = block_ranges(conf.intermediate_size // BLOCK, tp[1])[tp[0]]
+            if tp_split == "n":
+                down_rows = row_ranges(conf.hidden_size, tp[1])[tp[0]]
         ws = []
         for proj in PROJS:
             mod = prefix + proj
@@ -126,15 +141,15 @@ def _load_folder(
                 continue
             if "weight" not in views:
                 raise MetraleError(f"{mod}: no {mod}.weight tensor")
-            if proj == "down_proj" and str(views["weight"].dtype) == "int8":
+            if proj == "down_proj" and down_rows is None and str(views["weight"].dtype) == "int8":
                 from metrale.reference.formats.w8a8 import MAX_K
 
                 if views["weight"].shape[1] > MAX_K:
                     raise MetraleError(f"{mod}: W8A8 K={views['weight'].shape[1]} exceeds {MAX_K}")
-            ws.append(weight_from_tensors(mod, _tp_slice(proj, views, (16 * b0, 16 * b1))))
+            ws.append(weight_from_tensors(mod, _tp_slice(proj, views, (16 * b0, 16 * b1), down_rows)))
         if tp is None:
             return build_ffn_layer(conf, act, ws, backend, where)
-        return _build_tp(conf, act, ws, backend, where, tp, (b0, b1))
+        return _build_tp(conf, act, ws, backend, where, tp, (b0, b1), down_rows)
 
 
 def _build_tp(
@@ -145,20 +160,28 @@ def _build_tp(
     where: str,
     tp: tuple[int, int],
     blocks: tuple[int, int],
+    down_rows: tuple[int, int] | None,
 ) -> DenseFfnLayer:
-    """A rank's layer from its slices (the down weight becomes a KShard of the full K)."""
-    from metrale.distributed import KShard, tp_layer
+    """A rank's layer from its slices (the down weight becomes a KShard of the full K, or with
+    ``down_rows`` an NShard of those output rows)."""
+    from metrale.distributed import KShard, NShard, tp_layer
 
     kinds = {type(w).__name__ for w in ws}
     if len(kinds) != 1:
         raise MetraleError(f"{where}: gate/up/down mix formats {sorted(kinds)}")
     total = config.intermediate_size // 16
     gate, up, down = ws
-    ffn = FfnWeights(gate, up, KShard(down, blocks, blocks[0], total))
+    if down_rows is None:
+        shard: Any = KShard(down, blocks, blocks[0], total)
+    else:
+        shard = NShard(down, down_rows, config.hidden_size, blocks, total)
+    ffn = FfnWeights(gate, up, shard)
+    split = "k" if down_rows is None else "n"
     slot = spec_of(gate).slot
     if slot == "w8a8":
-        return tp_layer(config, *tp, w8a8=W8a8Ffn(*ffn.all()), activation=act, backend=backend, sliced=True)
-    return tp_layer(config, *tp, activation=act, backend=backend, sliced=True, **{slot: ffn})
+        w8 = W8a8Ffn(*ffn.all())
+        return tp_layer(config, *tp, w8a8=w8, activation=act, backend=backend, sliced=True, split=split)
+    return tp_layer(config, *tp, activation=act, backend=backend, sliced=True, split=split, **{slot: ffn})
 
 
 def _load_gguf(path: Path, layer: int, backend: Backend | str | None) -> DenseFfnLayer:
@@ -198,12 +221,15 @@ def load_ffn_layer(
     *,
     tp_rank: int | None = None,
     tp_size: int | None = None,
+    tp_split: str | None = None,
 ) -> DenseFfnLayer:
     """The FFN of decoder layer ``layer`` of the checkpoint at ``path`` (a folder, or a .gguf file).
 
     With ``tp_rank`` / ``tp_size``: rank ``tp_rank``'s tensor-parallel layer
     (``metrale.distributed``; torch.distributed initialized), reading only its slices of a
-    safetensors folder: gate/up rows and down K columns of its 16-element blocks."""
+    safetensors folder: gate/up rows of its 16-element blocks, and down K columns of the same
+    blocks (``tp_split="k"``) or down rows (``"n"``); None: the backend's split (the reference
+    splits by K, CUDA by rows; arithmetic.md § tp)."""
     from metrale.checkpoint.gguf_q2 import find_gguf
 
     p = Path(path)
@@ -216,9 +242,11 @@ def load_ffn_layer(
         if tp_rank is None or tp_size is None or not 0 <= tp_rank < tp_size:
             raise MetraleError(f"tp_rank={tp_rank}, tp_size={tp_size}: want both, 0 <= tp_rank < tp_size")
         tp = (int(tp_rank), int(tp_size))
+    elif tp_split is not None:
+        raise MetraleError(f"tp_split={tp_split!r} without tp_rank / tp_size")
     g = find_gguf(p)
     if g is not None:
         if tp is not None:
             raise MetraleError(f"{g}: tensor-parallel loading reads safetensors folders, not GGUF")
         return _load_gguf(g, layer, backend)
-    return _load_folder(p, layer, backend, tp)
+    return _load_folder(p, layer, backend, tp, tp_split)

@@ -1,12 +1,38 @@
 """Tensor parallelism on ``torch.distributed`` with the single-device bits for every TP size.
 
-gate/up split by output columns and down by K in whole 16-element blocks; the down projection's
-ranks exchange the roots of their aligned subtrees and finish the same tree
-(arithmetic.md § tp). ``tp_layer`` builds a rank's ``DenseFfnLayer``.
+gate/up split by output columns in whole 16-element blocks; the down projection split by K
+(``"k"``, reference backend: the ranks exchange the roots of their aligned subtrees and finish
+the same tree) or by output rows (``"n"``, any backend, the CUDA one's: the ranks all-gather h,
+run the single-device kernel over the full K for their rows and all-gather y), arithmetic.md
+§ tp. ``tp_layer`` builds a rank's ``DenseFfnLayer``.
 """
 
 from metrale.distributed.backend import TpBackend
 from metrale.distributed.layer import tp_layer
-from metrale.distributed.shard import KShard, LoraKShard, block_ranges, k_slice, rows_slice
+from metrale.distributed.shard import (
+    KShard,
+    LoraKShard,
+    LoraNShard,
+    NShard,
+    block_ranges,
+    default_split,
+    k_slice,
+    n_slice,
+    row_ranges,
+    rows_slice,
+)
 
-__all__ = ["KShard", "LoraKShard", "TpBackend", "block_ranges", "k_slice", "rows_slice", "tp_layer"]
+__all__ = [
+    "KShard",
+    "LoraKShard",
+    "LoraNShard",
+    "NShard",
+    "TpBackend",
+    "block_ranges",
+    "default_split",
+    "k_slice",
+    "n_slice",
+    "row_ranges",
+    "rows_slice",
+    "tp_layer",
+]

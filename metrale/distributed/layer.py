@@ -3,6 +3,8 @@
 The rank's layer is an ordinary ``DenseFfnLayer`` over FfnConfig(hidden, 16·(b1 − b0)): its
 routing, tiers and errors are the single-device ones (they depend on m, the formats and
 ``input_scale``, which every slice keeps), and ``output()[:m]`` holds the whole y on every rank.
+The down weight is a ``KShard`` (split ``"k"``) or an ``NShard`` (split ``"n"``), see
+``metrale.distributed.shard``.
 """
 
 from __future__ import annotations
@@ -10,20 +12,32 @@ from __future__ import annotations
 from typing import Any
 
 from metrale.distributed.backend import TpBackend
-from metrale.distributed.shard import BLOCK, block_ranges, k_slice, lora_k, lora_rows, rows_slice
+from metrale.distributed.shard import (
+    BLOCK,
+    LoraNShard,
+    block_ranges,
+    k_slice,
+    lora_k,
+    lora_rows,
+    n_slice,
+    row_ranges,
+    rows_slice,
+)
 from metrale.reference.backend import Backend, resolve_backend
 from metrale.reference.context import FfnConfig
 from metrale.reference.layer import DenseFfnLayer, FfnLora, FfnWeights
 from metrale.reference.w8a8_arm import W8a8Ffn
 
 
-def _ffn(ws: Any, b0: int, b1: int) -> Any:
+def _ffn(ws: Any, b0: int, b1: int, down_rows: tuple[int, int] | None) -> Any:
+    """gate/up rows of blocks [b0, b1); down by K (``down_rows`` None) or its rows ``down_rows``."""
     if ws is None:
         return None
+    down = ws.down_proj
     return FfnWeights(
         rows_slice(ws.gate_proj, BLOCK * b0, BLOCK * b1),
         rows_slice(ws.up_proj, BLOCK * b0, BLOCK * b1),
-        k_slice(ws.down_proj, b0, b1),
+        k_slice(down, b0, b1) if down_rows is None else n_slice(down, down_rows, (b0, b1)),
     )
 
 
@@ -42,26 +56,31 @@ def tp_layer(
     backend: Backend | str | None = "reference",
     group: Any = None,
     sliced: bool = False,
+    split: str | None = None,
 ) -> DenseFfnLayer:
     """Rank ``rank`` of ``size``'s layer. Weights are whole (``sliced=False``: this function
     takes the rank's slices) or already the rank's slices (``sliced=True``, e.g. from
-    ``load_ffn_layer(..., tp_rank=, tp_size=)``)."""
+    ``load_ffn_layer(..., tp_rank=, tp_size=)``). ``split``: how the down projection is split,
+    ``"k"`` or ``"n"`` (None: ``default_split`` of the backend; arithmetic.md § tp)."""
     inner = resolve_backend(backend, "tp_layer")
-    tb = TpBackend(inner, group)
+    tb = TpBackend(inner, group, split)
     if (tb.rank, tb.size) != (rank, size):
         from metrale.errors import MetraleError
 
         raise MetraleError(
             f"tensor parallel: rank {rank} of {size} given, the process group says {tb.rank} of {tb.size}"
         )
-    b0, b1 = block_ranges(config.intermediate_size // BLOCK, size)[rank]
-    cut = (lambda ws: ws) if sliced else (lambda ws: _ffn(ws, b0, b1))
+    nb = config.intermediate_size // BLOCK
+    b0, b1 = block_ranges(nb, size)[rank]
+    down_rows = row_ranges(config.hidden_size, size)[rank] if tb.split == "n" else None
+    cut = (lambda ws: ws) if sliced else (lambda ws: _ffn(ws, b0, b1, down_rows))
     lora_local = lora
     if lora is not None and not sliced:
+        ld = lora.down_proj
         lora_local = FfnLora(
             lora_rows(lora.gate_proj, BLOCK * b0, BLOCK * b1),
             lora_rows(lora.up_proj, BLOCK * b0, BLOCK * b1),
-            lora_k(lora.down_proj, b0, b1),
+            lora_k(ld, b0, b1) if down_rows is None else (None if ld is None else LoraNShard(ld, nb)),
         )
     local = FfnConfig(config.hidden_size, BLOCK * (b1 - b0))
     layer = DenseFfnLayer(
@@ -75,6 +94,10 @@ def tp_layer(
         backend=tb,
     )
     if w8a8 is not None:
-        w = w8a8 if sliced else W8a8Ffn(*_ffn(FfnWeights(w8a8.gate, w8a8.up, w8a8.down), b0, b1).all())
+        w = (
+            w8a8
+            if sliced
+            else W8a8Ffn(*_ffn(FfnWeights(w8a8.gate, w8a8.up, w8a8.down), b0, b1, down_rows).all())
+        )
         layer.set_w8a8_decode_weights(w, local.hidden_size, local.intermediate_size)
     return layer

@@ -1,9 +1,15 @@
 """Which blocks a tensor-parallel rank owns, and the rank's slices of each weight format.
 
-gate/up are split by output columns and down by K, both in whole 16-element blocks: rank r of
-``size`` owns blocks [⌊r·B/size⌋, ⌊(r+1)·B/size⌋) of the B = intermediate/16 blocks (sizes
-differ by at most one block). A contiguous block range is a union of aligned subtrees of the
-tree (arithmetic.md § tp), so any such split keeps every bit.
+gate/up are split by output columns in whole 16-element blocks: rank r of ``size`` owns blocks
+[⌊r·B/size⌋, ⌊(r+1)·B/size⌋) of the B = intermediate/16 blocks (sizes differ by at most one
+block). The down projection is split one of two ways (arithmetic.md § tp):
+
+* ``"k"`` (``KShard``): by K along the same blocks. A contiguous block range is a union of
+  aligned subtrees of the tree, so the ranks' subtree roots finish the single-device tree.
+  Needs kernels that return subtree roots: the reference backend's.
+* ``"n"`` (``NShard``): by output rows (hidden columns of y) in 16-row units over the full K;
+  the ranks all-gather h first, so every output is the single-device kernel over the same
+  inputs. Any backend (the CUDA backend's split).
 """
 
 from __future__ import annotations
@@ -55,6 +61,60 @@ class KShard:
         return BLOCK * (self.blocks[1] - self.blocks[0])
 
 
+#: The two ways of splitting the down projection.
+SPLITS = ("k", "n")
+
+
+def default_split(backend: Any) -> str:
+    """The split a backend runs: ``"k"`` on the reference backend, ``"n"`` elsewhere (the CUDA
+    kernels output bf16 y, not subtree roots)."""
+    return "k" if getattr(backend, "name", None) == "reference" else "n"
+
+
+def row_ranges(n: int, size: int) -> list[tuple[int, int]]:
+    """[n0, n1) per rank: ``n`` output rows (a multiple of 16) over ``size`` ranks in 16-row
+    units, balanced to within 16 rows."""
+    if n % BLOCK:
+        raise MetraleError(f"tensor parallel: hidden size {n} is not a multiple of {BLOCK}")
+    return [(BLOCK * a, BLOCK * b) for a, b in block_ranges(n // BLOCK, size)]
+
+
+@dataclass(frozen=True)
+class NShard:
+    """A rank's down-projection weight split by output rows: ``weight`` holds rows ``rows`` =
+    [n0, n1) of the full down weight over the full K; the rank's h columns are blocks
+    ``blocks`` of ``total_blocks``. Other attributes are the weight's; ``n`` is the full N
+    (the layer's hidden size) and ``k`` the rank's K, 16·(b1 − b0), as a K shard has."""
+
+    weight: Any
+    rows: tuple[int, int]
+    n_total: int
+    blocks: tuple[int, int]
+    total_blocks: int
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.weight, name)
+
+    @property
+    def n(self) -> int:
+        return self.n_total
+
+    @property
+    def k(self) -> int:
+        return BLOCK * (self.blocks[1] - self.blocks[0])
+
+
+@dataclass(frozen=True)
+class LoraNShard:
+    """A rank's down-projection LoRA adapter under the ``"n"`` split: the whole adapter (the
+    shrink runs over the gathered h of ``total_blocks`` blocks, the expand over the gathered y)."""
+
+    adapter: Any
+    total_blocks: int
+
+
 @dataclass(frozen=True)
 class LoraKShard:
     """A rank's down-projection LoRA adapter: ``adapter.a`` holds the owned K columns
@@ -95,6 +155,13 @@ def k_slice(w: Any, b0: int, b1: int) -> KShard:
         g0, g1 = b0 // Q2_BLOCKS, -(-b1 // Q2_BLOCKS)
         return KShard(replace(w, blocks=w.blocks[:, g0:g1], name=name), (b0, b1), Q2_BLOCKS * g0, total)
     raise MetraleError(f"tensor parallel: cannot shard {type(w).__name__} {getattr(w, 'name', '?')}")
+
+
+def n_slice(w: Any, rows: tuple[int, int], blocks: tuple[int, int]) -> NShard:
+    """Output rows ``rows`` of a down weight (full K) as an NShard whose rank owns h blocks
+    ``blocks``."""
+    total = w.k // BLOCK
+    return NShard(rows_slice(w, *rows), rows, w.n, blocks, total)
 
 
 def lora_rows(a: LoraAdapter | None, n0: int, n1: int) -> LoraAdapter | None:

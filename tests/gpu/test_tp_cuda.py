@@ -1,0 +1,89 @@
+"""Tensor parallel on the CUDA backend (the down projection split by output rows,
+arithmetic.md § tp): every rank of TP = 2 and 3 returns the single-GPU layer's bits and launch
+log for every layer kind, weight-quantization mode, entry point and m of tests/test_distributed.py.
+
+Two or three ranks share GPU 0 over gloo (device arrays staged through the host; NCCL refuses
+two ranks on one GPU), so one GPU checks the sharded kernels; with two GPUs, TP = 2 also runs
+over NCCL, one rank per GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import numpy as np
+import pytest
+
+cp = pytest.importorskip("cupy")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _gpu_count() -> int:
+    try:
+        return int(cp.cuda.runtime.getDeviceCount())
+    except Exception:  # no driver / no device: the conftest skips every test here
+        return 0
+
+
+def _single_gpu() -> tuple[list[np.ndarray], list[list[str]]]:
+    from metrale.cuda import cuda_backend
+    from tests import tp_worker
+    from tests.layer_cases import run_guarded, weight_quant_env
+
+    parts = tp_worker.layer_parts()
+    layers = {kind: p.layer(cuda_backend()) for kind, p in parts.items()}
+    want, logs = [], []
+    for i, (kind, mode, entry, m) in enumerate(tp_worker.cases()):
+        layer = layers[kind]
+        layer.backend.launches.clear()
+        with weight_quant_env(mode):
+            want.append(run_guarded(layer, entry, tp_worker.case_input(i, m)))
+        logs.append(list(layer.backend.launches))
+    return want, logs
+
+
+@pytest.mark.parametrize(
+    ("size", "transport"),
+    [
+        (2, "gloo"),
+        (3, "gloo"),
+        pytest.param(
+            2,
+            "nccl",
+            marks=pytest.mark.skipif(_gpu_count() < 2, reason="needs 2 GPUs"),
+        ),
+    ],
+)
+def test_tp_cuda_bits_equal_single_gpu(size: int, transport: str, tmp_path) -> None:
+    import torch.multiprocessing as mp
+
+    from tests import tp_worker
+
+    mp.start_processes(
+        tp_worker.run_cuda,
+        args=(size, _free_port(), str(tmp_path), transport),
+        nprocs=size,
+        join=True,
+        start_method="spawn",
+    )
+    want, logs = _single_gpu()
+    cases = tp_worker.cases()
+    bad = []
+    for rank in range(size):
+        got = np.load(tmp_path / f"cuda{rank}.npz")
+        launches = json.loads((tmp_path / f"cuda{rank}.json").read_text())
+        for i, (kind, mode, entry, m) in enumerate(cases):
+            where = f"TP={size} {transport} rank {rank} {kind} {mode} {entry} m={m}"
+            g = got[str(i)]
+            if g.shape != want[i].shape or not np.array_equal(g, want[i]):
+                bad.append(f"{where}: bits differ")
+            if launches[str(i)] != logs[i]:
+                bad.append(f"{where}: launches {launches[str(i)]} != {logs[i]}")
+    assert len(cases) > 300
+    assert bad == [], f"{len(bad)} mismatches, first: {bad[:5]}"
