@@ -234,8 +234,9 @@ def _torch_malloc(size: int, device: int) -> int:
     return int(torch.cuda.caching_allocator_alloc(size, device, torch.cuda.current_stream(device)))
 
 
-def _torch_free(ptr: int, device: int) -> None:
-    torch.cuda.caching_allocator_delete(ptr)
+def _torch_free(ptr: int, device: int, _delete: Any = torch.cuda.caching_allocator_delete) -> None:
+    # bound at import: CuPy may free after interpreter shutdown has cleared this module's globals
+    _delete(ptr)
 
 
 _ALLOCATOR: list[Any] = []
