@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import sys
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -234,9 +235,11 @@ def _torch_malloc(size: int, device: int) -> int:
     return int(torch.cuda.caching_allocator_alloc(size, device, torch.cuda.current_stream(device)))
 
 
-def _torch_free(ptr: int, device: int, _delete: Any = torch.cuda.caching_allocator_delete) -> None:
-    # bound at import: CuPy may free after interpreter shutdown has cleared this module's globals
-    _delete(ptr)
+def _torch_free(ptr: int, device: int, _finalizing: Any = sys.is_finalizing) -> None:
+    # bound at import: CuPy frees persistent buffers while the interpreter shuts down, after
+    # torch's modules are cleared; the process exit returns that memory to the driver
+    if not _finalizing():
+        torch.cuda.caching_allocator_delete(ptr)
 
 
 _ALLOCATOR: list[Any] = []
