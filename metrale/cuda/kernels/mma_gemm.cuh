@@ -5,7 +5,7 @@
 //
 // A weight policy WP supplies: struct Consts and consts() (registers the decode keeps); struct
 // Load (one step of rows n0 + g and n0 + g + 8 as loaded); wrow(B) and srow(B), the bytes per
-// weight row of codes and of scales; load<AL>(Load&, wr0, wr1, sr0, sr1, blk0, B, t) (AL: every
+// weight row of codes and of scales; load<AL>(Load&, wr.w0, wr.w1, wr.s0, wr.s1, blk0, B, t) (AL: every
 // step whole, B % 8 == 0; blocks past B may load anything: their activation codes are zero and
 // their factor -0.0); decode(Load, t, Consts, StepOps&) (the A fragments and the f32 scales).
 #pragma once
@@ -15,26 +15,16 @@
 #define MMA_RUN 64
 #define GEMM_WARPS 8
 
-// One weight set of a launch (gate and up in one launch: blockIdx.z picks the set).
-struct WeightSet {
-    const unsigned char* w;   // codes, rows of WP::wrow(B) bytes
-    const unsigned char* ws;  // scales, rows of WP::srow(B) bytes
-    float rowscale;
-    unsigned short* out;      // bf16 bits, rows of stride ldo
-    long long ldo;
+// The weight rows n0 + g and n0 + g + 8 of this lane (clamped to N - 1): codes and scales.
+struct WeightRows {
+    const unsigned char *w0, *w1, *s0, *s1;
 };
 
-__device__ __forceinline__ WeightSet weight_set(const unsigned char* w0, const unsigned char* s0, float rs0,
-                                                unsigned short* out0, long long ldo0, const unsigned char* w1,
-                                                const unsigned char* s1, float rs1, unsigned short* out1,
-                                                long long ldo1) {
-    WeightSet set;
-    if (blockIdx.z == 0) {
-        set.w = w0; set.ws = s0; set.rowscale = rs0; set.out = out0; set.ldo = ldo0;
-    } else {
-        set.w = w1; set.ws = s1; set.rowscale = rs1; set.out = out1; set.ldo = ldo1;
-    }
-    return set;
+template <class WP>
+__device__ __forceinline__ WeightRows weight_rows(const WeightSet& set, int n0, int g, int N, int B) {
+    const long long wrow = WP::wrow(B), srow = WP::srow(B);
+    const long long r0 = min(n0 + g, N - 1), r1 = min(n0 + g + 8, N - 1);
+    return WeightRows{set.w + r0 * wrow, set.w + r1 * wrow, set.ws + r0 * srow, set.ws + r1 * srow};
 }
 
 // ---- A16 prologue: limbs and factors in fragment order (layout in nvfp4_mma.cu's header) ----
@@ -151,11 +141,7 @@ __device__ __forceinline__ void mma_body(const uint4* __restrict__ act, const fl
     const int runs = NB / MMA_RUN;
     const int S8 = NB >> 3;
     const typename WP::Consts kc = WP::consts();
-    const long long wrow = WP::wrow(B), srow = WP::srow(B);
-    const unsigned char* wr0 = set.w + (long long)min(n0 + g, N - 1) * wrow;
-    const unsigned char* wr1 = set.w + (long long)min(n0 + g + 8, N - 1) * wrow;
-    const unsigned char* sr0 = set.ws + (long long)min(n0 + g, N - 1) * srow;
-    const unsigned char* sr1 = set.ws + (long long)min(n0 + g + 8, N - 1) * srow;
+    const WeightRows wr = weight_rows<WP>(set, n0, g, N, B);
 
     for (int run = warp; run < runs; run += MMA_WARPS) {
         float p1[NT][4], p2[NT][4], p0[NT][4], root[NT][4];
@@ -164,7 +150,7 @@ __device__ __forceinline__ void mma_body(const uint4* __restrict__ act, const fl
             typename WP::Load ld[4];
 #pragma unroll
             for (int i = 0; i < 4; ++i)
-                WP::template load<AL>(ld[i], wr0, wr1, sr0, sr1, run * MMA_RUN + (half * 4 + i) * 8, B, t);
+                WP::template load<AL>(ld[i], wr.w0, wr.w1, wr.s0, wr.s1, run * MMA_RUN + (half * 4 + i) * 8, B, t);
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int step = half * 4 + i;
@@ -260,16 +246,12 @@ __device__ __forceinline__ void gemm_body(const uint4* __restrict__ act, const f
     const int tile0 = blockIdx.y * NT;
     const int S8 = NB >> 3;
     const typename WP::Consts kc = WP::consts();
-    const long long wrow = WP::wrow(B), srow = WP::srow(B);
-    const unsigned char* wr0 = set.w + (long long)min(n0 + g, N - 1) * wrow;
-    const unsigned char* wr1 = set.w + (long long)min(n0 + g + 8, N - 1) * wrow;
-    const unsigned char* sr0 = set.ws + (long long)min(n0 + g, N - 1) * srow;
-    const unsigned char* sr1 = set.ws + (long long)min(n0 + g + 8, N - 1) * srow;
+    const WeightRows wr = weight_rows<WP>(set, n0, g, N, B);
     float p[D + 1][NT][4];
     typename WP::Load cur, nxt;
-    WP::template load<AL>(cur, wr0, wr1, sr0, sr1, 0, B, t);
+    WP::template load<AL>(cur, wr.w0, wr.w1, wr.s0, wr.s1, 0, B, t);
     for (int s8 = 0; s8 < S8; ++s8) {
-        if (s8 + 1 < S8) WP::template load<AL>(nxt, wr0, wr1, sr0, sr1, (s8 + 1) * 8, B, t);
+        if (s8 + 1 < S8) WP::template load<AL>(nxt, wr.w0, wr.w1, wr.s0, wr.s1, (s8 + 1) * 8, B, t);
         StepOps o;
         WP::decode(cur, t, kc, o);
         const int lvl = __ffs(~s8) - 1;  // trailing ones of s8: the level the step's root parks at

@@ -24,9 +24,9 @@
 #define NVFP4_THREADS (NVFP4_WARPS * 32)
 #define NVFP4_UNROLL 4
 
-struct Nvfp4Set {
-    const unsigned char* w;    // [N, K/2]
-    const unsigned char* ws;   // [N, B] e4m3 bits
+struct WeightSet {
+    const unsigned char* w;    // codes (NVFP4: [N, K/2])
+    const unsigned char* ws;   // scales (NVFP4: [N, B] e4m3 bits)
     float rowscale;
     unsigned short* out;       // bf16 bits, rows of stride ldo
     long long ldo;
@@ -34,11 +34,11 @@ struct Nvfp4Set {
 
 // The weight set of this CTA: blockIdx.z == 0 takes set 0, 1 takes set 1 (gate and up in one
 // launch). Every NVFP4 kernel takes the two sets as these ten arguments.
-__device__ __forceinline__ Nvfp4Set nvfp4_set(const unsigned char* w0, const unsigned char* s0, float rs0,
+__device__ __forceinline__ WeightSet weight_set(const unsigned char* w0, const unsigned char* s0, float rs0,
                                               unsigned short* out0, long long ldo0, const unsigned char* w1,
                                               const unsigned char* s1, float rs1, unsigned short* out1,
                                               long long ldo1) {
-    Nvfp4Set set;
+    WeightSet set;
     if (blockIdx.z == 0) {
         set.w = w0; set.ws = s0; set.rowscale = rs0; set.out = out0; set.ldo = ldo0;
     } else {
@@ -82,7 +82,7 @@ template <int MODE> struct ActLayout { static constexpr int LIMB_WORDS = MODE ==
 // MODE 1: A4 from codes int8 [m, K] (act, lda = K bytes) and afac f32 [m, B] (NaN: non-finite).
 template <int MODE, int R, bool EVEN>
 __device__ __forceinline__ void nvfp4_body(const void* act, long long lda, const float* afac, int m,
-                                           Nvfp4Set set, int N, int K) {
+                                           WeightSet set, int N, int K) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int B = K >> 4;
     const int C = (B + 63) >> 6;
@@ -303,6 +303,17 @@ __device__ __forceinline__ void nib8_codes_k(unsigned int w, const NibConsts& k,
     c1 = prmt(prmt(k.p0, k.p1, mag1), prmt(k.n0, k.n1, mag1), sel1);
 }
 
+// The constants of nib8_codes_k in registers (mov, so the compiler keeps them live).
+__device__ __forceinline__ NibConsts nib_consts() {
+    NibConsts kc;
+    asm volatile("mov.b32 %0, 0x03020100;" : "=r"(kc.p0));
+    asm volatile("mov.b32 %0, 0x0C080604;" : "=r"(kc.p1));
+    asm volatile("mov.b32 %0, 0xFDFEFF00;" : "=r"(kc.n0));
+    asm volatile("mov.b32 %0, 0xF4F8FAFC;" : "=r"(kc.n1));
+    asm volatile("mov.b32 %0, 0x32103210;" : "=r"(kc.base));
+    return kc;
+}
+
 // cp.async (LDGSTS, 16 bytes, L2 only) with a source size: 0 fills the 16 bytes with zeros and
 // reads nothing (chunks past B, columns past N).
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
@@ -514,7 +525,7 @@ __device__ __forceinline__ void fast_prologue(unsigned char* smem, const unsigne
 
 // PQ: block_dot_pq instead of nib8_codes_k + block_dot_codes (same S).
 template <int R, int DEPTH, bool PQ>
-__device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long long ldx, int m, Nvfp4Set set,
+__device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long long ldx, int m, WeightSet set,
                                                 int N, int K) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int B = K >> 4;
@@ -527,12 +538,7 @@ __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long lo
     const long long wrow = (long long)(K >> 1);
     // this warp's ring of DEPTH slots, after the activation records (R * items * 4 records)
     unsigned char* const ring = smem + (size_t)R * items * 4 * FAST_REC + (size_t)warp * DEPTH * FAST_SLOT;
-    NibConsts kc;
-    asm volatile("mov.b32 %0, 0x03020100;" : "=r"(kc.p0));
-    asm volatile("mov.b32 %0, 0x0C080604;" : "=r"(kc.p1));
-    asm volatile("mov.b32 %0, 0xFDFEFF00;" : "=r"(kc.n0));
-    asm volatile("mov.b32 %0, 0xF4F8FAFC;" : "=r"(kc.n1));
-    asm volatile("mov.b32 %0, 0x32103210;" : "=r"(kc.base));
+    const NibConsts kc = nib_consts();
 
     // PDL (common.cuh, metrale/cuda/pdl.py): the next launch may start now; nothing is read
     // before the previous grid has completed (an L2 prefetch of the first weight items here was

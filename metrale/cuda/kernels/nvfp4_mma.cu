@@ -177,15 +177,6 @@ __device__ __forceinline__ void decode_step(const StepLoad& s, int t, const NibC
     }
 }
 
-__device__ __forceinline__ NibConsts nib_consts() {
-    NibConsts kc;
-    asm volatile("mov.b32 %0, 0x03020100;" : "=r"(kc.p0));
-    asm volatile("mov.b32 %0, 0x0C080604;" : "=r"(kc.p1));
-    asm volatile("mov.b32 %0, 0xFDFEFF00;" : "=r"(kc.n0));
-    asm volatile("mov.b32 %0, 0xF4F8FAFC;" : "=r"(kc.n1));
-    asm volatile("mov.b32 %0, 0x32103210;" : "=r"(kc.base));
-    return kc;
-}
 
 struct Nvfp4W {
     typedef NibConsts Consts;
