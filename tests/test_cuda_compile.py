@@ -82,7 +82,7 @@ def test_launchers_ask_for_kernels_the_files_define() -> None:
         + [
             ("nvfp4_mma.cu", f"{p}_gemm_nt{nt}_d{d}_b{b}_u")
             for p, _ in configs.NVFP4_MMA_MODES
-            for d, (nt, b) in configs.NVFP4_GEMM_TILES.items()
+            for d, (nt, b) in [*configs.NVFP4_GEMM_TILES.items(), *configs.NVFP4_GEMM_SMALL_TILES.items()]
         ]
         + [("q2_0_gemv.cu", f"q2_0_gemv_r{r}") for r in configs.Q2_0_TIERS]
         + [("fp8_bf16_gemv.cu", f"{p}_gemv_r{r}") for p in ("fp8", "bf16") for r in configs.FP8_BF16_TIERS]

@@ -32,6 +32,9 @@ NVFP4_MMA_TILES: tuple[int, ...] = (1, 2, 3, 4)
 #: (4, 1) against 1.85 / 1.88 with (2, 2); down (D = 7) 1.59 / 1.71 with (2, 2) against
 #: 1.36 / 1.61 with (3, 1). NVFP4_GEMM_VARIANTS are built too, for that comparison.
 NVFP4_GEMM_TILES: dict[int, tuple[int, int]] = {5: (4, 1), 7: (2, 2), 9: (2, 1)}
+#: The GEMM for up to 8 rows: one 8-row tile per warp (D -> (NT, MINB)), K split into aligned
+#: parts where the grid is small (metrale/cuda/mma.py).
+NVFP4_GEMM_SMALL_TILES: dict[int, tuple[int, int]] = {5: (1, 2), 7: (1, 2), 9: (1, 2)}
 NVFP4_GEMM_VARIANTS: tuple[tuple[int, int, int], ...] = ((5, 2, 2), (7, 3, 1))
 #: q2_0_gemv.cu kernels ``q2_0_gemv_r{R}``: rows per warp -> columns per warp.
 Q2_0_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 4, 8: 2}
@@ -89,7 +92,8 @@ W8A8_GEMM_TILES: tuple[W8a8GemmTile, ...] = (
 
 def nvfp4_gemm_builds() -> list[tuple[int, int, int]]:
     """(D, NT, MINB) of every NVFP4 prefill GEMM built: the routing table's, then the variants."""
-    return list(dict.fromkeys([*((d, *v) for d, v in NVFP4_GEMM_TILES.items()), *NVFP4_GEMM_VARIANTS]))
+    tables = [*NVFP4_GEMM_TILES.items(), *NVFP4_GEMM_SMALL_TILES.items()]
+    return list(dict.fromkeys([*((d, *v) for d, v in tables), *NVFP4_GEMM_VARIANTS]))
 
 
 def _bool(b: bool) -> str:
@@ -125,7 +129,9 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
     ],
     "Q2_GEMM": lambda: [
         f"Q2_GEMM({nt}, {d}, {b}, {_bool(al)}, {'a' if al else 'u'})"
-        for d, (nt, b) in NVFP4_GEMM_TILES.items()
+        for d, nt, b in dict.fromkeys(
+            (d, *v) for d, v in [*NVFP4_GEMM_TILES.items(), *NVFP4_GEMM_SMALL_TILES.items()]
+        )
         for al in (True, False)
     ],
     "Q2_GEMV": lambda: [f"Q2_GEMV({r}, {nc})" for r, nc in Q2_0_TIERS.items()],

@@ -29,6 +29,11 @@ GEMM_ROWS = 2048
 GEMM_ANY_GRID = False
 GEMM_WARPS = 8
 GEMM_TILES = configs.NVFP4_GEMM_TILES
+GEMM_SMALL_TILES = configs.NVFP4_GEMM_SMALL_TILES
+#: Split K into at most GEMM_MAX_PARTS aligned parts of at least GEMM_MIN_PART_STEPS steps
+#: (8 blocks each) while the grid has fewer than two CTAs per multiprocessor.
+GEMM_MAX_PARTS = 64
+GEMM_MIN_PART_STEPS = 4
 SMEM_LIMIT = 220 * 1024
 #: prep(r0, m, rows8, nb, act, fac): launch the prologue of rows r0 .. r0 + m - 1 into act/fac.
 Prep = Callable[[int, int, int, int, Any, Any], None]
@@ -91,24 +96,50 @@ def launch(
 def _gemm(
     cu: str, prefix: str, prep: Prep, rows: int, b: int, args0: tuple, args1: tuple, gz: int, n: int
 ) -> bool:
-    """The prefill GEMM over chunks of up to GEMM_ROWS rows: the prologue of the chunk, then one
-    launch. False (nothing launched) where no kernel covers K, or the grid would not fill the
-    GPU (unless GEMM_ANY_GRID)."""
+    """The GEMM over chunks of up to GEMM_ROWS rows: the prologue of the chunk, then one launch
+    (K split into ``parts`` aligned subtrees where the grid would not fill the GPU twice, the
+    parts' roots finished by ``mma_finish``). False (nothing launched) where no kernel covers K,
+    or the grid would not fill the GPU (unless GEMM_ANY_GRID)."""
     nb = 8 * -(-b // 8)
     s8 = nb // 8
-    depth = min((d for d in GEMM_TILES if s8 <= 1 << d), default=None)
+    chunk = min(rows, GEMM_ROWS)
+    table = GEMM_SMALL_TILES if chunk <= 8 else GEMM_TILES
+    col_ctas = -(-n // (16 * GEMM_WARPS))
+    kp8 = 1 << max(0, (s8 - 1).bit_length())  # steps per part: a power of two >= S8 (one part)
+    parts = 1
+    target = 2 * runtime.sm_count()
+    while kp8 > GEMM_MIN_PART_STEPS and parts < GEMM_MAX_PARTS:
+        nt_here = table[min((d for d in table if kp8 <= 1 << d), default=max(table))][0]
+        if col_ctas * -(-chunk // (8 * nt_here)) * gz * parts >= target:
+            break
+        kp8 //= 2
+        parts = -(-s8 // kp8)
+    depth = min((d for d in table if kp8 <= 1 << d), default=None)
     if depth is None:
         return False
-    nt, minb = GEMM_TILES[depth]
-    ctas = -(-n // (16 * GEMM_WARPS)) * -(-min(rows, GEMM_ROWS) // (8 * nt)) * gz
+    nt, minb = table[depth]
+    ctas = col_ctas * -(-chunk // (8 * nt)) * gz * parts
     if not GEMM_ANY_GRID and ctas < minb * runtime.sm_count():
         return False
     kern = runtime.get_kernel(cu, f"{prefix}_gemm_nt{nt}_d{depth}_b{minb}_{'a' if b % 8 == 0 else 'u'}")
-    if kern is None:
+    finish = runtime.get_kernel(cu, "mma_finish")
+    if kern is None or finish is None:
         return False
-    ws = workspace((GEMM_ROWS + 8 * nt) * nb * 36)
+    ws_bytes = (GEMM_ROWS + 8 * nt) * nb * 36
+    part_bytes = parts * gz * chunk * n * 4 if parts > 1 else 0
+    ws = workspace(ws_bytes + part_bytes)
+    partial = ws[ws_bytes : ws_bytes + part_bytes].view(np.float32) if parts > 1 else None
     (w0, s0, rs0, o0, ldo0), (w1, s1, rs1, o1, ldo1) = args0, args1
-    tail = (np.int32(n), np.int32(b), np.int32(nb))
+    # no partial buffer: a null pointer (the kernel then writes y itself)
+    tail = (
+        np.int32(n),
+        np.int32(b),
+        np.int32(nb),
+        np.int32(gz),
+        np.int32(kp8),
+        np.uint64(0) if partial is None else partial,
+    )
+    head = (partial, np.int32(parts), np.int32(gz))
     for r0 in range(0, rows, GEMM_ROWS):
         m = min(GEMM_ROWS, rows - r0)
         tiles = -(-m // (8 * nt))
@@ -117,8 +148,15 @@ def _gemm(
         fac = ws[rows8 * nb * 32 : rows8 * nb * 36]
         prep(r0, m, rows8, nb, act, fac)
         kern(
-            (-(-n // (16 * GEMM_WARPS)), tiles, gz),
+            (col_ctas, tiles, gz * parts),
             (32 * GEMM_WARPS,),
             (act, fac, np.int32(m), w0, s0, rs0, o0[r0:], ldo0, w1, s1, rs1, o1[r0:], ldo1, *tail),
         )
+        if parts > 1:
+            items = gz * m * n
+            finish(
+                (-(-items // 256),),
+                (256,),
+                (*head, np.int32(m), np.int32(n), rs0, o0[r0:], ldo0, rs1, o1[r0:], ldo1),
+            )
     return True

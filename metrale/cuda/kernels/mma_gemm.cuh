@@ -237,24 +237,30 @@ __device__ __forceinline__ void counter_push(float (&p)[D + 1][NT][4], int nt, c
     }
 }
 
+// Split K (parts > 1): blockIdx.z = part * gz + set; the part covers steps [part kp8, part kp8 +
+// kp8) ∩ [0, S8), kp8 a power of two, an aligned subtree of the padded tree; its root goes to
+// partial [parts][gz][m][N] (f32) and mma_finish sums the parts' tree. parts = 1: y directly.
 template <class WP, int MODE, int NT, int D, bool AL>
 __device__ __forceinline__ void gemm_body(const uint4* __restrict__ act, const float4* __restrict__ fac,
-                                                int m, WeightSet set, int N, int B, int NB) {
+                                                int m, WeightSet set, int N, int B, int NB, int part_i, int kp8,
+                                                float* __restrict__ partial, int zs, int gz) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int n0 = (blockIdx.x * GEMM_WARPS + warp) * 16;
     if (n0 >= N) return;
     const int tile0 = blockIdx.y * NT;
     const int S8 = NB >> 3;
+    const int s_begin = part_i * kp8, Sl = min(S8 - s_begin, kp8);
     const typename WP::Consts kc = WP::consts();
     const WeightRows wr = weight_rows<WP>(set, n0, g, N, B);
     float p[D + 1][NT][4];
     typename WP::Load cur, nxt;
-    WP::template load<AL>(cur, wr.w0, wr.w1, wr.s0, wr.s1, 0, B, t);
-    for (int s8 = 0; s8 < S8; ++s8) {
-        if (s8 + 1 < S8) WP::template load<AL>(nxt, wr.w0, wr.w1, wr.s0, wr.s1, (s8 + 1) * 8, B, t);
+    WP::template load<AL>(cur, wr.w0, wr.w1, wr.s0, wr.s1, s_begin * 8, B, t);
+    for (int ls = 0; ls < Sl; ++ls) {
+        const int s8 = s_begin + ls;
+        if (ls + 1 < Sl) WP::template load<AL>(nxt, wr.w0, wr.w1, wr.s0, wr.s1, (s8 + 1) * 8, B, t);
         StepOps o;
         WP::decode(cur, t, kc, o);
-        const int lvl = __ffs(~s8) - 1;  // trailing ones of s8: the level the step's root parks at
+        const int lvl = __ffs(~ls) - 1;  // trailing ones of ls: the level the step's root parks at
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
             const size_t tile = (size_t)(tile0 + nt);
@@ -273,14 +279,51 @@ __device__ __forceinline__ void gemm_body(const uint4* __restrict__ act, const f
             bool have = false;
 #pragma unroll
             for (int L = 0; L <= D; ++L) {
-                if ((S8 >> L) & 1) {
+                if ((Sl >> L) & 1) {
                     acc = have ? ieee_add(p[L][nt][j], acc) : p[L][nt][j];
                     have = true;
                 }
             }
             const int c = n0 + g + 8 * (j >> 1), rr = 8 * (tile0 + nt) + 2 * t + (j & 1);
-            if (c < N && rr < m) set.out[(size_t)rr * set.ldo + c] = f32_to_bf16(ieee_mul(acc, set.rowscale));
+            if (c >= N || rr >= m) continue;
+            if (partial == nullptr)
+                set.out[(size_t)rr * set.ldo + c] = f32_to_bf16(ieee_mul(acc, set.rowscale));
+            else
+                partial[(((size_t)part_i * gz + zs) * m + rr) * N + c] = acc;
         }
+}
+
+// The tree over the split-K parts' roots (aligned subtrees in K order; the same counter and
+// right-nested fold, so the padded tree), then y = bf16(root * rowscale). One thread per output
+// of the gz sets: grid ceil(gz m N / 256), block 256; parts <= 64.
+extern "C" __global__ void __launch_bounds__(256) mma_finish(const float* __restrict__ partial, int parts, int gz,
+                                                             int m, int N, float rs0, unsigned short* out0,
+                                                             long long ldo0, float rs1, unsigned short* out1,
+                                                             long long ldo1) {
+    const long long it = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long mn = (long long)m * N;
+    if (it >= gz * mn) return;
+    const int zs = (int)(it / mn), r = (int)((it - zs * mn) / N), c = (int)(it - zs * mn - (long long)r * N);
+    float lv[7];
+    for (int q = 0; q < parts; ++q) {
+        float v = partial[(((size_t)q * gz + zs) * m + r) * N + c];
+        int L = 0;
+        while ((q >> L) & 1) {
+            v = ieee_add(lv[L], v);
+            ++L;
+        }
+        lv[L] = v;
+    }
+    float acc = 0.0f;
+    bool have = false;
+    for (int L = 0; L < 7; ++L) {
+        if ((parts >> L) & 1) {
+            acc = have ? ieee_add(lv[L], acc) : lv[L];
+            have = true;
+        }
+    }
+    if (zs == 0) out0[(size_t)r * ldo0 + c] = f32_to_bf16(ieee_mul(acc, rs0));
+    else out1[(size_t)r * ldo1 + c] = f32_to_bf16(ieee_mul(acc, rs1));
 }
 
 // The kernels of one weight policy, activation mode and shape (arguments as nvfp4_mma.cu states).
@@ -299,7 +342,8 @@ __device__ __forceinline__ void gemm_body(const uint4* __restrict__ act, const f
             const uint4* __restrict__ act, const float4* __restrict__ fac, int m, const unsigned char* w0, \
             const unsigned char* s0, float rs0, unsigned short* out0, long long ldo0,                    \
             const unsigned char* w1, const unsigned char* s1, float rs1, unsigned short* out1,           \
-            long long ldo1, int N, int B, int NB) {                                                      \
-        const WeightSet set = weight_set(w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);           \
-        gemm_body<WP, MODE, NT, D, AL>(act, fac, m, set, N, B, NB);                                      \
+            long long ldo1, int N, int B, int NB, int gz, int kp8, float* __restrict__ partial) {       \
+        const int zs = blockIdx.z % gz;                                                                  \
+        const WeightSet set = weight_set_at(zs, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);    \
+        gemm_body<WP, MODE, NT, D, AL>(act, fac, m, set, N, B, NB, blockIdx.z / gz, kp8, partial, zs, gz); \
     }

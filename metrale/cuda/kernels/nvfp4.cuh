@@ -34,17 +34,23 @@ struct WeightSet {
 
 // The weight set of this CTA: blockIdx.z == 0 takes set 0, 1 takes set 1 (gate and up in one
 // launch). Every NVFP4 kernel takes the two sets as these ten arguments.
-__device__ __forceinline__ WeightSet weight_set(const unsigned char* w0, const unsigned char* s0, float rs0,
-                                              unsigned short* out0, long long ldo0, const unsigned char* w1,
-                                              const unsigned char* s1, float rs1, unsigned short* out1,
-                                              long long ldo1) {
+__device__ __forceinline__ WeightSet weight_set_at(int z, const unsigned char* w0, const unsigned char* s0,
+                                                 float rs0, unsigned short* out0, long long ldo0,
+                                                 const unsigned char* w1, const unsigned char* s1, float rs1,
+                                                 unsigned short* out1, long long ldo1) {
     WeightSet set;
-    if (blockIdx.z == 0) {
+    if (z == 0) {
         set.w = w0; set.ws = s0; set.rowscale = rs0; set.out = out0; set.ldo = ldo0;
     } else {
         set.w = w1; set.ws = s1; set.rowscale = rs1; set.out = out1; set.ldo = ldo1;
     }
     return set;
+}
+__device__ __forceinline__ WeightSet weight_set(const unsigned char* w0, const unsigned char* s0, float rs0,
+                                              unsigned short* out0, long long ldo0, const unsigned char* w1,
+                                              const unsigned char* s1, float rs1, unsigned short* out1,
+                                              long long ldo1) {
+    return weight_set_at(blockIdx.z, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);
 }
 
 // A16 codes c[16] of one block as the two limb words c = 256*hi + lo: lo[q] holds the unsigned
