@@ -40,7 +40,9 @@ def _bits(x: np.float32) -> int:
     return int(np.asarray(x, dtype=F32).view(np.uint32))
 
 
-@pytest.mark.parametrize("b", [1, 2, 7, 8, 9, 16, 17, 24, 56, 63, 64, 65, 96, 100, 104, 120, 129, 232, 256, 257, 768])
+@pytest.mark.parametrize(
+    "b", [1, 2, 7, 8, 9, 16, 17, 24, 56, 63, 64, 65, 96, 100, 104, 120, 129, 232, 256, 257, 768]
+)
 def test_counter_equals_tree_sum_every_shape(b: int) -> None:
     rng = np.random.default_rng(b)
     # magnitudes spread over 2^-30 .. 2^30: the sum's bits depend on the association order
