@@ -4,7 +4,9 @@
 the FFN's two projection shapes (gate and up in one launch; down), GPU machine only.
 
 Every variant must give the default variant's bits (asserted); the default itself is checked
-against the reference by tests/gpu/test_cuda_nvfp4_mma.py.
+against the reference by tests/gpu/test_cuda_nvfp4_mma.py. Timed without CUDA graphs (CUDA events
+around the host launches): below about 64 rows the host's launch time dominates, so compare
+small m with ``metrale bench`` (graphs) instead.
 
     python tools/nvfp4_gemm_variants.py [--shape qwen3-8b] [--m 64,512,2048] [--json FILE]
 """
