@@ -93,7 +93,7 @@ class MetraleFfn(nn.Module):
         self.config = config
         self.activation = FfnActivation(activation)
         # Validate shapes and formats once (the reference layer checks them).
-        build_ffn_layer(config, self.activation, list(weights), "reference", "MetraleFfn")
+        self._layer_of(list(weights), "reference")
         self.format = spec_of(weights[0]).stem
         self._fields: dict[str, dict[str, Any]] = {}
         for proj, w in zip(PROJS, weights, strict=True):
@@ -129,6 +129,15 @@ class MetraleFfn(nn.Module):
         from metrale.checkpoint.load import load_ffn_layer
 
         return cls.from_layer(load_ffn_layer(path, layer=layer, backend="reference"))
+
+    def tensor_parallel(self, group: Any = None, split: str = "n") -> Any:
+        """This FFN's tensor-parallel module for this process's rank of ``group`` (a
+        ``torch.distributed`` process group or a 1-D ``DeviceMesh``; None: the default group):
+        a ``metrale.distributed.TpMetraleFfn`` holding only the rank's weight slices, on this
+        module's device, with this module's output bits (arithmetic.md § tp)."""
+        from metrale.distributed.module import TpMetraleFfn  # plug-in point
+
+        return TpMetraleFfn.from_module(self, group, split)
 
     # ---- the weights of a device ----
     def host_weights(self) -> list[Any]:
@@ -170,17 +179,19 @@ class MetraleFfn(nn.Module):
         if got is not None:
             layer = got[0]
         elif device.type == "cpu":
-            ws = self.host_weights()
-            layer = build_ffn_layer(self.config, self.activation, ws, "reference", "MetraleFfn")
+            layer = self._layer_of(self.host_weights(), "reference")
         else:
             import cupy
 
             with cupy.cuda.Device(device.index):
-                ws = self.host_weights()
-                layer = build_ffn_layer(self.config, self.activation, ws, "cuda", "MetraleFfn")
-        ctx = ForwardContext(self.config, backend=layer.backend, max_rows=max(64, rows))
+                layer = self._layer_of(self.host_weights(), "cuda")
+        ctx = ForwardContext(layer.config, backend=layer.backend, max_rows=max(64, rows))
         self._built[key] = (layer, ctx)
         return layer, ctx
+
+    def _layer_of(self, weights: list[Any], backend: str) -> DenseFfnLayer:
+        """The ``DenseFfnLayer`` of gate, up and down containers on ``backend``."""
+        return build_ffn_layer(self.config, self.activation, weights, backend, "MetraleFfn")
 
     def _buffer_device(self) -> torch.device:
         return next(iter(self.buffers())).device

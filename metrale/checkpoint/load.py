@@ -110,6 +110,7 @@ def _load_folder(
     backend: Backend | str | None,
     tp: tuple[int, int] | None = None,
     tp_split: str | None = None,
+    tp_group: Any = None,
 ) -> DenseFfnLayer:
     with HfFolder(path) as folder:
         cfg = folder.config
@@ -149,7 +150,7 @@ def _load_folder(
             ws.append(weight_from_tensors(mod, _tp_slice(proj, views, (16 * b0, 16 * b1), down_rows)))
         if tp is None:
             return build_ffn_layer(conf, act, ws, backend, where)
-        return _build_tp(conf, act, ws, backend, where, tp, (b0, b1), down_rows)
+        return _build_tp(conf, act, ws, backend, where, tp, (b0, b1), down_rows, tp_group)
 
 
 def _build_tp(
@@ -161,27 +162,21 @@ def _build_tp(
     tp: tuple[int, int],
     blocks: tuple[int, int],
     down_rows: tuple[int, int] | None,
+    group: Any = None,
 ) -> DenseFfnLayer:
     """A rank's layer from its slices (the down weight becomes a KShard of the full K, or with
     ``down_rows`` an NShard of those output rows)."""
-    from metrale.distributed import KShard, NShard, tp_layer
+    from metrale.distributed import KShard, NShard, sliced_tp_layer
 
-    kinds = {type(w).__name__ for w in ws}
-    if len(kinds) != 1:
-        raise MetraleError(f"{where}: gate/up/down mix formats {sorted(kinds)}")
     total = config.intermediate_size // 16
     gate, up, down = ws
     if down_rows is None:
         shard: Any = KShard(down, blocks, blocks[0], total)
     else:
         shard = NShard(down, down_rows, config.hidden_size, blocks, total)
-    ffn = FfnWeights(gate, up, shard)
-    split = "k" if down_rows is None else "n"
-    slot = spec_of(gate).slot
-    if slot == "w8a8":
-        w8 = W8a8Ffn(*ffn.all())
-        return tp_layer(config, *tp, w8a8=w8, activation=act, backend=backend, sliced=True, split=split)
-    return tp_layer(config, *tp, activation=act, backend=backend, sliced=True, split=split, **{slot: ffn})
+    return sliced_tp_layer(
+        config, *tp, [gate, up, shard], activation=act, backend=backend, group=group, where=where
+    )
 
 
 def _load_gguf(path: Path, layer: int, backend: Backend | str | None) -> DenseFfnLayer:
@@ -222,6 +217,7 @@ def load_ffn_layer(
     tp_rank: int | None = None,
     tp_size: int | None = None,
     tp_split: str | None = None,
+    tp_group: Any = None,
 ) -> DenseFfnLayer:
     """The FFN of decoder layer ``layer`` of the checkpoint at ``path`` (a folder, or a .gguf file).
 
@@ -229,7 +225,8 @@ def load_ffn_layer(
     (``metrale.distributed``; torch.distributed initialized), reading only its slices of a
     safetensors folder: gate/up rows of its 16-element blocks, and down K columns of the same
     blocks (``tp_split="k"``) or down rows (``"n"``); None: the backend's split (the reference
-    splits by K, CUDA by rows; arithmetic.md § tp)."""
+    splits by K, CUDA by rows; arithmetic.md § tp); ``tp_group``: the process group whose rank
+    ``tp_rank`` of ``tp_size`` this is (None: the default group)."""
     from metrale.checkpoint.gguf_q2 import find_gguf
 
     p = Path(path)
@@ -244,9 +241,11 @@ def load_ffn_layer(
         tp = (int(tp_rank), int(tp_size))
     elif tp_split is not None:
         raise MetraleError(f"tp_split={tp_split!r} without tp_rank / tp_size")
+    elif tp_group is not None:
+        raise MetraleError("tp_group without tp_rank / tp_size")
     g = find_gguf(p)
     if g is not None:
         if tp is not None:
             raise MetraleError(f"{g}: tensor-parallel loading reads safetensors folders, not GGUF")
         return _load_gguf(g, layer, backend)
-    return _load_folder(p, layer, backend, tp, tp_split)
+    return _load_folder(p, layer, backend, tp, tp_split, tp_group)

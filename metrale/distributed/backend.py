@@ -262,6 +262,11 @@ class TpBackend(Backend):
         import torch.distributed as dist
 
         dev = self.device is not None and not self.staged
+        if self.staged and torch.cuda.is_current_stream_capturing():
+            raise MetraleError(
+                "tensor parallel: a gloo group on a GPU stages its collectives through the host, "
+                "which CUDA-graph capture cannot record (capture with an NCCL group)"
+            )
         if dev:
             t = torch.from_dlpack(a.reshape(-1).view("uint8"))
         else:

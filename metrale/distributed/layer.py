@@ -15,6 +15,7 @@ from metrale.distributed.backend import TpBackend
 from metrale.distributed.shard import (
     BLOCK,
     LoraNShard,
+    NShard,
     block_ranges,
     k_slice,
     lora_k,
@@ -23,8 +24,10 @@ from metrale.distributed.shard import (
     row_ranges,
     rows_slice,
 )
+from metrale.errors import MetraleError
 from metrale.reference.backend import Backend, resolve_backend
 from metrale.reference.context import FfnConfig
+from metrale.reference.formats.spec import spec_of
 from metrale.reference.layer import DenseFfnLayer, FfnLora, FfnWeights
 from metrale.reference.w8a8_arm import W8a8Ffn
 
@@ -65,8 +68,6 @@ def tp_layer(
     inner = resolve_backend(backend, "tp_layer")
     tb = TpBackend(inner, group, split)
     if (tb.rank, tb.size) != (rank, size):
-        from metrale.errors import MetraleError
-
         raise MetraleError(
             f"tensor parallel: rank {rank} of {size} given, the process group says {tb.rank} of {tb.size}"
         )
@@ -101,3 +102,49 @@ def tp_layer(
         )
         layer.set_w8a8_decode_weights(w, local.hidden_size, local.intermediate_size)
     return layer
+
+
+def sliced_tp_layer(
+    config: FfnConfig,
+    rank: int,
+    size: int,
+    ws: list[Any],
+    *,
+    activation: Any,
+    backend: Backend | str | None,
+    group: Any = None,
+    where: str = "tp_layer",
+) -> DenseFfnLayer:
+    """Rank ``rank`` of ``size``'s layer from its slices of one format: gate and up rows of its
+    blocks and the down weight as a ``KShard`` (split ``"k"``) or an ``NShard`` (``"n"``)."""
+    gate, up, down = ws
+    kinds = {type(w).__name__ for w in (gate, up, down.weight)}
+    if len(kinds) != 1:
+        raise MetraleError(f"{where}: gate/up/down mix formats {sorted(kinds)}")
+    split = "n" if isinstance(down, NShard) else "k"
+    ffn = FfnWeights(gate, up, down)
+    slot = spec_of(gate).slot
+    if slot == "w8a8":
+        w8 = W8a8Ffn(*ffn.all())
+        return tp_layer(
+            config,
+            rank,
+            size,
+            w8a8=w8,
+            activation=activation,
+            backend=backend,
+            group=group,
+            sliced=True,
+            split=split,
+        )
+    return tp_layer(
+        config,
+        rank,
+        size,
+        activation=activation,
+        backend=backend,
+        group=group,
+        sliced=True,
+        split=split,
+        **{slot: ffn},
+    )
