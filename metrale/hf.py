@@ -2,7 +2,8 @@
 
 Swaps each decoder layer's gated MLP (Llama, Mistral, Qwen2, Qwen3: SiLU; Gemma 1/2/3: GELU in
 its tanh form) for a ``MetraleFfn``, from a converted checkpoint folder or ``.gguf`` (anything
-``load_ffn_layer`` reads) or by quantizing the model's own weights to a format on the fly.
+``load_ffn_layer`` reads) or by quantizing the model's own weights to a format on the fly; with
+``tp_group``, for each rank's ``TpMetraleFfn`` (tensor-parallel MLPs, the same bits).
 """
 
 from __future__ import annotations
@@ -148,11 +149,27 @@ def quantized_mlp(
     return MetraleFfn.from_weights(FfnConfig(int(hidden), int(inter)), ws, activation)
 
 
+def _group_max(amaxes: list[tuple[float, float]], group: Any) -> list[tuple[float, float]]:
+    """The element-wise max of every rank's calibration amaxes (an all-reduce on the group's
+    device: CUDA for NCCL)."""
+    import torch.distributed as dist
+
+    from metrale.distributed.module import process_group
+
+    group = process_group(group)
+    dev = "cpu" if "gloo" in dist.get_backend(group) else f"cuda:{torch.cuda.current_device()}"
+    t = torch.tensor(amaxes, dtype=torch.float64, device=dev)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return [(float(a), float(b)) for a, b in t.cpu().tolist()]
+
+
 def replace_mlps(
     model: nn.Module,
     source: str | os.PathLike[str],
     *,
     calibration: torch.Tensor | None = None,
+    tp_group: Any = None,
+    tp_split: str = "n",
 ) -> nn.Module:
     """Replace every decoder MLP of ``model`` by a MetraleFfn, in place; returns ``model``.
 
@@ -160,6 +177,14 @@ def replace_mlps(
     quantize the model's own bf16 weights, or a checkpoint path of the same model (a metrale /
     ModelOpt / compressed-tensors folder or a GGUF file). ``calibration``: input ids whose
     activation amax sets the W4A4 input scales. The new modules sit on the old MLPs' device.
+
+    ``tp_group``: a ``torch.distributed`` process group (or 1-D ``DeviceMesh``;
+    ``torch.distributed.group.WORLD`` for the default one) to run the MLPs tensor parallel:
+    call it on every rank of the group with the same model and arguments; each MLP becomes the
+    rank's ``TpMetraleFfn`` (split ``tp_split``, arithmetic.md § tp) with the single-device
+    bits. A checkpoint ``source`` is read slice by slice (safetensors folders; GGUF is
+    refused); a format quantizes the whole MLP and keeps the rank's slices. The W4A4
+    calibration amaxes are reduced (max) over the group, so every rank quantizes alike.
     """
     act = model_activation(model.config)
     layers = decoder_layers(model)
@@ -174,11 +199,19 @@ def replace_mlps(
         if calibration is None:
             raise MetraleError("format w4a4 needs calibration inputs (replace_mlps(..., calibration=ids))")
         amaxes = calibrate(model, calibration)
+        if tp_group is not None:
+            amaxes = _group_max(amaxes, tp_group)
     new = []
     for i, mlp in enumerate(mlps):
         where = f"model.layers.{i}.mlp"
         if is_format:
             ffn = quantized_mlp(mlp, str(source), act, where, amaxes[i])
+            if tp_group is not None:
+                ffn = ffn.tensor_parallel(tp_group, tp_split)
+        elif tp_group is not None:
+            from metrale.distributed.module import TpMetraleFfn
+
+            ffn = TpMetraleFfn.from_checkpoint(source, i, tp_group, tp_split)
         else:
             ffn = MetraleFfn.from_layer(load_ffn_layer(source, layer=i, backend="reference"))
             inter, hidden = mlp.gate_proj.weight.shape

@@ -18,6 +18,9 @@ from metrale.distributed import block_ranges
 from metrale.errors import MetraleError
 from metrale.reference.tree import finish_tree, subtree_roots, subtree_spans, tree_sum
 
+#: transformers' model modules of tests/torch_models.py, imported once by the forkserver.
+HF_MODELS = tuple(f"transformers.models.{f}.modeling_{f}" for f in ("llama", "qwen3", "gemma"))
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -33,7 +36,16 @@ def _start(fn: Any, nprocs: int, args: tuple[Any, ...]) -> Any:
     import torch.multiprocessing as mp
 
     multiprocessing.get_context("forkserver").set_forkserver_preload(
-        ["torch.distributed", "metrale.distributed", "tests.layer_cases", "tests.tp_worker"]
+        [
+            "torch.distributed",
+            "torch._dynamo",  # imported by the first custom-op call (metrale::dense_ffn): ~1 s
+            "metrale.distributed",
+            "metrale.distributed.module",
+            "metrale.hf",
+            "tests.layer_cases",
+            "tests.tp_worker",
+            *HF_MODELS,
+        ]
     )
     return mp.start_processes(fn, args=args, nprocs=nprocs, join=False, start_method="forkserver")
 
@@ -53,11 +65,95 @@ def _bits_mismatch(where: str, got: np.ndarray, want: np.ndarray) -> str | None:
     return f"{where}: {list(i)} bits {int(got[i]):04x} != {int(want[i]):04x}"
 
 
+def _module_want() -> tuple[dict[tuple[str, int], np.ndarray], dict[tuple[str, str], np.ndarray]]:
+    """The single-device MetraleFfn's output bits per (format, m) and its state_dict."""
+    from metrale.reference.context import FfnConfig
+    from metrale.torch import MetraleFfn
+    from tests import tp_worker as w
+
+    ys, sds = {}, {}
+    for fmt in w.MOD_FORMATS:
+        whole = MetraleFfn.from_weights(FfnConfig(w.MOD_HIDDEN, w.MOD_INTER), w.module_weights(fmt), "silu")
+        for m in w.MOD_MS:
+            ys[fmt, m] = w.raw(whole(w.module_input(fmt, m)))
+        sds.update({(fmt, k): w.raw(t) for k, t in whole.state_dict().items()})
+    return ys, sds
+
+
+def _want_slice(whole: np.ndarray, key: str, split: str, size: int, rank: int) -> np.ndarray:
+    """The part of a whole module's buffer ``key`` rank ``rank`` of ``size`` holds, written out
+    from the layout (gate/up: output rows of its 16-column blocks; down: output rows in 16-row
+    units under the N split, K columns of its blocks under the K split, Q2_0 whole 64-groups)."""
+    from tests import tp_worker as w
+
+    nb = w.MOD_INTER // 16
+    b0, b1 = rank * nb // size, (rank + 1) * nb // size
+    if whole.ndim == 0 or whole.size == 1:
+        return whole
+    if not key.startswith("down_proj_"):
+        return whole[16 * b0 : 16 * b1]
+    if split == "n":
+        nu = w.MOD_HIDDEN // 16
+        return whole[16 * (rank * nu // size) : 16 * ((rank + 1) * nu // size)]
+    if key == "down_proj_blocks":  # Q2_0: [N, K/64, 18]
+        return whole[:, b0 // 4 : -(-b1 // 4)]
+    if whole.ndim == 1 or whole.shape[1] == 1:  # a per-row scale
+        return whole
+    per_block = whole.shape[1] * 16 / w.MOD_INTER  # columns per 16 K elements
+    return whole[:, int(per_block * b0) : int(per_block * b1)]
+
+
+def _module_mismatches(got: Any, world_rank: int, want: Any) -> tuple[list[str | None], int]:
+    """The TpMetraleFfn runs of one world rank against the single-device module."""
+    from tests import tp_worker as w
+
+    ys, sds = want
+    bad: list[str | None] = []
+    checked = 0
+    for split, size in w.MOD_RUNS:
+        ranks = w.GROUPS[size]
+        if world_rank not in ranks:
+            continue
+        r = ranks.index(world_rank)
+        for fmt in w.MOD_FORMATS:
+            who = f"TpMetraleFfn split {split} TP={size} rank {r} {fmt}"
+            for m in w.MOD_MS:
+                bad.append(_bits_mismatch(f"{who} m={m}", got[f"mod|{split}|{size}|{fmt}|{m}"], ys[fmt, m]))
+                checked += 1
+            keys = sorted(k.split("|")[-1] for k in got.files if k.startswith(f"sd|{split}|{size}|{fmt}|"))
+            want_keys = sorted([*(k for f, k in sds if f == fmt), "_extra_state"])
+            if keys != want_keys:
+                bad.append(f"{who}: state_dict keys {keys} != {want_keys}")
+                continue
+            for key in keys:
+                if key == "_extra_state":
+                    part = np.array([r, size, "kn".index(split), w.MOD_HIDDEN, w.MOD_INTER], dtype=np.uint64)
+                else:
+                    part = _want_slice(sds[fmt, key], key, split, size, r)
+                shape = tuple(got[f"shape|{split}|{size}|{fmt}|{key}"])
+                if shape != part.shape:
+                    bad.append(f"{who}: state_dict {key} shape {shape} != {part.shape}")
+                elif not np.array_equal(
+                    got[f"sd|{split}|{size}|{fmt}|{key}"], part.view(np.uint8).reshape(-1)
+                ):
+                    bad.append(f"{who}: state_dict {key} bytes are not the rank's slice")
+    for size, ranks in w.GROUPS.items():
+        if world_rank in ranks:
+            for c, case in enumerate(w.HF_CASES):
+                where = f"HF {case} TP={size} rank {ranks.index(world_rank)} logits"
+                bad.append(_bits_mismatch(where, got[f"hf|{size}|{c}"], got[f"hf1|{c}"]))
+                checked += 1
+    return bad, checked
+
+
 def test_tp_bits_equal_single_device_every_size(tmp_path) -> None:
     """One gloo world of 8 processes; groups of TP = 1, 2, 3, 4, 8 run every (layer kind, weight
     quantization mode, entry point, m) case with the down projection split by K, and TP = 1, 2,
     3 split by output rows; every rank of every run must return the bits and the launch log of
-    the single-device layer, and its K-split f32 roots must equal the whole tree's."""
+    the single-device layer, and its K-split f32 roots must equal the whole tree's. The same
+    world runs ``TpMetraleFfn`` (every format, both splits, every size: the single-device
+    ``MetraleFfn``'s bits, a state_dict of the rank's slices only) and tiny Hugging Face
+    models with TP MLPs (the logits bits of single-device MLPs)."""
     from metrale.reference.kernels import ReferenceBackend
     from metrale.reference.projection import _tree_projection
     from tests import tp_worker
@@ -80,6 +176,7 @@ def test_tp_bits_equal_single_device_every_size(tmp_path) -> None:
             for w in tp_worker.down_weights(p)
             for qn, q in tp_worker.root_quants(w)
         }
+        module_want = _module_want()
     finally:
         _join(ctx)
     assert len(cases) > 300 and len(roots) >= 12
@@ -102,7 +199,13 @@ def test_tp_bits_equal_single_device_every_size(tmp_path) -> None:
                 checked += 1
             for key, r in roots.items() if split == "k" else ():
                 bad.append(_bits_mismatch(f"{who} f32 roots {key}", got[f"roots|{size}|{key}"], r))
-    assert checked == len(cases) * sum(size for _, size in tp_worker.RUNS)
+        mod_bad, mod_checked = _module_mismatches(got, world_rank, module_want)
+        bad += mod_bad
+        checked += mod_checked
+    per_rank = len(tp_worker.MOD_FORMATS) * len(tp_worker.MOD_MS)
+    assert checked == len(cases) * sum(size for _, size in tp_worker.RUNS) + sum(
+        size * per_rank for _, size in tp_worker.MOD_RUNS
+    ) + len(tp_worker.HF_CASES) * sum(tp_worker.GROUPS)
     bad = [b for b in bad if b]
     assert bad == [], f"{len(bad)} mismatches, first: {bad[:5]}"
 
@@ -162,8 +265,9 @@ def test_split_tree_random_nonfinite_and_every_split() -> None:
 
 def test_load_ffn_layer_reads_rank_slices(tmp_path) -> None:
     """TP = 3 over 8 blocks (2, 3, 3): each rank loads its slices of a converted checkpoint of
-    every safetensors format, with the down projection split by K and by rows; every rank's
-    bits equal the whole layer's."""
+    every safetensors format, with the down projection split by K and by rows, as a layer and
+    as a TpMetraleFfn; every rank's bits equal the whole layer's, and the module's buffers
+    are at most its blocks' share of the whole module's (scalars aside)."""
     from metrale.checkpoint.convert import ConvertOptions, convert_checkpoint
     from metrale.checkpoint.example import make_example_checkpoint
     from metrale.checkpoint.load import load_ffn_layer
@@ -174,11 +278,14 @@ def test_load_ffn_layer_reads_rank_slices(tmp_path) -> None:
     for fmt in ("nvfp4", "fp8", "w8a8"):
         convert_checkpoint(src, tmp_path / fmt, ConvertOptions(fmt))
         paths.append(str(tmp_path / fmt))
+    from metrale.torch import MetraleFfn
+
     ctx = _start(tp_worker.run_load, 3, (3, _free_port(), str(tmp_path), paths))
     try:
-        want = {}
+        want, whole_bytes = {}, {}
         for j, p in enumerate(paths):
             whole = load_ffn_layer(p, layer=1, backend="reference")
+            whole_bytes[j] = sum(t.nbytes for t in MetraleFfn.from_layer(whole).buffers())
             for m in tp_worker.LOAD_MS:
                 want[j, m] = whole(tp_worker.load_input(m, whole.config.hidden_size)).view(np.uint16)
         with pytest.raises(MetraleError, match="tp_split='x': want one of k, n"):
@@ -195,6 +302,15 @@ def test_load_ffn_layer_reads_rank_slices(tmp_path) -> None:
             for m in tp_worker.LOAD_MS:
                 where = f"{p} split {split} rank {rank} m={m}"
                 bad.append(_bits_mismatch(where, got[f"{split}|{j}|{m}"], want[j, m]))
+                bad.append(_bits_mismatch(f"TpMetraleFfn {where}", got[f"mod|{split}|{j}|{m}"], want[j, m]))
+            held = int(got[f"mod|{split}|{j}|bytes"])
+            # the rank's share: its blocks (and under the N split its down rows, 4 units of 16);
+            # beside it the scalars and, under the K split, the down's per-row f32 scales (64 rows)
+            share = max((b1 - b0) / 8, ((rank + 1) * 4 // 3 - rank * 4 // 3) / 4 if split == "n" else 0)
+            if not 0 < held <= whole_bytes[j] * share + 4 * 64 + 64:
+                bad.append(
+                    f"{p} split {split}: rank {rank}'s TpMetraleFfn holds {held} bytes of {whole_bytes[j]}"
+                )
     bad = [b for b in bad if b]
     assert bad == [], bad[:5]
 

@@ -16,8 +16,9 @@ TINY = dict(
 )
 
 
-def tiny_model(family: str, seed: int = 0) -> torch.nn.Module:
-    """A bf16 eval-mode Llama / Qwen3 / Gemma with seeded random weights (SDPA attention)."""
+def tiny_model(family: str, seed: int = 0, **sizes: int) -> torch.nn.Module:
+    """A bf16 eval-mode Llama / Qwen3 / Gemma with seeded random weights (SDPA attention);
+    ``sizes`` override TINY's."""
     import transformers as tf
 
     cls = {
@@ -26,7 +27,7 @@ def tiny_model(family: str, seed: int = 0) -> torch.nn.Module:
         "gemma": (tf.GemmaConfig, tf.GemmaForCausalLM, {"hidden_activation": "gelu_pytorch_tanh"}),
     }[family]
     torch.manual_seed(seed)
-    cfg = cls[0](**TINY, **cls[2], attn_implementation="sdpa")
+    cfg = cls[0](**(TINY | sizes), **cls[2], attn_implementation="sdpa")
     model = cls[1](cfg).to(torch.bfloat16).eval()
     with torch.no_grad():  # weights large enough that the FFN's quantization steps matter
         for p in model.parameters():

@@ -48,6 +48,21 @@ RUNS: tuple[tuple[str, int], ...] = (
     ("n", 2),
     ("n", 1),
 )
+#: The tensor-parallel MetraleFfn (TpMetraleFfn) check: hidden 128 (8 row units, so the N
+#: split reaches TP = 8; 16/16/32·… rows at TP = 3), intermediate 320 (20 blocks), every format.
+MOD_HIDDEN, MOD_INTER = 128, 320
+MOD_FORMATS = ("nvfp4", "w4a4", "w8a8", "q2_0", "fp8", "bf16")
+#: Row counts (every m up to 64 on 8 ranks sharing 2 cores is too slow for CI): 1, 2, 3, a
+#: narrow tier, one past the narrow edge, 64, and 80 as a [2, 40, hidden] prefill.
+MOD_MS = (1, 2, 3, 5, 33, 64, 80)
+#: (split, TP size) of the module runs: the default N split on every size, the K split at
+#: TP = 4 (5 blocks a rank: Q2_0's 64-groups straddle ranks; ranks 0–3 serve the fewest runs;
+#: the layer runs above split by K on every size).
+MOD_RUNS = (("n", 8), ("n", 4), ("n", 3), ("n", 2), ("n", 1), ("k", 4))
+#: The Hugging Face check: (family, replace_mlps source) of the tiny models run with TP MLPs
+#: (hidden 128, intermediate 320) at every size with the default split.
+HF_CASES = (("llama", "nvfp4"), ("qwen3", "w4a4"), ("gemma", "q2_0"))
+HF_IDS = 11
 #: A rank stuck in a collective fails after this long instead of gloo's 30 minutes.
 TIMEOUT = datetime.timedelta(seconds=300)
 #: The f32-root check's activation rows (m = 13 over the intermediate size).
@@ -112,6 +127,102 @@ def root_quants(w: Any) -> list[tuple[str, Any]]:
     if getattr(w, "input_scale", None) is not None:
         out.append(("a4", lambda x, s=w.input_scale: quantize_a4(x, s)))
     return out
+
+
+def module_weights(fmt: str) -> list[Any]:
+    """Seeded whole gate, up, down containers [MOD_INTER, MOD_HIDDEN] / [MOD_HIDDEN, MOD_INTER]
+    of ``fmt`` (w4a4: NVFP4 with input scales)."""
+    from metrale.checkpoint.work import quantize_array
+    from metrale.reference.elements import BF16
+    from metrale.reference.formats import DenseWeight
+
+    rng = np.random.default_rng(MOD_FORMATS.index(fmt) + 40)
+    out = []
+    for j, (n, k) in enumerate(((MOD_INTER, MOD_HIDDEN), (MOD_INTER, MOD_HIDDEN), (MOD_HIDDEN, MOD_INTER))):
+        w = (rng.standard_normal((n, k), dtype=np.float32) * 0.08).astype(BF16)
+        name = ("gate_proj", "up_proj", "down_proj")[j]
+        if fmt == "bf16":
+            out.append(DenseWeight.quantize(w, name=name))
+        elif fmt == "w4a4":
+            out.append(quantize_array("nvfp4", w, name, input_amax=3.0 if j < 2 else 0.5))
+        else:
+            out.append(quantize_array(fmt, w, name))
+    return out
+
+
+def module_input(fmt: str, m: int) -> Any:
+    """The torch bf16 input of a module case: [m, MOD_HIDDEN] (m = 80: [2, 40, MOD_HIDDEN]), a
+    seeded draw from a pool holding the named edge rows."""
+    import torch
+
+    from tests.layer_cases import row_indices, x_pool
+
+    pool = x_pool(50 + MOD_FORMATS.index(fmt), POOL_ROWS, MOD_HIDDEN)
+    x = np.ascontiguousarray(pool[row_indices(MOD_FORMATS.index(fmt) + m, POOL_ROWS, m)])
+    t = torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
+    return t.reshape(2, 40, MOD_HIDDEN) if m == 80 else t
+
+
+def _module_runs(
+    groups: dict[int, tuple[tuple[int, ...], Any]], rank: int, out: dict[str, np.ndarray]
+) -> None:
+    """Every format as a TpMetraleFfn on every module run of this rank: output bits per m
+    (``mod|split|size|fmt|m``) and the state_dict (``sd|split|size|fmt|key``, raw bytes)."""
+
+    from metrale.reference.context import FfnConfig
+    from metrale.torch import MetraleFfn
+
+    for fmt in MOD_FORMATS:
+        whole = MetraleFfn.from_weights(FfnConfig(MOD_HIDDEN, MOD_INTER), module_weights(fmt), "silu")
+        for split, size in MOD_RUNS:
+            ranks, g = groups[size]
+            if rank not in ranks:
+                continue
+            tp = whole.tensor_parallel(g, split)
+            for m in MOD_MS:
+                out[f"mod|{split}|{size}|{fmt}|{m}"] = raw(tp(module_input(fmt, m)))
+            for key, t in tp.state_dict().items():
+                out[f"sd|{split}|{size}|{fmt}|{key}"] = raw(t).view(np.uint8).reshape(-1)
+                out[f"shape|{split}|{size}|{fmt}|{key}"] = np.array(t.shape, dtype=np.int64)
+
+
+def raw(t: Any) -> np.ndarray:
+    """The raw bits of a CPU torch tensor (same-size unsigned integers)."""
+    import torch
+
+    carrier = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    return t.detach().contiguous().view(carrier).numpy().view(f"u{t.element_size()}")
+
+
+def hf_config() -> dict[str, int]:
+    """The tiny models' sizes for the tensor-parallel check."""
+    return {"hidden_size": MOD_HIDDEN, "intermediate_size": MOD_INTER}
+
+
+def hf_ids() -> Any:
+    import torch
+
+    return torch.arange(HF_IDS).reshape(1, HF_IDS) * 7 % 96
+
+
+def _hf_runs(groups: dict[int, tuple[tuple[int, ...], Any]], rank: int, out: dict[str, np.ndarray]) -> None:
+    """Each HF case's logits bits with single-device MLPs (``hf1|case``) and with TP MLPs on
+    every group of this rank (``hf|size|case``)."""
+    import torch
+
+    from metrale.hf import replace_mlps
+    from tests.torch_models import tiny_model
+
+    ids = hf_ids()
+    for c, (family, fmt) in enumerate(HF_CASES):
+        runs = [(0, None)] + [(size, g) for size, (ranks, g) in groups.items() if rank in ranks]
+        for size, g in runs:
+            model = tiny_model(family, seed=c, **hf_config())
+            replace_mlps(model, fmt, calibration=ids if fmt == "w4a4" else None, tp_group=g)
+            with torch.no_grad():
+                logits = model(input_ids=ids).logits
+            key = f"hf1|{c}" if g is None else f"hf|{size}|{c}"
+            out[key] = raw(logits)
 
 
 def _f32_roots(tb: Any, size: int, rank: int, parts_by_kind: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -186,6 +297,8 @@ def run(rank: int, world: int, port: int, out_dir: str) -> None:
         for (split, size), (r, g) in mine.items():
             if split == "k":
                 bits.update(_f32_roots(TpBackend(ReferenceBackend(), g), size, r, parts_by_kind))
+        _module_runs(groups, rank, bits)
+        _hf_runs(groups, rank, bits)
         np.savez(Path(out_dir, f"rank{rank}.npz"), **bits)
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(launches))
         dist.barrier()
@@ -194,13 +307,15 @@ def run(rank: int, world: int, port: int, out_dir: str) -> None:
 
 
 def run_load(rank: int, size: int, port: int, out_dir: str, paths: list[str]) -> None:
-    """Each rank loads its slices of every checkpoint in ``paths`` with either split and writes
-    the bits of rows 1, 2, 3, 5, 70 (``load{r}.npz``: ``split|path-index|m`` → uint16) and its
-    intermediate size."""
+    """Each rank loads its slices of every checkpoint in ``paths`` with either split, as a
+    ``DenseFfnLayer`` and as a ``TpMetraleFfn``, and writes the bits of rows 1, 2, 3, 5, 70
+    (``load{r}.npz``: ``split|path-index|m`` → uint16, ``mod|split|path-index|m`` the module's),
+    its intermediate size and the module's buffer bytes."""
     import torch
     import torch.distributed as dist
 
     from metrale.checkpoint.load import load_ffn_layer
+    from metrale.distributed import TpMetraleFfn
 
     torch.set_num_threads(1)
     dist.init_process_group(
@@ -214,8 +329,13 @@ def run_load(rank: int, size: int, port: int, out_dir: str, paths: list[str]) ->
                     p, layer=1, backend="reference", tp_rank=rank, tp_size=size, tp_split=split
                 )
                 out[f"{split}|{j}|inter"] = np.array(tp.config.intermediate_size)
+                mod = TpMetraleFfn.from_checkpoint(p, 1, split=split)
                 for m in LOAD_MS:
-                    out[f"{split}|{j}|{m}"] = tp(load_input(m, tp.config.hidden_size)).view(np.uint16)
+                    x = load_input(m, tp.config.hidden_size)
+                    out[f"{split}|{j}|{m}"] = tp(x).view(np.uint16)
+                    xt = torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
+                    out[f"mod|{split}|{j}|{m}"] = raw(mod(xt))
+                out[f"mod|{split}|{j}|bytes"] = np.array(sum(t.nbytes for t in mod.buffers()))
         np.savez(Path(out_dir, f"load{rank}.npz"), **out)
         dist.barrier()
     finally:

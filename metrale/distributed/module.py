@@ -41,7 +41,7 @@ _NO_COPY = (
 )
 
 
-def _group_of(group: Any) -> Any:
+def process_group(group: Any) -> Any:
     """A process group from a group, a 1-D ``DeviceMesh`` or None (the default group)."""
     return group.get_group() if hasattr(group, "get_group") else group
 
@@ -100,7 +100,7 @@ class TpMetraleFfn(MetraleFfn):
                 "TpMetraleFfn: want the rank's [gate, up, down] with down a KShard or NShard "
                 "(use from_weights / from_module / from_checkpoint for whole weights)"
             )
-        group = _group_of(group)
+        group = process_group(group)
         rank, size = _rank_and_size(group)
         down = slices[2]
         # Plain attributes first: the base constructor builds (and so validates) the rank's layer.
@@ -132,7 +132,7 @@ class TpMetraleFfn(MetraleFfn):
         """This rank's module from the whole layer's gate, up and down containers."""
         if len(weights) != 3:
             raise MetraleError(f"TpMetraleFfn: want 3 weights (gate, up, down), got {len(weights)}")
-        group = _group_of(group)
+        group = process_group(group)
         rank, size = _rank_and_size(group)
         return cls(config, rank_slices(config, weights, rank, size, split), activation, group=group)
 
@@ -178,7 +178,7 @@ class TpMetraleFfn(MetraleFfn):
         rank's slices (``load_ffn_layer(..., tp_rank=, tp_size=, tp_split=)``)."""
         from metrale.checkpoint.load import load_ffn_layer
 
-        group = _group_of(group)
+        group = process_group(group)
         rank, size = _rank_and_size(group)
         if split not in SPLITS:
             raise MetraleError(f"TpMetraleFfn: split={split!r}, want one of {', '.join(SPLITS)}")

@@ -76,6 +76,11 @@ def row_ranges(n: int, size: int) -> list[tuple[int, int]]:
     units, balanced to within 16 rows."""
     if n % BLOCK:
         raise MetraleError(f"tensor parallel: hidden size {n} is not a multiple of {BLOCK}")
+    if not 1 <= size <= n // BLOCK:
+        raise MetraleError(
+            f"tensor parallel: tp_size={size} needs 1 <= tp_size <= {n // BLOCK} under the 'n' split "
+            f"(the hidden size {n} has {n // BLOCK} row units of {BLOCK}; split='k' takes more ranks)"
+        )
     return [(BLOCK * a, BLOCK * b) for a, b in block_ranges(n // BLOCK, size)]
 
 
