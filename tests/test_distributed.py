@@ -342,3 +342,84 @@ def test_tp_backend_refusals() -> None:
     # Without a split named, the CUDA backend takes the N split (and then needs the group).
     with pytest.raises(MetraleError, match=r"torch\.distributed is not initialized"):
         TpBackend(Other({}))
+
+
+def test_row_ranges_names_the_hidden_size() -> None:
+    from metrale.distributed import row_ranges
+
+    assert row_ranges(48, 3) == [(0, 16), (16, 32), (32, 48)]
+    with pytest.raises(
+        MetraleError, match=r"tp_size=8 needs 1 <= tp_size <= 4 under the 'n' split \(the hidden size 64"
+    ):
+        row_ranges(64, 8)
+
+
+@pytest.fixture
+def one_rank_world() -> Any:
+    """A gloo world of this process alone (torch.distributed torn down afterwards)."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    try:
+        yield dist.group.WORLD
+    finally:
+        dist.destroy_process_group()
+
+
+def _one_rank_ffn(split: str = "n") -> Any:
+    from metrale.distributed import TpMetraleFfn
+    from metrale.reference.context import FfnConfig
+    from tests import tp_worker as w
+
+    ws = w.module_weights("nvfp4")
+    return TpMetraleFfn.from_weights(FfnConfig(w.MOD_HIDDEN, w.MOD_INTER), ws, "silu", split=split), ws
+
+
+def test_tp_module_refusals_without_a_world() -> None:
+    with pytest.raises(MetraleError, match=r"TpMetraleFfn: torch\.distributed is not initialized"):
+        _one_rank_ffn()
+
+
+def test_tp_module_state_copy_and_refusals(one_rank_world: Any) -> None:
+    """A rank's module: its own state_dict round-trips; another rank's, a copy, a second
+    split, whole weights as slices, split 'k' on CUDA and backward are refused by name."""
+    import copy
+    import pickle
+
+    import torch
+
+    from metrale.distributed import TpMetraleFfn
+    from metrale.reference.context import FfnConfig
+    from tests import tp_worker as w
+
+    tp, ws = _one_rank_ffn()
+    x = w.module_input("nvfp4", 3)
+    y = tp(x)
+    sd = tp.state_dict()
+    assert sd["_extra_state"].tolist() == [0, 1, 1, w.MOD_HIDDEN, w.MOD_INTER]
+    tp.load_state_dict(sd)
+    assert torch.equal(tp(x).view(torch.int16), y.view(torch.int16))
+    other = dict(sd, _extra_state=torch.tensor([1, 2, 1, w.MOD_HIDDEN, w.MOD_INTER]))
+    with pytest.raises(
+        MetraleError,
+        match=r"the state holds the slices of rank 1 of 2, split 'n'.*this module is rank 0 of 1",
+    ):
+        tp.load_state_dict(other)
+    with pytest.raises(MetraleError, match="cannot be copied or pickled"):
+        copy.deepcopy(tp)
+    with pytest.raises(MetraleError, match="cannot be copied or pickled"):
+        pickle.dumps(tp)
+    with pytest.raises(MetraleError, match="already tensor parallel"):
+        tp.tensor_parallel()
+    with pytest.raises(MetraleError, match=r"split='x', want one of k, n"):
+        _one_rank_ffn("x")
+    with pytest.raises(
+        MetraleError, match="want the rank's \\[gate, up, down\\] with down a KShard or NShard"
+    ):
+        TpMetraleFfn(FfnConfig(w.MOD_HIDDEN, w.MOD_INTER), ws, "silu")
+    k, _ = _one_rank_ffn("k")
+    with pytest.raises(MetraleError, match="split 'k' runs on the reference backend \\(CPU\\) only"):
+        k._layer_of(k.host_weights(), "cuda")
+    xg = x.clone().requires_grad_(True)
+    with pytest.raises(MetraleError, match="inference only"):
+        tp(xg).sum().backward()
