@@ -407,3 +407,71 @@ def run_cuda(rank: int, size: int, port: int, out_dir: str, transport: str) -> N
         dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+#: Row counts of the CUDA module check: every m of 1 … 64 and the prefill [2, 40, hidden].
+CUDA_MOD_MS = (*range(1, 65), 80)
+
+
+def run_cuda_module(rank: int, size: int, port: int, out_dir: str, transport: str) -> None:
+    """A CUDA rank of ``size`` running ``TpMetraleFfn`` (split ``"n"``): every format at every m
+    of CUDA_MOD_MS (``y|fmt|m``), the same under ``torch.compile(fullgraph=True)``
+    (``compiled|fmt``), a tiny Llama's logits with TP MLPs (``hf``), a CUDA-graph replay on a
+    new input (``graph``, NCCL only) and the errors of split ``"k"`` on CUDA and, with gloo, of
+    a capture (``cudamod{r}.json``). Writes ``cudamod{r}.npz``."""
+    import cupy
+    import torch
+    import torch.distributed as dist
+
+    from metrale.hf import replace_mlps
+    from metrale.reference.context import FfnConfig
+    from metrale.torch import MetraleFfn
+    from tests.torch_models import tiny_model
+
+    dev = rank if transport == "nccl" else 0
+    torch.cuda.set_device(dev)
+    cupy.cuda.Device(dev).use()
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    dist.init_process_group(
+        transport, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size, timeout=TIMEOUT
+    )
+    out: dict[str, np.ndarray] = {}
+    errors: dict[str, str] = {}
+    cuda = torch.device("cuda", dev)
+    try:
+        for fmt in MOD_FORMATS:
+            whole = MetraleFfn.from_weights(FfnConfig(MOD_HIDDEN, MOD_INTER), module_weights(fmt), "silu")
+            tp = whole.tensor_parallel(split="n").to(cuda)
+            for m in CUDA_MOD_MS:
+                out[f"y|{fmt}|{m}"] = raw(tp(module_input(fmt, m).to(cuda)).cpu())
+            compiled = torch.compile(tp, fullgraph=True, backend="aot_eager")
+            out[f"compiled|{fmt}"] = raw(compiled(module_input(fmt, 33).to(cuda)).cpu())
+        try:
+            whole.tensor_parallel(split="k").to(cuda)(module_input("bf16", 1).to(cuda))
+        except Exception as e:  # the message is what the test checks
+            errors["k_on_cuda"] = f"{type(e).__name__}: {e}"
+        model = tiny_model("llama", seed=0, **hf_config()).to(cuda)
+        replace_mlps(model, "nvfp4", tp_group=dist.group.WORLD)
+        with torch.no_grad():
+            out["hf"] = raw(model(input_ids=hf_ids().to(cuda)).logits.cpu())
+        tp = MetraleFfn.from_weights(FfnConfig(MOD_HIDDEN, MOD_INTER), module_weights("nvfp4"), "silu")
+        tp = tp.tensor_parallel(split="n").to(cuda)
+        static = module_input("nvfp4", 4).to(cuda)
+        for _ in range(2):  # warm up: the layer, its buffers, the communicator
+            tp(static)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                y = tp(static)
+            static.copy_(module_input("w4a4", 4).to(cuda))
+            graph.replay()
+            torch.cuda.synchronize()
+            out["graph"] = raw(y.cpu())
+        except Exception as e:  # the capture's own end may raise too: keep the whole chain
+            errors["graph"] = f"{type(e).__name__}: {e} (context: {e.__context__!r})"
+        np.savez(Path(out_dir, f"cudamod{rank}.npz"), **out)
+        Path(out_dir, f"cudamod{rank}.json").write_text(json.dumps(errors))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()

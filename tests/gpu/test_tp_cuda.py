@@ -87,3 +87,72 @@ def test_tp_cuda_bits_equal_single_gpu(size: int, transport: str, tmp_path) -> N
                 bad.append(f"{where}: launches {launches[str(i)]} != {logs[i]}")
     assert len(cases) > 300
     assert bad == [], f"{len(bad)} mismatches, first: {bad[:5]}"
+
+
+def _single_gpu_module() -> dict[str, np.ndarray]:
+    """The single-GPU MetraleFfn bits of every module case, the tiny Llama's logits with
+    single-GPU metrale MLPs, and the graph case's eager output."""
+    import torch
+
+    from metrale.hf import replace_mlps
+    from metrale.reference.context import FfnConfig
+    from metrale.torch import MetraleFfn
+    from tests import tp_worker as w
+    from tests.torch_models import tiny_model
+
+    want = {}
+    for fmt in w.MOD_FORMATS:
+        ffn = MetraleFfn.from_weights(
+            FfnConfig(w.MOD_HIDDEN, w.MOD_INTER), w.module_weights(fmt), "silu"
+        ).cuda()
+        for m in w.CUDA_MOD_MS:
+            want[f"y|{fmt}|{m}"] = w.raw(ffn(w.module_input(fmt, m).cuda()).cpu())
+        want[f"compiled|{fmt}"] = want[f"y|{fmt}|33"]
+        if fmt == "nvfp4":
+            want["graph"] = w.raw(ffn(w.module_input("w4a4", 4).cuda()).cpu())
+    model = replace_mlps(tiny_model("llama", seed=0, **w.hf_config()).cuda(), "nvfp4")
+    with torch.no_grad():
+        want["hf"] = w.raw(model(input_ids=w.hf_ids().cuda()).logits.cpu())
+    return want
+
+
+@pytest.mark.parametrize(
+    ("size", "transport"),
+    [
+        (2, "gloo"),
+        (3, "gloo"),
+        pytest.param(2, "nccl", marks=pytest.mark.skipif(_gpu_count() < 2, reason="needs 2 GPUs")),
+    ],
+)
+def test_tp_module_cuda_bits_equal_single_gpu(size: int, transport: str, tmp_path) -> None:
+    """TpMetraleFfn (split "n") on CUDA: every format, m = 1 … 64 and a [2, 40, hidden]
+    prefill, compiled (fullgraph, aot_eager), a tiny Llama with TP MLPs (logits) and a
+    CUDA-graph replay (NCCL) give the single-GPU MetraleFfn's bits on every rank; split "k"
+    on CUDA and (gloo) a capture are refused with named errors."""
+    import torch.multiprocessing as mp
+
+    from tests import tp_worker
+
+    mp.start_processes(
+        tp_worker.run_cuda_module,
+        args=(size, _free_port(), str(tmp_path), transport),
+        nprocs=size,
+        join=True,
+        start_method="spawn",
+    )
+    want = _single_gpu_module()
+    bad = []
+    for rank in range(size):
+        got = np.load(tmp_path / f"cudamod{rank}.npz")
+        errors = json.loads((tmp_path / f"cudamod{rank}.json").read_text())
+        keys = set(want) - ({"graph"} if transport == "gloo" else set())
+        if set(got.files) != keys:
+            bad.append(f"rank {rank}: outputs {sorted(set(got.files) ^ keys)} missing or extra ({errors})")
+        for key in sorted(keys & set(got.files)):
+            if got[key].shape != want[key].shape or not np.array_equal(got[key], want[key]):
+                bad.append(f"TP={size} {transport} rank {rank} {key}: bits differ")
+        if "split 'k' runs on the reference backend (CPU) only" not in errors.get("k_on_cuda", ""):
+            bad.append(f"rank {rank}: split k on CUDA gave {errors.get('k_on_cuda')!r}")
+        if transport == "gloo" and "CUDA-graph capture cannot record" not in errors.get("graph", ""):
+            bad.append(f"rank {rank}: a gloo capture gave {errors.get('graph')!r}")
+    assert bad == [], f"{len(bad)} mismatches, first: {bad[:5]}"
