@@ -267,7 +267,9 @@ def test_load_ffn_layer_reads_rank_slices(tmp_path) -> None:
     """TP = 3 over 8 blocks (2, 3, 3): each rank loads its slices of a converted checkpoint of
     every safetensors format, with the down projection split by K and by rows, as a layer and
     as a TpMetraleFfn; every rank's bits equal the whole layer's, and the module's buffers
-    are at most its blocks' share of the whole module's (scalars aside)."""
+    are at most its blocks' share of the whole module's (scalars aside). A tiny Llama with the
+    NVFP4 folder's MLPs read slice by slice (``replace_mlps(..., tp_group=)``) gives the logits
+    of the single-device replacement."""
     from metrale.checkpoint.convert import ConvertOptions, convert_checkpoint
     from metrale.checkpoint.example import make_example_checkpoint
     from metrale.checkpoint.load import load_ffn_layer
@@ -295,6 +297,9 @@ def test_load_ffn_layer_reads_rank_slices(tmp_path) -> None:
     bad = []
     for rank, (b0, b1) in enumerate(block_ranges(8, 3)):
         got = np.load(tmp_path / f"load{rank}.npz")
+        bad.append(
+            _bits_mismatch(f"rank {rank} HF logits, TP MLPs of {paths[1]}", got["hf|True"], got["hf|False"])
+        )
         for split, (j, p) in itertools.product("kn", enumerate(paths)):
             held = int(got[f"{split}|{j}|inter"])
             if held != 16 * (b1 - b0):

@@ -310,7 +310,8 @@ def run_load(rank: int, size: int, port: int, out_dir: str, paths: list[str]) ->
     """Each rank loads its slices of every checkpoint in ``paths`` with either split, as a
     ``DenseFfnLayer`` and as a ``TpMetraleFfn``, and writes the bits of rows 1, 2, 3, 5, 70
     (``load{r}.npz``: ``split|path-index|m`` → uint16, ``mod|split|path-index|m`` the module's),
-    its intermediate size and the module's buffer bytes."""
+    its intermediate size and the module's buffer bytes; and a tiny Llama's logits with the
+    NVFP4 checkpoint's MLPs, single-device and tensor parallel (``hf|False``, ``hf|True``)."""
     import torch
     import torch.distributed as dist
 
@@ -336,6 +337,14 @@ def run_load(rank: int, size: int, port: int, out_dir: str, paths: list[str]) ->
                     xt = torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
                     out[f"mod|{split}|{j}|{m}"] = raw(mod(xt))
                 out[f"mod|{split}|{j}|bytes"] = np.array(sum(t.nbytes for t in mod.buffers()))
+        # a tiny Llama of the checkpoints' sizes with the NVFP4 folder's MLPs, read slice by slice
+        from metrale.hf import replace_mlps
+        from tests.torch_models import tiny_model
+
+        for g in (None, dist.group.WORLD):
+            model = replace_mlps(tiny_model("llama", seed=3), paths[1], tp_group=g)
+            with torch.no_grad():
+                out[f"hf|{g is not None}"] = raw(model(input_ids=hf_ids()).logits)
         np.savez(Path(out_dir, f"load{rank}.npz"), **out)
         dist.barrier()
     finally:
