@@ -208,12 +208,13 @@ def replace_mlps(
             ffn = quantized_mlp(mlp, str(source), act, where, amaxes[i])
             if tp_group is not None:
                 ffn = ffn.tensor_parallel(tp_group, tp_split)
-        elif tp_group is not None:
-            from metrale.distributed.module import TpMetraleFfn
-
-            ffn = TpMetraleFfn.from_checkpoint(source, i, tp_group, tp_split)
         else:
-            ffn = MetraleFfn.from_layer(load_ffn_layer(source, layer=i, backend="reference"))
+            if tp_group is not None:
+                from metrale.distributed.module import TpMetraleFfn
+
+                ffn = TpMetraleFfn.from_checkpoint(source, i, tp_group, tp_split)
+            else:
+                ffn = MetraleFfn.from_layer(load_ffn_layer(source, layer=i, backend="reference"))
             inter, hidden = mlp.gate_proj.weight.shape
             got = (ffn.config.hidden_size, ffn.config.intermediate_size)
             if got != (hidden, inter):

@@ -430,3 +430,17 @@ def test_tp_module_state_copy_and_refusals(one_rank_world: Any) -> None:
     xg = x.clone().requires_grad_(True)
     with pytest.raises(MetraleError, match="inference only"):
         tp(xg).sum().backward()
+
+
+def test_replace_mlps_tp_checks_the_checkpoint_shape(one_rank_world: Any, tmp_path) -> None:
+    """A checkpoint read slice by slice is checked against the model like a whole one."""
+    from metrale.checkpoint.example import make_example_checkpoint
+    from metrale.hf import replace_mlps
+    from tests.torch_models import tiny_model
+
+    src = make_example_checkpoint(tmp_path / "llama", hidden=64, intermediate=128, layers=2, seed=5)
+    model = tiny_model("llama", hidden_size=128, intermediate_size=320)
+    with pytest.raises(
+        MetraleError, match="layer 0 FFN is hidden=64, intermediate=128; the model's is hidden=128"
+    ):
+        replace_mlps(model, src, tp_group=one_rank_world)
