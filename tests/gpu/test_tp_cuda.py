@@ -121,6 +121,7 @@ def _single_gpu_module() -> dict[str, np.ndarray]:
     [
         (2, "gloo"),
         (3, "gloo"),
+        (1, "nccl"),  # one GPU: the NCCL device path and a captured collective
         pytest.param(2, "nccl", marks=pytest.mark.skipif(_gpu_count() < 2, reason="needs 2 GPUs")),
     ],
 )
@@ -128,7 +129,8 @@ def test_tp_module_cuda_bits_equal_single_gpu(size: int, transport: str, tmp_pat
     """TpMetraleFfn (split "n") on CUDA: every format, m = 1 … 64 and a [2, 40, hidden]
     prefill, compiled (fullgraph, aot_eager), a tiny Llama with TP MLPs (logits) and a
     CUDA-graph replay (NCCL) give the single-GPU MetraleFfn's bits on every rank; split "k"
-    on CUDA and (gloo) a capture are refused with named errors."""
+    on CUDA and (gloo) a capture are refused with named errors. On one GPU: TP = 2, 3 over
+    gloo (ranks share the GPU) and TP = 1 over NCCL; on two, TP = 2 over NCCL."""
     import torch.multiprocessing as mp
 
     from tests import tp_worker
