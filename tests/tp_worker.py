@@ -438,7 +438,8 @@ CUDA_MOD_MS = (*range(1, 65), 80)
 def run_cuda_module(rank: int, size: int, port: int, out_dir: str, transport: str) -> None:
     """A CUDA rank of ``size`` running ``TpMetraleFfn`` (split ``"n"``): every format at every m
     of CUDA_MOD_MS (``y|fmt|m``), the same under ``torch.compile(fullgraph=True)``
-    (``compiled|fmt``), a tiny Llama's logits with TP MLPs (``hf``), a CUDA-graph replay on a
+    (``compiled|fmt``), a tiny Llama's logits with TP MLPs (``hf``) and, on the same GPU in
+    the same process, with single-GPU metrale MLPs (``hf1``), a CUDA-graph replay on a
     new input (``graph``, NCCL only) and the errors of split ``"k"`` on CUDA and, with gloo, of
     a capture (``cudamod{r}.json``). Writes ``cudamod{r}.npz``."""
     import cupy
@@ -472,10 +473,11 @@ def run_cuda_module(rank: int, size: int, port: int, out_dir: str, transport: st
             whole.tensor_parallel(split="k").to(cuda)(module_input("bf16", 1).to(cuda))
         except Exception as e:  # the message is what the test checks
             errors["k_on_cuda"] = f"{type(e).__name__}: {e}"
-        model = tiny_model("llama", seed=0, **hf_config()).to(cuda)
-        replace_mlps(model, "nvfp4", tp_group=dist.group.WORLD)
-        with torch.no_grad():
-            out["hf"] = raw(model(input_ids=hf_ids().to(cuda)).logits.cpu())
+        for key, g in (("hf1", None), ("hf", dist.group.WORLD)):  # single-GPU MLPs, then TP MLPs
+            model = tiny_model("llama", seed=0, **hf_config()).to(cuda)
+            replace_mlps(model, "nvfp4", tp_group=g)
+            with torch.no_grad():
+                out[key] = raw(model(input_ids=hf_ids().to(cuda)).logits.cpu())
         tp = MetraleFfn.from_weights(FfnConfig(MOD_HIDDEN, MOD_INTER), module_weights("nvfp4"), "silu")
         tp = tp.tensor_parallel(split="n").to(cuda)
         static = module_input("nvfp4", 4).to(cuda)
