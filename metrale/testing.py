@@ -138,3 +138,22 @@ class LayerParts:
             h, i = self.config.hidden_size, self.config.intermediate_size
             layer.set_w8a8_decode_weights(self.w8a8, h, i)
         return layer
+
+    def tp_layer(self, rank: int, size: int, **kwargs: Any) -> DenseFfnLayer:
+        """This rank's tensor-parallel layer of these parts (``metrale.distributed.tp_layer``;
+        ``kwargs``: group, split, backend)."""
+        from metrale.distributed import tp_layer
+
+        return tp_layer(
+            self.config,
+            rank,
+            size,
+            weights=self.weights,
+            bf16_weights=self.bf16_weights,
+            fp8_weights=self.fp8_weights,
+            q2_weights=self.q2_weights,
+            w8a8=self.w8a8,
+            lora=self.lora,
+            activation=self.activation,
+            **kwargs,
+        )

@@ -261,7 +261,7 @@ def run(rank: int, world: int, port: int, out_dir: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from metrale.distributed import TpBackend, tp_layer
+    from metrale.distributed import TpBackend
     from metrale.reference.kernels import ReferenceBackend
     from metrale.reference.tiers import weight_quantization
     from tests.layer_cases import run_guarded
@@ -288,20 +288,7 @@ def run(rank: int, world: int, port: int, out_dir: str) -> None:
             p = parts_by_kind[kind]
             for (split, size), (r, g) in mine.items():
                 if (split, size, kind) not in layers:
-                    layers[split, size, kind] = tp_layer(
-                        p.config,
-                        r,
-                        size,
-                        weights=p.weights,
-                        bf16_weights=p.bf16_weights,
-                        fp8_weights=p.fp8_weights,
-                        q2_weights=p.q2_weights,
-                        w8a8=p.w8a8,
-                        lora=p.lora,
-                        activation=p.activation,
-                        group=g,
-                        split=split,
-                    )
+                    layers[split, size, kind] = p.tp_layer(r, size, group=g, split=split)
                 layer = layers[split, size, kind]
                 layer.backend.launches.clear()
                 bits[f"bits|{split}|{size}|{i}"] = run_guarded(layer, entry, x)
@@ -385,7 +372,6 @@ def run_cuda(rank: int, size: int, port: int, out_dir: str, transport: str) -> N
     import torch.distributed as dist
 
     from metrale.cuda import cuda_backend
-    from metrale.distributed import tp_layer
     from metrale.reference.tiers import weight_quantization
     from tests.layer_cases import run_guarded
 
@@ -407,19 +393,7 @@ def run_cuda(rank: int, size: int, port: int, out_dir: str, transport: str) -> N
             weight_quantization.cache_clear()
             p = parts_by_kind[kind]
             if kind not in layers:
-                layers[kind] = tp_layer(
-                    p.config,
-                    rank,
-                    size,
-                    weights=p.weights,
-                    bf16_weights=p.bf16_weights,
-                    fp8_weights=p.fp8_weights,
-                    q2_weights=p.q2_weights,
-                    w8a8=p.w8a8,
-                    lora=p.lora,
-                    activation=p.activation,
-                    backend=backend,
-                )
+                layers[kind] = p.tp_layer(rank, size, backend=backend)
             layer = layers[kind]
             layer.backend.launches.clear()
             bits[str(i)] = run_guarded(layer, entry, case_input(i, m))

@@ -214,7 +214,6 @@ def check_case(
 ) -> list[dict[str, Any]]:
     from metrale.bench.cases import FORMATS as BENCH_FORMATS
     from metrale.bench.cases import build_host, x_rows
-    from metrale.distributed import tp_layer
     from metrale.reference.context import FfnConfig, ForwardContext
     from metrale.testing import LayerParts
 
@@ -223,21 +222,7 @@ def check_case(
     parts = LayerParts(cfg).put(BENCH_FORMATS[fmt].stem, build_host(fmt, hidden, inter, a.seed, shape))
     one = parts.layer(backend)
     splits = ("k", "n") if a.device == "cpu" else ("n",)
-    tps = {
-        sp: tp_layer(
-            cfg,
-            rank,
-            size,
-            weights=parts.weights,
-            bf16_weights=parts.bf16_weights,
-            fp8_weights=parts.fp8_weights,
-            q2_weights=parts.q2_weights,
-            w8a8=parts.w8a8,
-            backend=backend,
-            split=sp,
-        )
-        for sp in splits
-    }
+    tps = {sp: parts.tp_layer(rank, size, backend=backend, split=sp) for sp in splits}
     x_all = x_rows(hidden, a.seed, shape, max(a.m_list))
     clock = Clock(a, size) if a.timed else None
     out = []
