@@ -69,3 +69,13 @@ def test_counter_equals_tree_sum_property(values: list[float]) -> None:
     v = np.asarray(values, dtype=F32)
     with np.errstate(all="ignore"):
         assert _bits(counter_root(v)) == _bits(tree_sum(v, axis=0))
+
+
+def test_counter_fold_is_right_nested() -> None:
+    """7 steps (56 blocks): the levels hold 2^24 (steps 0-3), 1 (steps 4-5) and 1 (step 6). The
+    padded tree adds the two 1s first: 2^24 + 2 exactly; adding 2^24 + 1 first would round to
+    2^24 (tie to even) and end at 2^24."""
+    v = np.zeros(56, dtype=F32)
+    v[0], v[32], v[48] = 2.0**24, 1.0, 1.0
+    assert float(tree_sum(v, axis=0)) == 2.0**24 + 2
+    assert _bits(counter_root(v)) == _bits(tree_sum(v, axis=0))
