@@ -1,9 +1,11 @@
 """Launcher of the integer tensor-core kernels of ``kernels/mma_gemm.cuh`` (NVFP4 × A16/A4 in
 ``nvfp4_mma.cu``, Q2_0 × A16 in ``q2_0_mma.cu``): one prologue per chunk of rows writes the
 activation codes in MMA fragment order into a persistent workspace, then either the prefill GEMM
-(``{prefix}_gemm_*``: every warp a 16-column × 8·NT-row tile over all of K) where its grid fills
-every multiprocessor, or the K-split MMA kernels (``{prefix}_mma_nt{NT}_*``: a CTA per 16
-columns, K split across its warps) in chunks of MMA_ROWS rows. Every path gives the same bits.
+(``{prefix}_gemm_*``: every warp a 16-column × 8·NT-row tile over all of K, or over one of up to
+GEMM_MAX_PARTS aligned K parts whose roots ``mma_finish`` sums where the grid would be small)
+where its grid fills every multiprocessor, or the K-split MMA kernels (``{prefix}_mma_nt{NT}_*``:
+a CTA per 16 columns, K split across its warps) in chunks of MMA_ROWS rows. Every path gives the
+same bits (arithmetic.md § tree).
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ def _gemm(
     kp8 = 1 << max(0, (s8 - 1).bit_length())  # steps per part: a power of two >= S8 (one part)
     parts = 1
     target = 2 * runtime.sm_count()
-    while kp8 > GEMM_MIN_PART_STEPS and parts < GEMM_MAX_PARTS:
+    while kp8 > GEMM_MIN_PART_STEPS and -(-s8 // (kp8 // 2)) <= GEMM_MAX_PARTS:
         nt_here = table[min((d for d in table if kp8 <= 1 << d), default=max(table))][0]
         if col_ctas * -(-chunk // (8 * nt_here)) * gz * parts >= target:
             break
