@@ -110,77 +110,16 @@ __device__ __forceinline__ void step_pieces(uint4 v, int t, unsigned int (&u)[4]
     u[0] = p0; u[1] = p1; u[2] = p2; u[3] = p3;
 }
 
-// One step (8 aligned blocks) of 16 weight columns as loaded: lane (g, t) holds 16 bytes of
-// rows n0 + g (wv[0]) and n0 + g + 8 (wv[1]) at byte 16 t of the step, and the step's 8 scale
-// bytes of both rows (sc[h][0]: blocks 0-3, sc[h][1]: blocks 4-7). Blocks past B load as zeros.
-struct StepLoad {
-    uint4 wv[2];
-    unsigned int sc[2][2];
-};
-
-template <bool AL>
-__device__ __forceinline__ void load_step(StepLoad& s, const unsigned char* wr0, const unsigned char* wr1,
-                                          const unsigned char* sr0, const unsigned char* sr1, int blk0, int B,
-                                          int t) {
-    if (AL) {
-        const bool ok = blk0 < B;  // B % 8 == 0: whole steps
-        const long long wo = (long long)blk0 * 8 + 16 * t;
-        s.wv[0] = ok ? __ldg((const uint4*)(wr0 + wo)) : make_uint4(0u, 0u, 0u, 0u);
-        s.wv[1] = ok ? __ldg((const uint4*)(wr1 + wo)) : make_uint4(0u, 0u, 0u, 0u);
-        const uint2 z2 = make_uint2(0u, 0u);
-        const uint2 a = ok ? __ldg((const uint2*)(sr0 + blk0)) : z2;
-        const uint2 c = ok ? __ldg((const uint2*)(sr1 + blk0)) : z2;
-        s.sc[0][0] = a.x; s.sc[0][1] = a.y;
-        s.sc[1][0] = c.x; s.sc[1][1] = c.y;
-    } else {
-        const int be = blk0 + 2 * t, bo = be + 1;
-        uint2 e0 = make_uint2(0u, 0u), o0 = e0, e1 = e0, o1 = e0;
-        if (be < B) {
-            e0 = __ldg((const uint2*)(wr0 + (long long)be * 8));
-            e1 = __ldg((const uint2*)(wr1 + (long long)be * 8));
-        }
-        if (bo < B) {
-            o0 = __ldg((const uint2*)(wr0 + (long long)bo * 8));
-            o1 = __ldg((const uint2*)(wr1 + (long long)bo * 8));
-        }
-        s.wv[0] = make_uint4(e0.x, e0.y, o0.x, o0.y);
-        s.wv[1] = make_uint4(e1.x, e1.y, o1.x, o1.y);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const unsigned char* sr = h ? sr1 : sr0;
-            unsigned int s0 = 0u, s1 = 0u;
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                if (blk0 + j < B) s0 |= (unsigned int)__ldg(sr + blk0 + j) << (8 * j);
-                if (blk0 + 4 + j < B) s1 |= (unsigned int)__ldg(sr + blk0 + 4 + j) << (8 * j);
-            }
-            s.sc[h][0] = s0;
-            s.sc[h][1] = s1;
-        }
-    }
-}
-
-__device__ __forceinline__ void decode_step(const StepLoad& s, int t, const NibConsts& kc, StepOps& o) {
-    unsigned int u[4];
-    step_pieces(s.wv[0], t, u);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) nib8_codes_k(u[q], kc, o.a0[2 * q], o.a0[2 * q + 1]);
-    step_pieces(s.wv[1], t, u);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) nib8_codes_k(u[q], kc, o.a1[2 * q], o.a1[2 * q + 1]);
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {
-        e4m3x2_to_f32(s.sc[0][q] & 0xffffu, o.ws0[4 * q], o.ws0[4 * q + 1]);
-        e4m3x2_to_f32(s.sc[0][q] >> 16, o.ws0[4 * q + 2], o.ws0[4 * q + 3]);
-        e4m3x2_to_f32(s.sc[1][q] & 0xffffu, o.ws1[4 * q], o.ws1[4 * q + 1]);
-        e4m3x2_to_f32(s.sc[1][q] >> 16, o.ws1[4 * q + 2], o.ws1[4 * q + 3]);
-    }
-}
-
-
+// The NVFP4 weight policy of mma_gemm.cuh. Load: one step (8 aligned blocks) of 16 weight
+// columns as loaded: lane (g, t) holds 16 bytes of rows n0 + g (wv[0]) and n0 + g + 8 (wv[1]) at
+// byte 16 t of the step, and the step's 8 scale bytes of both rows (sc[h][0]: blocks 0-3,
+// sc[h][1]: blocks 4-7). Blocks past B load as zeros.
 struct Nvfp4W {
     typedef NibConsts Consts;
-    typedef StepLoad Load;
+    struct Load {
+        uint4 wv[2];
+        unsigned int sc[2][2];
+    };
     static __device__ __forceinline__ Consts consts() { return nib_consts(); }
     static __device__ __forceinline__ long long wrow(int B) { return (long long)B * 8; }
     static __device__ __forceinline__ long long srow(int B) { return B; }
@@ -188,10 +127,58 @@ struct Nvfp4W {
     static __device__ __forceinline__ void load(Load& s, const unsigned char* wr0, const unsigned char* wr1,
                                                 const unsigned char* sr0, const unsigned char* sr1, int blk0,
                                                 int B, int t) {
-        load_step<AL>(s, wr0, wr1, sr0, sr1, blk0, B, t);
+        if (AL) {
+            const bool ok = blk0 < B;  // B % 8 == 0: whole steps
+            const long long wo = (long long)blk0 * 8 + 16 * t;
+            s.wv[0] = ok ? __ldg((const uint4*)(wr0 + wo)) : make_uint4(0u, 0u, 0u, 0u);
+            s.wv[1] = ok ? __ldg((const uint4*)(wr1 + wo)) : make_uint4(0u, 0u, 0u, 0u);
+            const uint2 z2 = make_uint2(0u, 0u);
+            const uint2 a = ok ? __ldg((const uint2*)(sr0 + blk0)) : z2;
+            const uint2 c = ok ? __ldg((const uint2*)(sr1 + blk0)) : z2;
+            s.sc[0][0] = a.x; s.sc[0][1] = a.y;
+            s.sc[1][0] = c.x; s.sc[1][1] = c.y;
+        } else {
+            const int be = blk0 + 2 * t, bo = be + 1;
+            uint2 e0 = make_uint2(0u, 0u), o0 = e0, e1 = e0, o1 = e0;
+            if (be < B) {
+                e0 = __ldg((const uint2*)(wr0 + (long long)be * 8));
+                e1 = __ldg((const uint2*)(wr1 + (long long)be * 8));
+            }
+            if (bo < B) {
+                o0 = __ldg((const uint2*)(wr0 + (long long)bo * 8));
+                o1 = __ldg((const uint2*)(wr1 + (long long)bo * 8));
+            }
+            s.wv[0] = make_uint4(e0.x, e0.y, o0.x, o0.y);
+            s.wv[1] = make_uint4(e1.x, e1.y, o1.x, o1.y);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const unsigned char* sr = h ? sr1 : sr0;
+                unsigned int s0 = 0u, s1 = 0u;
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    if (blk0 + j < B) s0 |= (unsigned int)__ldg(sr + blk0 + j) << (8 * j);
+                    if (blk0 + 4 + j < B) s1 |= (unsigned int)__ldg(sr + blk0 + 4 + j) << (8 * j);
+                }
+                s.sc[h][0] = s0;
+                s.sc[h][1] = s1;
+            }
+        }
     }
     static __device__ __forceinline__ void decode(const Load& s, int t, const Consts& kc, StepOps& o) {
-        decode_step(s, t, kc, o);
+        unsigned int u[4];
+        step_pieces(s.wv[0], t, u);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) nib8_codes_k(u[q], kc, o.a0[2 * q], o.a0[2 * q + 1]);
+        step_pieces(s.wv[1], t, u);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) nib8_codes_k(u[q], kc, o.a1[2 * q], o.a1[2 * q + 1]);
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+            e4m3x2_to_f32(s.sc[0][q] & 0xffffu, o.ws0[4 * q], o.ws0[4 * q + 1]);
+            e4m3x2_to_f32(s.sc[0][q] >> 16, o.ws0[4 * q + 2], o.ws0[4 * q + 3]);
+            e4m3x2_to_f32(s.sc[1][q] & 0xffffu, o.ws1[4 * q], o.ws1[4 * q + 1]);
+            e4m3x2_to_f32(s.sc[1][q] >> 16, o.ws1[4 * q + 2], o.ws1[4 * q + 3]);
+        }
     }
 };
 
