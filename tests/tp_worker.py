@@ -362,18 +362,12 @@ def load_input(m: int, hidden: int) -> np.ndarray:
     return np.random.default_rng(m).standard_normal((m, hidden)).astype(BF16)
 
 
-def run_cuda(rank: int, size: int, port: int, out_dir: str, transport: str) -> None:
-    """A CUDA rank of ``size``: ``transport`` "nccl" (rank r on GPU r) or "gloo" (every rank on
-    GPU 0, device arrays staged through the host). Every case with the down projection split by
-    output rows; writes ``cuda{r}.npz`` (``case`` → uint16 bits) and ``cuda{r}.json`` (launch
-    logs)."""
+def _cuda_world(rank: int, size: int, port: int, transport: str) -> int:
+    """Join a CUDA world of ``size`` ranks over ``transport`` ("nccl": rank r on GPU r; "gloo":
+    every rank on GPU 0) with NVLink multicast off; returns the rank's device."""
     import cupy
     import torch
     import torch.distributed as dist
-
-    from metrale.cuda import cuda_backend
-    from metrale.reference.tiers import weight_quantization
-    from tests.layer_cases import run_guarded
 
     dev = rank if transport == "nccl" else 0
     torch.cuda.set_device(dev)
@@ -382,6 +376,21 @@ def run_cuda(rank: int, size: int, port: int, out_dir: str, transport: str) -> N
     dist.init_process_group(
         transport, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size, timeout=TIMEOUT
     )
+    return dev
+
+
+def run_cuda(rank: int, size: int, port: int, out_dir: str, transport: str) -> None:
+    """A CUDA rank of ``size``: ``transport`` "nccl" (rank r on GPU r) or "gloo" (every rank on
+    GPU 0, device arrays staged through the host). Every case with the down projection split by
+    output rows; writes ``cuda{r}.npz`` (``case`` → uint16 bits) and ``cuda{r}.json`` (launch
+    logs)."""
+    import torch.distributed as dist
+
+    from metrale.cuda import cuda_backend
+    from metrale.reference.tiers import weight_quantization
+    from tests.layer_cases import run_guarded
+
+    _cuda_world(rank, size, port, transport)
     try:
         backend = cuda_backend()
         parts_by_kind = layer_parts()
@@ -416,7 +425,6 @@ def run_cuda_module(rank: int, size: int, port: int, out_dir: str, transport: st
     the same process, with single-GPU metrale MLPs (``hf1``), a CUDA-graph replay on a
     new input (``graph``, NCCL only) and the errors of split ``"k"`` on CUDA and, with gloo, of
     a capture (``cudamod{r}.json``). Writes ``cudamod{r}.npz``."""
-    import cupy
     import torch
     import torch.distributed as dist
 
@@ -425,13 +433,7 @@ def run_cuda_module(rank: int, size: int, port: int, out_dir: str, transport: st
     from metrale.torch import MetraleFfn
     from tests.torch_models import tiny_model
 
-    dev = rank if transport == "nccl" else 0
-    torch.cuda.set_device(dev)
-    cupy.cuda.Device(dev).use()
-    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-    dist.init_process_group(
-        transport, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size, timeout=TIMEOUT
-    )
+    dev = _cuda_world(rank, size, port, transport)
     out: dict[str, np.ndarray] = {}
     errors: dict[str, str] = {}
     cuda = torch.device("cuda", dev)

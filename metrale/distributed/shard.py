@@ -39,17 +39,12 @@ def block_ranges(nblocks: int, size: int) -> list[tuple[int, int]]:
     return [(r * nblocks // size, (r + 1) * nblocks // size) for r in range(size)]
 
 
-@dataclass(frozen=True)
-class KShard:
-    """A rank's down-projection weight: ``weight`` holds blocks ``first_block`` … of the full K
-    (Q2_0: whole 64-element groups around the owned range), the rank owns ``blocks`` = [b0, b1)
-    of ``total_blocks``. Other attributes (format, n, name, input_scale, …) are the weight's;
-    ``k`` is the owned K, 16·(b1 − b0)."""
+class _Shard:
+    """A rank's part of a weight: attributes it does not hold are the weight's; ``k`` is the
+    owned K, 16 per owned block."""
 
     weight: Any
     blocks: tuple[int, int]
-    first_block: int
-    total_blocks: int
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -59,6 +54,19 @@ class KShard:
     @property
     def k(self) -> int:
         return BLOCK * (self.blocks[1] - self.blocks[0])
+
+
+@dataclass(frozen=True)
+class KShard(_Shard):
+    """A rank's down-projection weight: ``weight`` holds blocks ``first_block`` … of the full K
+    (Q2_0: whole 64-element groups around the owned range), the rank owns ``blocks`` = [b0, b1)
+    of ``total_blocks``. Other attributes (format, n, name, input_scale, …) are the weight's;
+    ``k`` is the owned K, 16·(b1 − b0)."""
+
+    weight: Any
+    blocks: tuple[int, int]
+    first_block: int
+    total_blocks: int
 
 
 #: The two ways of splitting the down projection.
@@ -85,7 +93,7 @@ def row_ranges(n: int, size: int) -> list[tuple[int, int]]:
 
 
 @dataclass(frozen=True)
-class NShard:
+class NShard(_Shard):
     """A rank's down-projection weight split by output rows: ``weight`` holds rows ``rows`` =
     [n0, n1) of the full down weight over the full K; the rank's h columns are blocks
     ``blocks`` of ``total_blocks``. Other attributes are the weight's; ``n`` is the full N
@@ -97,18 +105,9 @@ class NShard:
     blocks: tuple[int, int]
     total_blocks: int
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(self.weight, name)
-
     @property
     def n(self) -> int:
         return self.n_total
-
-    @property
-    def k(self) -> int:
-        return BLOCK * (self.blocks[1] - self.blocks[0])
 
 
 @dataclass(frozen=True)
