@@ -36,6 +36,7 @@ GEMM_SMALL_TILES = configs.NVFP4_GEMM_SMALL_TILES
 #: (8 blocks each) while the grid has fewer than two CTAs per multiprocessor.
 GEMM_MAX_PARTS = 64
 GEMM_MIN_PART_STEPS = 4
+#: Dynamic shared memory a launch may ask for (of the H200's 227 KB per CTA, with headroom).
 SMEM_LIMIT = 220 * 1024
 #: prep(r0, m, rows8, nb, act, fac): launch the prologue of rows r0 .. r0 + m - 1 into act/fac.
 Prep = Callable[[int, int, int, int, Any, Any], None]

@@ -28,7 +28,6 @@ THREADS = 256
 WARPS = THREADS // 32
 #: K up to 64 chunks of 64 blocks (two 2048-block slots of the tree).
 MAX_K = 65536
-SMEM_LIMIT = 220 * 1024
 A16_ROWS = configs.NVFP4_A16_ROWS
 A4_ROWS = configs.NVFP4_A4_ROWS
 F32 = np.float32
@@ -66,7 +65,7 @@ def _smem(mode: int, r: int, k: int) -> int:
 def _rows_per_pass(mode: int, want: int, k: int) -> int:
     choices = A16_ROWS if mode == 0 else A4_ROWS
     r = max(c for c in choices if c <= max(1, want))
-    while r > 1 and _smem(mode, r, k) > SMEM_LIMIT:
+    while r > 1 and _smem(mode, r, k) > mma.SMEM_LIMIT:
         r = max(c for c in choices if c < r)
     return r
 
@@ -116,7 +115,7 @@ def _fast_rows(want: int, k: int) -> int | None:
     if b % 64:
         return None
     r = max(c for c in A16_ROWS if c <= max(1, want))
-    while _fast_smem(r, k) > SMEM_LIMIT:
+    while _fast_smem(r, k) > mma.SMEM_LIMIT:
         if r == 1:
             return None
         r = max(c for c in A16_ROWS if c < r)
