@@ -38,6 +38,8 @@ GEMM_MAX_PARTS = 64
 GEMM_MIN_PART_STEPS = 4
 #: Dynamic shared memory a launch may ask for (of the H200's 227 KB per CTA, with headroom).
 SMEM_LIMIT = 220 * 1024
+#: Threads per CTA of the prologues (one per row and block).
+PREP_THREADS = 256
 #: prep(r0, m, rows8, nb, act, fac): launch the prologue of rows r0 .. r0 + m - 1 into act/fac.
 Prep = Callable[[int, int, int, int, Any, Any], None]
 #: device -> persistent prologue workspace (stream-ordered reuse; graph-capture safe).
@@ -54,6 +56,20 @@ def workspace(nbytes: int) -> Any:
         buf = cupy.empty(nbytes, dtype=cupy.uint8)
         _workspace[dev] = buf
     return buf
+
+
+def a16_prep(cu: str, name: str, x: Any, ldx: int, b: int) -> Prep | None:
+    """The A16 prologue ``name`` of ``cu`` over bf16 rows ``x`` (row stride ``ldx`` elements) of
+    ``b`` blocks, as a Prep; None where the kernel did not build."""
+    kern = runtime.get_kernel(cu, name)
+    if kern is None:
+        return None
+
+    def prep(r0: int, m: int, rows8: int, nb: int, act: Any, fac: Any) -> None:
+        args = (x[r0:], np.int64(ldx), np.int32(m), np.int32(rows8), np.int32(b), np.int32(nb), act, fac)
+        kern((-(-rows8 * nb // PREP_THREADS),), (PREP_THREADS,), args)
+
+    return prep
 
 
 def launch(

@@ -139,12 +139,10 @@ def nvfp4_a16(x: Any, sets: list[tuple[Any, Any]], rows: int, r_want: int) -> No
     args0 = _set(sets[0][0], sets[0][1], F32(sets[0][0].weight_scale_2), rows)
     args1 = _set(sets[-1][0], sets[-1][1], F32(sets[-1][0].weight_scale_2), rows)
     tail = (np.int32(w0.n), np.int32(k))
-    if (
-        mma.ENABLED
-        and rows >= MMA_MIN_ROWS
-        and mma.launch(MMA_FILE, "w4a16", _a16_prep(x, ldx, b), rows, b, args0, args1, len(sets), w0.n)
-    ):
-        return
+    if mma.ENABLED and rows >= MMA_MIN_ROWS:
+        prep = mma.a16_prep(MMA_FILE, "w4a16_mma_prep", x, ldx, b)
+        if mma.launch(MMA_FILE, "w4a16", prep, rows, b, args0, args1, len(sets), w0.n):
+            return
     fast = _fast_rows(min(r_want, rows), k) if FAST_ENABLED else None
     if fast is not None:
         name = f"nvfp4_a16f_r{fast}"
@@ -174,18 +172,6 @@ def nvfp4_a16(x: Any, sets: list[tuple[Any, Any]], rows: int, r_want: int) -> No
     runtime.set_dynamic_smem(kern, smem)
     grid = _grid(w0.n, -(-rows // r), len(sets), smem)
     kern(grid, (THREADS,), (x, np.int64(ldx), np.int32(rows), *args0, *args1, *tail), shared_mem=smem)
-
-
-def _a16_prep(x: Any, ldx: int, b: int) -> mma.Prep | None:
-    kern = runtime.get_kernel(MMA_FILE, "w4a16_mma_prep")
-    if kern is None:
-        return None
-
-    def prep(r0: int, m: int, rows8: int, nb: int, act: Any, fac: Any) -> None:
-        args = (x[r0:], np.int64(ldx), np.int32(m), np.int32(rows8), np.int32(b), np.int32(nb), act, fac)
-        kern((-(-rows8 * nb // THREADS),), (THREADS,), args)
-
-    return prep
 
 
 @dataclass
@@ -260,7 +246,7 @@ def _a4_prep(codes: DeviceA4Codes, b: int) -> mma.Prep | None:
 
     def prep(r0: int, m: int, rows8: int, nb: int, act: Any, fac: Any) -> None:
         args = (c[r0:], np.int64(ldc), codes.afac[r0:], np.int32(m), np.int32(rows8), np.int32(b))
-        kern((-(-rows8 * nb // THREADS),), (THREADS,), (*args, np.int32(nb), act, fac))
+        kern((-(-rows8 * nb // mma.PREP_THREADS),), (mma.PREP_THREADS,), (*args, np.int32(nb), act, fac))
 
     return prep
 

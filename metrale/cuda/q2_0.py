@@ -61,15 +61,9 @@ def _q2_project(x: Any, w: Any, out: Any, m: int, kernel: str) -> None:
     outa, ldo = device_out(out, m, n, "out")
     nb = k // BLOCK
     if mma.ENABLED and m >= MMA_MIN_ROWS:
-        ldx = xa.strides[0] // 2
-        prep_kernel = get_kernel(MMA_FILE, "q2_mma_prep")
-
-        def prep(r0: int, rows: int, rows8: int, nbp: int, act: Any, fac: Any) -> None:
-            args = (xa[r0:], np.int64(ldx), np.int32(rows), np.int32(rows8), np.int32(nb), np.int32(nbp))
-            prep_kernel((cdiv(rows8 * nbp, 256),), (256,), (*args, act, fac))
-
+        prep = mma.a16_prep(MMA_FILE, "q2_mma_prep", xa, xa.strides[0] // 2, nb)
         ws = (arr["qs"], arr["d"], np.float32(1.0), outa, np.int64(ldo))
-        if prep_kernel is not None and mma.launch(MMA_FILE, "q2", prep, m, nb, ws, ws, 1, n):
+        if mma.launch(MMA_FILE, "q2", prep, m, nb, ws, ws, 1, n):
             return
     lohi = cupy.empty((m * nb * 2 * 4,), dtype=cupy.uint32)
     aux = cupy.empty((m * nb * 2,), dtype=cupy.uint32)
