@@ -18,6 +18,7 @@ leaves them alone; the ``DenseFfnLayer`` of a device is built from them on first
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import sys
 import weakref
@@ -253,18 +254,14 @@ def _torch_free(ptr: int, device: int, _finalizing: Any = sys.is_finalizing) -> 
         torch.cuda.caching_allocator_delete(ptr)
 
 
-_ALLOCATOR: list[Any] = []
-
-
+@functools.cache
 def torch_allocator() -> Any:
     """A CuPy allocator (``cupy.cuda.using_allocator``) drawing from torch's caching allocator
     on torch's current stream: capture-aware, so CuPy buffers made inside ``torch.cuda.graph``
     live in the graph's pool."""
-    if not _ALLOCATOR:
-        import cupy
+    import cupy
 
-        _ALLOCATOR.append(cupy.cuda.memory.PythonFunctionAllocator(_torch_malloc, _torch_free).malloc)
-    return _ALLOCATOR[0]
+    return cupy.cuda.memory.PythonFunctionAllocator(_torch_malloc, _torch_free).malloc
 
 
 def check_input(x: torch.Tensor, hidden: int, name: str) -> None:
