@@ -162,6 +162,17 @@ class CupyClock:
         return Timing(us, method, reps * ffn_per_call, samples, spread)
 
 
+def torch_loop_ms(torch: Any, body: Callable[[], None], n: int) -> float:
+    """Milliseconds per call of ``body`` over ``n`` calls, by CUDA events on torch's stream."""
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    for _ in range(n):
+        body()
+    e1.record()
+    e1.synchronize()
+    return e0.elapsed_time(e1) / n
+
+
 class TorchClock:
     """CUDA events around torch CUDA-graph replays; a Python loop where capture fails."""
 
@@ -171,14 +182,7 @@ class TorchClock:
         self.torch = torch
 
     def _loop_ms(self, body: Callable[[], None], n: int) -> float:
-        torch = self.torch
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        for _ in range(n):
-            body()
-        e1.record()
-        e1.synchronize()
-        return e0.elapsed_time(e1) / n
+        return torch_loop_ms(self.torch, body, n)
 
     def time(self, body: Callable[[], None], ffn_per_call: int, plan: Plan) -> Timing:
         torch = self.torch
@@ -198,14 +202,7 @@ class TorchClock:
                     body()
             g.replay()
             torch.cuda.synchronize()
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            ts = []
-            for _ in range(samples):
-                e0.record()
-                g.replay()
-                e1.record()
-                e1.synchronize()
-                ts.append(e0.elapsed_time(e1))
+            ts = [self._loop_ms(g.replay, 1) for _ in range(samples)]
             method = "graph"
             del g
         except Exception as exc:
@@ -296,14 +293,7 @@ def ceilings_gpu(samples: int) -> dict[str, Any]:
         for _ in range(3):
             t.sum()
         torch.cuda.synchronize()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        ts = []
-        for _ in range(samples):
-            a.record()
-            t.sum()
-            b.record()
-            b.synchronize()
-            ts.append(a.elapsed_time(b))
+        ts = [torch_loop_ms(torch, t.sum, 1) for _ in range(samples)]
         res["read_torch_sum_Bps"] = big / (statistics.median(ts) * 1e-3)
         del t
     except Exception as exc:
