@@ -142,14 +142,7 @@ class CupyClock:
                     graph = stream.end_capture()
                 graph.launch(stream)
                 stream.synchronize()
-                e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-                ts = []
-                for _ in range(samples):
-                    e0.record(stream)
-                    graph.launch(stream)
-                    e1.record(stream)
-                    e1.synchronize()
-                    ts.append(cp.cuda.get_elapsed_time(e0, e1))
+                ts = [self._loop_ms(stream, lambda: graph.launch(stream), 1) for _ in range(samples)]
                 method = "graph"
             except Exception as exc:  # capture unsupported on this path: time the Python loop
                 print(f"    graph capture failed ({type(exc).__name__}: {str(exc)[:120]}); loop timing")
