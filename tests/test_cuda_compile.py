@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from metrale.cuda import configs
-from metrale.cuda.runtime import COMPILE_OPTIONS, KERNEL_DIR, kernel_files, source
+from metrale.cuda.runtime import COMPILE_OPTIONS, KERNEL_DIR, file_arch, kernel_files, source
 
 NVCC = shutil.which("nvcc")
 
@@ -22,9 +22,10 @@ def _compile(cu: str, out_dir: str) -> tuple[str, int, str]:
     """nvcc over the text NVRTC compiles (headers inlined, instantiations generated)."""
     src = Path(out_dir) / cu
     src.write_text(source(cu))
+    arch = file_arch(cu, "sm_90")  # sm_90a files: -gencode (nvcc 13.0's -arch=sm_90a also runs sm_90)
     cmd = [
         NVCC or "nvcc",
-        "-arch=sm_90",
+        f"-gencode=arch=compute_{arch[3:]},code={arch}",
         *COMPILE_OPTIONS,
         "-cubin",
         "-o",
@@ -118,3 +119,16 @@ def _pasted(macro: str, a: list[str]) -> str:
         "W8A8_GEMV": lambda: f"w8a8_gemv_r{a[0]}",
         "W8A8_MMA": lambda: f"w8a8_mma_r{a[0]}_w{a[3]}",
     }[macro]()
+
+
+def test_arch_specific_files_build_only_for_their_chip() -> None:
+    """``// @arch sm_90a`` (wgmma) builds for sm_90a on sm_90 and nowhere else; other files take
+    the device's architecture."""
+    from metrale.cuda.runtime import file_arch
+
+    assert file_arch("w8a8_wgmma.cu", "sm_90") == "sm_90a"
+    for other in ("sm_89", "sm_100", "sm_120"):
+        with pytest.raises(RuntimeError, match="w8a8_wgmma.cu is built for sm_90a only"):
+            file_arch("w8a8_wgmma.cu", other)
+    assert file_arch("w8a8.cu", "sm_100") == "sm_100"
+    assert [cu for cu in kernel_files() if file_arch(cu, "sm_90") != "sm_90"] == ["w8a8_wgmma.cu"]

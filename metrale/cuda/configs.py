@@ -90,6 +90,40 @@ W8A8_GEMM_TILES: tuple[W8a8GemmTile, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class W8a8WgmmaTile:
+    """One w8a8_wgmma.cu prefill GEMM ``w8a8_wgmma_{bm}x{bn}`` (sm_90a): CTA tile (activation
+    rows: one warpgroup per 64; weight columns = the wgmma's N; 128 K-bytes per stage) and its
+    cp.async stages."""
+
+    bm: int
+    bn: int
+    stages: int
+
+    @property
+    def name(self) -> str:
+        return f"w8a8_wgmma_{self.bm}x{self.bn}"
+
+    @property
+    def threads(self) -> int:
+        return 2 * self.bm
+
+    @property
+    def smem(self) -> int:
+        """Dynamic shared memory in bytes (STAGES slots of BM + BN rows of 128 bytes, and 1024
+        for aligning the slots to the 128-byte swizzle's 1024-byte period)."""
+        return self.stages * (self.bm + self.bn) * 128 + 1024
+
+
+#: w8a8_wgmma.cu tiles in routing order (the first whose grid has a CTA for every
+#: multiprocessor, else the last), used from ``w8a8.WGMMA_MIN_ROWS`` rows where the device is
+#: sm_90 (elsewhere the mma.sync tiles above).
+W8A8_WGMMA_TILES: tuple[W8a8WgmmaTile, ...] = (
+    W8a8WgmmaTile(128, 256, 4),
+    W8a8WgmmaTile(128, 128, 6),
+)
+
+
 def nvfp4_gemm_builds() -> list[tuple[int, int, int]]:
     """(D, NT, MINB) of every NVFP4 prefill GEMM built: the routing table's, then the variants."""
     tables = [*NVFP4_GEMM_TILES.items(), *NVFP4_GEMM_SMALL_TILES.items()]
@@ -149,6 +183,7 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
     "W8A8_GEMM": lambda: [
         f"W8A8_GEMM({t.bm}, {t.bn}, {t.wm}, {t.wn}, {t.stages}, {t.minb})" for t in W8A8_GEMM_TILES
     ],
+    "W8A8_WGMMA": lambda: [f"W8A8_WGMMA({t.bm}, {t.bn}, {t.stages})" for t in W8A8_WGMMA_TILES],
     "W8A8_MMA": lambda: [
         f"W8A8_MMA({r}, {r // 8}, {cols // 16}, {w}, {W8A8_MMA_UNROLL[r]})"
         for r, cols in W8A8_MMA_TIERS.items()

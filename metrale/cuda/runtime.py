@@ -38,6 +38,7 @@ COMPILE_OPTIONS: tuple[str, ...] = (
 )
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.MULTILINE)
 _INSTANCES = re.compile(r"^// @instances ([A-Z0-9_]+)\b.*$", re.MULTILINE)
+_ARCH = re.compile(r"^// @arch (sm_\d+a)\s*$", re.MULTILINE)
 
 #: (cu_file, device id) -> why the module could not be built.
 build_errors: dict[tuple[str, int], str] = {}
@@ -69,6 +70,18 @@ def source(cu_file: str) -> str:
         return _INCLUDE.sub(repl, text)
 
     return _INSTANCES.sub(lambda m: "\n".join(configs.instances(m.group(1))), expand(cu_file))
+
+
+def file_arch(cu_file: str, device_arch: str) -> str:
+    """The architecture ``cu_file`` is built for on a ``device_arch`` (``sm_XY``) device: the
+    device's, or the arch-specific target a ``// @arch sm_XYa`` line names (e.g. wgmma needs
+    sm_90a), which runs only on sm_XY: elsewhere RuntimeError (the file's kernels are absent)."""
+    m = _ARCH.search((KERNEL_DIR / cu_file).read_text())
+    if m is None:
+        return device_arch
+    if m.group(1)[:-1] != device_arch:
+        raise RuntimeError(f"{cu_file} is built for {m.group(1)} only, this device is {device_arch}")
+    return m.group(1)
 
 
 def device_id() -> int:
@@ -143,7 +156,8 @@ def get_module(cu_file: str) -> Any | None:
         import cupy
 
         props = device_props(dev)
-        mod = cupy.RawModule(path=str(compile_cubin(cu_file, f"sm_{props['major']}{props['minor']}")))
+        arch = file_arch(cu_file, f"sm_{props['major']}{props['minor']}")
+        mod = cupy.RawModule(path=str(compile_cubin(cu_file, arch)))
     except Exception as exc:  # compile or load failure: the kernels are absent on this device
         build_errors[key] = f"{type(exc).__name__}: {exc}"
         mod = None

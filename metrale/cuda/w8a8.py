@@ -46,6 +46,11 @@ GEMV_TIERS = configs.W8A8_GEMV_TIERS
 #: Prefill GEMM tiles ``w8a8_gemm_{bm}x{bn}`` by kernel name, in routing order
 #: (``configs.W8A8_GEMM_TILES``).
 GEMM_TILES = {t.name: t for t in configs.W8A8_GEMM_TILES}
+#: The warpgroup (wgmma, sm_90a) GEMM tiles ``w8a8_wgmma_{bm}x{bn}`` in ``WGMMA_FILE``: on an
+#: sm_90 device they take the prefill rows, elsewhere the file does not build and the
+#: mma.sync tiles above do (the same bits: S is an exact int32 sum).
+WGMMA_FILE = "w8a8_wgmma.cu"
+WGMMA_TILES = {t.name: t for t in configs.W8A8_WGMMA_TILES}
 #: Rows from which ``w8a8_gemv`` runs the tiled GEMM (below: the GEMV tiers, which stream the
 #: weights once per 32 rows; 65 = past the W8A8 arm's row cap, i.e. prefill only).
 GEMM_MIN_ROWS = 65
@@ -98,12 +103,14 @@ def mma_kernel_name(m: int, n: int, warps: int | None = None) -> tuple[str, int,
     return f"w8a8_mma_r{r}_w{warps}", cols, r
 
 
-def gemm_tile(m: int, n: int) -> configs.W8a8GemmTile:
-    """The prefill tile for m rows, N = n: the first tile (``GEMM_TILES`` order) whose grid
-    fills ``minb`` CTAs on every multiprocessor, else the last (smallest)."""
-    tiles = list(GEMM_TILES.values())
+def gemm_tile(m: int, n: int) -> configs.W8a8GemmTile | configs.W8a8WgmmaTile:
+    """The prefill tile for m rows, N = n: the wgmma tiles where they built, else the mma.sync
+    ones; the first (table order) whose grid fills ``minb`` CTAs (wgmma: one) on every
+    multiprocessor, else the last (smallest)."""
+    wg = all(get_kernel(WGMMA_FILE, name) is not None for name in WGMMA_TILES)
+    tiles = list((WGMMA_TILES if wg else GEMM_TILES).values())
     for t in tiles:
-        if cdiv(m, t.bm) * cdiv(n, t.bn) >= t.minb * sm_count():
+        if cdiv(m, t.bm) * cdiv(n, t.bn) >= getattr(t, "minb", 1) * sm_count():
             return t
     return tiles[-1]
 
@@ -135,10 +142,13 @@ def _gemv_launch(
         np.int64(ldo),
     )
     if gemm is not None or (warps is None and m >= GEMM_MIN_ROWS):
-        if gemm is not None and gemm not in GEMM_TILES:
-            raise MetraleError(f"w8a8_gemv: gemm={gemm!r}, want one of {sorted(GEMM_TILES)}")
-        tile = GEMM_TILES[gemm] if gemm is not None else gemm_tile(m, w.n)
-        kern = get_kernel(CU_FILE, tile.name)
+        tiles = {**GEMM_TILES, **WGMMA_TILES}
+        if gemm is not None and gemm not in tiles:
+            raise MetraleError(f"w8a8_gemv: gemm={gemm!r}, want one of {sorted(tiles)}")
+        tile = tiles[gemm] if gemm is not None else gemm_tile(m, w.n)
+        kern = get_kernel(WGMMA_FILE if tile.name in WGMMA_TILES else CU_FILE, tile.name)
+        if kern is None:
+            raise MetraleError(f"w8a8_gemv: {tile.name} did not build on this device")
         set_dynamic_smem(kern, tile.smem)
         kern((cdiv(m, tile.bm), cdiv(w.n, tile.bn)), (tile.threads,), args, shared_mem=tile.smem)
         return

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from metrale.cuda.w8a8 import GEMM_TILES
+from metrale.cuda.w8a8 import GEMM_TILES, WGMMA_TILES
 from metrale.reference.activations import quantize_a8
 from metrale.reference.formats import W8a8Weight
 from metrale.reference.kernels import REFERENCE_KERNELS
@@ -116,17 +116,26 @@ def test_fused_large_k(cuda: Any, fresh_rng: np.random.Generator) -> None:
     bits_equal(check_guard(buf, init, 11, 20), want.view(np.uint16), "fused K=40960")
 
 
-# ---- the prefill GEMM (w8a8_gemm_{BM}x{BN}: cp.async tiles, full-K int32 dot) ----
+# ---- the prefill GEMMs (w8a8_gemm_{BM}x{BN}: mma.sync; w8a8_wgmma_{BM}x{BN}: wgmma, sm_90a) ----
+ALL_TILES = sorted({**GEMM_TILES, **WGMMA_TILES})
 
 
-@pytest.mark.parametrize("tile", sorted(GEMM_TILES))
+def wgmma_expected() -> bool:
+    """The wgmma tiles build exactly on sm_90 devices (the H100/H200 family)."""
+    return bool(cp.cuda.Device().compute_capability == "90")
+
+
+@pytest.mark.parametrize("tile", ALL_TILES)
 def test_gemm_every_tile_matches_reference(cuda: Any, fresh_rng: np.random.Generator, tile: str) -> None:
-    """Each tile forced at m and N off every tile (1, 7, 63, 65, 130, 257 rows; N = 37, 203)
-    and K = 2128 (33 full 64-byte K tiles and a 16-byte tail), strided outputs in guard bands;
-    the result also equals the GEMV tiers' (the routing's choice below 65 rows)."""
+    """Each tile forced at m and N off every tile (1, 7, 63, 65, 130, 257 rows; N = 37, 203,
+    300) and K = 48, 2128 (33 full 64-byte and 16 full 128-byte K tiles, then a tail), strided
+    (misaligned) outputs in guard bands, and one contiguous output (paired stores); the result
+    also equals the GEMV tiers' (the routing's choice below 65 rows)."""
     from metrale.cuda.w8a8 import w8a8_gemv
 
-    for n, k in ((37, 48), (203, 2128)):
+    if tile in WGMMA_TILES and not wgmma_expected():
+        pytest.skip("wgmma tiles are sm_90a only")
+    for n, k in ((37, 48), (203, 2128), (300, 384)):
         host = w8a8_weight(fresh_rng, n, k)
         w = cuda.upload(host)
         x = rows(fresh_rng, 257, k)
@@ -136,6 +145,10 @@ def test_gemm_every_tile_matches_reference(cuda: Any, fresh_rng: np.random.Gener
             buf, inner, init = guarded(cp, fresh_rng, m, n)
             w8a8_gemv(codes, w, inner, gemm=tile)
             bits_equal(check_guard(buf, init, m, n), want[:m], f"{tile} N={n} K={k} m={m}")
+        out = cp.empty((257, n), dtype=cp.uint16)
+        codes = cuda.launch("w8a8_quantize", cp.asarray(x.view(np.uint16)))
+        w8a8_gemv(codes, w, out, gemm=tile)
+        bits_equal(out.get(), want, f"{tile} N={n} K={k} contiguous")
 
 
 def test_gemm_routing_past_the_gemv_tiers(cuda: Any, fresh_rng: np.random.Generator) -> None:
@@ -148,7 +161,8 @@ def test_gemm_routing_past_the_gemv_tiers(cuda: Any, fresh_rng: np.random.Genera
     x = rows(fresh_rng, 2100, k)
     want = project(x, host, "A8").view(np.uint16)
     ms = (GEMM_MIN_ROWS, 200, 2100)
-    assert all(gemm_tile(m, n).name in GEMM_TILES for m in ms)
+    routed = WGMMA_TILES if wgmma_expected() else GEMM_TILES
+    assert all(gemm_tile(m, n).name in routed for m in ms)
     for m in ms:
         codes = cuda.launch("w8a8_quantize", cp.asarray(x[:m].view(np.uint16)))
         buf, inner, init = guarded(cp, fresh_rng, m, n)
@@ -176,7 +190,7 @@ def test_gemm_adversarial_extremes(cuda: Any, fresh_rng: np.random.Generator) ->
     x[5] = (np.asarray(x[5], dtype=F32) * F32(2.0**-125)).astype(x.dtype)
     want = project(x, host, "A8").view(np.uint16)
     codes = cuda.launch("w8a8_quantize", cp.asarray(x.view(np.uint16)))
-    for tile in GEMM_TILES:
+    for tile in [*GEMM_TILES, *(WGMMA_TILES if wgmma_expected() else ())]:
         buf, inner, init = guarded(cp, fresh_rng, 130, n)
         w8a8_gemv(codes, w, inner, gemm=tile)
         bits_equal(check_guard(buf, init, 130, n), want, f"{tile} extremes")

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Time every W8A8 prefill GEMM tile (kernels/w8a8.cu ``w8a8_gemm_*``: mma.sync;
+kernels/w8a8_wgmma.cu ``w8a8_wgmma_*``: wgmma, sm_90a) against bf16 cuBLAS and torch's int8
+``_int_mm`` on the FFN's projection shapes (gate = up; down), GPU machine only.
+
+Every tile must give the reference's bits on sampled rows and the first tile's bits on all rows
+(asserted; the full reference comparison is tests/gpu/test_cuda_w8a8.py). CUDA events around
+``iters`` launches after a warm-up; the int32 GEMM alone (the A8 codes made once), so the peers
+are the bare GEMMs too (``torch.mm`` in bf16, ``torch._int_mm`` on int8 codes).
+
+    python tools/w8a8_gemm_tiles.py [--shape qwen3-8b] [--m 128,512,2048,4096] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def _time(fn: Callable[[], object], iters: int) -> float:
+    import cupy as cp
+
+    fn()
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    start.record()
+    for _ in range(iters):
+        fn()
+    stop.record()
+    stop.synchronize()
+    return cp.cuda.get_elapsed_time(start, stop) * 1e3 / iters
+
+
+def main() -> int:
+    import cupy as cp
+
+    from metrale.backend import get_backend
+    from metrale.bench.cases import SHAPES
+    from metrale.cuda import w8a8
+    from metrale.reference.formats import W8a8Weight
+    from metrale.reference.projection import project
+    from tests.gpu import gen
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", default="qwen3-8b")
+    ap.add_argument("--m", default="128,512,2048,4096")
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    hidden, inter = SHAPES[args.shape]
+    be = get_backend("cuda")
+    rng = np.random.default_rng(11)
+    ms = [int(v) for v in args.m.split(",")]
+    tiles = [*w8a8.GEMM_TILES, *w8a8.WGMMA_TILES]
+    results = []
+    for pname, (n, k) in {"gate": (inter, hidden), "down": (hidden, inter)}.items():
+        q = rng.integers(-128, 128, (n, k), dtype=np.int16).astype(np.int8)
+        scale = np.exp2(rng.uniform(-12, 2, n)).astype(np.float32)
+        host = W8a8Weight(weight=q, weight_scale=scale, name=pname)
+        w = be.upload(host)
+        x_host = gen.rows(rng, max(ms), k, finite=True)
+        x = cp.asarray(x_host.view(np.uint16))
+        sample = np.unique(rng.integers(0, max(ms), 8))
+        want = project(x_host[sample], host, "A8").view(np.uint16)
+        for m in ms:
+            codes = w8a8.w8a8_quantize(x[:m])
+            first = None
+            row: dict[str, float] = {}
+            for tile in tiles:
+                out = cp.empty((m, n), dtype=cp.uint16)
+                try:
+                    w8a8.w8a8_gemv(codes, w, out, gemm=tile)
+                except Exception as exc:  # a tile that did not build on this device
+                    print(f"{pname} m={m} {tile}: {exc}")
+                    continue
+                got = out.get()
+                rows_in = sample[sample < m]
+                if not np.array_equal(got[rows_in], want[: len(rows_in)]):
+                    raise SystemExit(f"{pname} m={m} {tile}: sampled rows differ from the reference")
+                if first is None:
+                    first = got
+                elif not np.array_equal(got, first):
+                    raise SystemExit(f"{pname} m={m} {tile}: bits differ from the first tile")
+                row[tile] = _time(functools.partial(w8a8.w8a8_gemv, codes, w, out, gemm=tile), args.iters)
+            if torch is not None and torch.cuda.is_available():
+                a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+                b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+                row["bf16 cuBLAS"] = _time(functools.partial(torch.mm, a, b.t()), args.iters)
+                ai = torch.randint(-128, 128, (m, k), device="cuda", dtype=torch.int8)
+                bi = torch.randint(-128, 128, (k, n), device="cuda", dtype=torch.int8).t().contiguous().t()
+                row["torch _int_mm"] = _time(functools.partial(torch._int_mm, ai, bi), args.iters)
+            tops = {name: 2 * m * n * k / us / 1e6 for name, us in row.items()}
+            results.append({"proj": pname, "m": m, "n": n, "k": k, "us": row, "tops": tops})
+            cells = ", ".join(f"{t} {us:.1f} us ({tops[t]:.0f} TOPS)" for t, us in row.items())
+            print(f"{pname} m={m}: {cells}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
