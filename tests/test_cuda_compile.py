@@ -128,7 +128,7 @@ def test_arch_specific_files_build_only_for_their_chip() -> None:
 
     assert file_arch("w8a8_wgmma.cu", "sm_90") == "sm_90a"
     for other in ("sm_89", "sm_100", "sm_120"):
-        with pytest.raises(RuntimeError, match="w8a8_wgmma.cu is built for sm_90a only"):
+        with pytest.raises(RuntimeError, match=r"w8a8_wgmma\.cu is built for sm_90a only"):
             file_arch("w8a8_wgmma.cu", other)
     assert file_arch("w8a8.cu", "sm_100") == "sm_100"
     assert [cu for cu in kernel_files() if file_arch(cu, "sm_90") != "sm_90"] == ["w8a8_wgmma.cu"]

@@ -8,7 +8,11 @@ Every tile must give the reference's bits on sampled rows and the first tile's b
 ``iters`` launches after a warm-up; the int32 GEMM alone (the A8 codes made once), so the peers
 are the bare GEMMs too (``torch.mm`` in bf16, ``torch._int_mm`` on int8 codes).
 
-    python tools/w8a8_gemm_tiles.py [--shape qwen3-8b] [--m 128,512,2048,4096] [--json FILE]
+Verify rows (``--small``): the routing's kernel (split-K wgmma from SK_MIN_ROWS rows), the
+mma.sync GEMV tiers it replaced, and bf16 cuBLAS, per projection.
+
+    python tools/w8a8_gemm_tiles.py [--shape qwen3-8b] [--m 128,512,2048,4096] [--small 2,4,...]
+        [--json FILE]
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ def main() -> int:
 
     from metrale.backend import get_backend
     from metrale.bench.cases import SHAPES
-    from metrale.cuda import w8a8
+    from metrale.cuda import configs, w8a8
     from metrale.reference.formats import W8a8Weight
     from metrale.reference.projection import project
     from tests.gpu import gen
@@ -51,6 +55,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="qwen3-8b")
     ap.add_argument("--m", default="128,512,2048,4096")
+    ap.add_argument("--small", default="")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--json", default="")
     args = ap.parse_args()
@@ -61,7 +66,8 @@ def main() -> int:
     hidden, inter = SHAPES[args.shape]
     be = get_backend("cuda")
     rng = np.random.default_rng(11)
-    ms = [int(v) for v in args.m.split(",")]
+    ms = [int(v) for v in args.m.split(",") if v]
+    small = [int(v) for v in args.small.split(",") if v]
     tiles = [*w8a8.GEMM_TILES, *w8a8.WGMMA_TILES]
     results = []
     for pname, (n, k) in {"gate": (inter, hidden), "down": (hidden, inter)}.items():
@@ -69,10 +75,30 @@ def main() -> int:
         scale = np.exp2(rng.uniform(-12, 2, n)).astype(np.float32)
         host = W8a8Weight(weight=q, weight_scale=scale, name=pname)
         w = be.upload(host)
-        x_host = gen.rows(rng, max(ms), k, finite=True)
+        x_host = gen.rows(rng, max(ms + small), k, finite=True)
         x = cp.asarray(x_host.view(np.uint16))
-        sample = np.unique(rng.integers(0, max(ms), 8))
+        sample = np.unique(rng.integers(0, max(ms + small), 8))
         want = project(x_host[sample], host, "A8").view(np.uint16)
+        for m in small:
+            codes = w8a8.w8a8_quantize(x[:m])
+            want_m = project(x_host[:m], host, "A8").view(np.uint16)
+            row = {}
+            for name, min_rows in (("routing", w8a8.SK_MIN_ROWS), ("mma.sync tiers", 1 << 30)):
+                w8a8.SK_MIN_ROWS = min_rows
+                out = cp.empty((m, n), dtype=cp.uint16)
+                w8a8.w8a8_gemv(codes, w, out)
+                if not np.array_equal(out.get(), want_m):
+                    raise SystemExit(f"{pname} m={m} {name}: bits differ from the reference")
+                row[name] = _time(functools.partial(w8a8.w8a8_gemv, codes, w, out), args.iters)
+            w8a8.SK_MIN_ROWS = configs.W8A8_SK_MIN_ROWS
+            if torch is not None and torch.cuda.is_available():
+                a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+                b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+                row["bf16 cuBLAS"] = _time(functools.partial(torch.mm, a, b.t()), args.iters)
+            gbs = {name: n * k / us / 1e3 for name, us in row.items()}
+            results.append({"proj": pname, "m": m, "n": n, "k": k, "us": row, "weight_gb_s": gbs})
+            cells = ", ".join(f"{t} {us:.1f} us ({gbs[t]:.0f} GB/s)" for t, us in row.items())
+            print(f"{pname} m={m}: {cells}")
         for m in ms:
             codes = w8a8.w8a8_quantize(x[:m])
             first = None

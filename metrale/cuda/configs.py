@@ -116,12 +116,24 @@ class W8a8WgmmaTile:
 
 
 #: w8a8_wgmma.cu tiles in routing order (the first whose grid has a CTA for every
-#: multiprocessor, else the last), used from ``w8a8.WGMMA_MIN_ROWS`` rows where the device is
-#: sm_90 (elsewhere the mma.sync tiles above).
+#: multiprocessor, else the last), used from ``w8a8.GEMM_MIN_ROWS`` rows where the device is
+#: sm_90 (elsewhere the mma.sync tiles above). Measured on an H200 (tools/w8a8_gemm_tiles.py,
+#: docs/performance.md): 256x128 fastest from m = 512 (gate 12288x4096 at m = 4096: 365 us,
+#: 1.13 POPS), 128x128 where 256x128 leaves multiprocessors idle (down 4096x12288 at m = 512:
+#: 47 us against 71); 128x256 (one warpgroup per 64 rows x 256 columns) slower everywhere.
 W8A8_WGMMA_TILES: tuple[W8a8WgmmaTile, ...] = (
-    W8a8WgmmaTile(128, 256, 4),
+    W8a8WgmmaTile(256, 128, 4),
     W8a8WgmmaTile(128, 128, 6),
 )
+
+
+#: w8a8_wgmma.cu split-K kernels for few rows ``w8a8_wgmma_sk_n{nb}`` (sm_90a): activation
+#: rows per launch (the wgmma's N, m <= nb) -> cp.async stages; from W8A8_SK_MIN_ROWS rows up to
+#: the largest nb (the W8A8 arm's verify batches), splits of K giving about
+#: W8A8_SK_CTAS_PER_SM CTAs per multiprocessor.
+W8A8_SK_TIERS: dict[int, int] = {16: 6, 32: 6, 64: 6}
+W8A8_SK_MIN_ROWS = 3
+W8A8_SK_CTAS_PER_SM = 4
 
 
 def nvfp4_gemm_builds() -> list[tuple[int, int, int]]:
@@ -184,6 +196,7 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         f"W8A8_GEMM({t.bm}, {t.bn}, {t.wm}, {t.wn}, {t.stages}, {t.minb})" for t in W8A8_GEMM_TILES
     ],
     "W8A8_WGMMA": lambda: [f"W8A8_WGMMA({t.bm}, {t.bn}, {t.stages})" for t in W8A8_WGMMA_TILES],
+    "W8A8_WGMMA_SK": lambda: [f"W8A8_WGMMA_SK({nb}, {st})" for nb, st in W8A8_SK_TIERS.items()],
     "W8A8_MMA": lambda: [
         f"W8A8_MMA({r}, {r // 8}, {cols // 16}, {w}, {W8A8_MMA_UNROLL[r]})"
         for r, cols in W8A8_MMA_TIERS.items()

@@ -1,7 +1,8 @@
 """W8A8 launchers (kernels in ``kernels/w8a8.cu``; arithmetic.md § a8, § projection, § w8a8-arm):
 ``w8a8_quantize`` (vLLM per-token int8), ``w8a8_gemv`` (S = q_a · q_w over all of K in int32,
-exact: dp4a for one row, the integer tensor cores (mma.sync m16n8k32 s8) from two rows, and
-from ``GEMM_MIN_ROWS`` rows the tiled cp.async GEMM ``w8a8_gemm_{BM}x{BN}``;
+exact: dp4a for one or two rows; on sm_90 (``w8a8_wgmma.cu``, wgmma) split-K kernels for the
+verify rows and a tiled GEMM from ``GEMM_MIN_ROWS`` rows; elsewhere the mma.sync m16n8k32 GEMV
+tiers and the tiled cp.async GEMM ``w8a8_gemm_{BM}x{BN}``;
 y = bf16((f32(S)·s_a)·s_w[n])) and
 ``w8a8_silu_quant_gemv``, the fused step of the seed engine's W8A8 arm: h = bf16(silu[gate]·f32(up)),
 its per-row quantization and the down GEMV, with the same bits as the three separate steps.
@@ -51,6 +52,13 @@ GEMM_TILES = {t.name: t for t in configs.W8A8_GEMM_TILES}
 #: mma.sync tiles above do (the same bits: S is an exact int32 sum).
 WGMMA_FILE = "w8a8_wgmma.cu"
 WGMMA_TILES = {t.name: t for t in configs.W8A8_WGMMA_TILES}
+#: Split-K wgmma kernels for SK_MIN_ROWS .. max(SK_TIERS) rows, ``w8a8_wgmma_sk_n{nb}`` -> stages
+#: (the weights streamed once by about SK_CTAS_PER_SM CTAs per multiprocessor; int32 partial
+#: sums added with atomics into a zeroed per-device workspace the last CTA of a column tile
+#: reads and clears).
+SK_TIERS = configs.W8A8_SK_TIERS
+SK_MIN_ROWS = configs.W8A8_SK_MIN_ROWS
+SK_CTAS_PER_SM = configs.W8A8_SK_CTAS_PER_SM
 #: Rows from which ``w8a8_gemv`` runs the tiled GEMM (below: the GEMV tiers, which stream the
 #: weights once per 32 rows; 65 = past the W8A8 arm's row cap, i.e. prefill only).
 GEMM_MIN_ROWS = 65
@@ -103,12 +111,43 @@ def mma_kernel_name(m: int, n: int, warps: int | None = None) -> tuple[str, int,
     return f"w8a8_mma_r{r}_w{warps}", cols, r
 
 
+def wgmma_built() -> bool:
+    """Whether the wgmma kernels (``WGMMA_FILE``, sm_90a) built on this device."""
+    names = [*WGMMA_TILES, *(f"w8a8_wgmma_sk_n{nb}" for nb in SK_TIERS)]
+    return all(get_kernel(WGMMA_FILE, name) is not None for name in names)
+
+
+_sk_work: dict[tuple[int, int], tuple[Any, Any]] = {}
+
+
+def _sk_workspace(n: int) -> tuple[Any, Any]:
+    """The zeroed int32 [max(SK_TIERS), n] partial sums and uint32 column-tile counters of the
+    split-K kernels on this device (every launch leaves them zero; one stream at a time)."""
+    import cupy
+
+    key = (device_id(), n)
+    if key not in _sk_work:
+        _sk_work[key] = (
+            cupy.zeros((max(SK_TIERS), n), dtype=cupy.int32),
+            cupy.zeros((cdiv(n, 64),), dtype=cupy.uint32),
+        )
+    return _sk_work[key]
+
+
+def sk_split(n: int, k: int) -> tuple[int, int]:
+    """(K tiles of 128 bytes per split, splits) for N = n, K = k: about SK_CTAS_PER_SM CTAs
+    per multiprocessor over the ceil(n / 64) column tiles, every split non-empty."""
+    tiles = cdiv(k, 128)
+    splits = max(1, min(tiles, cdiv(SK_CTAS_PER_SM * sm_count(), cdiv(n, 64))))
+    kps = cdiv(tiles, splits)
+    return kps, cdiv(tiles, kps)
+
+
 def gemm_tile(m: int, n: int) -> configs.W8a8GemmTile | configs.W8a8WgmmaTile:
     """The prefill tile for m rows, N = n: the wgmma tiles where they built, else the mma.sync
     ones; the first (table order) whose grid fills ``minb`` CTAs (wgmma: one) on every
     multiprocessor, else the last (smallest)."""
-    wg = all(get_kernel(WGMMA_FILE, name) is not None for name in WGMMA_TILES)
-    tiles = list((WGMMA_TILES if wg else GEMM_TILES).values())
+    tiles = list((WGMMA_TILES if wgmma_built() else GEMM_TILES).values())
     for t in tiles:
         if cdiv(m, t.bm) * cdiv(n, t.bn) >= getattr(t, "minb", 1) * sm_count():
             return t
@@ -125,9 +164,10 @@ def _gemv_launch(
     warps: int | None,
     gemm: str | None = None,
 ) -> None:
-    """One launch over the m rows of codes ``q``/``scale``: the dp4a kernels up to
-    ``max(GEMV_TIERS)`` rows, the tensor-core GEMV tiers up to ``max(MMA_TIERS)`` rows, the
-    tiled GEMM beyond (``warps`` / ``gemm`` force a GEMV CTA shape / a GEMM tile)."""
+    """One launch over the m rows of codes ``q``/``scale``: the dp4a kernels below
+    ``SK_MIN_ROWS``, the split-K wgmma kernels up to ``max(SK_TIERS)`` rows where they built
+    (else the mma.sync GEMV tiers up to ``max(MMA_TIERS)``), the tiled GEMM (wgmma where built)
+    beyond (``warps`` / ``gemm`` force a GEMV CTA shape / a kernel by name)."""
     m, k = q.shape
     args = (
         arr["weight"],
@@ -141,10 +181,27 @@ def _gemv_launch(
         out,
         np.int64(ldo),
     )
+    sk = gemm if gemm is not None and gemm.startswith("w8a8_wgmma_sk_n") else None
+    if sk is None and gemm is None and warps is None and SK_MIN_ROWS <= m <= max(SK_TIERS) and wgmma_built():
+        sk = f"w8a8_wgmma_sk_n{tier(m, SK_TIERS)}"
+    if sk is not None:
+        nb = int(sk.rsplit("_n", 1)[1])
+        if nb not in SK_TIERS or m > nb:
+            raise MetraleError(f"w8a8_gemv: gemm={gemm!r} takes at most {nb} rows, got m={m}")
+        kern = get_kernel(WGMMA_FILE, sk)
+        if kern is None:
+            raise MetraleError(f"w8a8_gemv: {sk} did not build on this device")
+        smem = SK_TIERS[nb] * (64 + nb) * 128 + 1024
+        set_dynamic_smem(kern, smem)
+        kps, splits = sk_split(w.n, k)
+        ws, cnt = _sk_workspace(w.n)
+        kern((cdiv(w.n, 64), splits), (128,), (*args, ws, cnt, np.int32(kps)), shared_mem=smem)
+        return
     if gemm is not None or (warps is None and m >= GEMM_MIN_ROWS):
         tiles = {**GEMM_TILES, **WGMMA_TILES}
         if gemm is not None and gemm not in tiles:
-            raise MetraleError(f"w8a8_gemv: gemm={gemm!r}, want one of {sorted(tiles)}")
+            names = sorted([*tiles, *(f"w8a8_wgmma_sk_n{nb}" for nb in SK_TIERS)])
+            raise MetraleError(f"w8a8_gemv: gemm={gemm!r}, want one of {names}")
         tile = tiles[gemm] if gemm is not None else gemm_tile(m, w.n)
         kern = get_kernel(WGMMA_FILE if tile.name in WGMMA_TILES else CU_FILE, tile.name)
         if kern is None:

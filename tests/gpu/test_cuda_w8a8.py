@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from metrale.cuda.w8a8 import GEMM_TILES, WGMMA_TILES
+from metrale.cuda.w8a8 import GEMM_TILES, SK_TIERS, WGMMA_TILES
 from metrale.reference.activations import quantize_a8
 from metrale.reference.formats import W8a8Weight
 from metrale.reference.kernels import REFERENCE_KERNELS
@@ -149,6 +149,40 @@ def test_gemm_every_tile_matches_reference(cuda: Any, fresh_rng: np.random.Gener
         codes = cuda.launch("w8a8_quantize", cp.asarray(x.view(np.uint16)))
         w8a8_gemv(codes, w, out, gemm=tile)
         bits_equal(out.get(), want, f"{tile} N={n} K={k} contiguous")
+
+
+@pytest.mark.parametrize("nb", sorted(SK_TIERS))
+def test_split_k_wgmma_every_tier(cuda: Any, fresh_rng: np.random.Generator, nb: int) -> None:
+    """Each split-K tier forced at m = 1, 2, 3, nb - 1, nb; K of 1, 17 and 33 tiles of 128 bytes
+    (tails of 80 and 16 bytes), N off the 64-column tile; launched twice (the workspace and the
+    counters the last CTA clears must be zero again: the second launch gives the same bits)."""
+    from metrale.cuda.w8a8 import _sk_workspace, w8a8_gemv
+
+    if not wgmma_expected():
+        pytest.skip("wgmma kernels are sm_90a only")
+    for n, k in ((37, 48), (203, 2128), (4100, 4112)):
+        host = w8a8_weight(fresh_rng, n, k)
+        w = cuda.upload(host)
+        x = rows(fresh_rng, nb, k)
+        want = project(x, host, "A8").view(np.uint16)
+        for m in sorted({1, 2, 3, nb - 1, nb}):
+            codes = cuda.launch("w8a8_quantize", cp.asarray(x[:m].view(np.uint16)))
+            for rep in range(2):
+                buf, inner, init = guarded(cp, fresh_rng, m, n)
+                w8a8_gemv(codes, w, inner, gemm=f"w8a8_wgmma_sk_n{nb}")
+                bits_equal(check_guard(buf, init, m, n), want[:m], f"sk_n{nb} N={n} K={k} m={m} launch {rep}")
+            ws, cnt = _sk_workspace(n)
+            assert not ws.any() and not cnt.any(), f"sk_n{nb} N={n}: workspace not cleared"
+
+
+def test_split_k_refuses_more_rows_than_its_tier(cuda: Any, fresh_rng: np.random.Generator) -> None:
+    from metrale.cuda.w8a8 import w8a8_gemv
+    from metrale.errors import MetraleError
+
+    host = w8a8_weight(fresh_rng, 16, 64)
+    codes = cuda.launch("w8a8_quantize", cp.asarray(rows(fresh_rng, 17, 64).view(np.uint16)))
+    with pytest.raises(MetraleError, match="takes at most 16 rows, got m=17"):
+        w8a8_gemv(codes, cuda.upload(host), cp.empty((17, 16), dtype=cp.uint16), gemm="w8a8_wgmma_sk_n16")
 
 
 def test_gemm_routing_past_the_gemv_tiers(cuda: Any, fresh_rng: np.random.Generator) -> None:
