@@ -8,8 +8,9 @@ Every tile must give the reference's bits on sampled rows and the first tile's b
 ``iters`` launches after a warm-up; the int32 GEMM alone (the A8 codes made once), so the peers
 are the bare GEMMs too (``torch.mm`` in bf16, ``torch._int_mm`` on int8 codes).
 
-Verify rows (``--small``): the routing's kernel (split-K wgmma from SK_MIN_ROWS rows), the
-mma.sync GEMV tiers it replaced, and bf16 cuBLAS, per projection.
+Verify rows (``--small``): the routing's kernel (split-K wgmma from SK_MIN_ROWS rows) and the
+mma.sync GEMV tiers, timed as CUDA-graph replays (the bench's CupyClock: host launch time
+excluded), and bf16 cuBLAS (events around launches), per projection.
 
     python tools/w8a8_gemm_tiles.py [--shape qwen3-8b] [--m 128,512,2048,4096] [--small 2,4,...]
         [--json FILE]
@@ -47,6 +48,7 @@ def main() -> int:
 
     from metrale.backend import get_backend
     from metrale.bench.cases import SHAPES
+    from metrale.bench.measure import CupyClock, Plan
     from metrale.cuda import configs, w8a8
     from metrale.reference.formats import W8a8Weight
     from metrale.reference.projection import project
@@ -69,6 +71,7 @@ def main() -> int:
     ms = [int(v) for v in args.m.split(",") if v]
     small = [int(v) for v in args.small.split(",") if v]
     tiles = [*w8a8.GEMM_TILES, *w8a8.WGMMA_TILES]
+    clock = CupyClock()
     results = []
     for pname, (n, k) in {"gate": (inter, hidden), "down": (hidden, inter)}.items():
         q = rng.integers(-128, 128, (n, k), dtype=np.int16).astype(np.int8)
@@ -83,14 +86,17 @@ def main() -> int:
             codes = w8a8.w8a8_quantize(x[:m])
             want_m = project(x_host[:m], host, "A8").view(np.uint16)
             row = {}
-            for name, min_rows in (("routing", w8a8.SK_MIN_ROWS), ("mma.sync tiers", 1 << 30)):
-                w8a8.SK_MIN_ROWS = min_rows
+            runs = [("routing", w8a8.SK_MIN_ROWS, w8a8.SK_CTAS_PER_SM), ("mma.sync tiers", 1 << 30, 0)]
+            runs += [(f"split-K {c} CTAs/SM", 1, c) for c in (2, 8)]
+            for name, min_rows, cps in runs:
+                w8a8.SK_MIN_ROWS, w8a8.SK_CTAS_PER_SM = min_rows, cps or configs.W8A8_SK_CTAS_PER_SM
                 out = cp.empty((m, n), dtype=cp.uint16)
                 w8a8.w8a8_gemv(codes, w, out)
                 if not np.array_equal(out.get(), want_m):
                     raise SystemExit(f"{pname} m={m} {name}: bits differ from the reference")
-                row[name] = _time(functools.partial(w8a8.w8a8_gemv, codes, w, out), args.iters)
-            w8a8.SK_MIN_ROWS = configs.W8A8_SK_MIN_ROWS
+                timing = clock.time(functools.partial(w8a8.w8a8_gemv, codes, w, out), 1, Plan(budget_s=2.0))
+                row[name] = timing.us
+            w8a8.SK_MIN_ROWS, w8a8.SK_CTAS_PER_SM = configs.W8A8_SK_MIN_ROWS, configs.W8A8_SK_CTAS_PER_SM
             if torch is not None and torch.cuda.is_available():
                 a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
                 b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
