@@ -7,8 +7,9 @@ must call ``pdl_wait`` (``griddepcontrol.wait``: the previous grid has completed
 visible) before it touches global memory: with no access at all before the wait, any predecessor
 is safe, ours or not (one that never triggers lets the launch start only when all its CTAs have
 ended; the wait still covers its memory flush). Kernels that follow this rule:
-``nvfp4_a16f_r*`` (kernels/nvfp4_gemv.cu, the fast A16 GEMV) and ``act_mul``
-(kernels/elementwise.cu). The bits cannot change: the same kernels run on the same data.
+``nvfp4_a16f_r*`` (kernels/nvfp4_gemv.cu, the fast A16 GEMV), ``act_mul``
+(kernels/elementwise.cu) and every W8A8 kernel (kernels/w8a8.cu, kernels/w8a8_wgmma.cu: the
+quantize, SiLU-quantize, GEMV, split-K and GEMM kernels). The bits cannot change: the same kernels run on the same data.
 
 The first PDL-capable launch after ``entry_start()`` (called by ``CudaBackend.rows``, i.e. when an
 entry point of ``DenseFfnLayer`` takes its input) is launched plainly: an FFN never overlaps the

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from metrale.cuda import configs
+from metrale.cuda import configs, pdl
 from metrale.cuda.launch_args import cdiv, device_out, device_rows, tier, weight_arrays
 from metrale.cuda.runtime import device_id, get_kernel, set_dynamic_smem, sm_count
 from metrale.cuda.weights import DeviceWeight, device_table, to_device
@@ -94,8 +94,11 @@ def w8a8_quantize(x: Any) -> DeviceA8Codes:
     q = cupy.empty((m, k), dtype=cupy.int8)
     s = cupy.empty((m,), dtype=cupy.float32)
     if m:
-        get_kernel(CU_FILE, "w8a8_quantize")(
-            (m,), (256,), (a, np.int64(a.strides[0] // 2), np.int32(k), q, s)
+        pdl.launch(
+            get_kernel(CU_FILE, "w8a8_quantize"),
+            (m,),
+            (256,),
+            (a, np.int64(a.strides[0] // 2), np.int32(k), q, s),
         )
     return DeviceA8Codes(q=q, scale=s)
 
@@ -195,7 +198,7 @@ def _gemv_launch(
         set_dynamic_smem(kern, smem)
         kps, splits = sk_split(w.n, k)
         ws, cnt = _sk_workspace(w.n)
-        kern((cdiv(w.n, 64), splits), (128,), (*args, ws, cnt, np.int32(kps)), shared_mem=smem)
+        pdl.launch(kern, (cdiv(w.n, 64), splits), (128,), (*args, ws, cnt, np.int32(kps)), smem)
         return
     if gemm is not None or (warps is None and m >= GEMM_MIN_ROWS):
         tiles = {**GEMM_TILES, **WGMMA_TILES}
@@ -207,7 +210,7 @@ def _gemv_launch(
         if kern is None:
             raise MetraleError(f"w8a8_gemv: {tile.name} did not build on this device")
         set_dynamic_smem(kern, tile.smem)
-        kern((cdiv(m, tile.bm), cdiv(w.n, tile.bn)), (tile.threads,), args, shared_mem=tile.smem)
+        pdl.launch(kern, (cdiv(m, tile.bm), cdiv(w.n, tile.bn)), (tile.threads,), args, tile.smem)
         return
     if m <= max(GEMV_TIERS) and warps is None:
         r = tier(m, GEMV_TIERS)
@@ -215,7 +218,7 @@ def _gemv_launch(
     else:
         name, cols, rows_ = mma_kernel_name(m, w.n, warps)
         grid, block = (cdiv(w.n, cols), cdiv(m, rows_)), (32 * int(name.rsplit("_w", 1)[1]),)
-    get_kernel(CU_FILE, name)(grid, block, args)
+    pdl.launch(get_kernel(CU_FILE, name), grid, block, args)
 
 
 def w8a8_gemv(
@@ -280,13 +283,17 @@ def w8a8_silu_quant_gemv(gate: Any, up: Any, w: Any, out: Any, warps: int | None
     codes, parts = _codes_scratch(m, k)
     grid = (cdiv(k, SILU_SLICE), m)
     ldg = np.int64(g.strides[0] // 2)
-    get_kernel(CU_FILE, "w8a8_silu_parts")(
+    pdl.launch(
+        get_kernel(CU_FILE, "w8a8_silu_parts"),
         grid,
         (SILU_SLICE // 8,),
         (g, ldg, u, np.int64(u.strides[0] // 2), device_table("silu"), np.int32(k), parts),
     )
-    get_kernel(CU_FILE, "w8a8_quantize_parts")(
-        grid, (SILU_SLICE // 8,), (g, ldg, np.int32(k), parts, codes.q, codes.scale)
+    pdl.launch(
+        get_kernel(CU_FILE, "w8a8_quantize_parts"),
+        grid,
+        (SILU_SLICE // 8,),
+        (g, ldg, np.int32(k), parts, codes.q, codes.scale),
     )
     if g is not g0:  # an aligned copy took h: give it back to the caller's gate rows
         g0[...] = g

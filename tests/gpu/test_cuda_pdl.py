@@ -101,3 +101,35 @@ def test_pdl_back_to_back_calls(fresh_rng: np.random.Generator) -> None:
     for r in range(rounds):
         gen.bits_equal(got[r], want, f"round {r}")
         gen.bits_equal(h[r], h[0], f"round {r}: h")
+
+
+def test_pdl_w8a8_arm_back_to_back(fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The W8A8 arm (quantize, gate, up, SiLU-quantize in two kernels, down: every kernel
+    PDL-capable) at m = 1, 3 (split-K wgmma: a shared workspace the last CTA clears), 40 and 100
+    (GEMM): PDL on and off, and 3 rounds queued without synchronisation, each FFN's output copied
+    to its own slot: every slot holds the reference's bits; all launches after the first are
+    programmatic where PDL is available."""
+    import layer_cases as lc
+
+    parts = lc.make_parts("w8a8_only", hidden=1024, inter=2080, seed=int(fresh_rng.integers(1 << 30)))
+    ref, gpu = parts.layer(get_backend("reference")), parts.layer(get_backend("cuda"))
+    x = gen.rows(fresh_rng, 100, 1024)
+    for m in (1, 3, 40, 100):
+        rctx = ForwardContext(ref.config, backend=ref.backend, max_rows=m)
+        with np.errstate(all="ignore"):
+            ref.forward_prefill(ref.backend.rows(x[:m], 1024), m, rctx)
+        want = np.asarray(rctx.buffers.output()[:m]).view(np.uint16)
+        for enabled in (True, False):
+            monkeypatch.setattr(pdl, "ENABLED", enabled)
+            ctx = ForwardContext(gpu.config, backend=gpu.backend, max_rows=m)
+            xd = gpu.backend.rows(x[:m], 1024)
+            slots = cp.zeros((3, m, 1024), dtype=cp.uint16)
+            before = dict(pdl.counts)
+            for r in range(3):
+                gpu.forward_prefill(xd, m, ctx)
+                slots[r] = ctx.buffers.output()[:m]
+            got = slots.get()
+            if enabled and _pdl_expected():
+                assert pdl.counts["programmatic"] - before["programmatic"] >= 3 * 4, f"m={m}"
+            for r in range(3):
+                gen.bits_equal(got[r], want, f"w8a8 m={m} pdl={enabled} round {r}")

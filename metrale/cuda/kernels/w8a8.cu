@@ -37,6 +37,9 @@
 //       second reduces a row's slices (max, or: exact in any order) and writes the codes. With
 //       a GEMV kernel above they serve w8a8_silu_quant_gemv (metrale/cuda/w8a8.py says why).
 //
+// Every kernel is PDL-capable (metrale/cuda/pdl.py): pdl_trigger, then pdl_wait, before it touches
+// global memory.
+//
 // Build: --fmad=false; every fp32 step is an inline-PTX ieee_mul/ieee_div (common.cuh): exact
 // IEEE with subnormals whatever -ftz the compiler was given; zero tests are on the bits.
 
@@ -119,6 +122,8 @@ __device__ __forceinline__ uint2 w8_quant8(uint4 v, float inv) {
 extern "C" __global__ void __launch_bounds__(256) w8a8_quantize(
     const u16* __restrict__ x, long long ldx, int K, signed char* __restrict__ q,
     float* __restrict__ scale) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ u32 red[64];
     __shared__ float sinv;
     const int r = blockIdx.x;
@@ -208,6 +213,8 @@ __device__ __forceinline__ void w8_gemv_warp(const signed char* __restrict__ w, 
         const signed char* __restrict__ w, const float* __restrict__ sw, int N, int K,            \
         const signed char* __restrict__ q, long long ldq, const float* __restrict__ sa, int m,    \
         u16* __restrict__ out, long long ldo) {                                                   \
+        pdl_trigger();                                                                            \
+        pdl_wait();                                                                               \
         const int n0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * NC;                               \
         w8_gemv_warp<R, NC>(w, sw, N, K, q, ldq, sa, blockIdx.y * R, m, n0, out, ldo);            \
     }
@@ -318,6 +325,8 @@ __device__ __forceinline__ void w8_mma_gemv(const signed char* __restrict__ w, c
         const signed char* __restrict__ w, const float* __restrict__ sw, int N, int K,              \
         const signed char* __restrict__ q, long long ldq, const float* __restrict__ sa, int m,      \
         u16* __restrict__ out, long long ldo) {                                                     \
+        pdl_trigger();                                                                              \
+        pdl_wait();                                                                                 \
         w8_mma_gemv<NT, MT, W, U>(w, sw, N, K, q, ldq, sa, m, out, ldo);                            \
     }
 
@@ -429,6 +438,8 @@ __device__ __forceinline__ void w8_gemm(const signed char* __restrict__ w, const
         const signed char* __restrict__ w, const float* __restrict__ sw, int N, int K,              \
         const signed char* __restrict__ q, long long ldq, const float* __restrict__ sa, int m,      \
         u16* __restrict__ out, long long ldo) {                                                     \
+        pdl_trigger();                                                                              \
+        pdl_wait();                                                                                 \
         w8_gemm<BM, BN, WM, WN, STAGES>(w, sw, N, K, q, ldq, sa, m, out, ldo);                      \
     }
 
@@ -454,6 +465,8 @@ __device__ __forceinline__ uint4 w8_silu8(uint4 g, uint4 u, const float* __restr
 extern "C" __global__ void __launch_bounds__(SILU_SLICE / 8) w8a8_silu_parts(
     u16* __restrict__ gate, long long ldg_, const u16* __restrict__ up, long long ldu,
     const float* __restrict__ table, int K, uint2* __restrict__ part) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ u32 red[64];
     const int r = blockIdx.y, c = blockIdx.x;
     const int k = (c * blockDim.x + threadIdx.x) * 8;
@@ -476,6 +489,8 @@ extern "C" __global__ void __launch_bounds__(SILU_SLICE / 8) w8a8_silu_parts(
 extern "C" __global__ void __launch_bounds__(SILU_SLICE / 8) w8a8_quantize_parts(
     const u16* __restrict__ h, long long ldh, int K, const uint2* __restrict__ part,
     signed char* __restrict__ q, float* __restrict__ scale) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ u32 red[64];
     const int r = blockIdx.y, c = blockIdx.x, C = gridDim.x;
     u32 amax = 0;

@@ -35,6 +35,9 @@
 // Accumulator fragment: warp w of a warpgroup holds A rows 16 w + gid and + 8, B rows 8 j + 2 t
 // and + 1 of each 8-row run j (gid = lane / 4, t = lane mod 4): acc[4 j + 2 h + e].
 //
+// Every kernel is PDL-capable (metrale/cuda/pdl.py): pdl_trigger, then pdl_wait, before it touches
+// global memory.
+//
 // Build: sm_90a only (wgmma); the launcher uses w8a8.cu's kernels elsewhere. fp32 steps are
 // common.cuh's inline-PTX ieee_mul (subnormals kept whatever -ftz).
 
@@ -272,6 +275,8 @@ __device__ __forceinline__ void w8_wgmma_sk(const signed char* __restrict__ w, c
         const signed char* __restrict__ w, const float* __restrict__ sw, int N, int K,              \
         const signed char* __restrict__ q, long long ldq, const float* __restrict__ sa, int m,      \
         u16* __restrict__ out, long long ldo) {                                                     \
+        pdl_trigger();                                                                              \
+        pdl_wait();                                                                                 \
         w8_wgmma_gemm<BM, BN, STAGES>(w, sw, N, K, q, ldq, sa, m, out, ldo);                        \
     }
 
@@ -283,6 +288,8 @@ __device__ __forceinline__ void w8_wgmma_sk(const signed char* __restrict__ w, c
         const signed char* __restrict__ q, long long ldq, const float* __restrict__ sa, int m,      \
         u16* __restrict__ out, long long ldo, int* __restrict__ ws, unsigned int* __restrict__ cnt, \
         int kps) {                                                                                  \
+        pdl_trigger();                                                                              \
+        pdl_wait();                                                                                 \
         w8_wgmma_sk<NB, STAGES>(w, sw, N, K, q, ldq, sa, m, out, ldo, ws, cnt, kps);                \
     }
 
