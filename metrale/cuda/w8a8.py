@@ -19,6 +19,7 @@ point graph-capturable; two streams running it at once on one device would share
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -141,7 +142,7 @@ def sk_split(n: int, k: int) -> tuple[int, int]:
     """(K tiles of 128 bytes per split, splits) for N = n, K = k: about SK_CTAS_PER_SM CTAs
     per multiprocessor over the ceil(n / 64) column tiles, every split non-empty."""
     tiles = cdiv(k, 128)
-    splits = max(1, min(tiles, cdiv(SK_CTAS_PER_SM * sm_count(), cdiv(n, 64))))
+    splits = max(1, min(tiles, math.ceil(SK_CTAS_PER_SM * sm_count() / cdiv(n, 64))))
     kps = cdiv(tiles, splits)
     return kps, cdiv(tiles, kps)
 

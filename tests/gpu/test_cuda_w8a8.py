@@ -42,8 +42,17 @@ def test_quantize_matches_reference(cuda: Any, fresh_rng: np.random.Generator, k
     assert_bits_equal(got.scale.get(), want.scale, "scale")
 
 
+@pytest.mark.parametrize("split_k", [True, False])
 @pytest.mark.parametrize(("n", "k"), SHAPES)
-def test_gemv_matches_reference(cuda: Any, fresh_rng: np.random.Generator, n: int, k: int) -> None:
+def test_gemv_matches_reference(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, n: int, k: int, split_k: bool
+) -> None:
+    """The routing's kernels at m = 1..64: the split-K wgmma kernels (sm_90) or, without them
+    (other devices), the dp4a kernels and the mma.sync tiers."""
+    from metrale.cuda import w8a8
+
+    if not split_k:
+        monkeypatch.setattr(w8a8, "SK_MIN_ROWS", 1 << 30)
     host = w8a8_weight(fresh_rng, n, k)
     w = cuda.upload(host)
     x = rows(fresh_rng, 64, k)

@@ -258,12 +258,22 @@ __device__ __forceinline__ void w8_wgmma_sk(const signed char* __restrict__ w, c
     __syncthreads();
     if (!last) return;
     __threadfence();
-    for (int i = tid; i < 64 * m; i += 128) {
-        const int r = i >> 6, n = n0 + (i & 63);
-        if (n >= N) continue;
-        int* p = ws + (long long)r * N + n;
-        out[(long long)r * ldo + n] = (u16)w8_y(__ldcg(p), sa[r], sw[n]);
-        *p = 0;
+    // The column tile's 64 m sums, 8 independent loads in flight per thread.
+    for (int base = 0; base < 64 * m; base += 8 * 128) {
+        int v[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            const int i = base + u * 128 + tid, n = n0 + (i & 63);
+            v[u] = (i < 64 * m && n < N) ? __ldcg(ws + (long long)(i >> 6) * N + n) : 0;
+        }
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            const int i = base + u * 128 + tid, r = i >> 6, n = n0 + (i & 63);
+            if (i < 64 * m && n < N) {
+                out[(long long)r * ldo + n] = (u16)w8_y(v[u], sa[r], sw[n]);
+                ws[(long long)r * N + n] = 0;
+            }
+        }
     }
     if (tid == 0) cnt[blockIdx.x] = 0u;
 }
