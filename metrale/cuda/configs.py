@@ -131,12 +131,13 @@ W8A8_WGMMA_TILES: tuple[W8a8WgmmaTile, ...] = (
 #: rows per launch (the wgmma's N, m <= nb) -> cp.async stages; from W8A8_SK_MIN_ROWS rows up to
 #: the largest nb (the W8A8 arm's verify batches), splits of K giving about
 #: W8A8_SK_CTAS_PER_SM CTAs per multiprocessor. Measured on an H200 (tools/w8a8_gemm_tiles.py
-#: --small, CUDA graphs, m = 1..8): 12288x4096 streams at 3.2-3.6 TB/s with 2 CTAs/SM (1: 3.1-3.3,
-#: 3: 2.9-3.1), 4096x12288 at 3.2-3.4 TB/s with 1 (2: 2.8-3.0), against 2.5-3.0 for the dp4a
-#: kernel (m = 1) and the mma.sync tiers; 1.5 takes 2 splits for the first and 4 for the second.
+#: --small, CUDA graphs): with 1, 12288x4096 (no split) streams at 3.3-3.4 TB/s for m = 1..3 and
+#: 2.0 TB/s at m = 64, 4096x12288 (3 splits) at 3.3-3.4 and 2.0; 2 (2 and 5 splits) is 5% faster
+#: on the first, 12% slower on the second; 1.5 (4 splits of the second) slower on both; the dp4a
+#: kernel (m = 1) and the mma.sync tiers 2.4-2.9 TB/s and 1.6-1.8 TB/s.
 W8A8_SK_TIERS: dict[int, int] = {16: 6, 32: 6, 64: 6}
 W8A8_SK_MIN_ROWS = 1
-W8A8_SK_CTAS_PER_SM = 1.5
+W8A8_SK_CTAS_PER_SM = 1
 
 
 def nvfp4_gemm_builds() -> list[tuple[int, int, int]]:
