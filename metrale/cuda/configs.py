@@ -128,14 +128,16 @@ W8A8_WGMMA_TILES: tuple[W8a8WgmmaTile, ...] = (
 
 
 #: w8a8_wgmma.cu split-K kernels for few rows ``w8a8_wgmma_sk_n{nb}`` (sm_90a): activation
-#: rows per launch (the wgmma's N, m <= nb) -> cp.async stages; from W8A8_SK_MIN_ROWS rows up to
-#: the largest nb (the W8A8 arm's verify batches), splits of K giving about
+#: rows per launch (the wgmma's N, m <= nb) -> (weight rows per CTA, cp.async stages); from
+#: W8A8_SK_MIN_ROWS rows up to the largest nb (the W8A8 arm's verify batches), K split for about
 #: W8A8_SK_CTAS_PER_SM CTAs per multiprocessor. Measured on an H200 (tools/w8a8_gemm_tiles.py
 #: --small, CUDA graphs): with 1, 12288x4096 (no split) streams at 3.3-3.4 TB/s for m = 1..3 and
 #: 2.0 TB/s at m = 64, 4096x12288 (3 splits) at 3.3-3.4 and 2.0; 2 (2 and 5 splits) is 5% faster
 #: on the first, 12% slower on the second; 1.5 (4 splits of the second) slower on both; the dp4a
 #: kernel (m = 1) and the mma.sync tiers 2.4-2.9 TB/s and 1.6-1.8 TB/s.
-W8A8_SK_TIERS: dict[int, int] = {16: 6, 32: 6, 64: 6}
+#: 128 weight rows per CTA (two warpgroups) for n32/n64 was slower (m = 32: gate 22.5 against
+#: 19.4 us, down 22.4 against 18.7).
+W8A8_SK_TIERS: dict[int, tuple[int, int]] = {16: (64, 6), 32: (64, 6), 64: (64, 6)}
 W8A8_SK_MIN_ROWS = 1
 W8A8_SK_CTAS_PER_SM = 1
 
@@ -200,7 +202,7 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         f"W8A8_GEMM({t.bm}, {t.bn}, {t.wm}, {t.wn}, {t.stages}, {t.minb})" for t in W8A8_GEMM_TILES
     ],
     "W8A8_WGMMA": lambda: [f"W8A8_WGMMA({t.bm}, {t.bn}, {t.stages})" for t in W8A8_WGMMA_TILES],
-    "W8A8_WGMMA_SK": lambda: [f"W8A8_WGMMA_SK({nb}, {st})" for nb, st in W8A8_SK_TIERS.items()],
+    "W8A8_WGMMA_SK": lambda: [f"W8A8_WGMMA_SK({ra}, {nb}, {st})" for nb, (ra, st) in W8A8_SK_TIERS.items()],
     "W8A8_MMA": lambda: [
         f"W8A8_MMA({r}, {r // 8}, {cols // 16}, {w}, {W8A8_MMA_UNROLL[r]})"
         for r, cols in W8A8_MMA_TIERS.items()

@@ -125,8 +125,9 @@ _sk_work: dict[tuple[int, int], tuple[Any, Any]] = {}
 
 
 def _sk_workspace(n: int) -> tuple[Any, Any]:
-    """The zeroed int32 [max(SK_TIERS), n] partial sums and uint32 column-tile counters of the
-    split-K kernels on this device (every launch leaves them zero; one stream at a time)."""
+    """The zeroed int32 [max(SK_TIERS), n] partial sums and uint32 column-tile counters (one per
+    64 columns: enough for every tier) of the split-K kernels on this device (every launch
+    leaves them zero; one stream at a time)."""
     import cupy
 
     key = (device_id(), n)
@@ -138,11 +139,12 @@ def _sk_workspace(n: int) -> tuple[Any, Any]:
     return _sk_work[key]
 
 
-def sk_split(n: int, k: int) -> tuple[int, int]:
-    """(K tiles of 128 bytes per split, splits) for N = n, K = k: about SK_CTAS_PER_SM CTAs
-    per multiprocessor over the ceil(n / 64) column tiles, every split non-empty."""
+def sk_split(n: int, k: int, ra: int) -> tuple[int, int]:
+    """(K tiles of 128 bytes per split, splits) for N = n, K = k and ra weight rows per CTA:
+    about SK_CTAS_PER_SM CTAs per multiprocessor over the ceil(n / ra) column tiles, every
+    split non-empty."""
     tiles = cdiv(k, 128)
-    splits = max(1, min(tiles, math.ceil(SK_CTAS_PER_SM * sm_count() / cdiv(n, 64))))
+    splits = max(1, min(tiles, math.ceil(SK_CTAS_PER_SM * sm_count() / cdiv(n, ra))))
     kps = cdiv(tiles, splits)
     return kps, cdiv(tiles, kps)
 
@@ -195,11 +197,12 @@ def _gemv_launch(
         kern = get_kernel(WGMMA_FILE, sk)
         if kern is None:
             raise MetraleError(f"w8a8_gemv: {sk} did not build on this device")
-        smem = SK_TIERS[nb] * (64 + nb) * 128 + 1024
+        ra, stages = SK_TIERS[nb]
+        smem = stages * (ra + nb) * 128 + 1024
         set_dynamic_smem(kern, smem)
-        kps, splits = sk_split(w.n, k)
+        kps, splits = sk_split(w.n, k, ra)
         ws, cnt = _sk_workspace(w.n)
-        pdl.launch(kern, (cdiv(w.n, 64), splits), (128,), (*args, ws, cnt, np.int32(kps)), smem)
+        pdl.launch(kern, (cdiv(w.n, ra), splits), (2 * ra,), (*args, ws, cnt, np.int32(kps)), smem)
         return
     if gemm is not None or (warps is None and m >= GEMM_MIN_ROWS):
         tiles = {**GEMM_TILES, **WGMMA_TILES}

@@ -15,13 +15,13 @@
 //       y = bf16((f32(S) * s_a[r]) * s_w[n]) from the accumulators. Consecutive CTAs
 //       (blockIdx.x) share one weight tile (read once from DRAM, then from L2).
 //   w8a8_wgmma_sk_n{NB}(w, sw, N, K, q, ldq, sa, m, out, ldo, ws, cnt, kps)     (m <= NB <= 64)
-//       Split K for few rows (the weights streamed once, by many CTAs): grid (ceil(N / 64), S),
-//       block 128 (one warpgroup), dynamic shared memory STAGES (64 + NB) 128 + 1024 bytes.
-//       CTA (c, s) runs wg_mainloop with 64 weight rows as A and the m activation rows (zero
-//       rows up to NB) as B over K tiles [s kps, (s + 1) kps), adds its int32 partial sums into
-//       ws [m, N] with integer atomics (exact, order-free), and the last CTA of column tile c
-//       (a counter per tile, cnt [ceil(N / 64)]) writes y from ws and puts ws and the counter
-//       back to 0 for the next launch (ws and cnt start zeroed).
+//       Split K for few rows (the weights streamed once, by many CTAs): grid (ceil(N / RA), S),
+//       block 2 RA (one warpgroup per 64 weight rows), dynamic shared memory
+//       STAGES (RA + NB) 128 + 1024 bytes. CTA (c, s) runs wg_mainloop with RA weight rows as A
+//       and the m activation rows (zero rows up to NB) as B over K tiles [s kps, (s + 1) kps),
+//       adds its int32 partial sums into ws [m, N] with integer atomics (exact, order-free), and
+//       the last CTA of column tile c (a counter per tile, cnt [ceil(N / RA)]) writes y from ws
+//       and puts ws and the counter back to 0 for the next launch (ws and cnt start zeroed).
 //
 // wg_mainloop<RA, RB, STAGES>: int32 accumulators D [64 x RB] per warpgroup g += A [64 g .. 64 g
 // + 63, K tiles] * B [RB, K tiles]^T. K in 128-byte tiles: every thread copies its share of a
@@ -234,16 +234,17 @@ __device__ __forceinline__ void w8_wgmma_gemm(const signed char* __restrict__ w,
     }
 }
 
-template <int NB, int STAGES>
+template <int RA, int NB, int STAGES>
 __device__ __forceinline__ void w8_wgmma_sk(const signed char* __restrict__ w, const float* __restrict__ sw, int N,
                                             int K, const signed char* __restrict__ q, long long ldq,
                                             const float* __restrict__ sa, int m, u16* __restrict__ out,
                                             long long ldo, int* __restrict__ ws, unsigned int* __restrict__ cnt,
                                             int kps) {
+    constexpr int NTH = 2 * RA;
     __shared__ int last;
-    const int n0 = blockIdx.x * 64, kt0 = blockIdx.y * kps, kt1 = min(kt0 + kps, (K + 127) >> 7);
+    const int n0 = blockIdx.x * RA, kt0 = blockIdx.y * kps, kt1 = min(kt0 + kps, (K + 127) >> 7);
     int acc[NB / 2];
-    wg_mainloop<64, NB, STAGES>(acc, w + (long long)n0 * K, K, N - n0, q, ldq, m, K, kt0, kt1);
+    wg_mainloop<RA, NB, STAGES>(acc, w + (long long)n0 * K, K, N - n0, q, ldq, m, K, kt0, kt1);
     const int tid = threadIdx.x, warp = tid >> 5, gid = (tid & 31) >> 2, t = tid & 3;
 #pragma unroll
     for (int j = 0; j < NB / 8; ++j)
@@ -258,18 +259,18 @@ __device__ __forceinline__ void w8_wgmma_sk(const signed char* __restrict__ w, c
     __syncthreads();
     if (!last) return;
     __threadfence();
-    // The column tile's 64 m sums, 8 independent loads in flight per thread.
-    for (int base = 0; base < 64 * m; base += 8 * 128) {
+    // The column tile's RA m sums, 8 independent loads in flight per thread.
+    for (int base = 0; base < RA * m; base += 8 * NTH) {
         int v[8];
 #pragma unroll
         for (int u = 0; u < 8; ++u) {
-            const int i = base + u * 128 + tid, n = n0 + (i & 63);
-            v[u] = (i < 64 * m && n < N) ? __ldcg(ws + (long long)(i >> 6) * N + n) : 0;
+            const int i = base + u * NTH + tid, n = n0 + i % RA;
+            v[u] = (i < RA * m && n < N) ? __ldcg(ws + (long long)(i / RA) * N + n) : 0;
         }
 #pragma unroll
         for (int u = 0; u < 8; ++u) {
-            const int i = base + u * 128 + tid, r = i >> 6, n = n0 + (i & 63);
-            if (i < 64 * m && n < N) {
+            const int i = base + u * NTH + tid, r = i / RA, n = n0 + i % RA;
+            if (i < RA * m && n < N) {
                 out[(long long)r * ldo + n] = (u16)w8_y(v[u], sa[r], sw[n]);
                 ws[(long long)r * N + n] = 0;
             }
@@ -290,17 +291,17 @@ __device__ __forceinline__ void w8_wgmma_sk(const signed char* __restrict__ w, c
         w8_wgmma_gemm<BM, BN, STAGES>(w, sw, N, K, q, ldq, sa, m, out, ldo);                        \
     }
 
-// w8a8_wgmma_sk_n{NB}: grid (ceil(N / 64), S), block 128, dynamic shared memory
-// STAGES (64 + NB) 128 + 1024 bytes; kps K tiles of 128 bytes per split.
-#define W8A8_WGMMA_SK(NB, STAGES)                                                                    \
-    extern "C" __global__ void __launch_bounds__(128) w8a8_wgmma_sk_n##NB(                           \
+// w8a8_wgmma_sk_n{NB}: grid (ceil(N / RA), S), block 2 RA, dynamic shared memory
+// STAGES (RA + NB) 128 + 1024 bytes; kps K tiles of 128 bytes per split.
+#define W8A8_WGMMA_SK(RA, NB, STAGES)                                                                \
+    extern "C" __global__ void __launch_bounds__(2 * RA) w8a8_wgmma_sk_n##NB(                        \
         const signed char* __restrict__ w, const float* __restrict__ sw, int N, int K,              \
         const signed char* __restrict__ q, long long ldq, const float* __restrict__ sa, int m,      \
         u16* __restrict__ out, long long ldo, int* __restrict__ ws, unsigned int* __restrict__ cnt, \
         int kps) {                                                                                  \
         pdl_trigger();                                                                              \
         pdl_wait();                                                                                 \
-        w8_wgmma_sk<NB, STAGES>(w, sw, N, K, q, ldq, sa, m, out, ldo, ws, cnt, kps);                \
+        w8_wgmma_sk<RA, NB, STAGES>(w, sw, N, K, q, ldq, sa, m, out, ldo, ws, cnt, kps);            \
     }
 
 // @instances W8A8_WGMMA   (lines generated from metrale/cuda/configs.py)
