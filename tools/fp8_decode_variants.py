@@ -65,16 +65,6 @@ def _body(launch: Any, xm: Any, copies: list[Any], outs: list[Any]) -> Any:
 
 
 def main() -> int:
-    import cupy as cp
-
-    from metrale.backend import get_backend
-    from metrale.bench.cases import SHAPES
-    from metrale.bench.measure import CupyClock, Plan, ceilings_gpu, rotation
-    from metrale.cuda import configs, fp8_bf16
-    from metrale.cuda.weights import DeviceWeight
-    from metrale.reference.projection import project
-    from tests.gpu import gen
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="fp8_decode_variants.json")
     ap.add_argument("--shapes", default="qwen3-8b,llama3-8b")
@@ -86,6 +76,16 @@ def main() -> int:
         help="time every variant on every shape (default: the variants on the first shape only)",
     )
     args = ap.parse_args()
+    import cupy as cp
+
+    from metrale.backend import get_backend
+    from metrale.bench.cases import SHAPES
+    from metrale.bench.measure import CupyClock, Plan, ceilings_gpu, rotation
+    from metrale.cuda import configs, fp8_bf16
+    from metrale.cuda.weights import DeviceWeight
+    from metrale.reference.projection import project
+    from tests.gpu import gen
+
     t_start = time.time()
     be = get_backend("cuda")
     ceil = ceilings_gpu(5)

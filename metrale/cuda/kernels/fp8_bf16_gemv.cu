@@ -25,8 +25,13 @@
 //       Lane l owns blocks 2l, 2l+1 of each 64-block chunk (16-byte weight loads), adds the pair,
 //       shfl_xor 1..16 gives the chunk's subtree; chunk roots go to shared memory and the padded
 //       tree over chunks (C <= 64, so K <= 65536) finishes with the same shuffles. They serve
-//       w8a16_gemv / dense_gemv (R = 1) and w8a16_gemm / dense_gemm (grid.y row groups) below
-//       MMA_MIN_M rows; from there the integer tensor-core GEMM at the end of this file.
+//       m < MMA_MIN_M rows (grid.y row groups) where no decode kernel does (configs.py
+//       FP8_BF16_DECODE = "gemv", or m above the decode tiers).
+//   fp8_bf16_dec_prep and {fp8,bf16}_dec_r{R}_c{NC}_w{W}_p{P}_{h,i} (below): the decode
+//       kernels, m = 1, 2, 3 rows in one pass (w8a16_gemv / dense_gemv and the gemm entry
+//       points at m <= 3; configurations in configs.py FP8_BF16_DEC).
+//   fp8_bf16_mma_prep, {fp8,bf16}_mma_nt{1,2,4} (at the end): the integer tensor-core GEMM
+//       from MMA_MIN_M (configs.py FP8_BF16_MMA_MIN_M) rows.
 //
 // Build: --fmad=false; the only fma() calls are exact by the argument above; fp32 steps and the
 // f64 -> f32 rounding are common.cuh's inline-PTX ieee_* (subnormals kept whatever -ftz).
