@@ -8,8 +8,9 @@ weight except in blocks spanning more than 2^15, and are always bf16 values, so 
 exact float64 block dot of those values with the A16 codes is S_b·2^(F−22) exactly.
 ``w8a16_gemm`` / ``dense_gemm`` with m ≥ ``MMA_MIN_M`` rows run on integer tensor cores
 (``{fp8,bf16}_mma_nt*``) over the 24-bit codes as 8-bit limbs in ``mma.sync`` fragment order
-(``mma_fragments``, added to the device weight on its first such call); fewer rows run on the
-CUDA-core GEMV kernels.
+(``mma_fragments``, added to the device weight on its first such call); m ≤ 3 rows run the
+decode kernels (``{fp8,bf16}_dec_*``, configurations ``configs.FP8_BF16_DEC``) and any other
+row count below ``MMA_MIN_M`` the CUDA-core GEMV tiers.
 """
 
 from __future__ import annotations
