@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from metrale.cuda import configs
+from metrale.cuda import configs, pdl
 from metrale.cuda.launch_args import cdiv, device_out, device_rows, tier, weight_arrays
 from metrale.cuda.runtime import get_kernel, set_dynamic_smem
 from metrale.cuda.weights import DeviceWeight, to_device
@@ -168,7 +168,8 @@ def _project_dec(
     fp8: bool,
     cfg: configs.Fp8Bf16Dec,
 ) -> None:
-    """The decode kernel ``cfg`` over all m rows in one pass (prep, then one launch)."""
+    """The decode kernel ``cfg`` over all m rows in one pass (prep, then one launch; both
+    PDL-capable, so each may start while its predecessor drains)."""
     import cupy
 
     chunks = cdiv(k // BLOCK, 32)
@@ -176,7 +177,8 @@ def _project_dec(
     act = cupy.empty((words,), dtype=cupy.uint32)
     pe = cupy.empty((m * chunks * 32,), dtype=cupy.int32)
     prep = get_kernel(CU_FILE, "fp8_bf16_dec_prep")
-    prep(
+    pdl.launch(
+        prep,
         (cdiv(m * chunks * 32, 256),),
         (256,),
         (
@@ -191,7 +193,8 @@ def _project_dec(
         ),
     )
     gemv = get_kernel(CU_FILE, cfg.name("fp8" if fp8 else "bf16", m))
-    gemv(
+    pdl.launch(
+        gemv,
         (cdiv(n, cfg.nc), 1),
         (32 * cfg.warps,),
         (w, scale, np.int32(n), np.int32(k), act, pe, np.int32(m), outa, np.int64(ldo)),

@@ -184,3 +184,35 @@ def test_decode_extreme_weight_codes(cuda: Any, fresh_rng: np.random.Generator, 
     for i in range(0, x.shape[0] - m + 1, m):
         got = _launch(cuda, "dense_gemm", x[i : i + m], wd, m, fresh_rng)
         bits_equal(got, want[i : i + m], f"dense_gemm extremes m={m} rows {i}")
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "bf16"])
+@pytest.mark.parametrize("pdl_on", [True, False])
+@pytest.mark.parametrize("m", [1, 2, 3])
+def test_decode_chain_without_sync(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, fmt: str, pdl_on: bool, m: int
+) -> None:
+    """Five decode projections back to back, each reading the previous one's output, with no
+    host synchronisation (programmatic launches with PDL on): a prep or kernel that read before
+    its pdl_wait would see a stale input. Every stage equals the reference chain's bits."""
+    from metrale.cuda import pdl
+
+    monkeypatch.setattr(pdl, "ENABLED", pdl_on)
+    k = 1536
+    hosts = []
+    for i in range(5):
+        w = fresh_rng.standard_normal((k, k)).astype(F32) * F32(2.0 / np.sqrt(k))
+        hosts.append(
+            Fp8Weight.quantize(w, name=f"w{i}") if fmt == "fp8" else DenseWeight.quantize(w, name=f"w{i}")
+        )
+    ws = [cuda.upload(h) for h in hosts]
+    x = rows(fresh_rng, m, k, finite=True)
+    kernel = "w8a16_gemm" if fmt == "fp8" else "dense_gemm"
+    bufs = [cp.asarray(x.view(np.uint16))] + [cp.zeros((m, k), dtype=cp.uint16) for _ in hosts]
+    pdl.entry_start()
+    for i, w in enumerate(ws):
+        cuda.launch(kernel, bufs[i], w, bufs[i + 1])
+    want = x
+    for i, h in enumerate(hosts):
+        want = project(want, h, "A16")
+        bits_equal(bufs[i + 1].get(), want.view(np.uint16), f"{kernel} chain stage {i} pdl={pdl_on} m={m}")

@@ -196,6 +196,8 @@ __device__ __forceinline__ void fp8_bf16_gemv_warp(const uint4* __restrict__ w, 
 //       pe int [m][C][32]: high word of 2^(E-14), NaN for a non-finite block, 0 for padding.
 //   {fp8,bf16}_dec_r{R}_c{NC}_w{W}_p{P}_{h,i}(w, scale, N, K, act, pe, m, out, ldo)
 //       grid (ceil(N / NC), ceil(m / R)), block 32 W; shared NC R 128 floats of chunk roots.
+//   Both are PDL-capable (metrale/cuda/pdl.py): pdl_trigger, then pdl_wait, before any memory
+//   access.
 
 // 16 bytes of weights that are read once: no L1 allocation.
 __device__ __forceinline__ uint4 ld_stream16(const uint4* p) {
@@ -213,6 +215,8 @@ __device__ __forceinline__ u32 u4_word(const uint4& v, int i) {
 extern "C" __global__ void __launch_bounds__(256) fp8_bf16_dec_prep(
     const u16* __restrict__ x, long long ldx, int K, int m, int C, int mode, u32* __restrict__ act,
     int* __restrict__ pe) {
+    pdl_trigger();  // launched programmatically (metrale/cuda/pdl.py): no access before pdl_wait
+    pdl_wait();
     const int B = K >> 4, BP = C * 32;
     const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (long long)m * BP) return;
@@ -320,6 +324,8 @@ __device__ __forceinline__ void dec_body(const uint4* __restrict__ w, const floa
     constexpr int WB = BF ? 2 : 1;
     constexpr int AQ = ACT == 0 ? 4 : 2;  // uint4 of activation codes per block
     constexpr int V = NC * R;
+    pdl_trigger();  // launched programmatically (metrale/cuda/pdl.py): no access before pdl_wait
+    pdl_wait();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int B = K >> 4, C = (B + 31) >> 5;
     const int n0 = blockIdx.x * NC, r0 = blockIdx.y * R;
