@@ -87,6 +87,11 @@ def test_launchers_ask_for_kernels_the_files_define() -> None:
         ]
         + [("q2_0_gemv.cu", f"q2_0_gemv_r{r}") for r in configs.Q2_0_TIERS]
         + [("fp8_bf16_gemv.cu", f"{p}_gemv_r{r}") for p in ("fp8", "bf16") for r in configs.FP8_BF16_TIERS]
+        + [
+            ("fp8_bf16_gemv.cu", d.name(p, r))
+            for p in ("fp8", "bf16")
+            for r, d in configs.fp8_bf16_dec_builds()
+        ]
         + [("w8a8.cu", f"w8a8_mma_r{r}_w{w}") for r in configs.W8A8_MMA_TIERS for w in configs.W8A8_MMA_WARPS]
     )
     for cu, name in names:
@@ -116,6 +121,7 @@ def _pasted(macro: str, a: list[str]) -> str:
         "NVFP4_GEMM": lambda: f"{a[0]}_gemm_nt{a[2]}_d{a[3]}_b{a[4]}_{a[6]}",
         "Q2_GEMV": lambda: f"q2_0_gemv_r{a[0]}",
         "FP8_BF16_GEMV": lambda: f"{a[0]}_r{a[2]}",
+        "FP8_BF16_DEC": lambda: f"{a[0]}_dec_r{a[2]}_c{a[3]}_w{a[4]}_p{a[5]}_{a[7]}",
         "W8A8_GEMV": lambda: f"w8a8_gemv_r{a[0]}",
         "W8A8_MMA": lambda: f"w8a8_mma_r{a[0]}_w{a[3]}",
     }[macro]()

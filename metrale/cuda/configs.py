@@ -40,6 +40,58 @@ NVFP4_GEMM_VARIANTS: tuple[tuple[int, int, int], ...] = ((5, 2, 2), (7, 3, 1))
 Q2_0_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 4, 8: 2}
 #: fp8_bf16_gemv.cu kernels ``{fp8,bf16}_gemv_r{R}``: rows per warp -> columns per warp.
 FP8_BF16_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 2, 8: 2}
+#: fp8_bf16_gemv.cu decode kernels ``{fp8,bf16}_dec_r{R}_c{NC}_w{W}_p{P}_{h,i}`` (one pass over
+#: R <= 3 rows; layout and arithmetic in the file's header).
+
+
+@dataclass(frozen=True)
+class Fp8Bf16Dec:
+    """One decode kernel configuration: output columns per CTA (``nc``), warps per CTA
+    splitting K by 512-element chunks (``warps``), whether the next chunk's weights are loaded
+    before the current one is summed (``prefetch``), activation codes as double high words
+    (``act`` 'h', 4 bytes per element) or int16 ('i', 2 bytes, converted per use)."""
+
+    nc: int
+    warps: int
+    prefetch: bool
+    act: str
+
+    def name(self, prefix: str, rows: int) -> str:
+        return f"{prefix}_dec_r{rows}_c{self.nc}_w{self.warps}_p{int(self.prefetch)}_{self.act}"
+
+
+#: The decode kernel the launcher runs for m rows (m <= 3; more rows take the GEMV tiers
+#: above or, from FP8_BF16_MMA_MIN_M, the tensor cores).
+FP8_BF16_DEC: dict[int, Fp8Bf16Dec] = {
+    1: Fp8Bf16Dec(8, 4, True, "h"),
+    2: Fp8Bf16Dec(8, 4, True, "h"),
+    3: Fp8Bf16Dec(8, 4, True, "h"),
+}
+#: Further decode configurations built for tools/fp8_decode_variants.py (rows, configuration).
+FP8_BF16_DEC_VARIANTS: tuple[tuple[int, Fp8Bf16Dec], ...] = (
+    (1, Fp8Bf16Dec(4, 4, True, "h")),
+    (1, Fp8Bf16Dec(16, 4, True, "h")),
+    (1, Fp8Bf16Dec(8, 8, True, "h")),
+    (1, Fp8Bf16Dec(8, 4, False, "h")),
+    (1, Fp8Bf16Dec(8, 4, True, "i")),
+    (2, Fp8Bf16Dec(4, 4, True, "h")),
+    (2, Fp8Bf16Dec(8, 4, True, "i")),
+    (3, Fp8Bf16Dec(4, 4, True, "h")),
+    (3, Fp8Bf16Dec(8, 4, False, "h")),
+    (3, Fp8Bf16Dec(8, 4, True, "i")),
+)
+#: Which CUDA-core kernels serve m < FP8_BF16_MMA_MIN_M rows: "dec" (the decode kernels for
+#: m <= 3, the GEMV tiers beyond) or "gemv" (the GEMV tiers only).
+FP8_BF16_DECODE = "dec"
+#: w8a16_gemm / dense_gemm run on the tensor cores from this many rows.
+FP8_BF16_MMA_MIN_M = 4
+
+
+def fp8_bf16_dec_builds() -> list[tuple[int, Fp8Bf16Dec]]:
+    """(rows, configuration) of every decode kernel built: the routing table's, then the variants."""
+    return list(dict.fromkeys([*FP8_BF16_DEC.items(), *FP8_BF16_DEC_VARIANTS]))
+
+
 #: fp8_bf16_gemv.cu tensor-core kernels ``{fp8,bf16}_mma_nt{NT}``: rows per CTA (8·NT) -> NT.
 FP8_BF16_MMA_TILES: dict[int, int] = {8: 1, 16: 2, 32: 4}
 #: w8a8.cu dp4a kernels ``w8a8_gemv_r{R}`` (the tiers up to 2 rows): rows -> columns per warp.
@@ -191,6 +243,12 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         f"FP8_BF16_GEMV({p}_gemv, {_bool(p == 'bf16')}, {r}, {nc})"
         for p in ("fp8", "bf16")
         for r, nc in FP8_BF16_TIERS.items()
+    ],
+    "FP8_BF16_DEC": lambda: [
+        f"FP8_BF16_DEC({p}, {_bool(p == 'bf16')}, {r}, {d.nc}, {d.warps}, {int(d.prefetch)}, "
+        f"{'hi'.index(d.act)}, {d.act})"
+        for p in ("fp8", "bf16")
+        for r, d in fp8_bf16_dec_builds()
     ],
     "FP8_BF16_MMA": lambda: [
         f"FP8_BF16_MMA({p}_mma, {_bool(p == 'fp8')}, {nt})"

@@ -8,8 +8,9 @@ weight except in blocks spanning more than 2^15, and are always bf16 values, so 
 exact float64 block dot of those values with the A16 codes is S_b·2^(F−22) exactly.
 ``w8a16_gemm`` / ``dense_gemm`` with m ≥ ``MMA_MIN_M`` rows run on integer tensor cores
 (``{fp8,bf16}_mma_nt*``) over the 24-bit codes as 8-bit limbs in ``mma.sync`` fragment order
-(``mma_fragments``, added to the device weight on its first such call); fewer rows run on the
-CUDA-core GEMV kernels.
+(``mma_fragments``, added to the device weight on its first such call); m ≤ 3 rows run the
+decode kernels (``{fp8,bf16}_dec_*``, configurations ``configs.FP8_BF16_DEC``) and any other
+row count below ``MMA_MIN_M`` the CUDA-core GEMV tiers.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from metrale.cuda import configs
+from metrale.cuda import configs, pdl
 from metrale.cuda.launch_args import cdiv, device_out, device_rows, tier, weight_arrays
 from metrale.cuda.runtime import get_kernel, set_dynamic_smem
 from metrale.cuda.weights import DeviceWeight, to_device
@@ -42,9 +43,12 @@ _UPLOAD_ROWS = 2048
 #: into 64-block runs; FP8_BF16_MMA_WARPS in the kernel file).
 MMA_TIERS = configs.FP8_BF16_MMA_TILES
 MMA_WARPS = 4
-#: The tensor-core GEMM serves w8a16_gemm / dense_gemm from this many rows (at m = 2 the
-#: CUDA-core GEMV measured faster: 267 vs 343 µs per Qwen3-8B FFN, docs/performance.md).
-MMA_MIN_M = 3
+#: The tensor-core GEMM serves w8a16_gemm / dense_gemm from this many rows; fewer rows run
+#: the decode kernels (DECODE "dec", up to 3 rows, configuration per row count in DEC_TIERS)
+#: or the GEMV tiers. Module attributes so tools/fp8_decode_variants.py can switch them.
+MMA_MIN_M = configs.FP8_BF16_MMA_MIN_M
+DECODE = configs.FP8_BF16_DECODE
+DEC_TIERS: dict[int, configs.Fp8Bf16Dec] = dict(configs.FP8_BF16_DEC)
 
 
 def effective_bf16(w: np.ndarray) -> np.ndarray:
@@ -152,6 +156,51 @@ def _project_mma(
         )
 
 
+def _project_dec(
+    xa: Any,
+    w: Any,
+    scale: Any,
+    n: int,
+    k: int,
+    m: int,
+    outa: Any,
+    ldo: int,
+    fp8: bool,
+    cfg: configs.Fp8Bf16Dec,
+) -> None:
+    """The decode kernel ``cfg`` over all m rows in one pass (prep, then one launch; both
+    PDL-capable, so each may start while its predecessor drains)."""
+    import cupy
+
+    chunks = cdiv(k // BLOCK, 32)
+    words = m * chunks * 32 * (16 if cfg.act == "h" else 8)  # u32 per row: 16 (h) or 8 (i) per block
+    act = cupy.empty((words,), dtype=cupy.uint32)
+    pe = cupy.empty((m * chunks * 32,), dtype=cupy.int32)
+    prep = get_kernel(CU_FILE, "fp8_bf16_dec_prep")
+    pdl.launch(
+        prep,
+        (cdiv(m * chunks * 32, 256),),
+        (256,),
+        (
+            xa,
+            np.int64(xa.strides[0] // 2),
+            np.int32(k),
+            np.int32(m),
+            np.int32(chunks),
+            np.int32(cfg.act == "i"),
+            act,
+            pe,
+        ),
+    )
+    gemv = get_kernel(CU_FILE, cfg.name("fp8" if fp8 else "bf16", m))
+    pdl.launch(
+        gemv,
+        (cdiv(n, cfg.nc), 1),
+        (32 * cfg.warps,),
+        (w, scale, np.int32(n), np.int32(k), act, pe, np.int32(m), outa, np.int64(ldo)),
+    )
+
+
 def _project(x: Any, w: Any, out: Any, m: int, kernel: str, fp8: bool) -> None:
     import cupy
 
@@ -168,9 +217,12 @@ def _project(x: Any, w: Any, out: Any, m: int, kernel: str, fp8: bool) -> None:
             arr.update(_mma_arrays(w.host.weight))
         _project_mma(xa, arr, n, k, m, outa, ldo, fp8)
         return
+    scale = arr["weight_scale"] if fp8 else np.uint64(0)
+    if DECODE == "dec" and m in DEC_TIERS:
+        _project_dec(xa, arr["weight"], scale, n, k, m, outa, ldo, fp8, DEC_TIERS[m])
+        return
     nb = k // BLOCK
     prep = get_kernel(CU_FILE, "fp8_bf16_a16_prep")
-    scale = arr["weight_scale"] if fp8 else np.uint64(0)
     for r0 in range(0, m, ROW_CHUNK):
         mr = min(ROW_CHUNK, m - r0)
         ac = cupy.empty((mr * k,), dtype=cupy.float64)
@@ -224,6 +276,8 @@ def dense_gemm(x: Any, w: Any, out: Any) -> None:
 _KERNEL_FUNCS = (
     "fp8_bf16_a16_prep",
     "fp8_bf16_mma_prep",
+    "fp8_bf16_dec_prep",
+    *(d.name(p, r) for p in ("fp8", "bf16") for r, d in configs.FP8_BF16_DEC.items()),
     *(f"{p}_gemv_r{t}" for p in ("fp8", "bf16") for t in WIDE_TIERS),
     *(f"{p}_mma_nt{nt}" for p in ("fp8", "bf16") for nt in MMA_TIERS.values()),
 )

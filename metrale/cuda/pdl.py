@@ -8,9 +8,10 @@ visible) before it touches global memory: with no access at all before the wait,
 is safe, ours or not (one that never triggers lets the launch start only when all its CTAs have
 ended; the wait still covers its memory flush). Kernels that follow this rule:
 ``nvfp4_a16f_r*`` (kernels/nvfp4_gemv.cu, the fast A16 GEMV), ``act_mul``
-(kernels/elementwise.cu) and every W8A8 kernel (kernels/w8a8.cu, kernels/w8a8_wgmma.cu: the
-quantize, SiLU-quantize, GEMV, split-K and GEMM kernels). The bits cannot change: the same
-kernels run on the same data.
+(kernels/elementwise.cu), every W8A8 kernel (kernels/w8a8.cu, kernels/w8a8_wgmma.cu: the
+quantize, SiLU-quantize, GEMV, split-K and GEMM kernels) and the FP8/BF16 decode kernels
+(kernels/fp8_bf16_gemv.cu: ``fp8_bf16_dec_prep``, ``{fp8,bf16}_dec_*``). The bits cannot
+change: the same kernels run on the same data.
 
 The first PDL-capable launch after ``entry_start()`` (called by ``CudaBackend.rows``, i.e. when an
 entry point of ``DenseFfnLayer`` takes its input) is launched plainly: an FFN never overlaps the

@@ -1,7 +1,8 @@
 """FP8 (W8A16) and BF16 dense × A16 on the GPU against the numpy reference, bit for bit
-(arithmetic.md § codes24, § projection): GEMV and GEMM, every finite e4m3 code, bf16 weight
-blocks spanning far more than 2^15 (rounded codes), m = 1..64, odd N and block counts, named
-activation edge cases, guard bands, batch invariance."""
+(arithmetic.md § codes24, § projection): GEMV, the decode kernels (every built configuration
+at m = 1, 2, 3) and GEMM, every finite e4m3 code, bf16 weight blocks spanning far more than
+2^15 (rounded codes), m = 1..64, odd N and block counts, named activation edge cases, guard
+bands, batch invariance."""
 
 from __future__ import annotations
 
@@ -10,9 +11,21 @@ from typing import Any
 import numpy as np
 import pytest
 
+from metrale.cuda import configs, fp8_bf16
 from metrale.reference.formats import DenseWeight, Fp8Weight
 from metrale.reference.projection import project
-from tests.gpu.gen import BF16, E4M3, E4M3_FINITE, F32, bits_equal, check_guard, guarded, row, rows
+from tests.gpu.gen import (
+    BF16,
+    E4M3,
+    E4M3_FINITE,
+    F32,
+    ROW_KINDS,
+    bits_equal,
+    check_guard,
+    guarded,
+    row,
+    rows,
+)
 
 cp = pytest.importorskip("cupy")
 
@@ -97,3 +110,109 @@ def test_wide_mma_extreme_weight_codes(cuda: Any, fresh_rng: np.random.Generator
     x = np.concatenate([rows(fresh_rng, 24, k), np.stack([row(fresh_rng, k, "huge") for _ in range(5)])])
     got = _launch(cuda, "dense_gemm", x, wd, x.shape[0], fresh_rng)
     bits_equal(got, project(x, host, "A16").view(np.uint16), "dense_gemm extremes")
+
+
+#: (N, K) for the decode kernels: one block; odd N below one CTA's columns; 65 and 67 blocks
+#: (a last 512-element chunk of 1 and 3 blocks); 293 blocks = 10 chunks (more chunks than warps:
+#: each warp streams several, with the next one prefetched); the Qwen3-8B down projection's K.
+DEC_SHAPES = [(9, 16), (37, 1040), (21, 1072), (43, 4688), (19, 12288)]
+DEC_BUILDS = configs.fp8_bf16_dec_builds()
+
+
+def _dec_rows(rng: np.random.Generator, k: int) -> np.ndarray:
+    """24 rows: every activation edge kind (NaN/Inf blocks, near-max, subnormal, zeros, ties,
+    tiny) at least once, the rest Gaussian."""
+    return np.concatenate([np.stack([row(rng, k, kind) for kind in ROW_KINDS]), rows(rng, 16, k)])
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "bf16"])
+@pytest.mark.parametrize(("m", "cfg"), DEC_BUILDS, ids=[d.name("dec", r) for r, d in DEC_BUILDS])
+def test_decode_kernels_match_reference(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, fmt: str, m: int, cfg: Any
+) -> None:
+    """Every built decode kernel (routing table and variants) at its row count: each group of m
+    rows, over shapes with odd N, partial chunks and many chunks per warp, equals the reference
+    bit for bit, and the call went through the decode path."""
+    calls: list[str] = []
+    real = fp8_bf16._project_dec
+
+    def spy(*args: Any) -> None:
+        calls.append(args[-1].name(fmt, m))
+        real(*args)
+
+    monkeypatch.setattr(fp8_bf16, "DECODE", "dec")
+    monkeypatch.setattr(fp8_bf16, "DEC_TIERS", {m: cfg})
+    monkeypatch.setattr(fp8_bf16, "_project_dec", spy)
+    kernel = "w8a16_gemm" if fmt == "fp8" else "dense_gemm"
+    for n, k in DEC_SHAPES:
+        host = fp8_weight(fresh_rng, n, k) if fmt == "fp8" else bf16_weight(fresh_rng, n, k)
+        w = cuda.upload(host)
+        x = _dec_rows(fresh_rng, k)
+        want = project(x, host, "A16").view(np.uint16)
+        for i in range(0, x.shape[0] - m + 1, m):
+            got = _launch(cuda, kernel, x[i : i + m], w, m, fresh_rng)
+            bits_equal(got, want[i : i + m], f"{cfg.name(fmt, m)} N={n} K={k} rows {i}..{i + m - 1}")
+    assert calls and set(calls) == {cfg.name(fmt, m)}, calls
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "bf16"])
+def test_decode_single_row_entry_points(cuda: Any, fresh_rng: np.random.Generator, fmt: str) -> None:
+    """w8a16_gemv / dense_gemv (the routing table's m = 1 kernel) on every edge row."""
+    n, k = 45, 2064
+    host = fp8_weight(fresh_rng, n, k) if fmt == "fp8" else bf16_weight(fresh_rng, n, k)
+    w = cuda.upload(host)
+    x = _dec_rows(fresh_rng, k)
+    want = project(x, host, "A16").view(np.uint16)
+    gemv = "w8a16_gemv" if fmt == "fp8" else "dense_gemv"
+    got = np.stack([_launch(cuda, gemv, x[i : i + 1], w, 1, fresh_rng)[0] for i in range(x.shape[0])])
+    bits_equal(got, want, f"{gemv} decode rows")
+
+
+@pytest.mark.parametrize("m", [1, 2, 3])
+def test_decode_extreme_weight_codes(cuda: Any, fresh_rng: np.random.Generator, m: int) -> None:
+    """BF16 weights at the code extremes (near the bf16 maximum, blocks spanning the whole
+    range, subnormals, ±0, ties) times huge and edge activations: block values overflow to Inf
+    after their one rounding, subnormal block values round once, Inf − Inf gives NaN."""
+    k = 1600
+    w = np.stack(
+        [row(fresh_rng, k, kind) for kind in ("huge", "spread", "subnormal", "zeros", "ties", "tiny") * 3]
+    )
+    host = DenseWeight(weight=w.astype(BF16), name="bf16")
+    wd = cuda.upload(host)
+    x = np.concatenate([_dec_rows(fresh_rng, k), np.stack([row(fresh_rng, k, "huge") for _ in range(6)])])
+    want = project(x, host, "A16").view(np.uint16)
+    for i in range(0, x.shape[0] - m + 1, m):
+        got = _launch(cuda, "dense_gemm", x[i : i + m], wd, m, fresh_rng)
+        bits_equal(got, want[i : i + m], f"dense_gemm extremes m={m} rows {i}")
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "bf16"])
+@pytest.mark.parametrize("pdl_on", [True, False])
+@pytest.mark.parametrize("m", [1, 2, 3])
+def test_decode_chain_without_sync(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, fmt: str, pdl_on: bool, m: int
+) -> None:
+    """Five decode projections back to back, each reading the previous one's output, with no
+    host synchronisation (programmatic launches with PDL on): a prep or kernel that read before
+    its pdl_wait would see a stale input. Every stage equals the reference chain's bits."""
+    from metrale.cuda import pdl
+
+    monkeypatch.setattr(pdl, "ENABLED", pdl_on)
+    k = 1536
+    hosts = []
+    for i in range(5):
+        w = fresh_rng.standard_normal((k, k)).astype(F32) * F32(2.0 / np.sqrt(k))
+        hosts.append(
+            Fp8Weight.quantize(w, name=f"w{i}") if fmt == "fp8" else DenseWeight.quantize(w, name=f"w{i}")
+        )
+    ws = [cuda.upload(h) for h in hosts]
+    x = rows(fresh_rng, m, k, finite=True)
+    kernel = "w8a16_gemm" if fmt == "fp8" else "dense_gemm"
+    bufs = [cp.asarray(x.view(np.uint16))] + [cp.zeros((m, k), dtype=cp.uint16) for _ in hosts]
+    pdl.entry_start()
+    for i, w in enumerate(ws):
+        cuda.launch(kernel, bufs[i], w, bufs[i + 1])
+    want = x
+    for i, h in enumerate(hosts):
+        want = project(want, h, "A16")
+        bits_equal(bufs[i + 1].get(), want.view(np.uint16), f"{kernel} chain stage {i} pdl={pdl_on} m={m}")

@@ -25,8 +25,13 @@
 //       Lane l owns blocks 2l, 2l+1 of each 64-block chunk (16-byte weight loads), adds the pair,
 //       shfl_xor 1..16 gives the chunk's subtree; chunk roots go to shared memory and the padded
 //       tree over chunks (C <= 64, so K <= 65536) finishes with the same shuffles. They serve
-//       w8a16_gemv / dense_gemv (R = 1) and w8a16_gemm / dense_gemm (grid.y row groups) below
-//       MMA_MIN_M rows; from there the integer tensor-core GEMM at the end of this file.
+//       m < MMA_MIN_M rows (grid.y row groups) where no decode kernel does (configs.py
+//       FP8_BF16_DECODE = "gemv", or m above the decode tiers).
+//   fp8_bf16_dec_prep and {fp8,bf16}_dec_r{R}_c{NC}_w{W}_p{P}_{h,i} (below): the decode
+//       kernels, m = 1, 2, 3 rows in one pass (w8a16_gemv / dense_gemv and the gemm entry
+//       points at m <= 3; configurations in configs.py FP8_BF16_DEC).
+//   fp8_bf16_mma_prep, {fp8,bf16}_mma_nt{1,2,4} (at the end): the integer tensor-core GEMM
+//       from MMA_MIN_M (configs.py FP8_BF16_MMA_MIN_M) rows.
 //
 // Build: --fmad=false; the only fma() calls are exact by the argument above; fp32 steps and the
 // f64 -> f32 rounding are common.cuh's inline-PTX ieee_* (subnormals kept whatever -ftz).
@@ -165,6 +170,240 @@ __device__ __forceinline__ void fp8_bf16_gemv_warp(const uint4* __restrict__ w, 
     }
 
 // @instances FP8_BF16_GEMV   (lines generated from metrale/cuda/configs.py)
+
+// ---- Decode kernels (m <= 3 rows in one pass): {fp8,bf16}_dec_r{R}_c{NC}_w{W}_p{P}_{h,i} ----
+//
+// Same arithmetic as the GEMV above (raw weight doubles, exact DFMA block dot, one rounding per
+// block value), reorganised for streaming: a 32-block (512-element) chunk per warp step, lane l
+// owning block 32 ch + l, so every weight load of a warp is one contiguous 512-byte (FP8) or
+// 1 KiB (BF16) run; the CTA's W warps split the chunks (ch = warp, warp + W, ...), so a CTA
+// owns NC columns x R rows over all of K and N / NC CTAs fill the GPU even at N = 4096;
+// with P = 1 the next chunk's weights are loaded before the current chunk is summed. The
+// activation codes come from fp8_bf16_dec_prep in a lane-interleaved layout (each warp load
+// 512 contiguous bytes, reused by the NC columns): act 'h' = the high 32-bit word of the
+// double c (|c| < 2^15 leaves its low word zero, so the double is rebuilt without a
+// conversion), act 'i' = int16 c (half the bytes, one I2F.F64 per element and row per warp).
+// The 32 block values of a chunk follow the contract's tree over lanes (xor 1, 2, ..., 16) as
+// a butterfly that halves the values each lane carries at every step while their number is
+// even (each add is the same pair sum: fp32 add is commutative); chunk roots go to shared
+// memory and the padded tree over C <= 128 chunk roots finishes (roots_tree128).
+//
+//   fp8_bf16_dec_prep(x, ldx, K, m, C, mode, act, pe)
+//       grid ceil(32 C m / 256), block 256; one thread per (row r, block b < 32 C):
+//       mode 0: act u32 [m][C][4][32 lanes][4] (element 4q + e of block 32 ch + l at
+//       ((r C + ch) 4 + q) 32 + l, component e), the high word of double(c);
+//       mode 1: act u16 [m][C][2][32][8] (element 8q + e), int16 c;
+//       pe int [m][C][32]: high word of 2^(E-14), NaN for a non-finite block, 0 for padding.
+//   {fp8,bf16}_dec_r{R}_c{NC}_w{W}_p{P}_{h,i}(w, scale, N, K, act, pe, m, out, ldo)
+//       grid (ceil(N / NC), ceil(m / R)), block 32 W; shared NC R 128 floats of chunk roots.
+//   Both are PDL-capable (metrale/cuda/pdl.py): pdl_trigger, then pdl_wait, before any memory
+//   access.
+
+// 16 bytes of weights that are read once: no L1 allocation.
+__device__ __forceinline__ uint4 ld_stream16(const uint4* p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ u32 u4_word(const uint4& v, int i) {
+    return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
+}
+
+extern "C" __global__ void __launch_bounds__(256) fp8_bf16_dec_prep(
+    const u16* __restrict__ x, long long ldx, int K, int m, int C, int mode, u32* __restrict__ act,
+    int* __restrict__ pe) {
+    pdl_trigger();  // launched programmatically (metrale/cuda/pdl.py): no access before pdl_wait
+    pdl_wait();
+    const int B = K >> 4, BP = C * 32;
+    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (long long)m * BP) return;
+    const int r = (int)(t / BP), b = (int)(t % BP), ch = b >> 5, l = b & 31;
+    int c[16];
+    int p = 0;
+    if (b < B) {
+        int E;
+        bool finite;
+        a16_block_int(x + (long long)r * ldx + b * 16, c, E, finite);
+        p = finite ? (E - 14 + 1023) << 20 : 0x7FF80000;
+    } else {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) c[j] = 0;
+    }
+    pe[t] = p;
+    uint4* o = reinterpret_cast<uint4*>(act);
+    if (mode == 0) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+            o[(((long long)r * C + ch) * 4 + q) * 32 + l] =
+                make_uint4(__double2hiint((double)c[4 * q]), __double2hiint((double)c[4 * q + 1]),
+                           __double2hiint((double)c[4 * q + 2]), __double2hiint((double)c[4 * q + 3]));
+    } else {
+        u32 h[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) h[e] = ((u32)c[2 * e] & 0xFFFFu) | ((u32)c[2 * e + 1] << 16);
+#pragma unroll
+        for (int q = 0; q < 2; ++q)
+            o[(((long long)r * C + ch) * 2 + q) * 32 + l] = make_uint4(h[4 * q], h[4 * q + 1], h[4 * q + 2], h[4 * q + 3]);
+    }
+}
+
+// The activation code of element j (as a double) from a block's act words.
+template <int ACT>
+__device__ __forceinline__ double dec_act(const uint4 (&a)[4], int j) {
+    if (ACT == 0) return __hiloint2double((int)u4_word(a[j >> 2], j & 3), 0);
+    const u32 wv = u4_word(a[j >> 3], (j >> 1) & 3);
+    return __int2double_rn((j & 1) ? ((int)wv >> 16) : (int)(short)(wv & 0xFFFFu));
+}
+
+// The tree over C <= 128 chunk roots sr[0 .. C) padded with -0.0: lane l sums leaves 4l .. 4l+3
+// (levels 1, 2), then warp_tree_ieee (levels 3-7); every subtree of padding is -0.0, so this is
+// the padded tree over C leaves. Every lane returns the root.
+__device__ __forceinline__ float roots_tree128(const float* sr, int C, int lane) {
+    float a[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = 4 * lane + i < C ? sr[4 * lane + i] : -0.0f;
+    return warp_tree_ieee(ieee_add(ieee_add(a[0], a[1]), ieee_add(a[2], a[3])));
+}
+
+// The contract's 32-leaf tree (leaf = lane) of V values per lane at once. At step d = 1, 2, ...,
+// 16 lanes l and l ^ d hold adjacent subtrees; while the count is even a lane keeps half of
+// its values (the lower half when bit d of l is clear) and adds its partner's sums of them.
+// On return x[0 .. cnt) hold the roots of values off + i; lanes with (l & dup) != 0 hold
+// copies.
+template <int V>
+__device__ __forceinline__ void tree_butterfly(float (&x)[V], int lane, int& off, int& cnt, int& dup) {
+    cnt = V;
+    off = 0;
+    dup = 0;
+#pragma unroll
+    for (int s = 0; s < 5; ++s) {
+        const int d = 1 << s;
+        const bool up = (lane & d) != 0;
+        if (cnt >= 2 && (cnt & 1) == 0) {
+            const int h = cnt >> 1;
+#pragma unroll
+            for (int i = 0; i < V / 2; ++i) {
+                if (i < h) {
+                    const float send = up ? x[i] : x[i + h];
+                    const float keep = up ? x[i + h] : x[i];
+                    x[i] = ieee_add(keep, __shfl_xor_sync(0xffffffffu, send, d));
+                }
+            }
+            if (up) off += h;
+            cnt = h;
+        } else {
+#pragma unroll
+            for (int i = 0; i < V; ++i)
+                if (i < cnt) x[i] = ieee_add(x[i], __shfl_xor_sync(0xffffffffu, x[i], d));
+            dup |= d;
+        }
+    }
+}
+
+template <int NC, bool BF>
+__device__ __forceinline__ void dec_load_w(uint4 (&wv)[NC][BF ? 2 : 1], const uint4* __restrict__ w, int N, int B,
+                                           int n0, int b) {
+    constexpr int WB = BF ? 2 : 1;
+#pragma unroll
+    for (int c = 0; c < NC; ++c)
+#pragma unroll
+        for (int u = 0; u < WB; ++u) {
+            const uint4* p = w + ((long long)(n0 + c) * B + b) * WB + u;
+            // BF16: a lane's two loads share its 32-byte sector, so they go through L1.
+            wv[c][u] = (n0 + c < N && b < B) ? (BF ? __ldg(p) : ld_stream16(p)) : make_uint4(0u, 0u, 0u, 0u);
+        }
+}
+
+template <int R, int NC, int W, bool P, bool BF, int ACT>
+__device__ __forceinline__ void dec_body(const uint4* __restrict__ w, const float* __restrict__ scale, int N, int K,
+                                         const uint4* __restrict__ act, const int* __restrict__ pe, int m,
+                                         u16* __restrict__ out, long long ldo, float* sroot) {
+    constexpr int WB = BF ? 2 : 1;
+    constexpr int AQ = ACT == 0 ? 4 : 2;  // uint4 of activation codes per block
+    constexpr int V = NC * R;
+    pdl_trigger();  // launched programmatically (metrale/cuda/pdl.py): no access before pdl_wait
+    pdl_wait();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int B = K >> 4, C = (B + 31) >> 5;
+    const int n0 = blockIdx.x * NC, r0 = blockIdx.y * R;
+    const double unscale = BF ? 0x1p896 : 0x1p1016;
+    uint4 wc[NC][WB], wn[NC][WB];
+    if (warp < C) dec_load_w<NC, BF>(wc, w, N, B, n0, warp * 32 + lane);
+    for (int ch = warp; ch < C; ch += W) {
+        const int b = ch * 32 + lane;
+        if (!P && ch != warp) dec_load_w<NC, BF>(wc, w, N, B, n0, b);
+        if (P && ch + W < C) dec_load_w<NC, BF>(wn, w, N, B, n0, b + 32 * W);
+        uint4 a[R][4];
+        double s[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const bool live = r0 + r < m;  // warp-uniform
+            const long long base = (long long)(r0 + r) * C + ch;
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+                a[r][q] = (live && q < AQ) ? __ldg(act + (base * AQ + q) * 32 + lane) : make_uint4(0u, 0u, 0u, 0u);
+            s[r] = __hiloint2double(live ? __ldg(pe + base * 32 + lane) : 0, 0);
+        }
+        // element-major: R activation doubles live at a time, NC R accumulators
+        double acc[NC][R];
+#pragma unroll
+        for (int c = 0; c < NC; ++c)
+#pragma unroll
+            for (int r = 0; r < R; ++r) acc[c][r] = 0.0;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            double ad[R];
+#pragma unroll
+            for (int r = 0; r < R; ++r) ad[r] = dec_act<ACT>(a[r], j);
+#pragma unroll
+            for (int c = 0; c < NC; ++c) {
+                const double wd = wd_elem<BF>(wc[c], j);
+#pragma unroll
+                for (int r = 0; r < R; ++r) acc[c][r] = fma(wd, ad[r], acc[c][r]);
+            }
+        }
+        float x[V];
+#pragma unroll
+        for (int c = 0; c < NC; ++c)
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+                x[c * R + r] = b < B ? ieee_d2f(__dmul_rn(__dmul_rn(acc[c][r], unscale), s[r])) : -0.0f;
+        int off, cnt, dup;
+        tree_butterfly<V>(x, lane, off, cnt, dup);
+        if ((lane & dup) == 0) {
+#pragma unroll
+            for (int i = 0; i < V; ++i)
+                if (i < cnt) sroot[(off + i) * 128 + ch] = x[i];
+        }
+        if (P && ch + W < C) {
+#pragma unroll
+            for (int c = 0; c < NC; ++c)
+#pragma unroll
+                for (int u = 0; u < WB; ++u) wc[c][u] = wn[c][u];
+        }
+    }
+    __syncthreads();
+    for (int v = warp; v < V; v += W) {
+        const int c = v / R, r = v % R, row = r0 + r, n = n0 + c;
+        if (row >= m || n >= N) continue;  // warp-uniform
+        const float t = roots_tree128(sroot + v * 128, C, lane);
+        if (lane == 0) out[(long long)row * ldo + n] = f32_to_bf16(scale ? ieee_mul(t, __ldg(scale + n)) : t);
+    }
+}
+
+#define FP8_BF16_DEC(NAME, BF, R, NC, W, P, ACT, A)                                                       \
+    extern "C" __global__ void __launch_bounds__(32 * W) NAME##_dec_r##R##_c##NC##_w##W##_p##P##_##A(     \
+        const uint4* __restrict__ w, const float* __restrict__ scale, int N, int K,                       \
+        const uint4* __restrict__ act, const int* __restrict__ pe, int m, u16* __restrict__ out,          \
+        long long ldo) {                                                                                  \
+        __shared__ float sroot[NC * R * 128];                                                             \
+        dec_body<R, NC, W, P, BF, ACT>(w, scale, N, K, act, pe, m, out, ldo, sroot);                      \
+    }
+
+// @instances FP8_BF16_DEC
 
 // ---- Integer tensor-core GEMM (w8a16_gemm / dense_gemm for m >= MMA_MIN_M) ----
 //
