@@ -10,7 +10,7 @@ paths' bits equal on every row; the rows of a smaller m equal the first rows of 
 reference (``project``). Timed by CUDA events around the host launches (no graphs), median of
 ``--iters`` (one run for the old path above 512 rows: it takes up to a second).
 
-    python tools/fp8_gemm_bench.py [--shape qwen3-8b] [--m 64,512,4096] [--out FILE]
+    python tools/fp8_gemm_bench.py [--shape qwen3-8b] [--m 8,16,64,512,4096] [--out FILE]
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def main() -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="qwen3-8b")
-    ap.add_argument("--m", default="64,512,4096")
+    ap.add_argument("--m", default="8,16,64,512,4096")
     ap.add_argument("--formats", default="fp8,bf16")
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--ref-rows", type=int, default=3)
