@@ -101,10 +101,8 @@ def _replay(x: np.ndarray, w: Fp8Weight | DenseWeight, kp8: int | None = None) -
     s = hi.astype(np.float64) * 65536.0 + lo.astype(np.float64)
     pwb = _hiword_pow2(pw.transpose(0, 2, 1).reshape(-1, pw.shape[1])[:n, :nb].T[:, :, None])  # [B, N, 1]
     pa = np.where(a.finite, np.ldexp(1.0, a.exp - 14), np.nan).T[:, None, :]  # [B, 1, m]
-    if kp8 is not None:  # the prefill GEMM's prologue: 2^(E-14) as an f32 (exact), widened
-        fa = np.where(a.finite, np.ldexp(F32(1.0), a.exp - 14), F32(np.nan)).astype(F32)
-        assert np.array_equal(fa.astype(np.float64)[a.finite], np.ldexp(1.0, a.exp - 14)[a.finite])
-        pa = fa.astype(np.float64).T[:, None, :]
+    if kp8 is not None:  # the prefill GEMM's prologue: 2^(E-14) as the high word of a double
+        pa = _hiword_pow2(np.where(a.finite, (a.exp - 14 + 1023) << 20, 0x7FF80000)).T[:, None, :]
     with np.errstate(over="ignore", invalid="ignore"):
         v = ((s * pwb) * pa).astype(F32)
         bp = 8 * -(-nb // 8)
@@ -176,7 +174,8 @@ GEMM_CASES = [
 def test_prefill_gemm_order_replays_the_reference(
     rng: np.random.Generator, fmt: str, n: int, k: int, kp8: int
 ) -> None:
-    """The prefill GEMM's f32 activation factor, counter over steps and split-K parts."""
+    """The prefill GEMM's activation factor (a double's high word), counter over steps and
+    split-K parts."""
     w = _weight(rng, fmt, n, k)
     x = rows(rng, 13, k)
     want = project(x, w, "A16").view(np.uint16)

@@ -5,9 +5,9 @@
 // Kernels (extern "C"):
 //   fp8_bf16_gemm_prep(x, ldx, m, rows8, B, NB, act, fac)
 //       as nvfp4_mma.cu's w4a16_mma_prep (limbs c = 256 hi + lo of elements 4t..4t+3 in
-//       B-fragment order, act u32 [rows8/8][NB/2][32][4], fac f32 [rows8/8][NB/8][4][8][2])
-//       with the factor 2^(E - 14) (exact in f32: E - 14 >= -149; NaN for a non-finite block,
-//       -0.0 for rows >= m and blocks >= B).
+//       B-fragment order, act u32 [rows8/8][NB/2][32][4], fac [rows8/8][NB/8][4][8][2]) with
+//       the factor 2^(E - 14) as the high word of a double in each 4-byte fac slot (0x7FF80000,
+//       NaN: a non-finite block; 0x80000000, -0.0: rows >= m and blocks >= B).
 //   fp8_bf16_gemm_nt{NT}_d{D}_b{MINB}_p(act, fac, m, w0, pw0, rs0, out0, ldo0, w1, pw1, rs1,
 //                                       out1, ldo1, N, B, NB, gz, kp8, partial, cs0, cs1)
 //       the GEMM of mma_gemm.cuh (gemm_body; launch shape, split K into aligned parts and
@@ -31,7 +31,7 @@ extern "C" __global__ void __launch_bounds__(256) fp8_bf16_gemm_prep(const unsig
                                                                      long long ldx, int m, int rows8, int B,
                                                                      int NB, unsigned int* __restrict__ act,
                                                                      float* __restrict__ fac) {
-    a16_mma_prep_body<false>(x, ldx, m, rows8, B, NB, 14, act, fac);
+    a16_mma_prep_body<false, true>(x, ldx, m, rows8, B, NB, 14, act, fac);
 }
 
 // The wide weight policy: the step's 8 blocks of limb fragments and powers of two, loaded as

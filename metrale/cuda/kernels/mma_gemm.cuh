@@ -35,8 +35,10 @@ __device__ __forceinline__ WeightRows weight_rows(const WeightSet& set, int n0, 
 
 // ---- A16 prologue: limbs and factors in fragment order (layout in nvfp4_mma.cu's header) ----
 // PERM: lane t's word holds elements t, t+4, t+8, t+12 of the block (byte j: element t + 4j),
-// else 4t .. 4t+3; the factor is 2^(E - eoff) (NaN for a non-finite block).
-template <bool PERM>
+// else 4t .. 4t+3; the factor is 2^(E - eoff) (NaN for a non-finite block) as an f32, or with
+// HIWORD the high word of that double (NaN: 0x7FF80000; padding: 0x80000000, the high word of
+// -0.0, the same bits as the f32 -0.0) stored in the f32 slot.
+template <bool PERM, bool HIWORD = false>
 __device__ __forceinline__ void a16_mma_prep_body(const unsigned short* __restrict__ x, long long ldx, int m,
                                                   int rows8, int B, int NB, int eoff,
                                                   unsigned int* __restrict__ act, float* __restrict__ fac) {
@@ -64,7 +66,8 @@ __device__ __forceinline__ void a16_mma_prep_body(const unsigned short* __restri
         } else {
             a16_limbs(c, lo, hi);
         }
-        f = fin ? pow2f(E - eoff) : __uint_as_float(0x7fc00000u);
+        if (HIWORD) f = __int_as_float(fin ? (E - eoff + 1023) << 20 : 0x7FF80000);
+        else f = fin ? pow2f(E - eoff) : __uint_as_float(0x7fc00000u);
     }
     const int nt = r >> 3, g = r & 7;
 #pragma unroll
@@ -183,9 +186,10 @@ __device__ __forceinline__ double mma_i32_to_f64(int x) {
 // limb-pair block dot P_ij, |P| < 2^21): H = 2^8 Q3 + Q2 and L = 2^8 Q1 + Q0 (Q_L = sum over
 // i + j = L of P_ij), the shift applied to the accumulator between MMAs (int32-exact: |H| <
 // 2^27, |L| < 2^30); S_b = 2^16 H + L (|S_b| < 2^43) by one exact float64 fma; v_b =
-// f32((S_b 2^(F-22)) f) with f = 2^(E-14) the prologue's f32 factor (exact in double; NaN for
-// a non-finite block, -0.0 for padding): two exact power-of-two multiplies (|exponents| < 300)
-// and ONE rounding to f32 by cvt.rn (ieee_d2f: subnormals and overflow to Inf exact).
+// f32((S_b 2^(F-22)) f) with f = 2^(E-14) from the prologue's HIWORD factor (the high word of
+// the double; NaN for a non-finite block, -0.0 for padding; no conversion): two exact
+// power-of-two multiplies (|exponents| < 300) and ONE rounding to f32 by cvt.rn (ieee_d2f:
+// subnormals and overflow to Inf exact).
 template <int MODE>
 __device__ __forceinline__ void step_roots(const WideOps& o, const uint4* __restrict__ ap,
                                            const float4* __restrict__ fp, float (&sr)[4]) {
@@ -212,7 +216,8 @@ __device__ __forceinline__ void step_roots(const WideOps& o, const uint4* __rest
             mma_8bit<false, true>(H, w[2], w[3], a1);   // Q2
             mma_8bit<false, false>(L, w[0], w[1], a0);  // Q0
             const double pg = __hiloint2double(o.pw0[bb], 0), pg8 = __hiloint2double(o.pw1[bb], 0);
-            const double f0 = (double)(e ? ff.z : ff.x), f1 = (double)(e ? ff.w : ff.y);
+            const double f0 = __hiloint2double(__float_as_int(e ? ff.z : ff.x), 0);
+            const double f1 = __hiloint2double(__float_as_int(e ? ff.w : ff.y), 0);
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
                 const double sb = __fma_rn(mma_i32_to_f64(H[q]), 65536.0, mma_i32_to_f64(L[q]));
