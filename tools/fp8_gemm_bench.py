@@ -156,17 +156,22 @@ def main() -> int:
             variants = {}
             if m in vms:
                 base = dict(configs.FP8_BF16_GEMM_TILES)
-                for d, nt, b in configs.fp8_bf16_gemm_builds():
-                    if base.get(d) == (nt, b):
+                builds = [(*v, "p") for v in configs.fp8_bf16_gemm_builds()]
+                builds += [(*v, "l") for v in configs.FP8_BF16_GEMM_LATE_VARIANTS]
+                for d, nt, b, suffix in builds:
+                    if suffix == "p" and base.get(d) == (nt, b):
                         continue
                     configs.FP8_BF16_GEMM_TILES[d] = (nt, b)
+                    fp8_bf16.GEMM_SUFFIX = suffix
                     path("new")
                     ffn(m)
                     ok = all(np.array_equal(o[:m].get(), r) for o, r in zip(outs, bits["new"], strict=True))
-                    variants[f"d{d}_nt{nt}_b{b}"] = {"us": _time(lambda m=m: ffn(m), args.iters), "exact": ok}
+                    us = _time(lambda m=m: ffn(m), args.iters)
+                    variants[f"d{d}_nt{nt}_b{b}_{suffix}"] = {"us": us, "exact": ok}
                     same = same and ok
                     configs.FP8_BF16_GEMM_TILES.clear()
                     configs.FP8_BF16_GEMM_TILES.update(base)
+                    fp8_bf16.GEMM_SUFFIX = "p"
             cublas = _cublas_us(hidden, inter, m, args.iters)
             floor_us = wbytes * floors[fmt] / STREAM_BYTES_S * 1e6
             row = {

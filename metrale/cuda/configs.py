@@ -50,6 +50,8 @@ FP8_BF16_MMA_TILES: dict[int, int] = {8: 1, 16: 2, 32: 4}
 FP8_BF16_GEMM_TILES: dict[int, tuple[int, int]] = {5: (2, 1), 7: (2, 1), 9: (1, 1)}
 FP8_BF16_GEMM_SMALL_TILES: dict[int, tuple[int, int]] = {5: (1, 1), 7: (1, 1), 9: (1, 1)}
 FP8_BF16_GEMM_VARIANTS: tuple[tuple[int, int, int], ...] = ((5, 4, 1), (7, 1, 1))
+#: The ``_l`` kernels (no prefetch of the next step, 64 registers fewer), (D, NT, MINB).
+FP8_BF16_GEMM_LATE_VARIANTS: tuple[tuple[int, int, int], ...] = ((5, 4, 1), (7, 2, 1), (5, 1, 2), (7, 1, 2))
 #: w8a16_gemm / dense_gemm take the prefill GEMM from this many rows (below: the K-split
 #: ``{fp8,bf16}_mma_nt*`` kernels of fp8_bf16_gemv.cu, or the CUDA-core GEMV).
 FP8_BF16_GEMM_MIN_ROWS = 9
@@ -215,6 +217,9 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         for nt in FP8_BF16_MMA_TILES.values()
     ],
     "FP8_BF16_GEMM": lambda: [f"FP8_BF16_GEMM({nt}, {d}, {b})" for d, nt, b in fp8_bf16_gemm_builds()],
+    "FP8_BF16_GEMM_LATE": lambda: [
+        f"FP8_BF16_GEMM_LATE({nt}, {d}, {b})" for d, nt, b in FP8_BF16_GEMM_LATE_VARIANTS
+    ],
     "W8A8_GEMV": lambda: [f"W8A8_GEMV({r}, {nc})" for r, nc in W8A8_GEMV_TIERS.items()],
     "W8A8_GEMM": lambda: [
         f"W8A8_GEMM({t.bm}, {t.bn}, {t.wm}, {t.wn}, {t.stages}, {t.minb})" for t in W8A8_GEMM_TILES

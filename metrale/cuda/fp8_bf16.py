@@ -53,6 +53,9 @@ MMA_MIN_M = 3
 #: moves the switch: tests and benchmarks).
 GEMM_FILE = "fp8_bf16_mma.cu"
 GEMM_MIN_ROWS = int(os.environ.get("METRALE_FP8_BF16_GEMM_MIN_ROWS", str(configs.FP8_BF16_GEMM_MIN_ROWS)))
+#: The GEMM kernels' name suffix: ``p`` (the routed kernels), ``l`` (the variants without the
+#: next step's prefetch, configs.FP8_BF16_GEMM_LATE_VARIANTS: tools/fp8_gemm_bench.py).
+GEMM_SUFFIX = "p"
 
 
 def effective_bf16(w: np.ndarray) -> np.ndarray:
@@ -182,7 +185,7 @@ def _project_gemm(
         n,
         tiles=configs.FP8_BF16_GEMM_TILES,
         small_tiles=configs.FP8_BF16_GEMM_SMALL_TILES,
-        suffix="p",
+        suffix=GEMM_SUFFIX,
         colscale=(arr["weight_scale"] if fp8 else None, None),
     )
 

@@ -201,3 +201,30 @@ def test_prefill_gemm_batch_invariant(
     single = np.stack([_launch(cuda, gemv, x[i : i + 1], w, 1, fresh_rng)[0] for i in picks])
     bits_equal(got[picks], single, f"{gemm} rows against {gemv}")
     bits_equal(got, project(x, host, "A16").view(np.uint16), f"{gemm} m=300")
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "bf16"])
+def test_prefill_gemm_variants_match_reference(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, fmt: str
+) -> None:
+    """Every built table variant (configs.FP8_BF16_GEMM_VARIANTS, the ``_l`` kernels without the
+    prefetch) at counter depths 5 and 7, K whole per warp, against the reference."""
+    from metrale.cuda import configs, fp8_bf16
+
+    _gemm_only(monkeypatch, max_parts=1)
+    builds = [(*v, "p") for v in configs.FP8_BF16_GEMM_VARIANTS]
+    builds += [(*v, "l") for v in configs.FP8_BF16_GEMM_LATE_VARIANTS]
+    for n, k in ((50, 2080), (133, 12288)):
+        host = fp8_weight(fresh_rng, n, k) if fmt == "fp8" else bf16_weight(fresh_rng, n, k)
+        kernel = "w8a16_gemm" if fmt == "fp8" else "dense_gemm"
+        w = cuda.upload(host)
+        x = rows(fresh_rng, 41, k)
+        want = project(x, host, "A16").view(np.uint16)
+        depth = 5 if k // 16 <= 8 * 32 else 7
+        for d, nt, b, suffix in builds:
+            if d != depth:
+                continue
+            monkeypatch.setattr(fp8_bf16, "GEMM_SUFFIX", suffix)
+            monkeypatch.setitem(configs.FP8_BF16_GEMM_TILES, d, (nt, b))
+            got = _launch(cuda, kernel, x, w, 41, fresh_rng)
+            bits_equal(got, want, f"{kernel} variant d{d} nt{nt} b{b} {suffix} N{n} K{k}")

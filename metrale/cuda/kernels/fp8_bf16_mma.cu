@@ -19,6 +19,9 @@
 //       (the high words of the doubles 2^(F - 22), finite in the padding too). FP8: rs = 1,
 //       cs = weight_scale f32 [N] (y = bf16(root * weight_scale[n])); BF16: rs = 1, cs = null
 //       (root * 1 = root). The one layout serves {fp8,bf16}_mma_nt* of fp8_bf16_gemv.cu too.
+//   fp8_bf16_gemm_nt{NT}_d{D}_b{MINB}_l(same arguments)
+//       the same GEMM without the prefetch of the next step's weights (W24Late: fewer
+//       registers, more tiles per warp); built for tools/fp8_gemm_bench.py, not routed.
 //
 // Exactness: mma_gemm.cuh's wide step_roots (six 8-bit limb MMAs per block, H and L in int32,
 // S_b = 2^16 H + L in float64, two exact power-of-two multiplies, ONE rounding to f32), the
@@ -68,5 +71,29 @@ struct W24 {
     static __device__ __forceinline__ void decode(const Load& s, int, const Consts&, Ops& o) { o = s; }
 };
 
+// The same policy without the prefetch of the next step (Load keeps the pointers, decode loads):
+// 64 registers fewer, the load latency covered by the other warps only (the _l variants).
+struct W24Late : W24 {
+    struct Load {
+        const unsigned char *w, *s0, *s1;
+        int blk0;
+    };
+    template <bool AL>
+    static __device__ __forceinline__ void load(Load& s, const unsigned char* wr0, const unsigned char*,
+                                                const unsigned char* sr0, const unsigned char* sr1, int blk0,
+                                                int, int) {
+        s.w = wr0;
+        s.s0 = sr0;
+        s.s1 = sr1;
+        s.blk0 = blk0;
+    }
+    static __device__ __forceinline__ void decode(const Load& s, int t, const Consts&, Ops& o) {
+        W24::load<true>(o, s.w, s.w, s.s0, s.s1, s.blk0, 0, t);
+    }
+};
+
 #define FP8_BF16_GEMM(NT, D, MINB) WIDE_GEMM_KERNEL(W24, fp8_bf16, NT, D, MINB, true, p)
 // @instances FP8_BF16_GEMM   (lines generated from metrale/cuda/configs.py)
+
+#define FP8_BF16_GEMM_LATE(NT, D, MINB) WIDE_GEMM_KERNEL(W24Late, fp8_bf16, NT, D, MINB, true, l)
+// @instances FP8_BF16_GEMM_LATE   (lines generated from metrale/cuda/configs.py)
