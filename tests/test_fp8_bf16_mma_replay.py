@@ -1,8 +1,10 @@
-"""CPU replay of the FP8/BF16 integer tensor-core GEMM (``kernels/fp8_bf16_gemv.cu``, ``{fp8,bf16}_mma_nt*``):
-the upload's fragment layout decodes back to the contract's 24-bit codes and 2^(F−22), and the
-kernel's arithmetic -- 8-bit limb block dots, H = 2^8 Q3 + Q2 and L = 2^8 Q1 + Q0 in int32,
-S = 2^16 H + L in float64, two power-of-two multiplies, one rounding to f32, the 8-block step
-subtrees and the binary counter over steps -- reproduces ``project`` bit for bit."""
+"""CPU replay of the FP8/BF16 integer tensor-core kernels: the K-split GEMM
+(``kernels/fp8_bf16_gemv.cu``, ``{fp8,bf16}_mma_nt*``) and the prefill GEMM (``kernels/
+fp8_bf16_mma.cu`` on ``mma_gemm.cuh``'s wide mode). The upload's fragment layout decodes back to
+the contract's 24-bit codes and 2^(F−22), and the kernels' arithmetic -- 8-bit limb block dots,
+H = 2^8 Q3 + Q2 and L = 2^8 Q1 + Q0 in int32, S = 2^16 H + L in float64, two power-of-two
+multiplies, one rounding to f32, the 8-block step subtrees, the binary counter over steps and
+(prefill GEMM) the split-K parts' counter -- reproduces ``project`` bit for bit."""
 
 from __future__ import annotations
 
@@ -52,7 +54,37 @@ def _limbs(c: np.ndarray, count: int) -> list[np.ndarray]:
     return out
 
 
-def _replay(x: np.ndarray, w: Fp8Weight | DenseWeight) -> np.ndarray:
+def _counter(roots: list[np.ndarray]) -> np.ndarray:
+    """The binary counter of aligned subtrees over ``roots`` (each the root of an equal aligned
+    subtree, in K order) and its right-nested fold from the lowest level up: the padded tree."""
+    slots: dict[int, np.ndarray] = {}
+    for i, x_ in enumerate(roots):
+        c, lvl = i, 0
+        while c & 1:
+            x_ = slots[lvl] + x_
+            c >>= 1
+            lvl += 1
+        slots[lvl] = x_
+    res = None
+    for lvl in range(len(roots).bit_length()):
+        if (len(roots) >> lvl) & 1:
+            res = slots[lvl] if res is None else slots[lvl] + res
+    assert res is not None
+    return res
+
+
+def _gemm_tree(v: np.ndarray, kp8: int) -> np.ndarray:
+    """mma_gemm.cuh gemm_body + mma_finish over block values v [Bp, N, m] (f32): 8-leaf step
+    subtrees, a counter over the steps of each part of kp8 steps, a counter over the parts."""
+    steps = []
+    for st in range(v.shape[0] // 8):
+        q = v[8 * st : 8 * st + 8]
+        steps.append(((q[0] + q[1]) + (q[2] + q[3])) + ((q[4] + q[5]) + (q[6] + q[7])))
+    parts = [_counter(steps[p : p + kp8]) for p in range(0, len(steps), kp8)]
+    return _counter(parts)
+
+
+def _replay(x: np.ndarray, w: Fp8Weight | DenseWeight, kp8: int | None = None) -> np.ndarray:
     a = quantize_a16(x)
     frag, pw = mma_fragments(w.weight)
     n, k = w.weight.shape
@@ -69,10 +101,17 @@ def _replay(x: np.ndarray, w: Fp8Weight | DenseWeight) -> np.ndarray:
     s = hi.astype(np.float64) * 65536.0 + lo.astype(np.float64)
     pwb = _hiword_pow2(pw.transpose(0, 2, 1).reshape(-1, pw.shape[1])[:n, :nb].T[:, :, None])  # [B, N, 1]
     pa = np.where(a.finite, np.ldexp(1.0, a.exp - 14), np.nan).T[:, None, :]  # [B, 1, m]
+    if kp8 is not None:  # the prefill GEMM's prologue: 2^(E-14) as the high word of a double
+        pa = _hiword_pow2(np.where(a.finite, (a.exp - 14 + 1023) << 20, 0x7FF80000)).T[:, None, :]
     with np.errstate(over="ignore", invalid="ignore"):
         v = ((s * pwb) * pa).astype(F32)
         bp = 8 * -(-nb // 8)
         v = np.concatenate([v, np.full((bp - nb, *v.shape[1:]), F32(-0.0), dtype=F32)])
+        if kp8 is not None:
+            root = _gemm_tree(v, kp8).T
+            if isinstance(w, Fp8Weight):
+                root = root * w.weight_scale[None, :]
+            return to_bf16(root)
         slots: dict[int, np.ndarray] = {}
         for st in range(bp // 8):
             q = v[8 * st : 8 * st + 8]
@@ -115,3 +154,48 @@ def test_limb_arithmetic_replays_the_reference(rng: np.random.Generator, fmt: st
     want = project(x, w, "A16").view(np.uint16)
     got = _replay(x, w).view(np.uint16)
     assert np.array_equal(got, want), f"{int((got != want).sum())} of {want.size} differ"
+
+
+#: (N, K, kp8): one part (kp8 >= steps) and split K into aligned parts of 1, 2 and 4 steps, with
+#: a last part shorter than the others (9 steps).
+GEMM_CASES = [
+    (5, 16, 1),
+    (17, 48, 1),
+    (16, 1024, 8),
+    (16, 1024, 2),
+    (33, 1072, 16),
+    (33, 1072, 4),
+    (7, 1072, 1),
+]
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "bf16"])
+@pytest.mark.parametrize(("n", "k", "kp8"), GEMM_CASES)
+def test_prefill_gemm_order_replays_the_reference(
+    rng: np.random.Generator, fmt: str, n: int, k: int, kp8: int
+) -> None:
+    """The prefill GEMM's activation factor (a double's high word), counter over steps and
+    split-K parts."""
+    w = _weight(rng, fmt, n, k)
+    x = rows(rng, 13, k)
+    want = project(x, w, "A16").view(np.uint16)
+    got = _replay(x, w, kp8).view(np.uint16)
+    assert np.array_equal(got, want), f"{int((got != want).sum())} of {want.size} differ"
+
+
+def test_prefill_gemm_replay_can_fail(rng: np.random.Generator) -> None:
+    """A tree other than the contract's (a flat left-to-right sum of the step roots) differs
+    from ``project`` on rows of spread magnitudes: the replay above tests the order."""
+    w = _weight(rng, "bf16", 16, 1072)
+    x = rows(rng, 13, 1072)
+    want = project(x, w, "A16").view(np.uint16)
+    a = quantize_a16(x)
+    wb = weight_codes24(w.weight)
+    s = np.einsum("nbj,mbj->bnm", wb.codes.astype(np.float64), a.codes.astype(np.float64))
+    with np.errstate(over="ignore", invalid="ignore"):
+        pa = np.where(a.finite, np.ldexp(1.0, a.exp - 14), np.nan).T[:, None, :]
+        v = ((s * np.ldexp(1.0, wb.exp - 22).T[:, :, None]) * pa).astype(F32)
+        flat = v[0]
+        for b in range(1, v.shape[0]):
+            flat = flat + v[b]
+    assert not np.array_equal(to_bf16(flat.T).view(np.uint16), want)

@@ -97,6 +97,19 @@ def fp8_bf16_dec_builds() -> list[tuple[int, Fp8Bf16Dec]]:
 
 #: fp8_bf16_gemv.cu tensor-core kernels ``{fp8,bf16}_mma_nt{NT}``: rows per CTA (8·NT) -> NT.
 FP8_BF16_MMA_TILES: dict[int, int] = {8: 1, 16: 2, 32: 4}
+#: fp8_bf16_mma.cu prefill GEMM ``fp8_bf16_gemm_nt{NT}_d{D}_b{MINB}_p`` (mma_gemm.cuh, wide
+#: mode): counter depth D -> (8-row tiles per warp, CTAs per multiprocessor), as
+#: NVFP4_GEMM_TILES; the step's limb fragments (64 registers, double-buffered) leave room for
+#: NT <= 2 at D = 7. FP8_BF16_GEMM_SMALL_TILES serve chunks of up to 8 rows; the variants are
+#: built for tools/fp8_gemm_bench.py.
+FP8_BF16_GEMM_TILES: dict[int, tuple[int, int]] = {5: (2, 1), 7: (2, 1), 9: (1, 1)}
+FP8_BF16_GEMM_SMALL_TILES: dict[int, tuple[int, int]] = {5: (1, 1), 7: (1, 1), 9: (1, 1)}
+FP8_BF16_GEMM_VARIANTS: tuple[tuple[int, int, int], ...] = ((5, 4, 1), (7, 1, 1))
+#: The ``_l`` kernels (no prefetch of the next step, 64 registers fewer), (D, NT, MINB).
+FP8_BF16_GEMM_LATE_VARIANTS: tuple[tuple[int, int, int], ...] = ((5, 4, 1), (7, 2, 1), (5, 1, 2), (7, 1, 2))
+#: w8a16_gemm / dense_gemm take the prefill GEMM from this many rows (below: the K-split
+#: ``{fp8,bf16}_mma_nt*`` kernels of fp8_bf16_gemv.cu, or the CUDA-core GEMV).
+FP8_BF16_GEMM_MIN_ROWS = 9
 #: w8a8.cu dp4a kernels ``w8a8_gemv_r{R}`` (the tiers up to 2 rows): rows -> columns per warp.
 #: H200, Qwen3-8B W8A8 FFN (docs/performance.md): m = 2 60.2 us on r2 against 65.1 on the MMA
 #: tier; m = 3 71.6 on r3 against 65.6, so 3 rows stay on the tensor cores.
@@ -203,6 +216,12 @@ def nvfp4_gemm_builds() -> list[tuple[int, int, int]]:
     return list(dict.fromkeys([*((d, *v) for d, v in tables), *NVFP4_GEMM_VARIANTS]))
 
 
+def fp8_bf16_gemm_builds() -> list[tuple[int, int, int]]:
+    """(D, NT, MINB) of every FP8/BF16 prefill GEMM built: the routing tables', then the variants."""
+    tables = [*FP8_BF16_GEMM_TILES.items(), *FP8_BF16_GEMM_SMALL_TILES.items()]
+    return list(dict.fromkeys([*((d, *v) for d, v in tables), *FP8_BF16_GEMM_VARIANTS]))
+
+
 def _bool(b: bool) -> str:
     return "true" if b else "false"
 
@@ -257,6 +276,10 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         f"FP8_BF16_MMA({p}_mma, {_bool(p == 'fp8')}, {nt})"
         for p in ("fp8", "bf16")
         for nt in FP8_BF16_MMA_TILES.values()
+    ],
+    "FP8_BF16_GEMM": lambda: [f"FP8_BF16_GEMM({nt}, {d}, {b})" for d, nt, b in fp8_bf16_gemm_builds()],
+    "FP8_BF16_GEMM_LATE": lambda: [
+        f"FP8_BF16_GEMM_LATE({nt}, {d}, {b})" for d, nt, b in FP8_BF16_GEMM_LATE_VARIANTS
     ],
     "W8A8_GEMV": lambda: [f"W8A8_GEMV({r}, {nc})" for r, nc in W8A8_GEMV_TIERS.items()],
     "W8A8_GEMM": lambda: [

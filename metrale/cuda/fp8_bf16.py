@@ -6,21 +6,25 @@ The FP8 uploader keeps the e4m3 bytes. The BF16 uploader stores, per block, the 
 the contract's 24-bit codes stand for, c·2^(F−22) (``weight_codes24``): they equal the bf16
 weight except in blocks spanning more than 2^15, and are always bf16 values, so the kernel's
 exact float64 block dot of those values with the A16 codes is S_b·2^(F−22) exactly.
-``w8a16_gemm`` / ``dense_gemm`` with m ≥ ``MMA_MIN_M`` rows run on integer tensor cores
-(``{fp8,bf16}_mma_nt*``) over the 24-bit codes as 8-bit limbs in ``mma.sync`` fragment order
-(``mma_fragments``, added to the device weight on its first such call); m ≤ 3 rows run the
-decode kernels (``{fp8,bf16}_dec_*``, configurations ``configs.FP8_BF16_DEC``) and any other
-row count below ``MMA_MIN_M`` the CUDA-core GEMV tiers.
+``w8a16_gemm`` / ``dense_gemm`` with m ≥ ``MMA_MIN_M`` rows run on integer tensor cores over
+the 24-bit codes as 8-bit limbs in ``mma.sync`` fragment order (``mma_fragments``, added to the
+device weight on its first such call): from ``GEMM_MIN_ROWS`` rows the prefill GEMM of
+``kernels/mma_gemm.cuh`` (``kernels/fp8_bf16_mma.cu``, launched by ``metrale.cuda.mma.gemm`` in
+chunks of ``mma.GEMM_ROWS`` rows, K split into aligned parts where the grid is small), below it
+(or where that GEMM does not fill the GPU) the K-split ``{fp8,bf16}_mma_nt*``; m ≤ 3 rows run the
+decode kernels (``{fp8,bf16}_dec_*``, configurations ``configs.FP8_BF16_DEC``) and any other row
+count below ``MMA_MIN_M`` the CUDA-core GEMV tiers.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from metrale.cuda import configs, pdl
+from metrale.cuda import configs, mma, pdl
 from metrale.cuda.launch_args import cdiv, device_out, device_rows, tier, weight_arrays
 from metrale.cuda.runtime import get_kernel, set_dynamic_smem
 from metrale.cuda.weights import DeviceWeight, to_device
@@ -49,6 +53,13 @@ MMA_WARPS = 4
 MMA_MIN_M = configs.FP8_BF16_MMA_MIN_M
 DECODE = configs.FP8_BF16_DECODE
 DEC_TIERS: dict[int, configs.Fp8Bf16Dec] = dict(configs.FP8_BF16_DEC)
+#: The prefill GEMM (``fp8_bf16_mma.cu``) from this many rows (METRALE_FP8_BF16_GEMM_MIN_ROWS
+#: moves the switch: tests and benchmarks).
+GEMM_FILE = "fp8_bf16_mma.cu"
+GEMM_MIN_ROWS = int(os.environ.get("METRALE_FP8_BF16_GEMM_MIN_ROWS", str(configs.FP8_BF16_GEMM_MIN_ROWS)))
+#: The GEMM kernels' name suffix: ``p`` (the routed kernels), ``l`` (the variants without the
+#: next step's prefetch, configs.FP8_BF16_GEMM_LATE_VARIANTS: tools/fp8_gemm_bench.py).
+GEMM_SUFFIX = "p"
 
 
 def effective_bf16(w: np.ndarray) -> np.ndarray:
@@ -201,6 +212,33 @@ def _project_dec(
     )
 
 
+def _project_gemm(
+    xa: Any, arr: dict[str, Any], n: int, k: int, m: int, outa: Any, ldo: int, fp8: bool
+) -> bool:
+    """The prefill GEMM (``fp8_bf16_gemm_*``) over all m rows; False (nothing launched) where it
+    did not build or its grid would not fill the GPU."""
+    nb = k // BLOCK
+    prep = mma.a16_prep(GEMM_FILE, "fp8_bf16_gemm_prep", xa, xa.strides[0] // 2, nb)
+    if prep is None:
+        return False
+    args = (arr["mma_w"], arr["mma_pw"], np.float32(1.0), outa, np.int64(ldo))
+    return mma.gemm(
+        GEMM_FILE,
+        "fp8_bf16",
+        prep,
+        m,
+        nb,
+        args,
+        args,
+        1,
+        n,
+        tiles=configs.FP8_BF16_GEMM_TILES,
+        small_tiles=configs.FP8_BF16_GEMM_SMALL_TILES,
+        suffix=GEMM_SUFFIX,
+        colscale=(arr["weight_scale"] if fp8 else None, None),
+    )
+
+
 def _project(x: Any, w: Any, out: Any, m: int, kernel: str, fp8: bool) -> None:
     import cupy
 
@@ -215,7 +253,8 @@ def _project(x: Any, w: Any, out: Any, m: int, kernel: str, fp8: bool) -> None:
     if m >= MMA_MIN_M:
         if "mma_w" not in arr:  # 3 bytes per weight plus a factor per block: built when first needed
             arr.update(_mma_arrays(w.host.weight))
-        _project_mma(xa, arr, n, k, m, outa, ldo, fp8)
+        if not (mma.ENABLED and m >= GEMM_MIN_ROWS and _project_gemm(xa, arr, n, k, m, outa, ldo, fp8)):
+            _project_mma(xa, arr, n, k, m, outa, ldo, fp8)
         return
     scale = arr["weight_scale"] if fp8 else np.uint64(0)
     if DECODE == "dec" and m in DEC_TIERS:

@@ -1,5 +1,6 @@
 """Launcher of the integer tensor-core kernels of ``kernels/mma_gemm.cuh`` (NVFP4 × A16/A4 in
-``nvfp4_mma.cu``, Q2_0 × A16 in ``q2_0_mma.cu``): one prologue per chunk of rows writes the
+``nvfp4_mma.cu``, Q2_0 × A16 in ``q2_0_mma.cu``; FP8/BF16 × A16 in ``fp8_bf16_mma.cu`` through
+``gemm`` with its own tables): one prologue per chunk of rows writes the
 activation codes in MMA fragment order into a persistent workspace, then either the prefill GEMM
 (``{prefix}_gemm_*``: every warp a 16-column × 8·NT-row tile over all of K, or over one of up to
 GEMM_MAX_PARTS aligned K parts whose roots ``mma_finish`` sums where the grid would be small)
@@ -80,7 +81,7 @@ def launch(
     ldo). False (nothing launched) where the kernels did not build or do not fit."""
     if prep is None:
         return False
-    if rows >= GEMM_MIN_ROWS and _gemm(cu, prefix, prep, rows, b, args0, args1, gz, n):
+    if rows >= GEMM_MIN_ROWS and gemm(cu, prefix, prep, rows, b, args0, args1, gz, n):
         return True
     suffix = "a" if b % 8 == 0 else "u"
     nb = MMA_RUN * -(-b // MMA_RUN)
@@ -112,17 +113,33 @@ def launch(
     return True
 
 
-def _gemm(
-    cu: str, prefix: str, prep: Prep, rows: int, b: int, args0: tuple, args1: tuple, gz: int, n: int
+def gemm(
+    cu: str,
+    prefix: str,
+    prep: Prep,
+    rows: int,
+    b: int,
+    args0: tuple,
+    args1: tuple,
+    gz: int,
+    n: int,
+    *,
+    tiles: dict[int, tuple[int, int]] | None = None,
+    small_tiles: dict[int, tuple[int, int]] | None = None,
+    suffix: str | None = None,
+    colscale: tuple[Any, Any] | None = None,
 ) -> bool:
     """The GEMM over chunks of up to GEMM_ROWS rows: the prologue of the chunk, then one launch
     (K split into ``parts`` aligned subtrees where the grid would not fill the GPU twice, the
     parts' roots finished by ``mma_finish``). False (nothing launched) where no kernel covers K,
-    or the grid would not fill the GPU (unless GEMM_ANY_GRID)."""
+    or the grid would not fill the GPU (unless GEMM_ANY_GRID). ``tiles``/``small_tiles``: the
+    depth -> (NT, MINB) tables (default the NVFP4/Q2_0 ones); ``suffix``: the kernel name's last
+    part (default ``a``/``u`` by B % 8); ``colscale``: the wide kernels' per-column output scales
+    of the two sets (device f32 [N] or None), passed to the GEMM and to ``mma_finish``."""
     nb = 8 * -(-b // 8)
     s8 = nb // 8
     chunk = min(rows, GEMM_ROWS)
-    table = GEMM_SMALL_TILES if chunk <= 8 else GEMM_TILES
+    table = (small_tiles or GEMM_SMALL_TILES) if chunk <= 8 else (tiles or GEMM_TILES)
     col_ctas = -(-n // (16 * GEMM_WARPS))
     kp8 = 1 << max(0, (s8 - 1).bit_length())  # steps per part: a power of two >= S8 (one part)
     parts = 1
@@ -140,7 +157,8 @@ def _gemm(
     ctas = col_ctas * -(-chunk // (8 * nt)) * gz * parts
     if not GEMM_ANY_GRID and ctas < minb * runtime.sm_count():
         return False
-    kern = runtime.get_kernel(cu, f"{prefix}_gemm_nt{nt}_d{depth}_b{minb}_{'a' if b % 8 == 0 else 'u'}")
+    suffix = suffix or ("a" if b % 8 == 0 else "u")
+    kern = runtime.get_kernel(cu, f"{prefix}_gemm_nt{nt}_d{depth}_b{minb}_{suffix}")
     finish = runtime.get_kernel(cu, "mma_finish")
     if kern is None or finish is None:
         return False
@@ -158,6 +176,10 @@ def _gemm(
         np.int32(kp8),
         np.uint64(0) if partial is None else partial,
     )
+    # the column scales: null pointers where a set has none
+    cs = tuple(np.uint64(0) if c is None else c for c in (colscale or (None, None)))
+    if colscale is not None:
+        tail = (*tail, *cs)
     head = (partial, np.int32(parts), np.int32(gz))
     for r0 in range(0, rows, GEMM_ROWS):
         m = min(GEMM_ROWS, rows - r0)
@@ -176,6 +198,6 @@ def _gemm(
             finish(
                 (-(-items // 256),),
                 (256,),
-                (*head, np.int32(m), np.int32(n), rs0, o0[r0:], ldo0, rs1, o1[r0:], ldo1),
+                (*head, np.int32(m), np.int32(n), rs0, o0[r0:], ldo0, rs1, o1[r0:], ldo1, *cs),
             )
     return True

@@ -216,3 +216,134 @@ def test_decode_chain_without_sync(
     for i, h in enumerate(hosts):
         want = project(want, h, "A16")
         bits_equal(bufs[i + 1].get(), want.view(np.uint16), f"{kernel} chain stage {i} pdl={pdl_on} m={m}")
+
+
+# ---- the prefill GEMM (kernels/fp8_bf16_mma.cu on mma_gemm.cuh's wide mode) ----
+
+#: (N, K): every counter depth D of the tables (S8 = ceil(B / 8) steps: 1, 9, 17, 96, 129),
+#: B % 8 != 0 (3, 65, 130, 1032 blocks: zero-padded last steps) and N off every 16-column tile
+#: and 128-column CTA.
+GEMM_SHAPES = ((37, 48), (16, 1040), (50, 2080), (133, 12288), (9, 16512))
+#: m around the 8 NT-row tiles and the GEMM_ROWS = 48 chunks the tests lower it to.
+GEMM_M = (1, 2, 3, 8, 9, 16, 17, 23, 24, 25, 47, 48, 49, 100)
+
+
+def _gemm_only(monkeypatch: pytest.MonkeyPatch, rows_: int = 48, max_parts: int | None = None) -> None:
+    """Route every m to the prefill GEMM (any grid, chunks of ``rows_`` rows) and make a fallback
+    to the K-split kernels fail the test."""
+    from metrale.cuda import fp8_bf16, mma
+
+    def forbidden(*_: Any) -> None:
+        raise AssertionError("the FP8/BF16 prefill GEMM did not run")
+
+    monkeypatch.setattr(fp8_bf16, "MMA_MIN_M", 1)
+    monkeypatch.setattr(fp8_bf16, "GEMM_MIN_ROWS", 1)
+    monkeypatch.setattr(fp8_bf16, "_project_mma", forbidden)
+    monkeypatch.setattr(mma, "ENABLED", True)
+    monkeypatch.setattr(mma, "GEMM_ANY_GRID", True)
+    monkeypatch.setattr(mma, "GEMM_ROWS", rows_)
+    if max_parts is not None:
+        monkeypatch.setattr(mma, "GEMM_MAX_PARTS", max_parts)
+
+
+@pytest.mark.parametrize("parts", ["split", "whole"])
+@pytest.mark.parametrize("fmt", ["fp8", "bf16"])
+@pytest.mark.parametrize("shape", GEMM_SHAPES, ids=[f"N{n}-K{k}" for n, k in GEMM_SHAPES])
+def test_prefill_gemm_matches_reference(
+    cuda: Any,
+    fresh_rng: np.random.Generator,
+    monkeypatch: pytest.MonkeyPatch,
+    shape: tuple,
+    fmt: str,
+    parts: str,
+) -> None:
+    """Every m around the tiles and chunks, K whole per warp or split into aligned parts (the
+    grid of these small N is what makes the launcher split), against the reference."""
+    _gemm_only(monkeypatch, max_parts=1 if parts == "whole" else None)
+    n, k = shape
+    host = fp8_weight(fresh_rng, n, k) if fmt == "fp8" else bf16_weight(fresh_rng, n, k)
+    kernel = "w8a16_gemm" if fmt == "fp8" else "dense_gemm"
+    w = cuda.upload(host)
+    x = rows(fresh_rng, max(GEMM_M), k)
+    want = project(x, host, "A16").view(np.uint16)
+    for m in GEMM_M:
+        got = _launch(cuda, kernel, x[:m], w, m, fresh_rng)
+        bits_equal(got, want[:m], f"{kernel} GEMM m={m} {shape} {parts}")
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "bf16"])
+def test_prefill_gemm_edge_rows_every_kind(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, fmt: str
+) -> None:
+    """Each activation edge kind (NaN/Inf blocks, subnormals, zeros, ties, huge) in every row of
+    a tile, against the reference; BF16 weights whose blocks span > 2^15 and reach the extremes."""
+    from tests.gpu.gen import ROW_KINDS
+
+    _gemm_only(monkeypatch)
+    n, k = 29, 1040
+    if fmt == "fp8":
+        host: Any = fp8_weight(fresh_rng, n, k)
+    else:
+        kinds = ("huge", "spread", "subnormal", "zeros", "ties", "tiny")
+        wrows = np.stack([row(fresh_rng, k, kinds[i % len(kinds)]) for i in range(n)])
+        host = DenseWeight(weight=wrows.astype(BF16), name="bf16")
+    kernel = "w8a16_gemm" if fmt == "fp8" else "dense_gemm"
+    w = cuda.upload(host)
+    for kind in ROW_KINDS:
+        x = np.stack([row(fresh_rng, k, kind) for _ in range(37)])
+        got = _launch(cuda, kernel, x, w, 37, fresh_rng)
+        with np.errstate(all="ignore"):
+            want = project(x, host, "A16").view(np.uint16)
+        bits_equal(got, want, f"{kernel} GEMM edge rows {kind}")
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "bf16"])
+def test_prefill_gemm_batch_invariant(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, fmt: str
+) -> None:
+    """Each row of a 300-row GEMM (default routing and chunks: N = 2048 fills the grid) equals
+    that row projected alone by the single-row GEMV, and the reference."""
+    n, k = 2048, 512
+    host = fp8_weight(fresh_rng, n, k) if fmt == "fp8" else bf16_weight(fresh_rng, n, k)
+    gemv, gemm = ("w8a16_gemv", "w8a16_gemm") if fmt == "fp8" else ("dense_gemv", "dense_gemm")
+    w = cuda.upload(host)
+    x = rows(fresh_rng, 300, k)
+    from metrale.cuda import fp8_bf16
+
+    def forbidden(*_: Any) -> None:
+        raise AssertionError("the FP8/BF16 prefill GEMM did not run")
+
+    with monkeypatch.context() as mp:
+        mp.setattr(fp8_bf16, "_project_mma", forbidden)
+        got = _launch(cuda, gemm, x, w, 300, fresh_rng)
+    picks = fresh_rng.choice(300, 12, replace=False)
+    single = np.stack([_launch(cuda, gemv, x[i : i + 1], w, 1, fresh_rng)[0] for i in picks])
+    bits_equal(got[picks], single, f"{gemm} rows against {gemv}")
+    bits_equal(got, project(x, host, "A16").view(np.uint16), f"{gemm} m=300")
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "bf16"])
+def test_prefill_gemm_variants_match_reference(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, fmt: str
+) -> None:
+    """Every built table variant (configs.FP8_BF16_GEMM_VARIANTS, the ``_l`` kernels without the
+    prefetch) at counter depths 5 and 7, K whole per warp, against the reference."""
+    from metrale.cuda import configs, fp8_bf16
+
+    _gemm_only(monkeypatch, max_parts=1)
+    builds = [(*v, "p") for v in configs.FP8_BF16_GEMM_VARIANTS]
+    builds += [(*v, "l") for v in configs.FP8_BF16_GEMM_LATE_VARIANTS]
+    for n, k in ((50, 2080), (133, 12288)):
+        host = fp8_weight(fresh_rng, n, k) if fmt == "fp8" else bf16_weight(fresh_rng, n, k)
+        kernel = "w8a16_gemm" if fmt == "fp8" else "dense_gemm"
+        w = cuda.upload(host)
+        x = rows(fresh_rng, 41, k)
+        want = project(x, host, "A16").view(np.uint16)
+        depth = 5 if k // 16 <= 8 * 32 else 7
+        for d, nt, b, suffix in builds:
+            if d != depth:
+                continue
+            monkeypatch.setattr(fp8_bf16, "GEMM_SUFFIX", suffix)
+            monkeypatch.setitem(configs.FP8_BF16_GEMM_TILES, d, (nt, b))
+            got = _launch(cuda, kernel, x, w, 41, fresh_rng)
+            bits_equal(got, want, f"{kernel} variant d{d} nt{nt} b{b} {suffix} N{n} K{k}")

@@ -405,7 +405,8 @@ __device__ __forceinline__ void dec_body(const uint4* __restrict__ w, const floa
 
 // @instances FP8_BF16_DEC
 
-// ---- Integer tensor-core GEMM (w8a16_gemm / dense_gemm for m >= MMA_MIN_M) ----
+// ---- Integer tensor-core GEMM (w8a16_gemm / dense_gemm for m >= MMA_MIN_M below the prefill
+// GEMM of fp8_bf16_mma.cu, which reads the same weight layout) ----
 //
 // Exactness (docs/arithmetic.md, FP8 and BF16 weights). The 24-bit weight code c_w = 2^16 w2 +
 // 2^8 w1 + w0 (w0, w1 u8, w2 s8: |c_w| < 2^23) and the A16 code c_a = 2^8 a1 + a0 (a0 u8, a1 s8:

@@ -1,13 +1,19 @@
 // mma_gemm.cuh -- the integer tensor-core engine of the block-scaled weight x A16 / A4 kernels
-// (nvfp4_mma.cu, q2_0_mma.cu; their headers state the kernels and the contract): the MMA
-// operands of one step (8 aligned blocks of 16 columns), the step's 8-leaf subtree roots, the
-// A16 prologue in fragment order, the K-split MMA body and the prefill GEMM body.
+// (nvfp4_mma.cu, q2_0_mma.cu, fp8_bf16_mma.cu; their headers state the kernels and the
+// contract): the MMA operands of one step (8 aligned blocks of 16 columns), the step's 8-leaf
+// subtree roots, the A16 prologue in fragment order, the K-split MMA body and the prefill GEMM
+// body.
 //
 // A weight policy WP supplies: struct Consts and consts() (registers the decode keeps); struct
-// Load (one step of rows n0 + g and n0 + g + 8 as loaded); wrow(B) and srow(B), the bytes per
-// weight row of codes and of scales; load<AL>(Load&, wr.w0, wr.w1, wr.s0, wr.s1, blk0, B, t) (AL: every
-// step whole, B % 8 == 0; blocks past B may load anything: their activation codes are zero and
-// their factor -0.0); decode(Load, t, Consts, StepOps&) (the A fragments and the f32 scales).
+// Load (one step of rows n0 + g and n0 + g + 8 as loaded); struct Ops (the step's MMA operands:
+// StepOps for the narrow policies, whose weight codes are one 8-bit limb and whose block scale
+// is an f32, WideOps for the wide one, three limbs and a float64 power of two); rows(set, n0,
+// lane, N, B), the lane's WeightRows (narrow: weight_rows<WP>, from wrow(B) and srow(B), the
+// bytes per weight row of codes and of scales); load<AL>(Load&, wr.w0, wr.w1, wr.s0, wr.s1,
+// blk0, B, t) (AL: every step whole, B % 8 == 0; blocks past B may load anything finite: their
+// activation codes are zero and their factor -0.0); decode(Load, t, Consts, Ops&). The step
+// roots come from the step_roots overload of Ops: MODE 0 (A16) and 1 (A4) for StepOps, MODE 2
+// (A16 x 24-bit weight codes, arithmetic.md § codes24) for WideOps.
 #pragma once
 #include "nvfp4.cuh"
 
@@ -29,8 +35,10 @@ __device__ __forceinline__ WeightRows weight_rows(const WeightSet& set, int n0, 
 
 // ---- A16 prologue: limbs and factors in fragment order (layout in nvfp4_mma.cu's header) ----
 // PERM: lane t's word holds elements t, t+4, t+8, t+12 of the block (byte j: element t + 4j),
-// else 4t .. 4t+3; the factor is 2^(E - eoff) (NaN for a non-finite block).
-template <bool PERM>
+// else 4t .. 4t+3; the factor is 2^(E - eoff) (NaN for a non-finite block) as an f32, or with
+// HIWORD the high word of that double (NaN: 0x7FF80000; padding: 0x80000000, the high word of
+// -0.0, the same bits as the f32 -0.0) stored in the f32 slot.
+template <bool PERM, bool HIWORD = false>
 __device__ __forceinline__ void a16_mma_prep_body(const unsigned short* __restrict__ x, long long ldx, int m,
                                                   int rows8, int B, int NB, int eoff,
                                                   unsigned int* __restrict__ act, float* __restrict__ fac) {
@@ -58,7 +66,8 @@ __device__ __forceinline__ void a16_mma_prep_body(const unsigned short* __restri
         } else {
             a16_limbs(c, lo, hi);
         }
-        f = fin ? pow2f(E - eoff) : __uint_as_float(0x7fc00000u);
+        if (HIWORD) f = __int_as_float(fin ? (E - eoff + 1023) << 20 : 0x7FF80000);
+        else f = fin ? pow2f(E - eoff) : __uint_as_float(0x7fc00000u);
     }
     const int nt = r >> 3, g = r & 7;
 #pragma unroll
@@ -84,6 +93,26 @@ __device__ __forceinline__ void mma_s8u8(int (&d)[4], unsigned int a0, unsigned 
         : "r"(a0), "r"(a1), "r"(b));
 }
 
+// The same MMA for every signedness: SA / SB say whether A / B are s8 (else u8).
+template <bool SA, bool SB>
+__device__ __forceinline__ void mma_8bit(int (&d)[4], unsigned int a0, unsigned int a1, unsigned int b) {
+    if constexpr (SA && SB) {
+        mma_s8s8(d, a0, a1, b);
+    } else if constexpr (SA) {
+        mma_s8u8(d, a0, a1, b);
+    } else if constexpr (SB) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+            : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+            : "r"(a0), "r"(a1), "r"(b));
+    } else {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.s32.u8.u8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+            : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+            : "r"(a0), "r"(a1), "r"(b));
+    }
+}
+
 // A step's MMA operands: A fragments (codes of rows g: a0, g + 8: a1) and the f32 weight scales
 // of columns g (ws0), g + 8 (ws1), for the 8 blocks.
 struct StepOps {
@@ -91,6 +120,17 @@ struct StepOps {
     float ws0[8], ws1[8];
 };
 
+// The contract's 8-leaf subtree over the step's block values v[block][j].
+__device__ __forceinline__ void step_tree(const float (&v)[8][4], float (&sr)[4]) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const float s01 = ieee_add(v[0][j], v[1][j]), s23 = ieee_add(v[2][j], v[3][j]);
+        const float s45 = ieee_add(v[4][j], v[5][j]), s67 = ieee_add(v[6][j], v[7][j]);
+        sr[j] = ieee_add(ieee_add(s01, s23), ieee_add(s45, s67));
+    }
+}
+
+// The 8-block step's subtree roots sr[j] of this lane's 4 accumulator values (c0: column g,
 // row 2t; c1: g, 2t+1; c2: g+8, 2t; c3: g+8, 2t+1). ap, fp: this lane's limbs and factors of
 // the tile's step (prep layout).
 template <int MODE>
@@ -124,12 +164,68 @@ __device__ __forceinline__ void step_roots(const StepOps& o, const uint4* __rest
             }
         }
     }
+    step_tree(v, sr);
+}
+
+// ---- the wide mode (MODE 2): 24-bit weight codes x A16 codes (arithmetic.md § codes24) ----
+// A step's operands of the wide policy: per block, the limbs of the weight codes c_w = 2^16 w2
+// + 2^8 w1 + w0 as A fragments (w[b][2l]: limb l of row g, w[b][2l+1]: of row g + 8; w0, w1
+// u8, w2 s8) and 2^(F-22) of rows g (pw0) and g + 8 (pw1) as the high words of doubles.
+struct WideOps {
+    unsigned int w[8][6];
+    int pw0[8], pw1[8];
+};
+
+// int32 -> double exactly and without the conversion pipe: 2^52 + 2^31 + x read back, minus
+// 2^52 + 2^31.
+__device__ __forceinline__ double mma_i32_to_f64(int x) {
+    return __dsub_rn(__hiloint2double(0x43300000, x ^ (int)0x80000000), 4503601774854144.0);
+}
+
+// Wide step roots. Per block, six limb MMAs (k = 16 = one block, so each accumulator is one
+// limb-pair block dot P_ij, |P| < 2^21): H = 2^8 Q3 + Q2 and L = 2^8 Q1 + Q0 (Q_L = sum over
+// i + j = L of P_ij), the shift applied to the accumulator between MMAs (int32-exact: |H| <
+// 2^27, |L| < 2^30); S_b = 2^16 H + L (|S_b| < 2^43) by one exact float64 fma; v_b =
+// f32((S_b 2^(F-22)) f) with f = 2^(E-14) from the prologue's HIWORD factor (the high word of
+// the double; NaN for a non-finite block, -0.0 for padding; no conversion): two exact
+// power-of-two multiplies (|exponents| < 300) and ONE rounding to f32 by cvt.rn (ieee_d2f:
+// subnormals and overflow to Inf exact).
+template <int MODE>
+__device__ __forceinline__ void step_roots(const WideOps& o, const uint4* __restrict__ ap,
+                                           const float4* __restrict__ fp, float (&sr)[4]) {
+    static_assert(MODE == 2, "WideOps serve the wide mode only");
+    float v[8][4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        const float s01 = ieee_add(v[0][j], v[1][j]), s23 = ieee_add(v[2][j], v[3][j]);
-        const float s45 = ieee_add(v[4][j], v[5][j]), s67 = ieee_add(v[6][j], v[7][j]);
-        sr[j] = ieee_add(ieee_add(s01, s23), ieee_add(s45, s67));
+    for (int pr = 0; pr < 4; ++pr) {
+        const uint4 bv = __ldg(ap + pr * 32);  // blocks 2 pr (x lo, y hi), 2 pr + 1 (z lo, w hi)
+        const float4 ff = __ldg(fp + pr);      // blocks 2 pr, 2 pr + 1: (h0, h1) each
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int bb = 2 * pr + e;
+            const unsigned int a0 = e ? bv.z : bv.x, a1 = e ? bv.w : bv.y;
+            const unsigned int* w = o.w[bb];
+            int H[4] = {0, 0, 0, 0}, L[4] = {0, 0, 0, 0};
+            mma_8bit<true, true>(H, w[4], w[5], a1);    // Q3
+            mma_8bit<false, false>(L, w[2], w[3], a0);  // Q1
+#pragma unroll
+            for (int q = 0; q < 4; ++q) H[q] <<= 8;
+            mma_8bit<false, true>(L, w[0], w[1], a1);   // Q1
+            mma_8bit<true, false>(H, w[4], w[5], a0);   // Q2
+#pragma unroll
+            for (int q = 0; q < 4; ++q) L[q] <<= 8;
+            mma_8bit<false, true>(H, w[2], w[3], a1);   // Q2
+            mma_8bit<false, false>(L, w[0], w[1], a0);  // Q0
+            const double pg = __hiloint2double(o.pw0[bb], 0), pg8 = __hiloint2double(o.pw1[bb], 0);
+            const double f0 = __hiloint2double(__float_as_int(e ? ff.z : ff.x), 0);
+            const double f1 = __hiloint2double(__float_as_int(e ? ff.w : ff.y), 0);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const double sb = __fma_rn(mma_i32_to_f64(H[q]), 65536.0, mma_i32_to_f64(L[q]));
+                v[bb][q] = ieee_d2f(__dmul_rn(__dmul_rn(sb, (q & 2) ? pg8 : pg), (q & 1) ? f1 : f0));
+            }
+        }
     }
+    step_tree(v, sr);
 }
 
 template <class WP, int MODE, int NT, bool AL>
@@ -141,7 +237,7 @@ __device__ __forceinline__ void mma_body(const uint4* __restrict__ act, const fl
     const int runs = NB / MMA_RUN;
     const int S8 = NB >> 3;
     const typename WP::Consts kc = WP::consts();
-    const WeightRows wr = weight_rows<WP>(set, n0, g, N, B);
+    const WeightRows wr = WP::rows(set, n0, lane, N, B);
 
     for (int run = warp; run < runs; run += MMA_WARPS) {
         float p1[NT][4], p2[NT][4], p0[NT][4], root[NT][4];
@@ -155,7 +251,7 @@ __device__ __forceinline__ void mma_body(const uint4* __restrict__ act, const fl
             for (int i = 0; i < 4; ++i) {
                 const int step = half * 4 + i;
                 const int s8 = run * (MMA_RUN / 8) + step;
-                StepOps o;
+                typename WP::Ops o;
                 WP::decode(ld[i], t, kc, o);
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
@@ -239,11 +335,14 @@ __device__ __forceinline__ void counter_push(float (&p)[D + 1][NT][4], int nt, c
 
 // Split K (parts > 1): blockIdx.z = part * gz + set; the part covers steps [part kp8, part kp8 +
 // kp8) ∩ [0, S8), kp8 a power of two, an aligned subtree of the padded tree; its root goes to
-// partial [parts][gz][m][N] (f32) and mma_finish sums the parts' tree. parts = 1: y directly.
+// partial [parts][gz][m][N] (f32) and mma_finish sums the parts' tree. parts = 1: y directly,
+// y = bf16(root * scale) with scale = cs[column] where cs is given (FP8's per-output-row weight
+// scale), else the set's rowscale.
 template <class WP, int MODE, int NT, int D, bool AL>
 __device__ __forceinline__ void gemm_body(const uint4* __restrict__ act, const float4* __restrict__ fac,
                                                 int m, WeightSet set, int N, int B, int NB, int part_i, int kp8,
-                                                float* __restrict__ partial, int zs, int gz) {
+                                                float* __restrict__ partial, int zs, int gz,
+                                                const float* __restrict__ cs) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int n0 = (blockIdx.x * GEMM_WARPS + warp) * 16;
     if (n0 >= N) return;
@@ -251,14 +350,14 @@ __device__ __forceinline__ void gemm_body(const uint4* __restrict__ act, const f
     const int S8 = NB >> 3;
     const int s_begin = part_i * kp8, Sl = min(S8 - s_begin, kp8);
     const typename WP::Consts kc = WP::consts();
-    const WeightRows wr = weight_rows<WP>(set, n0, g, N, B);
+    const WeightRows wr = WP::rows(set, n0, lane, N, B);
     float p[D + 1][NT][4];
     typename WP::Load cur, nxt;
     WP::template load<AL>(cur, wr.w0, wr.w1, wr.s0, wr.s1, s_begin * 8, B, t);
     for (int ls = 0; ls < Sl; ++ls) {
         const int s8 = s_begin + ls;
         if (ls + 1 < Sl) WP::template load<AL>(nxt, wr.w0, wr.w1, wr.s0, wr.s1, (s8 + 1) * 8, B, t);
-        StepOps o;
+        typename WP::Ops o;
         WP::decode(cur, t, kc, o);
         const int lvl = __ffs(~ls) - 1;  // trailing ones of ls: the level the step's root parks at
 #pragma unroll
@@ -287,19 +386,21 @@ __device__ __forceinline__ void gemm_body(const uint4* __restrict__ act, const f
             const int c = n0 + g + 8 * (j >> 1), rr = 8 * (tile0 + nt) + 2 * t + (j & 1);
             if (c >= N || rr >= m) continue;
             if (partial == nullptr)
-                set.out[(size_t)rr * set.ldo + c] = f32_to_bf16(ieee_mul(acc, set.rowscale));
+                set.out[(size_t)rr * set.ldo + c] = f32_to_bf16(ieee_mul(acc, cs ? __ldg(cs + c) : set.rowscale));
             else
                 partial[(((size_t)part_i * gz + zs) * m + rr) * N + c] = acc;
         }
 }
 
 // The tree over the split-K parts' roots (aligned subtrees in K order; the same counter and
-// right-nested fold, so the padded tree), then y = bf16(root * rowscale). One thread per output
-// of the gz sets: grid ceil(gz m N / 256), block 256; parts <= 64.
+// right-nested fold, so the padded tree), then y = bf16(root * scale), scale = cs[column] where
+// the set's cs is given, else its rowscale. One thread per output of the gz sets: grid
+// ceil(gz m N / 256), block 256; parts <= 64.
 extern "C" __global__ void __launch_bounds__(256) mma_finish(const float* __restrict__ partial, int parts, int gz,
                                                              int m, int N, float rs0, unsigned short* out0,
                                                              long long ldo0, float rs1, unsigned short* out1,
-                                                             long long ldo1) {
+                                                             long long ldo1, const float* __restrict__ cs0,
+                                                             const float* __restrict__ cs1) {
     const long long it = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const long long mn = (long long)m * N;
     if (it >= gz * mn) return;
@@ -322,8 +423,10 @@ extern "C" __global__ void __launch_bounds__(256) mma_finish(const float* __rest
             have = true;
         }
     }
-    if (zs == 0) out0[(size_t)r * ldo0 + c] = f32_to_bf16(ieee_mul(acc, rs0));
-    else out1[(size_t)r * ldo1 + c] = f32_to_bf16(ieee_mul(acc, rs1));
+    const float* cs = zs == 0 ? cs0 : cs1;
+    const float sc = cs ? __ldg(cs + c) : (zs == 0 ? rs0 : rs1);
+    if (zs == 0) out0[(size_t)r * ldo0 + c] = f32_to_bf16(ieee_mul(acc, sc));
+    else out1[(size_t)r * ldo1 + c] = f32_to_bf16(ieee_mul(acc, sc));
 }
 
 // The kernels of one weight policy, activation mode and shape (arguments as nvfp4_mma.cu states).
@@ -345,5 +448,22 @@ extern "C" __global__ void __launch_bounds__(256) mma_finish(const float* __rest
             long long ldo1, int N, int B, int NB, int gz, int kp8, float* __restrict__ partial) {       \
         const int zs = blockIdx.z % gz;                                                                  \
         const WeightSet set = weight_set_at(zs, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);    \
-        gemm_body<WP, MODE, NT, D, AL>(act, fac, m, set, N, B, NB, blockIdx.z / gz, kp8, partial, zs, gz); \
+        gemm_body<WP, MODE, NT, D, AL>(act, fac, m, set, N, B, NB, blockIdx.z / gz, kp8, partial, zs, gz,  \
+                                       nullptr);                                                         \
+    }
+
+// The wide GEMM (MODE 2) of one shape: the arguments of GEMM_KERNEL, then the sets' column
+// scales cs0, cs1 (null: the set's rowscale).
+#define WIDE_GEMM_KERNEL(WP, PREFIX, NT, D, MINB, AL, SUFFIX)                                            \
+    extern "C" __global__ void __launch_bounds__(32 * GEMM_WARPS, MINB)                                   \
+        PREFIX##_gemm_nt##NT##_d##D##_b##MINB##_##SUFFIX(                                                \
+            const uint4* __restrict__ act, const float4* __restrict__ fac, int m, const unsigned char* w0, \
+            const unsigned char* s0, float rs0, unsigned short* out0, long long ldo0,                    \
+            const unsigned char* w1, const unsigned char* s1, float rs1, unsigned short* out1,           \
+            long long ldo1, int N, int B, int NB, int gz, int kp8, float* __restrict__ partial,          \
+            const float* __restrict__ cs0, const float* __restrict__ cs1) {                              \
+        const int zs = blockIdx.z % gz;                                                                  \
+        const WeightSet set = weight_set_at(zs, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);    \
+        gemm_body<WP, 2, NT, D, AL>(act, fac, m, set, N, B, NB, blockIdx.z / gz, kp8, partial, zs, gz,   \
+                                    zs == 0 ? cs0 : cs1);                                                \
     }

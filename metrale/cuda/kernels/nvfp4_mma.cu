@@ -121,6 +121,10 @@ struct Nvfp4W {
         unsigned int sc[2][2];
     };
     static __device__ __forceinline__ Consts consts() { return nib_consts(); }
+    typedef StepOps Ops;
+    static __device__ __forceinline__ WeightRows rows(const WeightSet& set, int n0, int lane, int N, int B) {
+        return weight_rows<Nvfp4W>(set, n0, lane >> 2, N, B);
+    }
     static __device__ __forceinline__ long long wrow(int B) { return (long long)B * 8; }
     static __device__ __forceinline__ long long srow(int B) { return B; }
     template <bool AL>

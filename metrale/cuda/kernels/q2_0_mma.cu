@@ -37,6 +37,10 @@ struct Q2W {
         unsigned int d[2]; // rows g, g + 8: f16 d of blocks 0-3 (low half) and 4-7 (high half)
     };
     static __device__ __forceinline__ Consts consts() { return Consts(); }
+    typedef StepOps Ops;
+    static __device__ __forceinline__ WeightRows rows(const WeightSet& set, int n0, int lane, int N, int B) {
+        return weight_rows<Q2W>(set, n0, lane >> 2, N, B);
+    }
     static __device__ __forceinline__ long long wrow(int B) { return (long long)B * 4; }
     static __device__ __forceinline__ long long srow(int B) { return (long long)(B >> 2) * 2; }
     template <bool AL>
