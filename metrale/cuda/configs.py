@@ -108,8 +108,11 @@ FP8_BF16_GEMM_VARIANTS: tuple[tuple[int, int, int], ...] = ((5, 4, 1), (7, 1, 1)
 #: The ``_l`` kernels (no prefetch of the next step, 64 registers fewer), (D, NT, MINB).
 FP8_BF16_GEMM_LATE_VARIANTS: tuple[tuple[int, int, int], ...] = ((5, 4, 1), (7, 2, 1), (5, 1, 2), (7, 1, 2))
 #: w8a16_gemm / dense_gemm take the prefill GEMM from this many rows (below: the K-split
-#: ``{fp8,bf16}_mma_nt*`` kernels of fp8_bf16_gemv.cu, or the CUDA-core GEMV).
-FP8_BF16_GEMM_MIN_ROWS = 9
+#: ``{fp8,bf16}_mma_nt*`` kernels of fp8_bf16_gemv.cu, or the CUDA-core GEMV). Measured on an
+#: H200 (tools/fp8_gemm_bench.py, Qwen3-8B FFN): the GEMM 1.26-1.30x faster than the K-split
+#: kernels at m = 8, 16, 64, 512, 4096 (FP8 m = 8: 281 against 359 us), so it takes every row
+#: count the tensor cores serve (FP8_BF16_MMA_MIN_M).
+FP8_BF16_GEMM_MIN_ROWS = 4
 #: w8a8.cu dp4a kernels ``w8a8_gemv_r{R}`` (the tiers up to 2 rows): rows -> columns per warp.
 #: H200, Qwen3-8B W8A8 FFN (docs/performance.md): m = 2 60.2 us on r2 against 65.1 on the MMA
 #: tier; m = 3 71.6 on r3 against 65.6, so 3 rows stay on the tensor cores.
