@@ -55,9 +55,22 @@ def _launch(cuda: Any, name: str, x: np.ndarray, w: Any, m: int, rng: np.random.
     return check_guard(buf, init, m, w.n)
 
 
+@pytest.mark.parametrize("ksplit", [False, True])
 @pytest.mark.parametrize("fmt", ["fp8", "bf16"])
 @pytest.mark.parametrize(("n", "k"), SHAPES)
-def test_wide_matches_reference(cuda: Any, fresh_rng: np.random.Generator, fmt: str, n: int, k: int) -> None:
+def test_wide_matches_reference(
+    cuda: Any,
+    fresh_rng: np.random.Generator,
+    monkeypatch: pytest.MonkeyPatch,
+    fmt: str,
+    n: int,
+    k: int,
+    ksplit: bool,
+) -> None:
+    """The routing's kernels at m = 1..64 (the prefill GEMM where its grid fills the GPU, else the
+    K-split kernels) and, with ``ksplit``, the K-split ``{fp8,bf16}_mma_nt*`` at every m >= 4."""
+    if ksplit:
+        monkeypatch.setattr(fp8_bf16, "GEMM_MIN_ROWS", 1 << 30)
     host = fp8_weight(fresh_rng, n, k) if fmt == "fp8" else bf16_weight(fresh_rng, n, k)
     gemv, gemm = ("w8a16_gemv", "w8a16_gemm") if fmt == "fp8" else ("dense_gemv", "dense_gemm")
     w = cuda.upload(host)
