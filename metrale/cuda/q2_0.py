@@ -5,7 +5,7 @@ helpers the other launcher modules of this family (``w8a8``, ``fp8_bf16``) share
 Every launch is two kernels: a prologue turns the bf16 rows into A16 codes (byte limbs, per-block
 code sum and 2^(E−14)), then a GEMV computes the exact block dots, the contract's fp32 block values
 and the fixed tree. Up to DEC_MAX_ROWS rows: ``q2_dec_prep`` and one pass of the decode kernels
-``q2_dec_r{R}_c{NC}_{s,l}`` (``kernels/q2_0_dec.cu``, R = m; the variant is DEC_VARIANT); from
+``q2_dec_r{R}_c{NC}_d{D}_{s,l}`` (``kernels/q2_0_dec.cu``, R = m; the variant is DEC_VARIANT); from
 MMA_MIN_ROWS rows the integer tensor cores (``q2_mma_prep`` and the MMA kernels or the prefill GEMM
 of ``q2_0_mma.cu``); else ``q2_a16_prep`` and ``q2_0_gemv_r{1,2,4,8}``. The output of a row never
 depends on how many rows the call had, nor on the kernel that computed it.
@@ -102,11 +102,11 @@ def dec_kernel_name(variant: str, rows: int, k: int) -> tuple[str, int, int]:
     """(kernel name, dynamic shared memory bytes, CTAs per multiprocessor cap) of decode
     ``variant`` for ``rows`` rows at K = ``k``: a staged variant whose activations do not fit in
     shared memory reads them through L1 instead (same arithmetic)."""
-    nc, staged, per_sm = DEC_VARIANTS[variant]
+    nc, staged, per_sm, depth = DEC_VARIANTS[variant]
     smem = rows * DEC_ACT_BYTES * (k // 64) if staged else 0
     if smem > mma.SMEM_LIMIT:
         staged, smem = False, 0
-    return f"q2_dec_r{rows}_c{nc}_{'s' if staged else 'l'}", smem, per_sm
+    return f"q2_dec_r{rows}_c{nc}_d{depth}_{'s' if staged else 'l'}", smem, per_sm
 
 
 def _resident(kern: Any, smem: int, cap: int) -> int:

@@ -177,7 +177,7 @@ def test_q2_decode_persistent_grid(
     from metrale.cuda import q2_0, runtime
 
     monkeypatch.setattr(q2_0, "DEC_VARIANT", variant)
-    nc, _, per_sm = configs.Q2_0_DEC_VARIANTS[variant]
+    nc, _, per_sm, _ = configs.Q2_0_DEC_VARIANTS[variant]
     n = 3 * per_sm * runtime.sm_count() * q2_0.DEC_WARPS * nc + 5
     for k in (64, 2112):
         host = q2_weight(fresh_rng, n, k)

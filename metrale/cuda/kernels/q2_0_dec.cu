@@ -21,15 +21,17 @@
 //         hi  uint4 [4, nq]   the same for hi
 //         aux uint2 [4, nq]   (0x4B400000 - sum of the 16 codes, f32 bits of 2^(E - 14), or a NaN
 //                             for a non-finite block)
-//   q2_dec_r{R}_c{NC}_{s,l}(qs, d, N, K, act, m, out, ldo)
+//   q2_dec_r{R}_c{NC}_d{D}_{s,l}(qs, d, N, K, act, m, out, ldo)
 //       block 256 (8 warps), grid (gx, ceil(m / R)); dynamic shared memory R * 160 nq bytes (_s) or
 //       none (_l). Warp = NC output columns x R rows: column group g covers columns NC g .. NC g +
 //       NC - 1; warp w of CTA b takes groups 8 b + w, then + 8 gx, ... (gx below the group count
 //       makes the CTAs persistent). _s copies the R rows of act into shared memory once per CTA;
 //       _l reads them through L1 (__ldg; the weights bypass L1). Step = one chunk of 32 Q2 blocks
 //       (2048 elements) of the warp's NC columns: lane l takes Q2 block qb = 32 ch + l, 16 bytes of
-//       qs per column (ld.global.nc.L1::no_allocate) and its f16 d; the next step's loads (the next
-//       chunk, or the first chunk of the next group) are issued before this step's arithmetic.
+//       qs per column (ld.global.nc.L1::no_allocate) and its f16 d. A warp's steps (its groups'
+//       chunks in order) go through a ring of D register slots: D - 1 steps are in flight while one
+//       is computed (the first ones issued before the activations are staged).
+//       Instantiated from metrale/cuda/configs.py Q2_0_DEC_VARIANTS (the launcher: q2_0.py).
 //
 // Arithmetic per lane, column and A16 block (exact, in int32): g_s = (word >> 2s) & 0x03030303 holds
 // the codes q in 0..3 of elements s + 4j; slo = dp4a(g_s, lo_s) (unsigned, started at aux.x),
@@ -254,7 +256,15 @@ __device__ __forceinline__ float q2d_root(const float (&p)[Q2D_LEVELS], int C) {
     return acc;
 }
 
-template <int R, int NC, bool SM>
+// The next step of a warp: chunk ch + 1 of group g, or chunk 0 of group g + gstep.
+__device__ __forceinline__ void q2d_advance(int& g, int& ch, int C, int gstep) {
+    if (++ch == C) {
+        ch = 0;
+        g += gstep;
+    }
+}
+
+template <int R, int NC, int D, bool SM>
 __device__ __forceinline__ void q2d_body(const uint4* __restrict__ qs, const u16* __restrict__ d, int N, int K,
                                          const u32* __restrict__ act, int m, u16* __restrict__ out, long long ldo,
                                          u32* smem) {
@@ -264,9 +274,17 @@ __device__ __forceinline__ void q2d_body(const uint4* __restrict__ qs, const u16
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int groups = (N + NC - 1) / NC, gstep = gridDim.x * Q2D_WARPS;
     const int r0 = blockIdx.y * R;
-    int g = blockIdx.x * Q2D_WARPS + warp;
-    Q2dLoad<NC> cur;
-    q2d_load<NC>(cur, qs, d, N, nq, groups, g, 0, lane);  // in flight while the activations arrive
+    const int g0 = blockIdx.x * Q2D_WARPS + warp;
+    const int T = g0 < groups ? ((groups - 1 - g0) / gstep + 1) * C : 0;  // this warp's steps
+    // Ring of D load slots: step t lives in slot t mod D, D - 1 steps in flight. The first D - 1
+    // are issued before the activations arrive (weights never depend on them).
+    Q2dLoad<NC> buf[D];
+    int lg = g0, lch = 0;  // the next step to load
+#pragma unroll
+    for (int j = 0; j < D - 1; ++j) {
+        q2d_load<NC>(buf[j], qs, d, N, nq, groups, lg, lch, lane);
+        q2d_advance(lg, lch, C, gstep);
+    }
     const u32* ar[R];
     if (SM) {
         const int rows = min(R, m - r0);
@@ -283,38 +301,44 @@ __device__ __forceinline__ void q2d_body(const uint4* __restrict__ qs, const u16
     int col = 0;  // rev(lane mod NC)
 #pragma unroll
     for (int lv = 0; (NC >> lv) > 1; ++lv) col += (lane >> lv) & 1 ? NC >> (lv + 1) : 0;
-    for (; g < groups; g += gstep) {
-        float p[R][Q2D_LEVELS];
+    float p[R][Q2D_LEVELS];
 #pragma unroll
-        for (int r = 0; r < R; ++r)
+    for (int r = 0; r < R; ++r)
 #pragma unroll
-            for (int L = 0; L < Q2D_LEVELS; ++L) p[r][L] = -0.0f;
-        for (int ch = 0; ch < C; ++ch) {
-            Q2dLoad<NC> nxt;
-            const bool last = ch + 1 == C;
-            q2d_load<NC>(nxt, qs, d, N, nq, groups, last ? g + gstep : g, last ? 0 : ch + 1, lane);
-            const int qb = ch * 32 + lane;
-            float root[R];
-            q2d_step<R, NC, SM>(cur, ar, nq, qb, qb < nq, lane, root);
+        for (int L = 0; L < Q2D_LEVELS; ++L) p[r][L] = -0.0f;
+    int g = g0, ch = 0;  // the step computed next
+    for (int t = 0; t < T; t += D) {
 #pragma unroll
-            for (int r = 0; r < R; ++r) q2d_push(p[r], root[r], ch);
-            cur = nxt;
-        }
-        const int n = g * NC + col;
-        if (lane < NC && n < N) {
+        for (int j = 0; j < D; ++j) {
+            // slot (j + D - 1) mod D held step t + j - 1, computed: refill it with step t + j + D - 1
+            q2d_load<NC>(buf[(j + D - 1) % D], qs, d, N, nq, groups, lg, lch, lane);
+            q2d_advance(lg, lch, C, gstep);
+            if (t + j < T) {  // warp-uniform
+                const int qb = ch * 32 + lane;
+                float root[R];
+                q2d_step<R, NC, SM>(buf[j], ar, nq, qb, qb < nq, lane, root);
 #pragma unroll
-            for (int r = 0; r < R; ++r)
-                if (r0 + r < m) out[(long long)(r0 + r) * ldo + n] = f32_to_bf16(q2d_root(p[r], C));
+                for (int r = 0; r < R; ++r) q2d_push(p[r], root[r], ch);
+                if (ch == C - 1) {  // the group's last chunk: its roots are complete
+                    const int n = g * NC + col;
+                    if (lane < NC && n < N) {
+#pragma unroll
+                        for (int r = 0; r < R; ++r)
+                            if (r0 + r < m) out[(long long)(r0 + r) * ldo + n] = f32_to_bf16(q2d_root(p[r], C));
+                    }
+                }
+                q2d_advance(g, ch, C, gstep);
+            }
         }
     }
 }
 
-#define Q2_DEC(R, NC, SM, SUFFIX)                                                                          \
-    extern "C" __global__ void __launch_bounds__(32 * Q2D_WARPS) q2_dec_r##R##_c##NC##_##SUFFIX(             \
+#define Q2_DEC(R, NC, D, SM, SUFFIX)                                                                       \
+    extern "C" __global__ void __launch_bounds__(32 * Q2D_WARPS) q2_dec_r##R##_c##NC##_d##D##_##SUFFIX(     \
         const uint4* __restrict__ qs, const u16* __restrict__ d, int N, int K, const u32* __restrict__ act, \
         int m, u16* __restrict__ out, long long ldo) {                                                   \
         extern __shared__ uint4 q2d_smem[];                                                              \
-        q2d_body<R, NC, SM>(qs, d, N, K, act, m, out, ldo, reinterpret_cast<u32*>(q2d_smem));           \
+        q2d_body<R, NC, D, SM>(qs, d, N, K, act, m, out, ldo, reinterpret_cast<u32*>(q2d_smem));        \
     }
 
 // @instances Q2_DEC   (lines generated from metrale/cuda/configs.py)
