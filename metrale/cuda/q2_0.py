@@ -37,6 +37,7 @@ DEC_FILE = "q2_0_dec.cu"
 DEC_MAX_ROWS = configs.Q2_0_DEC_MAX_ROWS
 DEC_VARIANTS = configs.Q2_0_DEC_VARIANTS
 DEC_VARIANT: str | None = os.environ.get("METRALE_Q2_DEC", configs.Q2_0_DEC_DEFAULT)
+#: Warps per decode CTA (fewer where the column groups would not give every multiprocessor a CTA).
 DEC_WARPS = 8
 DEC_PREP_THREADS = 128
 #: Bytes of act per row and Q2 block: lo and hi planes (4 x 16) and the aux plane (4 x 8).
@@ -109,12 +110,12 @@ def dec_kernel_name(variant: str, rows: int, k: int) -> tuple[str, int, int]:
     return f"q2_dec_r{rows}_c{nc}_d{depth}_{'s' if staged else 'l'}", smem, per_sm
 
 
-def _resident(kern: Any, smem: int, cap: int) -> int:
-    """CTAs of ``kern`` (DEC_WARPS warps, ``smem`` bytes) one multiprocessor holds at once, at
+def _resident(kern: Any, smem: int, cap: int, warps: int) -> int:
+    """CTAs of ``kern`` (``warps`` warps, ``smem`` bytes) one multiprocessor holds at once, at
     most ``cap`` and at least 1: 64 Ki registers (8-register granularity), 228 KiB of shared
     memory with 1 KiB reserved per CTA."""
     regs = -(-int(getattr(kern, "num_regs", 0) or 0) // 8) * 8
-    by_regs = 65536 // max(1, regs * 32 * DEC_WARPS)
+    by_regs = 65536 // max(1, regs * 32 * warps)
     by_smem = (228 * 1024) // (smem + 1024)
     return max(1, min(cap, by_regs, by_smem))
 
@@ -143,16 +144,19 @@ def _dec_project(xa: Any, arr: dict[str, Any], n: int, k: int, m: int, outa: Any
         (DEC_PREP_THREADS,),
         (xa, np.int64(xa.strides[0] // 2), np.int32(k), np.int32(m), act),
     )
-    nc = DEC_VARIANTS[variant][0]
-    gx = cdiv(cdiv(n, nc), DEC_WARPS)
+    groups, sms = cdiv(n, DEC_VARIANTS[variant][0]), runtime.sm_count()
+    warps = DEC_WARPS
+    while warps > 1 and cdiv(groups, warps) < sms:  # few columns (N = 4096): a CTA on every SM
+        warps //= 2
+    gx = cdiv(groups, warps)
     if per_sm:
-        gx = min(gx, _resident(kern, smem, per_sm) * runtime.sm_count())
+        gx = min(gx, _resident(kern, smem, per_sm, warps) * sms)
     if smem:
         runtime.set_dynamic_smem(kern, smem)
     pdl.launch(
         kern,
         (gx, 1),
-        (32 * DEC_WARPS,),
+        (32 * warps,),
         (arr["qs"], arr["d"], np.int32(n), np.int32(k), act, np.int32(m), outa, np.int64(ldo)),
         smem,
     )

@@ -121,7 +121,8 @@ def test_q2_tensor_cores_match_reference(
 #: Decode kernels (kernels/q2_0_dec.cu): K = 64 k for k = 1, 2, 3 (one partly filled chunk), 31,
 #: 32, 33 (around one chunk of 32 Q2 blocks), 67 (three chunks), 160, 2048 (64 chunks: the
 #: counter's deepest level; the staged kernels fall back to L1 there); N off every column group
-#: (4, 8 columns per warp, 8 warps per CTA).
+#: (4, 8 columns per warp); CTAs of 1 warp (small N), 2 or 4 (N = 2100 on 132 multiprocessors) and
+#: 8 (N = 8451).
 DEC_SHAPES = [
     (37, 64),
     (5, 128),
@@ -132,6 +133,8 @@ DEC_SHAPES = [
     (70, 4288),
     (7, 10240),
     (3, 131072),
+    (2100, 2112),
+    (8451, 192),
 ]
 DEC_VARIANTS = list(configs.Q2_0_DEC_VARIANTS)
 
@@ -199,3 +202,26 @@ def test_q2_decode_rejects_unknown_variant(cuda: Any, monkeypatch: pytest.Monkey
     x = cp.zeros((1, 64), dtype=cp.uint16)
     with pytest.raises(MetraleError, match="METRALE_Q2_DEC='c5x'"):
         cuda.launch("q2_0_gemv_vec", x, w, cp.zeros((1, 8), dtype=cp.uint16))
+
+
+def test_q2_decode_back_to_back(cuda: Any, fresh_rng: np.random.Generator) -> None:
+    """Programmatic launches (sm_90+): 24 projections queued without a host synchronisation, each
+    prologue reusing the activation buffer the previous GEMV may still read (a kernel touching
+    memory before its pdl_wait would race); every output must be the reference's."""
+    from metrale.cuda import pdl
+
+    host = q2_weight(fresh_rng, 300, 2112)
+    w = cuda.upload(host)
+    x = rows(fresh_rng, 8, 2112)
+    with np.errstate(all="ignore"):
+        want = project(x, host, "A16").view(np.uint16)
+    xd = cp.asarray(x.view(np.uint16))
+    outs = cp.full((3, 8, 300), 0xDEAD, dtype=cp.uint16)
+    cp.cuda.get_current_stream().synchronize()
+    pdl.entry_start()
+    for r in range(3):
+        for i in range(8):
+            cuda.launch("q2_0_gemv_vec_batchm", xd[i : i + 1], w, outs[r, i : i + 1], 1)
+    got = outs.get()
+    for r in range(3):
+        bits_equal(got[r], want, f"back-to-back round {r}")

@@ -22,10 +22,10 @@
 //         aux uint2 [4, nq]   (0x4B400000 - sum of the 16 codes, f32 bits of 2^(E - 14), or a NaN
 //                             for a non-finite block)
 //   q2_dec_r{R}_c{NC}_d{D}_{s,l}(qs, d, N, K, act, m, out, ldo)
-//       block 256 (8 warps), grid (gx, ceil(m / R)); dynamic shared memory R * 160 nq bytes (_s) or
-//       none (_l). Warp = NC output columns x R rows: column group g covers columns NC g .. NC g +
-//       NC - 1; warp w of CTA b takes groups 8 b + w, then + 8 gx, ... (gx below the group count
-//       makes the CTAs persistent). _s copies the R rows of act into shared memory once per CTA;
+//       block 32 W (W <= 8 warps), grid (gx, ceil(m / R)); dynamic shared memory R * 160 nq bytes
+//       (_s) or none (_l). Warp = NC output columns x R rows: column group g covers columns NC g ..
+//       NC g + NC - 1; warp w of CTA b takes groups W b + w, then + W gx, ... (gx below the group
+//       count makes the CTAs persistent). _s copies the R rows of act into shared memory once per CTA;
 //       _l reads them through L1 (__ldg; the weights bypass L1). Step = one chunk of 32 Q2 blocks
 //       (2048 elements) of the warp's NC columns: lane l takes Q2 block qb = 32 ch + l, 16 bytes of
 //       qs per column (ld.global.nc.L1::no_allocate) and its f16 d. A warp's steps (its groups'
@@ -58,7 +58,7 @@
 typedef unsigned short u16;
 typedef unsigned int u32;
 
-#define Q2D_WARPS 8
+#define Q2D_WARPS 8  // the most warps per CTA
 #define Q2D_LEVELS 7  // binary counter over at most 64 chunk roots
 
 // 16 weight bytes, read once: no L1 allocation (L1 keeps the activation limbs of the _l kernels).
@@ -272,9 +272,9 @@ __device__ __forceinline__ void q2d_body(const uint4* __restrict__ qs, const u16
     pdl_wait();
     const int nq = K >> 6, C = (nq + 31) >> 5, rs = 40 * nq;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int groups = (N + NC - 1) / NC, gstep = gridDim.x * Q2D_WARPS;
+    const int warps = blockDim.x >> 5, groups = (N + NC - 1) / NC, gstep = gridDim.x * warps;
     const int r0 = blockIdx.y * R;
-    const int g0 = blockIdx.x * Q2D_WARPS + warp;
+    const int g0 = blockIdx.x * warps + warp;
     const int T = g0 < groups ? ((groups - 1 - g0) / gstep + 1) * C : 0;  // this warp's steps
     // Ring of D load slots: step t lives in slot t mod D, D - 1 steps in flight. The first D - 1
     // are issued before the activations arrive (weights never depend on them).
