@@ -79,8 +79,8 @@ def main() -> int:
     l2 = int(dev.get("l2CacheSize", 50 << 20))
     plan = measure.Plan(target_ms=args.target_ms, samples=args.samples, budget_s=2.0)
     clock = measure.CupyClock()
-    paths: list[tuple[str, str | None, bool]] = [(v, v, True) for v in configs.Q2_0_DEC_VARIANTS]
-    paths += [("gemv", None, False), ("mma", None, True)]
+    paths: list[tuple[str, str, bool]] = [(v, v, True) for v in configs.Q2_0_DEC_VARIANTS]
+    paths += [("gemv", "off", False), ("mma", "off", True)]
     results: list[dict[str, Any]] = []
     failures: list[str] = []
     saved = (q2_0.DEC_VARIANT, mma.ENABLED)
@@ -112,7 +112,7 @@ def main() -> int:
                         "m": m,
                         "path": pname,
                     }
-                    if variant is not None:
+                    if variant != "off":
                         cell["kernel"] = q2_0.dec_kernel_name(variant, m, k)[0]
                     out.fill(0)
                     pdl.entry_start()
@@ -182,7 +182,7 @@ def main() -> int:
         "sms": runtime.sm_count(),
         "read_Bps": read_bps,
         "ceilings": {kk: v for kk, v in ceil.items() if isinstance(v, (int, float))},
-        "default_variant": configs.Q2_0_DEC_DEFAULT,
+        "route": [list(r) for r in configs.Q2_0_DEC_ROUTE],
         "variants": {v: list(c) for v, c in configs.Q2_0_DEC_VARIANTS.items()},
         "cells": results,
         "ffn_three_projections": ffn,

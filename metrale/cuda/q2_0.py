@@ -5,10 +5,10 @@ helpers the other launcher modules of this family (``w8a8``, ``fp8_bf16``) share
 Every launch is two kernels: a prologue turns the bf16 rows into A16 codes (byte limbs, per-block
 code sum and 2^(E−14)), then a GEMV computes the exact block dots, the contract's fp32 block values
 and the fixed tree. Up to DEC_MAX_ROWS rows: ``q2_dec_prep`` and one pass of the decode kernels
-``q2_dec_r{R}_c{NC}_d{D}_{s,l}`` (``kernels/q2_0_dec.cu``, R = m; the variant is DEC_VARIANT); from
-MMA_MIN_ROWS rows the integer tensor cores (``q2_mma_prep`` and the MMA kernels or the prefill GEMM
-of ``q2_0_mma.cu``); else ``q2_a16_prep`` and ``q2_0_gemv_r{1,2,4,8}``. The output of a row never
-depends on how many rows the call had, nor on the kernel that computed it.
+``q2_dec_r{R}_c{NC}_d{D}_{s,l}`` (``kernels/q2_0_dec.cu``, R = m; the variant by DEC_ROUTE or
+DEC_VARIANT); from MMA_MIN_ROWS rows the integer tensor cores (``q2_mma_prep`` and the MMA kernels
+or the prefill GEMM of ``q2_0_mma.cu``); else ``q2_a16_prep`` and ``q2_0_gemv_r{1,2,4,8}``. The
+output of a row never depends on how many rows the call had, nor on the kernel that computed it.
 """
 
 from __future__ import annotations
@@ -31,12 +31,14 @@ CU_FILE = "q2_0_gemv.cu"
 #: (the GEMV below it); METRALE_CUDA_MMA=0 keeps the GEMV at every m (same bits).
 MMA_FILE = "q2_0_mma.cu"
 MMA_MIN_ROWS = 2
-#: Decode kernels (kernels/q2_0_dec.cu) for m <= DEC_MAX_ROWS, before the tensor cores; DEC_VARIANT
-#: names an entry of configs.Q2_0_DEC_VARIANTS (METRALE_Q2_DEC overrides it; "off" or None: none).
+#: Decode kernels (kernels/q2_0_dec.cu) for m <= DEC_MAX_ROWS, before the tensor cores: the variant
+#: of configs.Q2_0_DEC_ROUTE for the weight's N, or DEC_VARIANT where set (METRALE_Q2_DEC: a name
+#: of configs.Q2_0_DEC_VARIANTS, or "off" for none).
 DEC_FILE = "q2_0_dec.cu"
 DEC_MAX_ROWS = configs.Q2_0_DEC_MAX_ROWS
 DEC_VARIANTS = configs.Q2_0_DEC_VARIANTS
-DEC_VARIANT: str | None = os.environ.get("METRALE_Q2_DEC", configs.Q2_0_DEC_DEFAULT)
+DEC_VARIANT: str | None = os.environ.get("METRALE_Q2_DEC") or None
+DEC_ROUTE = configs.Q2_0_DEC_ROUTE
 #: Warps per decode CTA (fewer where the column groups would not give every multiprocessor a CTA).
 DEC_WARPS = 8
 DEC_PREP_THREADS = 128
@@ -124,8 +126,8 @@ def _dec_project(xa: Any, arr: dict[str, Any], n: int, k: int, m: int, outa: Any
     """The decode kernels for m <= DEC_MAX_ROWS rows (one pass); False where they do not serve."""
     import cupy
 
-    variant = DEC_VARIANT
-    if variant in (None, "off") or m > min(DEC_MAX_ROWS, max(configs.Q2_0_DEC_ROWS)):
+    variant = DEC_VARIANT or next(v for bound, v in DEC_ROUTE if n <= bound)
+    if variant == "off" or m > min(DEC_MAX_ROWS, max(configs.Q2_0_DEC_ROWS)):
         return False
     if variant not in DEC_VARIANTS:
         raise MetraleError(

@@ -50,7 +50,7 @@ def test_q2_batchm_matches_reference(
     from metrale.cuda import mma, q2_0
 
     if path == "gemv":
-        monkeypatch.setattr(q2_0, "DEC_VARIANT", None)
+        monkeypatch.setattr(q2_0, "DEC_VARIANT", "off")
         monkeypatch.setattr(mma, "ENABLED", False)
     host = q2_weight(fresh_rng, n, k)
     w = cuda.upload(host)
@@ -108,7 +108,7 @@ def test_q2_tensor_cores_match_reference(
         want = project(x, host, "A16").view(np.uint16)
     from metrale.cuda import q2_0
 
-    monkeypatch.setattr(q2_0, "DEC_VARIANT", None)  # m = 2, 3 on the tensor cores too
+    monkeypatch.setattr(q2_0, "DEC_VARIANT", "off")  # m = 2, 3 on the tensor cores too
     monkeypatch.setattr(mma, "GEMM_ROWS", 48)
     for gemm in (False, True):
         monkeypatch.setattr(mma, "GEMM_MIN_ROWS", 2 if gemm else 1 << 30)
