@@ -146,3 +146,12 @@ def test_arch_specific_files_build_only_for_their_chip() -> None:
             file_arch("w8a8_wgmma.cu", other)
     assert file_arch("w8a8.cu", "sm_100") == "sm_100"
     assert [cu for cu in kernel_files() if file_arch(cu, "sm_90") != "sm_90"] == ["w8a8_wgmma.cu"]
+
+
+def test_q2_decode_route_names_built_variants() -> None:
+    """configs.Q2_0_DEC_ROUTE: every entry a built variant for rows the kernels serve, the last
+    entry covering every N up to 2^31 (every m <= the row limit then has a route)."""
+    for rows, _, variant in configs.Q2_0_DEC_ROUTE:
+        assert variant in configs.Q2_0_DEC_VARIANTS, variant
+        assert 1 <= rows <= min(configs.Q2_0_DEC_MAX_ROWS, max(configs.Q2_0_DEC_ROWS)), rows
+    assert configs.Q2_0_DEC_ROUTE[-1][1] >= 1 << 31

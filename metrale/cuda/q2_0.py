@@ -32,8 +32,8 @@ CU_FILE = "q2_0_gemv.cu"
 MMA_FILE = "q2_0_mma.cu"
 MMA_MIN_ROWS = 2
 #: Decode kernels (kernels/q2_0_dec.cu) for m <= DEC_MAX_ROWS, before the tensor cores: the variant
-#: of configs.Q2_0_DEC_ROUTE for the weight's N, or DEC_VARIANT where set (METRALE_Q2_DEC: a name
-#: of configs.Q2_0_DEC_VARIANTS, or "off" for none).
+#: configs.Q2_0_DEC_ROUTE gives for m and the weight's N (none where no entry covers them), or
+#: DEC_VARIANT where set (METRALE_Q2_DEC: a name of configs.Q2_0_DEC_VARIANTS, or "off" for none).
 DEC_FILE = "q2_0_dec.cu"
 DEC_MAX_ROWS = configs.Q2_0_DEC_MAX_ROWS
 DEC_VARIANTS = configs.Q2_0_DEC_VARIANTS
@@ -126,8 +126,10 @@ def _dec_project(xa: Any, arr: dict[str, Any], n: int, k: int, m: int, outa: Any
     """The decode kernels for m <= DEC_MAX_ROWS rows (one pass); False where they do not serve."""
     import cupy
 
-    variant = DEC_VARIANT or next(v for bound, v in DEC_ROUTE if n <= bound)
-    if variant == "off" or m > min(DEC_MAX_ROWS, max(configs.Q2_0_DEC_ROWS)):
+    if m > min(DEC_MAX_ROWS, max(configs.Q2_0_DEC_ROWS)):
+        return False
+    variant = DEC_VARIANT or next((v for rows, cols, v in DEC_ROUTE if m <= rows and n <= cols), "off")
+    if variant == "off":
         return False
     if variant not in DEC_VARIANTS:
         raise MetraleError(
