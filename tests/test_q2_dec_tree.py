@@ -1,7 +1,8 @@
-"""The summation order of the Q2_0 decode kernels (kernels/q2_0_dec.cu), replayed in numpy against
-``tree_sum`` (arithmetic.md § tree) bit for bit: each lane's 4-block subtree, the butterfly that
-halves NC columns per shuffle level, the plain levels up to 16, and the binary counter over chunk
-roots; and the block sum read back from the dp4a chain as the float 1.5 * 2^23 + S."""
+"""The Q2_0 decode kernels (kernels/q2_0_dec.cu) replayed in numpy, bit for bit: their summation
+order against ``tree_sum`` (arithmetic.md § tree: each lane's 4-block subtree, the butterfly that
+halves NC columns per shuffle level, the plain levels up to 16, the binary counter over chunk
+roots), the block sum read back from the dp4a chain as the float 1.5 * 2^23 + S, and the whole
+arithmetic (q2_dec_prep's planes, the chains, the products, the tree) against ``project``."""
 
 from __future__ import annotations
 
@@ -133,3 +134,86 @@ def test_dp4a_chain_bits_give_the_block_sum(s: int) -> None:
     bits = np.array([(0x4B400000 + s) & 0xFFFFFFFF], dtype=np.uint32)
     got = bits.view(F32)[0] - F32(12582912.0)
     assert got == F32(s) and np.signbit(got) == np.signbit(F32(s))
+
+
+def prep_planes(codes: np.ndarray, exp: np.ndarray, finite: np.ndarray) -> tuple[np.ndarray, ...]:
+    """q2_dec_prep's planes from A16 codes [m, B, 16]: lo, hi [m, 4, nq, 4] words (word s, byte j:
+    element s + 4j of block 4 qb + i), aux [m, 4, nq, 2] (0x4B400000 - sum c, bits of 2^(E - 14)
+    or NaN)."""
+    c = codes.astype(np.int64)
+    m, nb, _ = c.shape
+    nq = nb // 4
+    # [m, i, qb, s, j]: element s + 4j of block 4 qb + i
+    cb = c.reshape(m, nq, 4, 4, 4).transpose(0, 2, 1, 4, 3)
+    shifts = (8 * np.arange(4, dtype=np.int64))[None, None, None, None, :]
+    lo = ((cb & 0xFF) << shifts).sum(-1).astype(np.uint32)
+    hi = (((cb >> 8) & 0xFF) << shifts).sum(-1).astype(np.uint32)
+    csum = c.sum(-1).reshape(m, nq, 4).transpose(0, 2, 1)
+    fac = np.where(finite, np.ldexp(F32(1), exp - 14).astype(F32), F32(np.nan)).astype(F32)
+    aux = np.stack(
+        [
+            ((0x4B400000 - csum) & 0xFFFFFFFF).astype(np.uint32),
+            fac.reshape(m, nq, 4).transpose(0, 2, 1).view(np.uint32),
+        ],
+        axis=-1,
+    )
+    return lo, hi, aux
+
+
+def block_values(
+    lo: np.ndarray, hi: np.ndarray, aux: np.ndarray, qs: np.ndarray, d: np.ndarray, r: int
+) -> np.ndarray:
+    """Row r's block values [N, B] as the kernel forms them: dp4a chains from the bias, the float
+    1.5 * 2^23 + S read from the bits, minus 1.5 * 2^23, times f32(d), times the factor."""
+    n, nq, _ = qs.shape
+    j8 = 8 * np.arange(4, dtype=np.int64)
+    out = np.empty((n, nq, 4), dtype=F32)
+    for i in range(4):
+        slo = np.broadcast_to(aux[r, i, :, 0].astype(np.int64), (n, nq)).copy()
+        shi = np.zeros((n, nq), dtype=np.int64)
+        for s in range(4):
+            g = (qs[:, :, i].astype(np.int64) >> (2 * s)) & 0x03030303
+            gb = (g[..., None] >> j8) & 0xFF
+            lb = (lo[r, i, :, s].astype(np.int64)[:, None] >> j8) & 0xFF
+            hb = (hi[r, i, :, s].astype(np.int64)[:, None] >> j8) & 0xFF
+            hb = np.where(hb > 127, hb - 256, hb)
+            slo = slo + (gb * lb[None]).sum(-1)
+            shi = shi + (gb * hb[None]).sum(-1)
+        bits = ((shi * 256 + slo) & 0xFFFFFFFF).astype(np.uint32)
+        fs = bits.view(F32) - F32(12582912.0)
+        out[:, :, i] = (fs * d) * aux[r, i, :, 1].view(F32)[None, :]
+    return out.reshape(n, nq * 4)
+
+
+@pytest.mark.parametrize(("n", "k"), [(9, 64), (5, 192), (8, 2112), (4, 4288)])
+def test_prep_layout_and_block_arithmetic_replay_project(n: int, k: int) -> None:
+    """The whole decode arithmetic (prep planes, dp4a chains, the float trick, the products, the
+    kernel's tree) on every activation edge kind against ``project``, bit for bit."""
+    import ml_dtypes
+
+    from metrale.reference.activations import quantize_a16
+    from metrale.reference.formats import Q2_0Weight
+    from metrale.reference.projection import project
+    from tests.gpu import gen
+
+    rng = np.random.default_rng([n, k])
+    q = rng.integers(0, 4, (n, k), dtype=np.uint8)
+    dh = (rng.standard_normal((n, k // 64)) * np.exp2(rng.integers(-26, 8, (n, k // 64)))).astype(np.float16)
+    dh.flat[0] = 0.0
+    dh.flat[-1] = np.float16(-(2.0**-24))
+    w = Q2_0Weight.from_parts(q, dh, name="q2")
+    x = np.stack([gen.row(rng, k, kind) for kind in gen.ROW_KINDS])
+    a = quantize_a16(x)
+    lo, hi, aux = prep_planes(a.codes, a.exp, a.finite)
+    qs = np.ascontiguousarray(w.blocks[..., 2:]).view(np.uint32)  # [n, nq, 4]: word i = block 4 qb + i
+    d = np.ascontiguousarray(w.blocks[..., :2]).view(np.float16)[..., 0].astype(F32)
+    with np.errstate(all="ignore"):
+        want = project(x, w, "A16").view(np.uint16)
+        for r in range(x.shape[0]):
+            v = block_values(lo, hi, aux, qs, d, r)
+            for nc in (4, 8):
+                vp = np.concatenate([v, np.zeros((-n % nc, v.shape[1]), F32)])  # columns past N
+                got = np.concatenate([kernel_order(vp[c0 : c0 + nc], nc) for c0 in range(0, n, nc)])
+                y = got.astype(ml_dtypes.bfloat16).view(np.uint16).copy()
+                y[np.isnan(got)] = 0x7FC0
+                assert np.array_equal(y[:n], want[r]), (r, nc, gen.ROW_KINDS[r])
