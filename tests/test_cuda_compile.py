@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from metrale.cuda import configs
+from metrale.cuda.q2_0 import dec_kernel_name
 from metrale.cuda.runtime import COMPILE_OPTIONS, KERNEL_DIR, file_arch, kernel_files, source
 
 NVCC = shutil.which("nvcc")
@@ -86,6 +87,12 @@ def test_launchers_ask_for_kernels_the_files_define() -> None:
             for d, (nt, b) in [*configs.NVFP4_GEMM_TILES.items(), *configs.NVFP4_GEMM_SMALL_TILES.items()]
         ]
         + [("q2_0_gemv.cu", f"q2_0_gemv_r{r}") for r in configs.Q2_0_TIERS]
+        + [
+            ("q2_0_dec.cu", dec_kernel_name(v, r, k)[0])
+            for v in configs.Q2_0_DEC_VARIANTS
+            for r in range(1, configs.Q2_0_DEC_MAX_ROWS + 1)
+            for k in (4096, 131072)
+        ]
         + [("fp8_bf16_gemv.cu", f"{p}_gemv_r{r}") for p in ("fp8", "bf16") for r in configs.FP8_BF16_TIERS]
         + [
             ("fp8_bf16_gemv.cu", d.name(p, r))
@@ -120,6 +127,7 @@ def _pasted(macro: str, a: list[str]) -> str:
         "NVFP4_MMA": lambda: f"{a[0]}_mma_nt{a[2]}_{a[4]}",
         "NVFP4_GEMM": lambda: f"{a[0]}_gemm_nt{a[2]}_d{a[3]}_b{a[4]}_{a[6]}",
         "Q2_GEMV": lambda: f"q2_0_gemv_r{a[0]}",
+        "Q2_DEC": lambda: f"q2_dec_r{a[0]}_c{a[1]}_d{a[2]}_{a[4]}",
         "FP8_BF16_GEMV": lambda: f"{a[0]}_r{a[2]}",
         "FP8_BF16_DEC": lambda: f"{a[0]}_dec_r{a[2]}_c{a[3]}_w{a[4]}_p{a[5]}_{a[7]}",
         "W8A8_GEMV": lambda: f"w8a8_gemv_r{a[0]}",
@@ -138,3 +146,12 @@ def test_arch_specific_files_build_only_for_their_chip() -> None:
             file_arch("w8a8_wgmma.cu", other)
     assert file_arch("w8a8.cu", "sm_100") == "sm_100"
     assert [cu for cu in kernel_files() if file_arch(cu, "sm_90") != "sm_90"] == ["w8a8_wgmma.cu"]
+
+
+def test_q2_decode_route_names_built_variants() -> None:
+    """configs.Q2_0_DEC_ROUTE: every entry a built variant for rows the kernels serve, the last
+    entry covering every N up to 2^31 (every m <= the row limit then has a route)."""
+    for rows, _, variant in configs.Q2_0_DEC_ROUTE:
+        assert variant in configs.Q2_0_DEC_VARIANTS, variant
+        assert 1 <= rows <= min(configs.Q2_0_DEC_MAX_ROWS, max(configs.Q2_0_DEC_ROWS)), rows
+    assert configs.Q2_0_DEC_ROUTE[-1][1] >= 1 << 31

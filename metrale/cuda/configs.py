@@ -38,6 +38,26 @@ NVFP4_GEMM_SMALL_TILES: dict[int, tuple[int, int]] = {5: (1, 2), 7: (1, 2), 9: (
 NVFP4_GEMM_VARIANTS: tuple[tuple[int, int, int], ...] = ((5, 2, 2), (7, 3, 1))
 #: q2_0_gemv.cu kernels ``q2_0_gemv_r{R}``: rows per warp -> columns per warp.
 Q2_0_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 4, 8: 2}
+#: q2_0_dec.cu decode kernels ``q2_dec_r{R}_c{NC}_d{D}_{s,l}``, one pass for m <= Q2_0_DEC_MAX_ROWS
+#: (R = m): variant -> (NC output columns per warp, activation planes staged in shared memory (``s``)
+#: or read through L1 (``l``), CTAs per multiprocessor the grid is capped at (0: one CTA per 8 NC
+#: columns; the cap is lowered to what fits), D load slots per warp (D - 1 steps in flight)).
+#: Q2_0_DEC_ROUTE picks one: the first entry (most rows, most output columns N, variant) that
+#: covers m and N; tools/q2_decode_variants.py times them all. Chosen before any measurement: N =
+#: 4096 (the down projection, K = 12288) gives 4-warp CTAs and one column group per warp, so a
+#: deeper load ring keeps more bytes in flight, and L1 holds the 30 KB activation row once per
+#: multiprocessor where staging would copy it once per CTA.
+Q2_0_DEC_ROWS: tuple[int, ...] = (1, 2, 3)
+Q2_0_DEC_MAX_ROWS = 3
+Q2_0_DEC_VARIANTS: dict[str, tuple[int, bool, int, int]] = {
+    "c4s2": (4, True, 2, 2),
+    "c4s4": (4, True, 2, 4),
+    "c8s2": (8, True, 2, 2),
+    "c4l2": (4, False, 0, 2),
+    "c4l4": (4, False, 0, 4),
+    "c8l2": (8, False, 0, 2),
+}
+Q2_0_DEC_ROUTE: tuple[tuple[int, int, str], ...] = ((3, 8192, "c4l4"), (3, 1 << 31, "c4s2"))
 #: fp8_bf16_gemv.cu kernels ``{fp8,bf16}_gemv_r{R}``: rows per warp -> columns per warp.
 FP8_BF16_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 2, 8: 2}
 #: fp8_bf16_gemv.cu decode kernels ``{fp8,bf16}_dec_r{R}_c{NC}_w{W}_p{P}_{h,i}`` (one pass over
@@ -225,6 +245,13 @@ def fp8_bf16_gemm_builds() -> list[tuple[int, int, int]]:
     return list(dict.fromkeys([*((d, *v) for d, v in tables), *FP8_BF16_GEMM_VARIANTS]))
 
 
+def q2_dec_builds() -> list[tuple[int, bool, int]]:
+    """(NC, staged, D) of every q2_0_dec.cu kernel built: each variant's, and the L1 form of each
+    staged one (taken where the rows' activations do not fit in shared memory)."""
+    out = [(nc, sm, dp) for nc, sm, _, dp in Q2_0_DEC_VARIANTS.values()]
+    return list(dict.fromkeys([*out, *((nc, False, dp) for nc, _, dp in out)]))
+
+
 def _bool(b: bool) -> str:
     return "true" if b else "false"
 
@@ -264,6 +291,11 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         for al in (True, False)
     ],
     "Q2_GEMV": lambda: [f"Q2_GEMV({r}, {nc})" for r, nc in Q2_0_TIERS.items()],
+    "Q2_DEC": lambda: [
+        f"Q2_DEC({r}, {nc}, {dp}, {_bool(sm)}, {'s' if sm else 'l'})"
+        for r in Q2_0_DEC_ROWS
+        for nc, sm, dp in q2_dec_builds()
+    ],
     "FP8_BF16_GEMV": lambda: [
         f"FP8_BF16_GEMV({p}_gemv, {_bool(p == 'bf16')}, {r}, {nc})"
         for p in ("fp8", "bf16")

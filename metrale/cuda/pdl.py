@@ -9,9 +9,10 @@ is safe, ours or not (one that never triggers lets the launch start only when al
 ended; the wait still covers its memory flush). Kernels that follow this rule:
 ``nvfp4_a16f_r*`` (kernels/nvfp4_gemv.cu, the fast A16 GEMV), ``act_mul``
 (kernels/elementwise.cu), every W8A8 kernel (kernels/w8a8.cu, kernels/w8a8_wgmma.cu: the
-quantize, SiLU-quantize, GEMV, split-K and GEMM kernels) and the FP8/BF16 decode kernels
-(kernels/fp8_bf16_gemv.cu: ``fp8_bf16_dec_prep``, ``{fp8,bf16}_dec_*``). The bits cannot
-change: the same kernels run on the same data.
+quantize, SiLU-quantize, GEMV, split-K and GEMM kernels), the FP8/BF16 decode kernels
+(kernels/fp8_bf16_gemv.cu: ``fp8_bf16_dec_prep``, ``{fp8,bf16}_dec_*``) and the Q2_0 decode
+kernels (kernels/q2_0_dec.cu: ``q2_dec_prep``, ``q2_dec_r*``). The bits cannot change: the same
+kernels run on the same data.
 
 The first PDL-capable launch after ``entry_start()`` (called by ``CudaBackend.rows``, i.e. when an
 entry point of ``DenseFfnLayer`` takes its input) is launched plainly: an FFN never overlaps the

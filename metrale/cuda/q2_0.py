@@ -2,21 +2,24 @@
 (kernels in ``kernels/q2_0_gemv.cu``; arithmetic.md § q2_0-format), the Q2_0 uploader, and the small argument
 helpers the other launcher modules of this family (``w8a8``, ``fp8_bf16``) share.
 
-Every launch is two kernels: ``q2_a16_prep`` turns the bf16 rows into A16 codes (byte limbs,
-per-block code sum and 2^(E−14)), then ``q2_0_gemv_r{1,2,4,8}`` computes the exact block dots,
-the contract's fp32 block values and the fixed tree; from MMA_MIN_ROWS rows the integer tensor
-cores do the same (``q2_mma_prep`` and the MMA kernels or the prefill GEMM of ``q2_0_mma.cu``).
-The output of a row never depends on how many rows the call had.
+Every launch is two kernels: a prologue turns the bf16 rows into A16 codes (byte limbs, per-block
+code sum and 2^(E−14)), then a GEMV computes the exact block dots, the contract's fp32 block values
+and the fixed tree. Up to DEC_MAX_ROWS rows: ``q2_dec_prep`` and one pass of the decode kernels
+``q2_dec_r{R}_c{NC}_d{D}_{s,l}`` (``kernels/q2_0_dec.cu``, R = m; the variant by DEC_ROUTE or
+DEC_VARIANT); from MMA_MIN_ROWS rows the integer tensor cores (``q2_mma_prep`` and the MMA kernels
+or the prefill GEMM of ``q2_0_mma.cu``); else ``q2_a16_prep`` and ``q2_0_gemv_r{1,2,4,8}``. The
+output of a row never depends on how many rows the call had, nor on the kernel that computed it.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from metrale.cuda import configs, mma
+from metrale.cuda import configs, mma, pdl, runtime
 from metrale.cuda.launch_args import cdiv, device_out, device_rows, tier, weight_arrays
 from metrale.cuda.runtime import get_kernel
 from metrale.cuda.weights import DeviceWeight, to_device
@@ -28,6 +31,19 @@ CU_FILE = "q2_0_gemv.cu"
 #: (the GEMV below it); METRALE_CUDA_MMA=0 keeps the GEMV at every m (same bits).
 MMA_FILE = "q2_0_mma.cu"
 MMA_MIN_ROWS = 2
+#: Decode kernels (kernels/q2_0_dec.cu) for m <= DEC_MAX_ROWS, before the tensor cores: the variant
+#: configs.Q2_0_DEC_ROUTE gives for m and the weight's N (none where no entry covers them), or
+#: DEC_VARIANT where set (METRALE_Q2_DEC: a name of configs.Q2_0_DEC_VARIANTS, or "off" for none).
+DEC_FILE = "q2_0_dec.cu"
+DEC_MAX_ROWS = configs.Q2_0_DEC_MAX_ROWS
+DEC_VARIANTS = configs.Q2_0_DEC_VARIANTS
+DEC_VARIANT: str | None = os.environ.get("METRALE_Q2_DEC") or None
+DEC_ROUTE = configs.Q2_0_DEC_ROUTE
+#: Warps per decode CTA (fewer where the column groups would not give every multiprocessor a CTA).
+DEC_WARPS = 8
+DEC_PREP_THREADS = 128
+#: Bytes of act per row and Q2 block: lo and hi planes (4 x 16) and the aux plane (4 x 8).
+DEC_ACT_BYTES = 160
 #: Row tiers of the GEMV kernel (rows per warp) and columns per warp for each.
 Q2_TIERS = configs.Q2_0_TIERS
 #: The tree over 2048-element chunks keeps at most 64 chunk roots.
@@ -59,6 +75,8 @@ def _q2_project(x: Any, w: Any, out: Any, m: int, kernel: str) -> None:
         return
     xa = device_rows(x, k, m, "x")
     outa, ldo = device_out(out, m, n, "out")
+    if _dec_project(xa, arr, n, k, m, outa, ldo):
+        return
     nb = k // BLOCK
     if mma.ENABLED and m >= MMA_MIN_ROWS:
         prep = mma.a16_prep(MMA_FILE, "q2_mma_prep", xa, xa.strides[0] // 2, nb)
@@ -81,6 +99,72 @@ def _q2_project(x: Any, w: Any, out: Any, m: int, kernel: str) -> None:
         (32 * WARPS,),
         (arr["qs"], arr["d"], np.int32(n), np.int32(k), lohi, aux, np.int32(m), outa, np.int64(ldo)),
     )
+
+
+def dec_kernel_name(variant: str, rows: int, k: int) -> tuple[str, int, int]:
+    """(kernel name, dynamic shared memory bytes, CTAs per multiprocessor cap) of decode
+    ``variant`` for ``rows`` rows at K = ``k``: a staged variant whose activations do not fit in
+    shared memory reads them through L1 instead (same arithmetic)."""
+    nc, staged, per_sm, depth = DEC_VARIANTS[variant]
+    smem = rows * DEC_ACT_BYTES * (k // 64) if staged else 0
+    if smem > mma.SMEM_LIMIT:
+        staged, smem = False, 0
+    return f"q2_dec_r{rows}_c{nc}_d{depth}_{'s' if staged else 'l'}", smem, per_sm
+
+
+def _resident(kern: Any, smem: int, cap: int, warps: int) -> int:
+    """CTAs of ``kern`` (``warps`` warps, ``smem`` bytes) one multiprocessor holds at once, at
+    most ``cap`` and at least 1: 64 Ki registers (8-register granularity), 228 KiB of shared
+    memory with 1 KiB reserved per CTA."""
+    regs = -(-int(getattr(kern, "num_regs", 0) or 0) // 8) * 8
+    by_regs = 65536 // max(1, regs * 32 * warps)
+    by_smem = (228 * 1024) // (smem + 1024)
+    return max(1, min(cap, by_regs, by_smem))
+
+
+def _dec_project(xa: Any, arr: dict[str, Any], n: int, k: int, m: int, outa: Any, ldo: int) -> bool:
+    """The decode kernels for m <= DEC_MAX_ROWS rows (one pass); False where they do not serve."""
+    import cupy
+
+    if m > min(DEC_MAX_ROWS, max(configs.Q2_0_DEC_ROWS)):
+        return False
+    variant = DEC_VARIANT or next((v for rows, cols, v in DEC_ROUTE if m <= rows and n <= cols), "off")
+    if variant == "off":
+        return False
+    if variant not in DEC_VARIANTS:
+        raise MetraleError(
+            f"METRALE_Q2_DEC={variant!r}: want one of {', '.join(DEC_VARIANTS)} or 'off' "
+            "(metrale/cuda/configs.py)"
+        )
+    name, smem, per_sm = dec_kernel_name(variant, m, k)
+    prep, kern = get_kernel(DEC_FILE, "q2_dec_prep"), get_kernel(DEC_FILE, name)
+    if prep is None or kern is None:
+        return False
+    nq = k // 64
+    act = cupy.empty((m * DEC_ACT_BYTES // 4 * nq,), dtype=cupy.uint32)
+    pdl.launch(
+        prep,
+        (cdiv(4 * m * (k // BLOCK), DEC_PREP_THREADS),),
+        (DEC_PREP_THREADS,),
+        (xa, np.int64(xa.strides[0] // 2), np.int32(k), np.int32(m), act),
+    )
+    groups, sms = cdiv(n, DEC_VARIANTS[variant][0]), runtime.sm_count()
+    warps = DEC_WARPS
+    while warps > 1 and cdiv(groups, warps) < sms:  # few columns (N = 4096): a CTA on every SM
+        warps //= 2
+    gx = cdiv(groups, warps)
+    if per_sm:
+        gx = min(gx, _resident(kern, smem, per_sm, warps) * sms)
+    if smem:
+        runtime.set_dynamic_smem(kern, smem)
+    pdl.launch(
+        kern,
+        (gx, 1),
+        (32 * warps,),
+        (arr["qs"], arr["d"], np.int32(n), np.int32(k), act, np.int32(m), outa, np.int64(ldo)),
+        smem,
+    )
+    return True
 
 
 def q2_0_gemv_vec(x: Any, w: Any, out: Any) -> None:

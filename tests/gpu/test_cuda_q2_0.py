@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from metrale.cuda import configs
 from metrale.reference.formats import Q2_0Weight
 from metrale.reference.projection import project
 from tests.gpu.gen import bits_equal, check_guard, guarded, rows
@@ -39,8 +40,18 @@ def _launch(
     return check_guard(buf, init, m, w.n)
 
 
+@pytest.mark.parametrize("path", ["default", "gemv"])
 @pytest.mark.parametrize(("n", "k"), SHAPES)
-def test_q2_batchm_matches_reference(cuda: Any, fresh_rng: np.random.Generator, n: int, k: int) -> None:
+def test_q2_batchm_matches_reference(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, n: int, k: int, path: str
+) -> None:
+    """``default``: the routing as shipped; ``gemv``: no decode kernels, no tensor cores (the
+    ``q2_0_gemv_r*`` kernels at every m)."""
+    from metrale.cuda import mma, q2_0
+
+    if path == "gemv":
+        monkeypatch.setattr(q2_0, "DEC_VARIANT", "off")
+        monkeypatch.setattr(mma, "ENABLED", False)
     host = q2_weight(fresh_rng, n, k)
     w = cuda.upload(host)
     x = rows(fresh_rng, 64, k)
@@ -95,6 +106,9 @@ def test_q2_tensor_cores_match_reference(
     x = np.concatenate([np.stack(kinds), rows(fresh_rng, 70 - len(kinds), k)])
     with np.errstate(all="ignore"):
         want = project(x, host, "A16").view(np.uint16)
+    from metrale.cuda import q2_0
+
+    monkeypatch.setattr(q2_0, "DEC_VARIANT", "off")  # m = 2, 3 on the tensor cores too
     monkeypatch.setattr(mma, "GEMM_ROWS", 48)
     for gemm in (False, True):
         monkeypatch.setattr(mma, "GEMM_MIN_ROWS", 2 if gemm else 1 << 30)
@@ -102,3 +116,112 @@ def test_q2_tensor_cores_match_reference(
         for m in (2, 3, 9, 24, 33, 47, 49, 70):
             got = _launch(cuda, "q2_0_gemv_vec_batchm", x[:m], w, m, fresh_rng, m)
             bits_equal(got, want[:m], f"q2 tensor cores gemm={gemm} m={m} ({n}, {k})")
+
+
+#: Decode kernels (kernels/q2_0_dec.cu): K = 64 k for k = 1, 2, 3 (one partly filled chunk), 31,
+#: 32, 33 (around one chunk of 32 Q2 blocks), 67 (three chunks), 160, 2048 (64 chunks: the
+#: counter's deepest level; the staged kernels fall back to L1 there); N off every column group
+#: (4, 8 columns per warp); CTAs of 1 warp (small N), 2 or 4 (N = 2100 on 132 multiprocessors) and
+#: 8 (N = 8451).
+DEC_SHAPES = [
+    (37, 64),
+    (5, 128),
+    (29, 192),
+    (9, 1984),
+    (13, 2048),
+    (11, 2112),
+    (70, 4288),
+    (7, 10240),
+    (3, 131072),
+    (2100, 2112),
+    (8451, 192),
+]
+DEC_VARIANTS = list(configs.Q2_0_DEC_VARIANTS)
+
+
+def _dec_rows(rng: np.random.Generator, k: int) -> np.ndarray:
+    """Nine rows: every edge kind of tests/gpu/gen.py (NaN/Inf blocks, subnormals, zeros, ties, huge,
+    tiny) and Gaussian ones, so that m = 1, 2, 3 over consecutive slices meet each kind."""
+    from tests.gpu import gen
+
+    kinds = [gen.row(rng, k, kind) for kind in gen.ROW_KINDS]
+    return np.concatenate([np.stack(kinds), rows(rng, 1, k, finite=True)])
+
+
+@pytest.mark.parametrize("variant", DEC_VARIANTS)
+@pytest.mark.parametrize(("n", "k"), DEC_SHAPES)
+def test_q2_decode_kernels_match_reference(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, variant: str, n: int, k: int
+) -> None:
+    """Every decode variant at m = 1, 2, 3 against the reference, bit for bit, and against its own
+    single rows (the output of a row never depends on m)."""
+    from metrale.cuda import q2_0
+
+    monkeypatch.setattr(q2_0, "DEC_VARIANT", variant)
+    host = q2_weight(fresh_rng, n, k)
+    w = cuda.upload(host)
+    x = _dec_rows(fresh_rng, k)
+    with np.errstate(all="ignore"):
+        want = project(x, host, "A16").view(np.uint16)
+    for m in (1, 2, 3):
+        for r0 in range(0, x.shape[0] - m + 1, m):
+            got = _launch(cuda, "q2_0_gemv_vec_batchm", x[r0 : r0 + m], w, m, fresh_rng, m)
+            bits_equal(got, want[r0 : r0 + m], f"q2 decode {variant} m={m} rows {r0}.. ({n}, {k})")
+    got = _launch(cuda, "q2_0_gemv_vec", x[:1], w, 1, fresh_rng)
+    bits_equal(got, want[:1], f"q2_0_gemv_vec {variant} ({n}, {k})")
+
+
+@pytest.mark.parametrize("variant", [v for v in DEC_VARIANTS if configs.Q2_0_DEC_VARIANTS[v][2]])
+def test_q2_decode_persistent_grid(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, variant: str
+) -> None:
+    """More column groups than the capped grid's warps: every warp takes several groups (its
+    loads of the next group's first chunk issued before the last chunk's arithmetic)."""
+    from metrale.cuda import q2_0, runtime
+
+    monkeypatch.setattr(q2_0, "DEC_VARIANT", variant)
+    nc, _, per_sm, _ = configs.Q2_0_DEC_VARIANTS[variant]
+    n = 3 * per_sm * runtime.sm_count() * q2_0.DEC_WARPS * nc + 5
+    for k in (64, 2112):
+        host = q2_weight(fresh_rng, n, k)
+        w = cuda.upload(host)
+        x = _dec_rows(fresh_rng, k)[[0, 4, 6]]  # Gaussian, NaN/Inf, ties
+        with np.errstate(all="ignore"):
+            want = project(x, host, "A16").view(np.uint16)
+        for m in (1, 3):
+            got = _launch(cuda, "q2_0_gemv_vec_batchm", x[:m], w, m, fresh_rng, m)
+            bits_equal(got, want[:m], f"q2 decode {variant} persistent m={m} N={n} K={k}")
+
+
+def test_q2_decode_rejects_unknown_variant(cuda: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from metrale.cuda import q2_0
+    from metrale.errors import MetraleError
+
+    monkeypatch.setattr(q2_0, "DEC_VARIANT", "c5x")
+    w = cuda.upload(q2_weight(np.random.default_rng(0), 8, 64))
+    x = cp.zeros((1, 64), dtype=cp.uint16)
+    with pytest.raises(MetraleError, match="METRALE_Q2_DEC='c5x'"):
+        cuda.launch("q2_0_gemv_vec", x, w, cp.zeros((1, 8), dtype=cp.uint16))
+
+
+def test_q2_decode_back_to_back(cuda: Any, fresh_rng: np.random.Generator) -> None:
+    """Programmatic launches (sm_90+): 24 projections queued without a host synchronisation, each
+    prologue reusing the activation buffer the previous GEMV may still read (a kernel touching
+    memory before its pdl_wait would race); every output must be the reference's."""
+    from metrale.cuda import pdl
+
+    host = q2_weight(fresh_rng, 300, 2112)
+    w = cuda.upload(host)
+    x = rows(fresh_rng, 8, 2112)
+    with np.errstate(all="ignore"):
+        want = project(x, host, "A16").view(np.uint16)
+    xd = cp.asarray(x.view(np.uint16))
+    outs = cp.full((3, 8, 300), 0xDEAD, dtype=cp.uint16)
+    cp.cuda.get_current_stream().synchronize()
+    pdl.entry_start()
+    for r in range(3):
+        for i in range(8):
+            cuda.launch("q2_0_gemv_vec_batchm", xd[i : i + 1], w, outs[r, i : i + 1], 1)
+    got = outs.get()
+    for r in range(3):
+        bits_equal(got[r], want, f"back-to-back round {r}")

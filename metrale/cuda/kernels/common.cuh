@@ -127,6 +127,7 @@ __device__ __forceinline__ void a16_block(const unsigned short* xb, int (&c)[16]
 //   ieee_mul / ieee_add / ieee_div   fp32 mul.rn / add.rn / div.rn, subnormals kept
 //   ieee_d2f(d)                      cvt.rn.f32.f64 (one rounding, subnormal results kept)
 //   a16_block_int(xb, c, E, finite)  A16 codes by exact integer arithmetic on the bf16 bits
+//   a16_code_int(x, F)               one element's code of that rule
 //   a16_codes8_f32(w, mx, c, E, fin) the same codes for half a block by exact f32 steps
 // ---------------------------------------------------------------------------------------------
 __device__ __forceinline__ float ieee_mul(float a, float b) {
@@ -169,6 +170,24 @@ __device__ __forceinline__ float chunk_roots_tree(const float* sr, int C, int la
 // A16 (arithmetic.md § a16) without floating point: with F = max(field, 1) and f_j = max(field_j, 1),
 // |x_j| 2^(14-E) = m_j 2^(7 + f_j - F) (m_j the 8-bit significand), so c_j = m_j << (7 - d) for
 // d = F - f_j <= 7, else m_j >> (d - 7) rounded to nearest even. Codes of a non-finite block: 0.
+// a16_code_int(x, F): the code of one finite block's element x given F (its block's largest field, at
+// least 1), by the rule above.
+__device__ __forceinline__ int a16_code_int(unsigned short x, int F) {
+    const int f = (x >> 7) & 0xFF;
+    const int man = (int)(x & 0x7Fu) | (f ? 0x80 : 0);
+    const int d = F - max(f, 1);
+    int q;
+    if (d <= 7) {
+        q = man << (7 - d);
+    } else if (d > 16) {
+        q = 0;
+    } else {
+        const int sh = d - 7, half = 1 << (sh - 1), rem = man & ((1 << sh) - 1);
+        q = man >> sh;
+        if (rem > half || (rem == half && (q & 1))) q += 1;
+    }
+    return (x & 0x8000u) ? -q : q;
+}
 __device__ __forceinline__ void a16_block_int(const unsigned short* xb, int (&c)[16], int& E, bool& finite) {
     int F = 1, nf = 0;
 #pragma unroll
@@ -178,22 +197,7 @@ __device__ __forceinline__ void a16_block_int(const unsigned short* xb, int (&c)
         nf |= (f == 255);
     }
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-        const int f = (xb[j] >> 7) & 0xFF;
-        const int man = (int)(xb[j] & 0x7Fu) | (f ? 0x80 : 0);
-        const int d = F - max(f, 1);
-        int q;
-        if (d <= 7) {
-            q = man << (7 - d);
-        } else if (d > 16) {
-            q = 0;
-        } else {
-            const int sh = d - 7, half = 1 << (sh - 1), rem = man & ((1 << sh) - 1);
-            q = man >> sh;
-            if (rem > half || (rem == half && (q & 1))) q += 1;
-        }
-        c[j] = nf ? 0 : ((xb[j] & 0x8000u) ? -q : q);
-    }
+    for (int j = 0; j < 16; ++j) c[j] = nf ? 0 : a16_code_int(xb[j], F);
     E = F - 127;
     finite = !nf;
 }
