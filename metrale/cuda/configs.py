@@ -43,10 +43,10 @@ Q2_0_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 4, 8: 2}
 #: or read through L1 (``l``), CTAs per multiprocessor the grid is capped at (0: one CTA per 8 NC
 #: columns; the cap is lowered to what fits), D load slots per warp (D - 1 steps in flight)).
 #: Q2_0_DEC_ROUTE picks one: the first entry (most rows, most output columns N, variant) that
-#: covers m and N; tools/q2_decode_variants.py times them all. Chosen before any measurement: N =
-#: 4096 (the down projection, K = 12288) gives 4-warp CTAs and one column group per warp, so a
-#: deeper load ring keeps more bytes in flight, and L1 holds the 30 KB activation row once per
-#: multiprocessor where staging would copy it once per CTA.
+#: covers m and N. Measured on an H200 (tools/q2_decode_variants.py, CUDA graphs over weights
+#: 4x the L2; docs/performance.md): the down projections (N = 4096, K = 12288 / 14336) fastest
+#: through L1 (c4l4 at m = 1, 3: 10.9 / 16.8 us Qwen3-8B; c4l2 at m = 2: 14.6), gate/up
+#: (N = 12288 / 14336) with the limbs staged (c8s2 at m = 1, 3: 10.0 / 18.8; c4s2 at m = 2: 14.4).
 Q2_0_DEC_ROWS: tuple[int, ...] = (1, 2, 3)
 Q2_0_DEC_MAX_ROWS = 3
 Q2_0_DEC_VARIANTS: dict[str, tuple[int, bool, int, int]] = {
@@ -57,7 +57,14 @@ Q2_0_DEC_VARIANTS: dict[str, tuple[int, bool, int, int]] = {
     "c4l4": (4, False, 0, 4),
     "c8l2": (8, False, 0, 2),
 }
-Q2_0_DEC_ROUTE: tuple[tuple[int, int, str], ...] = ((3, 8192, "c4l4"), (3, 1 << 31, "c4s2"))
+Q2_0_DEC_ROUTE: tuple[tuple[int, int, str], ...] = (
+    (1, 8192, "c4l4"),
+    (1, 1 << 31, "c8s2"),
+    (2, 8192, "c4l2"),
+    (2, 1 << 31, "c4s2"),
+    (3, 8192, "c4l4"),
+    (3, 1 << 31, "c8s2"),
+)
 #: fp8_bf16_gemv.cu kernels ``{fp8,bf16}_gemv_r{R}``: rows per warp -> columns per warp.
 FP8_BF16_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 2, 8: 2}
 #: fp8_bf16_gemv.cu decode kernels ``{fp8,bf16}_dec_r{R}_c{NC}_w{W}_p{P}_{h,i}`` (one pass over
