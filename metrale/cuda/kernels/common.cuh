@@ -14,6 +14,7 @@
 //   warp_sum_tree(v)         shfl_xor 1,2,4,8,16: lane l's value is leaf l of a 32-leaf tree
 //   a16_block(...)           A16 codes of one 16-element block (E, c_j, finite)
 //   pdl_trigger / pdl_wait   programmatic dependent launch (metrale/cuda/pdl.py; no-ops below sm_90)
+//   ld_stream16(p)           16 bytes read once (weights): ld.global.nc without L1 allocation
 #pragma once
 
 #define METRALE_NEG_ZERO (-0.0f)
@@ -245,4 +246,13 @@ __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+
+// 16 bytes read once (weights): no L1 allocation, so L1 keeps what is reused (activations).
+__device__ __forceinline__ uint4 ld_stream16(const void* p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
 }

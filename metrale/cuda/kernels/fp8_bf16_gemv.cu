@@ -199,17 +199,23 @@ __device__ __forceinline__ void fp8_bf16_gemv_warp(const uint4* __restrict__ w, 
 //   Both are PDL-capable (metrale/cuda/pdl.py): pdl_trigger, then pdl_wait, before any memory
 //   access.
 
-// 16 bytes of weights that are read once: no L1 allocation.
-__device__ __forceinline__ uint4 ld_stream16(const uint4* p) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
-
 __device__ __forceinline__ u32 u4_word(const uint4& v, int i) {
     return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
+}
+
+// The A16 codes c of block b of row r and the high word of 2^(E - 14) as a double (NaN for a
+// block holding Inf/NaN); zero codes and 0 where !valid (padding).
+__device__ __forceinline__ int a16_block_hi(const u16* __restrict__ x, long long ldx, int r, int b, bool valid,
+                                            int (&c)[16]) {
+    if (!valid) {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) c[j] = 0;
+        return 0;
+    }
+    int E;
+    bool finite;
+    a16_block_int(x + (long long)r * ldx + b * 16, c, E, finite);
+    return finite ? (E - 14 + 1023) << 20 : 0x7FF80000;
 }
 
 extern "C" __global__ void __launch_bounds__(256) fp8_bf16_dec_prep(
@@ -222,16 +228,7 @@ extern "C" __global__ void __launch_bounds__(256) fp8_bf16_dec_prep(
     if (t >= (long long)m * BP) return;
     const int r = (int)(t / BP), b = (int)(t % BP), ch = b >> 5, l = b & 31;
     int c[16];
-    int p = 0;
-    if (b < B) {
-        int E;
-        bool finite;
-        a16_block_int(x + (long long)r * ldx + b * 16, c, E, finite);
-        p = finite ? (E - 14 + 1023) << 20 : 0x7FF80000;
-    } else {
-#pragma unroll
-        for (int j = 0; j < 16; ++j) c[j] = 0;
-    }
+    const int p = a16_block_hi(x, ldx, r, b, b < B, c);
     pe[t] = p;
     uint4* o = reinterpret_cast<uint4*>(act);
     if (mode == 0) {
@@ -452,16 +449,7 @@ extern "C" __global__ void __launch_bounds__(256) fp8_bf16_mma_prep(
     if (it >= (long long)MT * 8 * Bp) return;
     const int r = (int)(it / Bp), b = (int)(it % Bp);
     int c[16];
-    int p = 0;
-    if (r < m && b < B) {
-        int E;
-        bool finite;
-        a16_block_int(x + (long long)r * ldx + b * 16, c, E, finite);
-        p = finite ? (E - 14 + 1023) << 20 : 0x7FF80000;
-    } else {
-#pragma unroll
-        for (int j = 0; j < 16; ++j) c[j] = 0;
-    }
+    const int p = a16_block_hi(x, ldx, r, b, r < m && b < B, c);
     const int tile = r >> 3, g = r & 7;
 #pragma unroll
     for (int t = 0; t < 4; ++t) {

@@ -61,15 +61,6 @@ typedef unsigned int u32;
 #define Q2D_WARPS 8  // the most warps per CTA
 #define Q2D_LEVELS 7  // binary counter over at most 64 chunk roots
 
-// 16 weight bytes, read once: no L1 allocation (L1 keeps the activation limbs of the _l kernels).
-__device__ __forceinline__ uint4 q2d_ld_stream(const uint4* p) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
-
 // f16 bits (low half of h) -> f32, exact.
 __device__ __forceinline__ float q2d_f16(u32 h) {
     float f;
@@ -139,7 +130,7 @@ __device__ __forceinline__ void q2d_load(Q2dLoad<NC>& st, const uint4* __restric
     for (int c = 0; c < NC; ++c) {
         const int n = g * NC + c;
         const long long o = (long long)n * nq + qb;
-        st.w[c] = (ok && n < N) ? q2d_ld_stream(qs + o) : make_uint4(0u, 0u, 0u, 0u);
+        st.w[c] = (ok && n < N) ? ld_stream16(qs + o) : make_uint4(0u, 0u, 0u, 0u);
         st.d[c] = (ok && n < N) ? (u32)__ldg(d + o) : 0u;
     }
 }

@@ -238,15 +238,6 @@ __device__ __forceinline__ void w8_mma(int (&d)[4], u32 a0, u32 a1, u32 a2, u32 
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// 16 weight bytes, read once: no L1 allocation (the activation codes keep L1).
-__device__ __forceinline__ uint4 w8_ld_stream(const signed char* p) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
-
 template <int NT, int MT, int W, int U>
 __device__ __forceinline__ void w8_mma_gemv(const signed char* __restrict__ w, const float* __restrict__ sw,
                                             int N, int K, const signed char* __restrict__ q, long long ldq,
@@ -285,7 +276,7 @@ __device__ __forceinline__ void w8_mma_gemv(const signed char* __restrict__ w, c
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-                for (int h = 0; h < 2; ++h) wa[u][mt][h] = ok ? w8_ld_stream(wr[mt][h] + k) : z4;
+                for (int h = 0; h < 2; ++h) wa[u][mt][h] = ok ? ld_stream16(wr[mt][h] + k) : z4;
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
                 av[u][nt] = ok ? __ldg(reinterpret_cast<const uint4*>(ar[nt] + k)) : z4;
