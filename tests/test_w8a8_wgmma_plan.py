@@ -1,0 +1,58 @@
+"""CPU checks of the W8A8 warpgroup-MMA launch plan (``metrale/cuda/w8a8.py``,
+``kernels/w8a8_wgmma.cu``): K splits of the split-K kernels (every split non-empty, all K tiles
+covered), the prefill tile choice with and without the sm_90a kernels, and shared memory of every
+configured kernel within the H200's 227 KB per block."""
+
+from __future__ import annotations
+
+import pytest
+
+from metrale.cuda import configs, w8a8
+
+#: Dynamic shared memory a block may opt in to on sm_90 (227 KB).
+SM90_SMEM = 227 * 1024
+
+
+@pytest.mark.parametrize("sms", [1, 78, 132])
+@pytest.mark.parametrize("n", [16, 64, 4096, 4100, 12288, 14336])
+@pytest.mark.parametrize("k", [16, 128, 144, 4096, 12288, 14336])
+def test_split_k_covers_every_tile_once(monkeypatch: pytest.MonkeyPatch, sms: int, n: int, k: int) -> None:
+    monkeypatch.setattr(w8a8, "sm_count", lambda dev=None: sms)
+    tiles = -(-k // 128)
+    for ra, _ in configs.W8A8_SK_TIERS.values():
+        kps, splits = w8a8.sk_split(n, k, ra)
+        assert kps >= 1 and splits >= 1
+        assert (splits - 1) * kps < tiles <= splits * kps, (n, k, ra, kps, splits)
+        col_tiles = -(-n // ra)
+        want = max(1, min(tiles, -(-int(w8a8.SK_CTAS_PER_SM * sms) // col_tiles)))
+        assert splits <= want, (n, k, splits, want)
+
+
+def test_split_k_counts_for_the_qwen3_shapes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The measured configuration (one CTA per multiprocessor): gate 12288x4096 unsplit (192
+    column tiles), down 4096x12288 in 3 splits of 32 tiles (192 CTAs)."""
+    monkeypatch.setattr(w8a8, "sm_count", lambda dev=None: 132)
+    monkeypatch.setattr(w8a8, "SK_CTAS_PER_SM", 1)
+    assert w8a8.sk_split(12288, 4096, 64) == (32, 1)
+    assert w8a8.sk_split(4096, 12288, 64) == (32, 3)
+
+
+@pytest.mark.parametrize("built", [True, False])
+def test_prefill_tile_choice(monkeypatch: pytest.MonkeyPatch, built: bool) -> None:
+    monkeypatch.setattr(w8a8, "sm_count", lambda dev=None: 132)
+    monkeypatch.setattr(w8a8, "wgmma_built", lambda: built)
+    names = ("w8a8_wgmma_256x128", "w8a8_wgmma_128x128"), ("w8a8_gemm_128x128", "w8a8_gemm_64x64")
+    big, small = names[0] if built else names[1]
+    assert w8a8.gemm_tile(4096, 12288).name == big
+    assert w8a8.gemm_tile(65, 4096).name == small
+    if built:  # 4 x 32 = 128 CTAs of 128x128 < 132 SMs, 2 x 32 of 256x128: the smaller tile
+        assert w8a8.gemm_tile(512, 4096).name == small
+
+
+def test_every_wgmma_kernel_fits_in_shared_memory() -> None:
+    for t in configs.W8A8_WGMMA_TILES:
+        assert t.smem <= SM90_SMEM, t
+        assert (t.bm + t.bn) * 8 % t.threads == 0 and (t.threads // 8) % 8 == 0, t
+    for nb, (ra, stages) in configs.W8A8_SK_TIERS.items():
+        assert stages * (ra + nb) * 128 + 1024 <= SM90_SMEM, (nb, ra, stages)
+        assert ra % 64 == 0 and (ra + nb) * 8 % (2 * ra) == 0, (nb, ra)
