@@ -73,8 +73,9 @@ def test_llama3_rope_factors_equal_transformers(models: dict[str, tuple[Path, Pa
     scaled, _ = ROPE_INIT_FUNCTIONS["llama3"](cfg, "cpu")
     base = 1.0 / (500000.0 ** (torch.arange(0, 32, 2, dtype=torch.int64).float() / 32))
     want = (base / scaled).numpy()
-    # both sides are float32 pow/divide chains (≤ 4 roundings of 2^-24 relative each): 1e-6 covers them
-    np.testing.assert_allclose(got, want, rtol=1e-6)
+    # both sides are float32 chains of at most 4 roundings (pow, divide, the factor, the cast),
+    # each within 2^-24 relative: the two differ by at most 8 * 2^-24 relative
+    np.testing.assert_allclose(got, want, rtol=8 * 2.0**-24, atol=0)
     assert got[0] == 1.0 and got[-1] == 8.0  # the high- and low-frequency ends: 1 and the factor
 
 
