@@ -19,7 +19,7 @@ SM90_SMEM = 227 * 1024
 def test_split_k_covers_every_tile_once(monkeypatch: pytest.MonkeyPatch, sms: int, n: int, k: int) -> None:
     monkeypatch.setattr(w8a8, "sm_count", lambda dev=None: sms)
     tiles = -(-k // 128)
-    for ra, _ in configs.W8A8_SK_TIERS.values():
+    for ra in (t.bm for t in configs.W8A8_SK_TIERS.values()):
         kps, splits = w8a8.sk_split(n, k, ra)
         assert kps >= 1 and splits >= 1
         assert (splits - 1) * kps < tiles <= splits * kps, (n, k, ra, kps, splits)
@@ -53,6 +53,7 @@ def test_every_wgmma_kernel_fits_in_shared_memory() -> None:
     for t in configs.W8A8_WGMMA_TILES:
         assert t.smem <= SM90_SMEM, t
         assert (t.bm + t.bn) * 8 % t.threads == 0 and (t.threads // 8) % 8 == 0, t
-    for nb, (ra, stages) in configs.W8A8_SK_TIERS.items():
-        assert stages * (ra + nb) * 128 + 1024 <= SM90_SMEM, (nb, ra, stages)
-        assert ra % 64 == 0 and (ra + nb) * 8 % (2 * ra) == 0, (nb, ra)
+    for nb, t in configs.W8A8_SK_TIERS.items():
+        assert t.bn == nb and t.name == f"w8a8_wgmma_sk_n{nb}", t
+        assert t.stages * (t.bm + nb) * 128 + 1024 <= SM90_SMEM, t
+        assert t.bm % 64 == 0 and (t.bm + nb) * 8 % (2 * t.bm) == 0, t

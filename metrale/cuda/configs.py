@@ -190,21 +190,29 @@ W8A8_GEMM_TILES: tuple[W8a8GemmTile, ...] = (
 
 @dataclass(frozen=True)
 class W8a8WgmmaTile:
-    """One w8a8_wgmma.cu prefill GEMM ``w8a8_wgmma_{bm}x{bn}`` (sm_90a): CTA tile (activation
-    rows: one warpgroup per 64; weight columns = the wgmma's N; 128 K-bytes per stage) and its
-    cp.async stages."""
+    """One w8a8_wgmma.cu kernel (sm_90a): per CTA ``bm`` rows of the wgmma's A operand (one
+    warpgroup per 64) and ``bn`` rows of B (the wgmma's N), 128 K-bytes per cp.async stage. The
+    prefill GEMM ``w8a8_wgmma_{bm}x{bn}`` takes activation rows as A and weight rows as B; the
+    split-K kernel ``w8a8_wgmma_sk_n{bn}`` (``split_k``) weight rows as A and the activation
+    rows (at most ``bn``) as B."""
 
     bm: int
     bn: int
     stages: int
+    split_k: bool = False
 
     @property
     def name(self) -> str:
-        return f"w8a8_wgmma_{self.bm}x{self.bn}"
+        return f"w8a8_wgmma_sk_n{self.bn}" if self.split_k else f"w8a8_wgmma_{self.bm}x{self.bn}"
 
     @property
     def threads(self) -> int:
         return 2 * self.bm
+
+    @property
+    def minb(self) -> int:
+        """CTAs per multiprocessor the grid must fill to be chosen (one: 1 CTA fits per SM)."""
+        return 1
 
     @property
     def smem(self) -> int:
@@ -226,7 +234,7 @@ W8A8_WGMMA_TILES: tuple[W8a8WgmmaTile, ...] = (
 
 
 #: w8a8_wgmma.cu split-K kernels for few rows ``w8a8_wgmma_sk_n{nb}`` (sm_90a): activation
-#: rows per launch (the wgmma's N, m <= nb) -> (weight rows per CTA, cp.async stages); from
+#: rows per launch (the wgmma's N, m <= nb) -> the kernel (weight rows per CTA, stages); from
 #: W8A8_SK_MIN_ROWS rows up to the largest nb (the W8A8 arm's verify batches), K split for about
 #: W8A8_SK_CTAS_PER_SM CTAs per multiprocessor. Measured on an H200 (tools/w8a8_gemm_tiles.py
 #: --small, CUDA graphs): with 1, 12288x4096 (no split) streams at 3.3-3.4 TB/s for m = 1..3 and
@@ -235,7 +243,7 @@ W8A8_WGMMA_TILES: tuple[W8a8WgmmaTile, ...] = (
 #: kernel (m = 1) and the mma.sync tiers 2.4-2.9 TB/s and 1.6-1.8 TB/s.
 #: 128 weight rows per CTA (two warpgroups) for n32/n64 was slower (m = 32: gate 22.5 against
 #: 19.4 us, down 22.4 against 18.7).
-W8A8_SK_TIERS: dict[int, tuple[int, int]] = {16: (64, 6), 32: (64, 6), 64: (64, 6)}
+W8A8_SK_TIERS: dict[int, W8a8WgmmaTile] = {nb: W8a8WgmmaTile(64, nb, 6, split_k=True) for nb in (16, 32, 64)}
 W8A8_SK_MIN_ROWS = 1
 W8A8_SK_CTAS_PER_SM = 1
 
@@ -328,7 +336,7 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         f"W8A8_GEMM({t.bm}, {t.bn}, {t.wm}, {t.wn}, {t.stages}, {t.minb})" for t in W8A8_GEMM_TILES
     ],
     "W8A8_WGMMA": lambda: [f"W8A8_WGMMA({t.bm}, {t.bn}, {t.stages})" for t in W8A8_WGMMA_TILES],
-    "W8A8_WGMMA_SK": lambda: [f"W8A8_WGMMA_SK({ra}, {nb}, {st})" for nb, (ra, st) in W8A8_SK_TIERS.items()],
+    "W8A8_WGMMA_SK": lambda: [f"W8A8_WGMMA_SK({t.bm}, {t.bn}, {t.stages})" for t in W8A8_SK_TIERS.values()],
     "W8A8_MMA": lambda: [
         f"W8A8_MMA({r}, {r // 8}, {cols // 16}, {w}, {W8A8_MMA_UNROLL[r]})"
         for r, cols in W8A8_MMA_TIERS.items()

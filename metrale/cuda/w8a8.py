@@ -19,7 +19,6 @@ point graph-capturable; two streams running it at once on one device would share
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -53,11 +52,12 @@ GEMM_TILES = {t.name: t for t in configs.W8A8_GEMM_TILES}
 #: mma.sync tiles above do (the same bits: S is an exact int32 sum).
 WGMMA_FILE = "w8a8_wgmma.cu"
 WGMMA_TILES = {t.name: t for t in configs.W8A8_WGMMA_TILES}
-#: Split-K wgmma kernels for SK_MIN_ROWS .. max(SK_TIERS) rows, ``w8a8_wgmma_sk_n{nb}`` -> stages
-#: (the weights streamed once by about SK_CTAS_PER_SM CTAs per multiprocessor; int32 partial
-#: sums added with atomics into a zeroed per-device workspace the last CTA of a column tile
-#: reads and clears).
+#: Split-K wgmma kernels for SK_MIN_ROWS .. max(SK_TIERS) rows: activation rows nb -> the
+#: kernel ``w8a8_wgmma_sk_n{nb}`` (configs.W8a8WgmmaTile). The weights are streamed once by
+#: about SK_CTAS_PER_SM CTAs per multiprocessor; int32 partial sums are added with atomics into
+#: a zeroed per-device workspace that the last CTA of a column tile reads and clears.
 SK_TIERS = configs.W8A8_SK_TIERS
+SK_BY_NAME = {t.name: t for t in SK_TIERS.values()}
 SK_MIN_ROWS = configs.W8A8_SK_MIN_ROWS
 SK_CTAS_PER_SM = configs.W8A8_SK_CTAS_PER_SM
 #: Rows from which ``w8a8_gemv`` runs the tiled GEMM (below: the GEMV tiers, which stream the
@@ -117,7 +117,7 @@ def mma_kernel_name(m: int, n: int, warps: int | None = None) -> tuple[str, int,
 
 def wgmma_built() -> bool:
     """Whether the wgmma kernels (``WGMMA_FILE``, sm_90a) built on this device."""
-    names = [*WGMMA_TILES, *(f"w8a8_wgmma_sk_n{nb}" for nb in SK_TIERS)]
+    names = [*WGMMA_TILES, *(t.name for t in SK_TIERS.values())]
     return all(get_kernel(WGMMA_FILE, name) is not None for name in names)
 
 
@@ -144,7 +144,7 @@ def sk_split(n: int, k: int, ra: int) -> tuple[int, int]:
     about SK_CTAS_PER_SM CTAs per multiprocessor over the ceil(n / ra) column tiles, every
     split non-empty."""
     tiles = cdiv(k, 128)
-    splits = max(1, min(tiles, math.ceil(SK_CTAS_PER_SM * sm_count() / cdiv(n, ra))))
+    splits = max(1, min(tiles, cdiv(SK_CTAS_PER_SM * sm_count(), cdiv(n, ra))))
     kps = cdiv(tiles, splits)
     return kps, cdiv(tiles, kps)
 
@@ -155,7 +155,7 @@ def gemm_tile(m: int, n: int) -> configs.W8a8GemmTile | configs.W8a8WgmmaTile:
     multiprocessor, else the last (smallest)."""
     tiles = list((WGMMA_TILES if wgmma_built() else GEMM_TILES).values())
     for t in tiles:
-        if cdiv(m, t.bm) * cdiv(n, t.bn) >= getattr(t, "minb", 1) * sm_count():
+        if cdiv(m, t.bm) * cdiv(n, t.bn) >= t.minb * sm_count():
             return t
     return tiles[-1]
 
@@ -187,27 +187,25 @@ def _gemv_launch(
         out,
         np.int64(ldo),
     )
-    sk = gemm if gemm is not None and gemm.startswith("w8a8_wgmma_sk_n") else None
-    if sk is None and gemm is None and warps is None and SK_MIN_ROWS <= m <= max(SK_TIERS) and wgmma_built():
-        sk = f"w8a8_wgmma_sk_n{tier(m, SK_TIERS)}"
+    sk = SK_BY_NAME.get(gemm) if gemm is not None else None
+    if gemm is None and warps is None and SK_MIN_ROWS <= m <= max(SK_TIERS) and wgmma_built():
+        sk = SK_TIERS[tier(m, SK_TIERS)]
     if sk is not None:
-        nb = int(sk.rsplit("_n", 1)[1])
-        if nb not in SK_TIERS or m > nb:
-            raise MetraleError(f"w8a8_gemv: gemm={gemm!r} takes at most {nb} rows, got m={m}")
-        kern = get_kernel(WGMMA_FILE, sk)
+        if m > sk.bn:
+            raise MetraleError(f"w8a8_gemv: gemm={sk.name!r} takes at most {sk.bn} rows, got m={m}")
+        kern = get_kernel(WGMMA_FILE, sk.name)
         if kern is None:
-            raise MetraleError(f"w8a8_gemv: {sk} did not build on this device")
-        ra, stages = SK_TIERS[nb]
-        smem = stages * (ra + nb) * 128 + 1024
-        set_dynamic_smem(kern, smem)
-        kps, splits = sk_split(w.n, k, ra)
+            raise MetraleError(f"w8a8_gemv: {sk.name} did not build on this device")
+        set_dynamic_smem(kern, sk.smem)
+        kps, splits = sk_split(w.n, k, sk.bm)
         ws, cnt = _sk_workspace(w.n)
-        pdl.launch(kern, (cdiv(w.n, ra), splits), (2 * ra,), (*args, ws, cnt, np.int32(kps)), smem)
+        grid = (cdiv(w.n, sk.bm), splits)
+        pdl.launch(kern, grid, (sk.threads,), (*args, ws, cnt, np.int32(kps)), sk.smem)
         return
     if gemm is not None or (warps is None and m >= GEMM_MIN_ROWS):
         tiles = {**GEMM_TILES, **WGMMA_TILES}
         if gemm is not None and gemm not in tiles:
-            names = sorted([*tiles, *(f"w8a8_wgmma_sk_n{nb}" for nb in SK_TIERS)])
+            names = sorted([*tiles, *SK_BY_NAME])
             raise MetraleError(f"w8a8_gemv: gemm={gemm!r}, want one of {names}")
         tile = tiles[gemm] if gemm is not None else gemm_tile(m, w.n)
         kern = get_kernel(WGMMA_FILE if tile.name in WGMMA_TILES else CU_FILE, tile.name)
