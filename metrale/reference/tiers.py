@@ -101,17 +101,16 @@ def weight_quantization() -> WeightQuantTier:
 def weight_quant_env(mode: str | None) -> Iterator[None]:
     """Run with ``METRALE_WEIGHT_QUANT=mode`` (None: unset), re-reading the cached tier on entry
     and on exit, and the caller's setting back afterwards."""
+    def set_mode(value: str | None) -> None:
+        if value is None:
+            os.environ.pop("METRALE_WEIGHT_QUANT", None)
+        else:
+            os.environ["METRALE_WEIGHT_QUANT"] = value
+        weight_quantization.cache_clear()
+
     old = os.environ.get("METRALE_WEIGHT_QUANT")
     try:
-        if mode is None:
-            os.environ.pop("METRALE_WEIGHT_QUANT", None)
-        else:
-            os.environ["METRALE_WEIGHT_QUANT"] = mode
-        weight_quantization.cache_clear()
+        set_mode(mode)
         yield
     finally:
-        if old is None:
-            os.environ.pop("METRALE_WEIGHT_QUANT", None)
-        else:
-            os.environ["METRALE_WEIGHT_QUANT"] = old
-        weight_quantization.cache_clear()
+        set_mode(old)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import socket
+from typing import Any
 
 import numpy as np
 import pytest
@@ -48,6 +49,21 @@ def _single_gpu() -> tuple[list[np.ndarray], list[list[str]]]:
     return want, logs
 
 
+def _spawn(worker: str, size: int, transport: str, tmp_path: Any) -> None:
+    """``size`` spawned ranks running ``tests.tp_worker.<worker>`` (rendezvous on a free port)."""
+    import torch.multiprocessing as mp
+
+    from tests import tp_worker
+
+    mp.start_processes(
+        getattr(tp_worker, worker),
+        args=(size, _free_port(), str(tmp_path), transport),
+        nprocs=size,
+        join=True,
+        start_method="spawn",
+    )
+
+
 @pytest.mark.parametrize(
     ("size", "transport"),
     [
@@ -61,17 +77,9 @@ def _single_gpu() -> tuple[list[np.ndarray], list[list[str]]]:
     ],
 )
 def test_tp_cuda_bits_equal_single_gpu(size: int, transport: str, tmp_path) -> None:
-    import torch.multiprocessing as mp
-
     from tests import tp_worker
 
-    mp.start_processes(
-        tp_worker.run_cuda,
-        args=(size, _free_port(), str(tmp_path), transport),
-        nprocs=size,
-        join=True,
-        start_method="spawn",
-    )
+    _spawn("run_cuda", size, transport, tmp_path)
     want, logs = _single_gpu()
     cases = tp_worker.cases()
     bad = []
@@ -125,17 +133,7 @@ def test_tp_module_cuda_bits_equal_single_gpu(size: int, transport: str, tmp_pat
     CUDA-graph replay (NCCL) give the single-GPU MetraleFfn's bits on every rank; split "k"
     on CUDA and (gloo) a capture are refused with named errors. On one GPU: TP = 2, 3 over
     gloo (ranks share the GPU) and TP = 1 over NCCL; on two, TP = 2 over NCCL."""
-    import torch.multiprocessing as mp
-
-    from tests import tp_worker
-
-    mp.start_processes(
-        tp_worker.run_cuda_module,
-        args=(size, _free_port(), str(tmp_path), transport),
-        nprocs=size,
-        join=True,
-        start_method="spawn",
-    )
+    _spawn("run_cuda_module", size, transport, tmp_path)
     want = _single_gpu_module()
     bad = []
     for rank in range(size):
