@@ -130,8 +130,14 @@ ALL_TILES = sorted({**GEMM_TILES, **WGMMA_TILES})
 
 
 def wgmma_expected() -> bool:
-    """The wgmma tiles build exactly on sm_90 devices (the H100/H200 family)."""
-    return bool(cp.cuda.Device().compute_capability == "90")
+    """Whether the runtime builds w8a8_wgmma.cu (its ``// @arch`` target) for this device."""
+    from metrale.cuda.runtime import file_arch
+
+    try:
+        file_arch("w8a8_wgmma.cu", f"sm_{cp.cuda.Device().compute_capability}")
+    except RuntimeError:
+        return False
+    return True
 
 
 @pytest.mark.parametrize("tile", ALL_TILES)
