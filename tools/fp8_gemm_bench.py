@@ -155,23 +155,34 @@ def main() -> int:
             invariant = all(np.array_equal(a, b[:m]) for a, b in zip(bits["new"], largest, strict=True))
             variants = {}
             if m in vms:
+                # one depth's entry replaced at a time (suffix, tile, raster); the FFN's
+                # projections use depths 5 (K = hidden) and 7 (K = intermediate) at Qwen3-8B
                 base = dict(configs.FP8_BF16_GEMM_TILES)
+                base_suffix, base_raster = dict(fp8_bf16.GEMM_SUFFIX), fp8_bf16.GEMM_ROWS_FIRST
                 builds = [(*v, "p") for v in configs.fp8_bf16_gemm_builds()]
-                builds += [(*v, "l") for v in configs.FP8_BF16_GEMM_LATE_VARIANTS]
-                for d, nt, b, suffix in builds:
-                    if suffix == "p" and base.get(d) == (nt, b):
-                        continue
-                    configs.FP8_BF16_GEMM_TILES[d] = (nt, b)
-                    fp8_bf16.GEMM_SUFFIX = suffix
+                builds += [(*v, "l") for v in configs.fp8_bf16_gemm_late_builds()]
+                combos = [(d, nt, b, sfx, rf) for d, nt, b, sfx in builds for rf in (False, True)]
+                # both depths at once: each suffix with the table's tiles, both rasters
+                combos += [(0, 0, 0, sfx, rf) for sfx in ("p", "l") for rf in (False, True)]
+                for d, nt, b, suffix, rows_first in combos:
+                    if d == 0:
+                        fp8_bf16.GEMM_SUFFIX.update({k: suffix for k in base_suffix})
+                    else:
+                        configs.FP8_BF16_GEMM_TILES[d] = (nt, b)
+                        fp8_bf16.GEMM_SUFFIX[d] = suffix
+                    fp8_bf16.GEMM_ROWS_FIRST = rows_first
                     path("new")
                     ffn(m)
                     ok = all(np.array_equal(o[:m].get(), r) for o, r in zip(outs, bits["new"], strict=True))
                     us = _time(lambda m=m: ffn(m), args.iters)
-                    variants[f"d{d}_nt{nt}_b{b}_{suffix}"] = {"us": us, "exact": ok}
+                    name = "all" if d == 0 else f"d{d}_nt{nt}_b{b}"
+                    variants[f"{name}_{suffix}_{'rows' if rows_first else 'cols'}"] = {"us": us, "exact": ok}
                     same = same and ok
                     configs.FP8_BF16_GEMM_TILES.clear()
                     configs.FP8_BF16_GEMM_TILES.update(base)
-                    fp8_bf16.GEMM_SUFFIX = "p"
+                    fp8_bf16.GEMM_SUFFIX.clear()
+                    fp8_bf16.GEMM_SUFFIX.update(base_suffix)
+                    fp8_bf16.GEMM_ROWS_FIRST = base_raster
             cublas = _cublas_us(hidden, inter, m, args.iters)
             floor_us = wbytes * floors[fmt] / STREAM_BYTES_S * 1e6
             row = {

@@ -124,16 +124,28 @@ def fp8_bf16_dec_builds() -> list[tuple[int, Fp8Bf16Dec]]:
 
 #: fp8_bf16_gemv.cu tensor-core kernels ``{fp8,bf16}_mma_nt{NT}``: rows per CTA (8·NT) -> NT.
 FP8_BF16_MMA_TILES: dict[int, int] = {8: 1, 16: 2, 32: 4}
-#: fp8_bf16_mma.cu prefill GEMM ``fp8_bf16_gemm_nt{NT}_d{D}_b{MINB}_p`` (mma_gemm.cuh, wide
+#: fp8_bf16_mma.cu prefill GEMM ``fp8_bf16_gemm_nt{NT}_d{D}_b{MINB}_{p,l}`` (mma_gemm.cuh, wide
 #: mode): counter depth D -> (8-row tiles per warp, CTAs per multiprocessor), as
-#: NVFP4_GEMM_TILES; the step's limb fragments (64 registers, double-buffered) leave room for
-#: NT <= 2 at D = 7. FP8_BF16_GEMM_SMALL_TILES serve chunks of up to 8 rows; the variants are
-#: built for tools/fp8_gemm_bench.py.
-FP8_BF16_GEMM_TILES: dict[int, tuple[int, int]] = {5: (2, 1), 7: (2, 1), 9: (1, 1)}
+#: NVFP4_GEMM_TILES. FP8_BF16_GEMM_SMALL_TILES serve chunks of up to 8 rows; the variants are
+#: built for tools/fp8_gemm_bench.py. Measured on an H200 (that tool, Qwen3-8B FP8 FFN at
+#: m = 4096, every variant the same bits): with the weights' raster (FP8_BF16_GEMM_ROWS_FIRST)
+#: the kernels without prefetch (``l``) at NT = 1 and 2 CTAs per SM were the fastest entry at
+#: depth 5 (54.1 ms with depth 7 unchanged; the prefetching NT = 2 kernel 62.2) and at depth 7
+#: (54.2 ms), ``l`` at the former NT = 2 at both depths 51.1 ms.
+FP8_BF16_GEMM_TILES: dict[int, tuple[int, int]] = {5: (1, 2), 7: (1, 2), 9: (1, 1)}
 FP8_BF16_GEMM_SMALL_TILES: dict[int, tuple[int, int]] = {5: (1, 1), 7: (1, 1), 9: (1, 1)}
-FP8_BF16_GEMM_VARIANTS: tuple[tuple[int, int, int], ...] = ((5, 4, 1), (7, 1, 1))
-#: The ``_l`` kernels (no prefetch of the next step, 64 registers fewer), (D, NT, MINB).
+FP8_BF16_GEMM_VARIANTS: tuple[tuple[int, int, int], ...] = ((5, 2, 1), (7, 2, 1), (5, 4, 1), (7, 1, 1))
+#: The ``_l`` kernels (no prefetch of the next step, 64 registers fewer), (D, NT, MINB): built
+#: for every entry above and these.
 FP8_BF16_GEMM_LATE_VARIANTS: tuple[tuple[int, int, int], ...] = ((5, 4, 1), (7, 2, 1), (5, 1, 2), (7, 1, 2))
+#: Counter depth -> the routed GEMM's name suffix: ``p`` (next step's weights prefetched) or
+#: ``l`` (loaded as used), for both tables (depth 9, K > 16384, not measured: ``p``).
+FP8_BF16_GEMM_SUFFIX: dict[int, str] = {5: "l", 7: "l", 9: "p"}
+#: The prefill GEMM's raster (mma_gemm.cuh gemm_body): row tiles along grid.x, so the CTAs
+#: running together share the weight columns (3.25 bytes per element: they do not fit in L2).
+#: H200, the same tool: the FFN at m = 4096 62.2 against 74.1 ms (prefetching kernels), 51.1
+#: against 53.1 ms (``l`` kernels); m = 512 7.97 against 9.65 ms.
+FP8_BF16_GEMM_ROWS_FIRST = True
 #: w8a16_gemm / dense_gemm take the prefill GEMM from this many rows (below: the K-split
 #: ``{fp8,bf16}_mma_nt*`` kernels of fp8_bf16_gemv.cu, or the CUDA-core GEMV). Measured on an
 #: H200 (tools/fp8_gemm_bench.py, Qwen3-8B FFN): the GEMM 1.26-1.30x faster than the K-split
@@ -260,6 +272,12 @@ def fp8_bf16_gemm_builds() -> list[tuple[int, int, int]]:
     return list(dict.fromkeys([*((d, *v) for d, v in tables), *FP8_BF16_GEMM_VARIANTS]))
 
 
+def fp8_bf16_gemm_late_builds() -> list[tuple[int, int, int]]:
+    """(D, NT, MINB) of every ``_l`` FP8/BF16 prefill GEMM built: each ``_p`` build's, then the
+    late variants."""
+    return list(dict.fromkeys([*fp8_bf16_gemm_builds(), *FP8_BF16_GEMM_LATE_VARIANTS]))
+
+
 def q2_dec_builds() -> list[tuple[int, bool, int]]:
     """(NC, staged, D) of every q2_0_dec.cu kernel built: each variant's, and the L1 form of each
     staged one (taken where the rows' activations do not fit in shared memory)."""
@@ -329,7 +347,7 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
     ],
     "FP8_BF16_GEMM": lambda: [f"FP8_BF16_GEMM({nt}, {d}, {b})" for d, nt, b in fp8_bf16_gemm_builds()],
     "FP8_BF16_GEMM_LATE": lambda: [
-        f"FP8_BF16_GEMM_LATE({nt}, {d}, {b})" for d, nt, b in FP8_BF16_GEMM_LATE_VARIANTS
+        f"FP8_BF16_GEMM_LATE({nt}, {d}, {b})" for d, nt, b in fp8_bf16_gemm_late_builds()
     ],
     "W8A8_GEMV": lambda: [f"W8A8_GEMV({r}, {nc})" for r, nc in W8A8_GEMV_TIERS.items()],
     "W8A8_GEMM": lambda: [

@@ -57,9 +57,11 @@ DEC_TIERS: dict[int, configs.Fp8Bf16Dec] = dict(configs.FP8_BF16_DEC)
 #: moves the switch: tests and benchmarks).
 GEMM_FILE = "fp8_bf16_mma.cu"
 GEMM_MIN_ROWS = int(os.environ.get("METRALE_FP8_BF16_GEMM_MIN_ROWS", str(configs.FP8_BF16_GEMM_MIN_ROWS)))
-#: The GEMM kernels' name suffix: ``p`` (the routed kernels), ``l`` (the variants without the
-#: next step's prefetch, configs.FP8_BF16_GEMM_LATE_VARIANTS: tools/fp8_gemm_bench.py).
-GEMM_SUFFIX = "p"
+#: The GEMM kernels' name suffix per counter depth (``p`` / ``l``: configs.FP8_BF16_GEMM_SUFFIX)
+#: and raster (configs.FP8_BF16_GEMM_ROWS_FIRST); module attributes so tools/fp8_gemm_bench.py
+#: and the tests can switch them.
+GEMM_SUFFIX: dict[int, str] = dict(configs.FP8_BF16_GEMM_SUFFIX)
+GEMM_ROWS_FIRST = configs.FP8_BF16_GEMM_ROWS_FIRST
 
 
 def effective_bf16(w: np.ndarray) -> np.ndarray:
@@ -236,6 +238,7 @@ def _project_gemm(
         small_tiles=configs.FP8_BF16_GEMM_SMALL_TILES,
         suffix=GEMM_SUFFIX,
         colscale=(arr["weight_scale"] if fp8 else None, None),
+        rows_first=GEMM_ROWS_FIRST,
     )
 
 

@@ -126,16 +126,19 @@ def gemm(
     *,
     tiles: dict[int, tuple[int, int]] | None = None,
     small_tiles: dict[int, tuple[int, int]] | None = None,
-    suffix: str | None = None,
+    suffix: str | dict[int, str] | None = None,
     colscale: tuple[Any, Any] | None = None,
+    rows_first: bool = False,
 ) -> bool:
     """The GEMM over chunks of up to GEMM_ROWS rows: the prologue of the chunk, then one launch
     (K split into ``parts`` aligned subtrees where the grid would not fill the GPU twice, the
     parts' roots finished by ``mma_finish``). False (nothing launched) where no kernel covers K,
     or the grid would not fill the GPU (unless GEMM_ANY_GRID). ``tiles``/``small_tiles``: the
     depth -> (NT, MINB) tables (default the NVFP4/Q2_0 ones); ``suffix``: the kernel name's last
-    part (default ``a``/``u`` by B % 8); ``colscale``: the wide kernels' per-column output scales
-    of the two sets (device f32 [N] or None), passed to the GEMM and to ``mma_finish``."""
+    part, one or per counter depth (default ``a``/``u`` by B % 8); ``colscale``: the wide
+    kernels' per-column output scales of the two sets (device f32 [N] or None), passed to the
+    GEMM and to ``mma_finish``, with ``rows_first`` (the wide kernels only): row tiles along
+    grid.x, so the CTAs running together share weight columns (mma_gemm.cuh gemm_body's raster)."""
     nb = 8 * -(-b // 8)
     s8 = nb // 8
     chunk = min(rows, GEMM_ROWS)
@@ -157,6 +160,8 @@ def gemm(
     ctas = col_ctas * -(-chunk // (8 * nt)) * gz * parts
     if not GEMM_ANY_GRID and ctas < minb * runtime.sm_count():
         return False
+    if isinstance(suffix, dict):
+        suffix = suffix[depth]
     suffix = suffix or ("a" if b % 8 == 0 else "u")
     kern = runtime.get_kernel(cu, f"{prefix}_gemm_nt{nt}_d{depth}_b{minb}_{suffix}")
     finish = runtime.get_kernel(cu, "mma_finish")
@@ -179,7 +184,9 @@ def gemm(
     # the column scales: null pointers where a set has none
     cs = tuple(np.uint64(0) if c is None else c for c in (colscale or (None, None)))
     if colscale is not None:
-        tail = (*tail, *cs)
+        tail = (*tail, *cs, np.int32(rows_first))
+    elif rows_first:
+        raise ValueError("rows_first: only the wide GEMM kernels (colscale given) take the raster")
     head = (partial, np.int32(parts), np.int32(gz))
     for r0 in range(0, rows, GEMM_ROWS):
         m = min(GEMM_ROWS, rows - r0)
@@ -189,7 +196,7 @@ def gemm(
         fac = ws[rows8 * nb * 32 : rows8 * nb * 36]
         prep(r0, m, rows8, nb, act, fac)
         kern(
-            (col_ctas, tiles, gz * parts),
+            (tiles, col_ctas, gz * parts) if rows_first else (col_ctas, tiles, gz * parts),
             (32 * GEMM_WARPS,),
             (act, fac, np.int32(m), w0, s0, rs0, o0[r0:], ldo0, w1, s1, rs1, o1[r0:], ldo1, *tail),
         )

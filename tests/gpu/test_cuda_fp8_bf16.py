@@ -339,13 +339,13 @@ def test_prefill_gemm_batch_invariant(
 def test_prefill_gemm_variants_match_reference(
     cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, fmt: str
 ) -> None:
-    """Every built table variant (configs.FP8_BF16_GEMM_VARIANTS, the ``_l`` kernels without the
-    prefetch) at counter depths 5 and 7, K whole per warp, against the reference."""
+    """Every built GEMM (configs.fp8_bf16_gemm_builds with prefetch, fp8_bf16_gemm_late_builds
+    without) at counter depths 5 and 7, K whole per warp, in both rasters, against the reference."""
     from metrale.cuda import configs, fp8_bf16
 
     _gemm_only(monkeypatch, max_parts=1)
-    builds = [(*v, "p") for v in configs.FP8_BF16_GEMM_VARIANTS]
-    builds += [(*v, "l") for v in configs.FP8_BF16_GEMM_LATE_VARIANTS]
+    builds = [(*v, "p") for v in configs.fp8_bf16_gemm_builds()]
+    builds += [(*v, "l") for v in configs.fp8_bf16_gemm_late_builds()]
     for n, k in ((50, 2080), (133, 12288)):
         host = fp8_weight(fresh_rng, n, k) if fmt == "fp8" else bf16_weight(fresh_rng, n, k)
         kernel = "w8a16_gemm" if fmt == "fp8" else "dense_gemm"
@@ -356,7 +356,10 @@ def test_prefill_gemm_variants_match_reference(
         for d, nt, b, suffix in builds:
             if d != depth:
                 continue
-            monkeypatch.setattr(fp8_bf16, "GEMM_SUFFIX", suffix)
-            monkeypatch.setitem(configs.FP8_BF16_GEMM_TILES, d, (nt, b))
-            got = _launch(cuda, kernel, x, w, 41, fresh_rng)
-            bits_equal(got, want, f"{kernel} variant d{d} nt{nt} b{b} {suffix} N{n} K{k}")
+            for rows_first in (False, True):
+                monkeypatch.setattr(fp8_bf16, "GEMM_ROWS_FIRST", rows_first)
+                monkeypatch.setitem(fp8_bf16.GEMM_SUFFIX, d, suffix)
+                monkeypatch.setitem(configs.FP8_BF16_GEMM_TILES, d, (nt, b))
+                got = _launch(cuda, kernel, x, w, 41, fresh_rng)
+                what = f"{kernel} variant d{d} nt{nt} b{b} {suffix} rows_first={rows_first} N{n} K{k}"
+                bits_equal(got, want, what)

@@ -9,10 +9,13 @@
 //       the factor 2^(E - 14) as the high word of a double in each 4-byte fac slot (0x7FF80000,
 //       NaN: a non-finite block; 0x80000000, -0.0: rows >= m and blocks >= B).
 //   fp8_bf16_gemm_nt{NT}_d{D}_b{MINB}_p(act, fac, m, w0, pw0, rs0, out0, ldo0, w1, pw1, rs1,
-//                                       out1, ldo1, N, B, NB, gz, kp8, partial, cs0, cs1)
-//       the GEMM of mma_gemm.cuh (gemm_body; launch shape, split K into aligned parts and
-//       mma_finish as nvfp4_mma.cu states): grid (ceil(N / (16 GEMM_WARPS)), ceil(m / (8 NT)),
-//       gz parts), block 32 GEMM_WARPS, every warp 16 columns x 8 NT rows, S8 = NB / 8 <= 2^D.
+//                                       out1, ldo1, N, B, NB, gz, kp8, partial, cs0, cs1,
+//                                       rows_first)
+//       the GEMM of mma_gemm.cuh (gemm_body; split K into aligned parts and mma_finish as
+//       nvfp4_mma.cu states): grid (ceil(m / (8 NT)), ceil(N / (16 GEMM_WARPS)), gz parts) with
+//       rows_first = 1 (the routed raster: the CTAs running together share weight columns),
+//       (ceil(N / (16 GEMM_WARPS)), ceil(m / (8 NT)), gz parts) with 0; block 32 GEMM_WARPS,
+//       every warp 16 columns x 8 NT rows, S8 = NB / 8 <= 2^D.
 //       Weights as metrale/cuda/fp8_bf16.py mma_fragments uploads them: w u32 [N16][NB][32 lanes]
 //       [6] (lane 4g + t: limb l of rows g, g + 8 as words 2l, 2l + 1, bytes the elements
 //       4t..4t+3; N padded to 16 rows, B to NB blocks with zero codes), pw int32 [N16][NB][16]
@@ -20,8 +23,8 @@
 //       cs = weight_scale f32 [N] (y = bf16(root * weight_scale[n])); BF16: rs = 1, cs = null
 //       (root * 1 = root). The one layout serves {fp8,bf16}_mma_nt* of fp8_bf16_gemv.cu too.
 //   fp8_bf16_gemm_nt{NT}_d{D}_b{MINB}_l(same arguments)
-//       the same GEMM without the prefetch of the next step's weights (W24Late: fewer
-//       registers, more tiles per warp); built for tools/fp8_gemm_bench.py, not routed.
+//       the same GEMM without the prefetch of the next step's weights (W24Late: 64 registers
+//       fewer, so 2 CTAs per SM at NT = 1); configs.FP8_BF16_GEMM_SUFFIX picks p or l per depth.
 //
 // Exactness: mma_gemm.cuh's wide step_roots (six 8-bit limb MMAs per block, H and L in int32,
 // S_b = 2^16 H + L in float64, two exact power-of-two multiplies, ONE rounding to f32), the

@@ -337,16 +337,18 @@ __device__ __forceinline__ void counter_push(float (&p)[D + 1][NT][4], int nt, c
 // kp8) ∩ [0, S8), kp8 a power of two, an aligned subtree of the padded tree; its root goes to
 // partial [parts][gz][m][N] (f32) and mma_finish sums the parts' tree. parts = 1: y directly,
 // y = bf16(root * scale) with scale = cs[column] where cs is given (FP8's per-output-row weight
-// scale), else the set's rowscale.
+// scale), else the set's rowscale. Raster: rows_first = false: grid (column CTAs, row tiles),
+// the CTAs running together share a row tile; true: grid (row tiles, column CTAs), they share
+// the weight columns (the wide weights, 3.25 bytes per element, do not fit in L2: read once).
 template <class WP, int MODE, int NT, int D, bool AL>
 __device__ __forceinline__ void gemm_body(const uint4* __restrict__ act, const float4* __restrict__ fac,
                                                 int m, WeightSet set, int N, int B, int NB, int part_i, int kp8,
                                                 float* __restrict__ partial, int zs, int gz,
-                                                const float* __restrict__ cs) {
+                                                const float* __restrict__ cs, bool rows_first = false) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int n0 = (blockIdx.x * GEMM_WARPS + warp) * 16;
+    const int n0 = ((rows_first ? blockIdx.y : blockIdx.x) * GEMM_WARPS + warp) * 16;
     if (n0 >= N) return;
-    const int tile0 = blockIdx.y * NT;
+    const int tile0 = (rows_first ? blockIdx.x : blockIdx.y) * NT;
     const int S8 = NB >> 3;
     const int s_begin = part_i * kp8, Sl = min(S8 - s_begin, kp8);
     const typename WP::Consts kc = WP::consts();
@@ -453,7 +455,7 @@ extern "C" __global__ void __launch_bounds__(256) mma_finish(const float* __rest
     }
 
 // The wide GEMM (MODE 2) of one shape: the arguments of GEMM_KERNEL, then the sets' column
-// scales cs0, cs1 (null: the set's rowscale).
+// scales cs0, cs1 (null: the set's rowscale) and the raster (rows_first: gemm_body).
 #define WIDE_GEMM_KERNEL(WP, PREFIX, NT, D, MINB, AL, SUFFIX)                                            \
     extern "C" __global__ void __launch_bounds__(32 * GEMM_WARPS, MINB)                                   \
         PREFIX##_gemm_nt##NT##_d##D##_b##MINB##_##SUFFIX(                                                \
@@ -461,9 +463,9 @@ extern "C" __global__ void __launch_bounds__(256) mma_finish(const float* __rest
             const unsigned char* s0, float rs0, unsigned short* out0, long long ldo0,                    \
             const unsigned char* w1, const unsigned char* s1, float rs1, unsigned short* out1,           \
             long long ldo1, int N, int B, int NB, int gz, int kp8, float* __restrict__ partial,          \
-            const float* __restrict__ cs0, const float* __restrict__ cs1) {                              \
+            const float* __restrict__ cs0, const float* __restrict__ cs1, int rows_first) {              \
         const int zs = blockIdx.z % gz;                                                                  \
         const WeightSet set = weight_set_at(zs, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);    \
         gemm_body<WP, 2, NT, D, AL>(act, fac, m, set, N, B, NB, blockIdx.z / gz, kp8, partial, zs, gz,   \
-                                    zs == 0 ? cs0 : cs1);                                                \
+                                    zs == 0 ? cs0 : cs1, rows_first != 0);                               \
     }
