@@ -76,6 +76,7 @@ def test_launchers_ask_for_kernels_the_files_define() -> None:
     built = {cu: source(cu) for cu in kernel_files()}
     names = (
         [("nvfp4_gemv.cu", f"nvfp4_a16f_r{r}") for r in configs.NVFP4_FAST_DEPTH]
+        + [("nvfp4_a4.cu", f"nvfp4_a4f_r{r}") for r in configs.NVFP4_A4F_DEPTH]
         + [
             ("nvfp4_mma.cu", f"{p}_mma_nt{nt}_a")
             for p, _ in configs.NVFP4_MMA_MODES
@@ -124,6 +125,7 @@ def _pasted(macro: str, a: list[str]) -> str:
         "NVFP4_A16": lambda: f"nvfp4_a16_r{a[0]}_{a[2]}",
         "NVFP4_A16F": lambda: f"nvfp4_a16f_r{a[0]}",
         "NVFP4_A4": lambda: f"nvfp4_a4_r{a[0]}_{a[2]}",
+        "NVFP4_A4F": lambda: f"nvfp4_a4f_r{a[0]}",
         "NVFP4_MMA": lambda: f"{a[0]}_mma_nt{a[2]}_{a[4]}",
         "NVFP4_GEMM": lambda: f"{a[0]}_gemm_nt{a[2]}_d{a[3]}_b{a[4]}_{a[6]}",
         "Q2_GEMV": lambda: f"q2_0_gemv_r{a[0]}",

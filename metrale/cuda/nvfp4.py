@@ -41,8 +41,15 @@ FAST_ENABLED = os.environ.get("METRALE_CUDA_FAST", "1") != "0"
 MMA_FILE = "nvfp4_mma.cu"
 MMA_MIN_ROWS = 4
 #: The A4 kernels take the tensor-core path from 2 rows (the CUDA-core A4 kernels make one
-#: pass per row below 4 rows and per 4 rows above).
+#: pass per row below 4 rows and per 4 rows above) where the fast A4 kernels do not apply.
 A4_MMA_MIN_ROWS = 2
+#: W4A4 rows m <= A4_FAST_MAX_ROWS run the fast kernels ``nvfp4_a4f_r{m}`` (kernels/nvfp4_a4.cu,
+#: one pass of all m rows) where they apply (FAST_ENABLED, B % 64 == 0, codes rows 16-byte
+#: aligned, shared memory within mma.SMEM_LIMIT), ahead of the tensor-core path; same bits
+#: either way. The row limit is a measured choice: time the W4A4 decode rows with
+#: ``python -m metrale.bench --formats nvfp4-w4a4 --m 1,2,3`` once as is and once with
+#: METRALE_CUDA_A4_FAST_ROWS=1 (m = 2, 3 on the tensor cores), and keep the faster per m.
+A4_FAST_MAX_ROWS = int(os.environ.get("METRALE_CUDA_A4_FAST_ROWS", "3"))
 
 UPLOADERS: dict[str, Callable[[Any], Any]] = {"nvfp4": upload_generic}
 
@@ -94,19 +101,40 @@ def _set(w: Any, out: Any, rowscale: np.float32, rows: int) -> tuple[Any, ...]:
     return (w.arrays["weight"], w.arrays["weight_scale"], F32(rowscale), o, np.int64(ldo))
 
 
-#: The fast A16 kernels (kernels/nvfp4.cuh nvfp4_fast_body): 512 threads, one CTA per SM,
-#: work items of 256 blocks (4 chunks of 64); shared memory: 72 bytes per lane slot and row
-#: (the activation records), then each of the 16 warps' rings of FAST_DEPTH[r] item slots.
+#: The fast kernels (kernels/nvfp4.cuh nvfp4_fast_body; A16 nvfp4_a16f_r*, A4 nvfp4_a4f_r*):
+#: 512 threads, one CTA per SM, work items of 256 blocks (4 chunks of 64); shared memory: one
+#: FAST_SLOT-byte activation record per chunk and row, then each of the 16 warps' rings of
+#: depths[r] item slots (FAST_DEPTH for A16, A4F_DEPTH for A4).
 FAST_THREADS = 512
 FAST_ITEM_BLOCKS = 256
 FAST_SLOT = 2304
 FAST_DEPTH = configs.NVFP4_FAST_DEPTH
+A4F_DEPTH = configs.NVFP4_A4F_DEPTH
 
 
-def _fast_smem(r: int, k: int) -> int:
+def _fast_smem(r: int, k: int, depths: dict[int, int] = FAST_DEPTH) -> int:
     b, _, _ = _geometry(k)
     items = -(-b // FAST_ITEM_BLOCKS)
-    return r * 72 * 128 * items + (FAST_THREADS // 32) * FAST_DEPTH[r] * FAST_SLOT
+    return (r * items * (FAST_ITEM_BLOCKS // 64) + (FAST_THREADS // 32) * depths[r]) * FAST_SLOT
+
+
+def _fast_grid_x(n: int, gz: int) -> int:
+    """CTAs along grid.x of a fast kernel: one per SM (shared by ``gz`` weight sets), at most
+    one per 16 columns."""
+    return max(1, min(-(-n // (FAST_THREADS // 32)), runtime.sm_count() // gz))
+
+
+def a4_fast_smem(m: int, k: int, ldc: int, ptr: int) -> int | None:
+    """Dynamic shared memory of the fast A4 kernel ``nvfp4_a4f_r{m}`` for m rows of codes with
+    row stride ``ldc`` bytes at device address ``ptr``, or None where it does not apply (routing:
+    A4_FAST_MAX_ROWS, FAST_ENABLED, B % 64, 16-byte rows, mma.SMEM_LIMIT)."""
+    b, _, _ = _geometry(k)
+    if not (FAST_ENABLED and m <= A4_FAST_MAX_ROWS and m in A4F_DEPTH and b % 64 == 0):
+        return None
+    if ldc % 16 or ptr % 16:
+        return None
+    smem = _fast_smem(m, k, A4F_DEPTH)
+    return smem if smem <= mma.SMEM_LIMIT else None
 
 
 def _fast_rows(want: int, k: int) -> int | None:
@@ -152,9 +180,8 @@ def nvfp4_a16(x: Any, sets: list[tuple[Any, Any]], rows: int, r_want: int) -> No
             runtime.set_dynamic_smem(kern, smem)
             threads = FAST_THREADS
             gz = len(sets)
-            sms = runtime.sm_count()
-            gx = max(1, min(-(-w0.n // (threads // 32)), sms // gz))
-            gy = max(1, min(-(-rows // fast), sms // (gx * gz)))
+            gx = _fast_grid_x(w0.n, gz)
+            gy = max(1, min(-(-rows // fast), runtime.sm_count() // (gx * gz)))
             pdl.launch(
                 kern,
                 (gx, gy, gz),
@@ -208,6 +235,11 @@ class DeviceA4Codes:
         )
 
 
+#: Threads per CTA of w4a4_quantize (one per (row, 16-block)): few, so a decode row's B blocks
+#: still spread over many multiprocessors.
+QUANT_THREADS = 64
+
+
 def w4a4_quantize(x: Any, input_scale: Any) -> DeviceA4Codes:
     """A4 codes of bf16 rows ``x`` with global scale 1/input_scale (reference quantize_a4)."""
     import cupy
@@ -229,10 +261,10 @@ def w4a4_quantize(x: Any, input_scale: Any) -> DeviceA4Codes:
         kern = runtime.get_kernel(A4_FILE, "w4a4_quantize")
         if kern is None:
             raise MetraleError("w4a4_quantize kernel missing in this target build")
-        items = m * b
-        kern(
-            (-(-items // THREADS),),
-            (THREADS,),
+        pdl.launch(
+            kern,
+            (-(-m * b // QUANT_THREADS),),
+            (QUANT_THREADS,),
             (x, np.int64(ldx), np.int32(m), np.int32(k), g, inv_g, c16, codes, scales, finite, afac),
         )
     return DeviceA4Codes(codes, scales, finite, afac, s)
@@ -252,7 +284,11 @@ def _a4_prep(codes: DeviceA4Codes, b: int) -> mma.Prep | None:
 
 
 def w4a4_gemv_small_m(codes: DeviceA4Codes, w: Any, out: Any) -> None:
-    """out[:m] = NVFP4 x A4 projection of the codes' m rows (reference project(..., "A4"))."""
+    """out[:m] = NVFP4 x A4 projection of the codes' m rows (reference project(..., "A4")).
+
+    Routing (same bits on every path): the fast kernels ``nvfp4_a4f_r{m}`` where
+    ``a4_fast_smem`` admits them (m <= A4_FAST_MAX_ROWS), else the tensor-core kernels from
+    A4_MMA_MIN_ROWS rows, else the generic ``nvfp4_a4_r{1,4}_{e,o}``."""
     if not isinstance(codes, DeviceA4Codes):
         raise MetraleError(f"w4a4_gemv_small_m: want codes from w4a4_quantize, got {type(codes).__name__}")
     _check_weight(w, codes.k, "w4a4")
@@ -264,6 +300,15 @@ def w4a4_gemv_small_m(codes: DeviceA4Codes, w: Any, out: Any) -> None:
     b, _, _ = _geometry(k)
     rowscale = F32(F32(w.input_scale) * F32(w.weight_scale_2))
     args = _set(w, out, rowscale, m)
+    c, ldc = codes.codes, codes.codes.strides[0]
+    tail = (np.int32(w.n), np.int32(k))
+    smem = a4_fast_smem(m, k, ldc, c.data.ptr)
+    kern = runtime.get_kernel(A4_FILE, f"nvfp4_a4f_r{m}") if smem is not None else None
+    if kern is not None:
+        runtime.set_dynamic_smem(kern, smem)
+        a4_args = (c, np.int64(ldc), codes.afac, np.int32(m), *args, *args, *tail)
+        pdl.launch(kern, (_fast_grid_x(w.n, 1),), (FAST_THREADS,), a4_args, smem)
+        return
     prep = _a4_prep(codes, b)
     if mma.ENABLED and m >= A4_MMA_MIN_ROWS and mma.launch(MMA_FILE, "w4a4", prep, m, b, args, args, 1, w.n):
         return
@@ -274,14 +319,8 @@ def w4a4_gemv_small_m(codes: DeviceA4Codes, w: Any, out: Any) -> None:
         raise MetraleError(f"{name} kernel missing in this target build")
     smem = _smem(1, r, k)
     runtime.set_dynamic_smem(kern, smem)
-    c, ldc = codes.codes, codes.codes.strides[0]
     grid = _grid(w.n, -(-m // r), 1, smem)
-    kern(
-        grid,
-        (THREADS,),
-        (c, np.int64(ldc), codes.afac, np.int32(m), *args, *args, np.int32(w.n), np.int32(k)),
-        shared_mem=smem,
-    )
+    kern(grid, (THREADS,), (c, np.int64(ldc), codes.afac, np.int32(m), *args, *args, *tail), shared_mem=smem)
 
 
 def _fixed(rows: int) -> Callable[..., None]:

@@ -7,7 +7,8 @@ must call ``pdl_wait`` (``griddepcontrol.wait``: the previous grid has completed
 visible) before it touches global memory: with no access at all before the wait, any predecessor
 is safe, ours or not (one that never triggers lets the launch start only when all its CTAs have
 ended; the wait still covers its memory flush). Kernels that follow this rule:
-``nvfp4_a16f_r*`` (kernels/nvfp4_gemv.cu, the fast A16 GEMV), ``act_mul``
+``nvfp4_a16f_r*`` (kernels/nvfp4_gemv.cu, the fast A16 GEMV), ``w4a4_quantize`` and
+``nvfp4_a4f_r*`` (kernels/nvfp4_a4.cu, the W4A4 decode rows), ``act_mul``
 (kernels/elementwise.cu), every W8A8 kernel (kernels/w8a8.cu, kernels/w8a8_wgmma.cu: the
 quantize, SiLU-quantize, GEMV, split-K and GEMM kernels), the FP8/BF16 decode kernels
 (kernels/fp8_bf16_gemv.cu: ``fp8_bf16_dec_prep``, ``{fp8,bf16}_dec_*``) and the Q2_0 decode

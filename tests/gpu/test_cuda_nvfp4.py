@@ -165,6 +165,81 @@ def test_w4a4_quantize_and_gemv_match_reference(
         gen.bits_equal(gen.check_guard(buf, init, m, n), want, f"w4a4 gemv m={m} {shape}")
 
 
+#: (N, K) of the fast A4 kernels (B % 64 == 0): B = 64, 256, 768 (the 12288-wide down
+#: projection), 128 and 320 (a partly filled 256-block item); N = 37, 203 (not multiples of the
+#: 16 warps), 4500 (more columns than the grid's warps: rings across columns).
+A4_FAST_SHAPES = ((37, 1024), (203, 4096), (45, 12288), (203, 2048), (29, 5120), (4500, 1024))
+
+
+def _a4_paths(nvfp4: Any, mma_mod: Any, monkeypatch: pytest.MonkeyPatch, path: str) -> str | None:
+    """Route w4a4_gemv_small_m to ``path`` (fast, mma, generic); the fast kernel name expected."""
+    monkeypatch.setattr(nvfp4, "A4_FAST_MAX_ROWS", 3 if path == "fast" else 0)
+    monkeypatch.setattr(mma_mod, "ENABLED", path != "generic")
+    return "nvfp4_a4f_r" if path == "fast" else None
+
+
+@pytest.mark.parametrize("shape", A4_FAST_SHAPES, ids=[f"N{n}-K{k}" for n, k in A4_FAST_SHAPES])
+def test_w4a4_fast_kernels_match_reference(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, shape: tuple
+) -> None:
+    """nvfp4_a4f_r{1,2,3} against the reference's A4 projection of the same codes, and the
+    tensor-core and generic paths on the same codes: the same bits. Rows of every kind (±0,
+    subnormal, NaN/Inf blocks: afac NaN, near-bf16-max: saturation to Inf), every weight nibble
+    and finite scale code (gen.nvfp4); outputs into a guarded row slice (ldo != N)."""
+    from metrale.cuda import mma as mma_mod
+    from metrale.cuda import nvfp4, runtime
+
+    n, k = shape
+    w = gen.nvfp4(fresh_rng, n, k, a4=True)
+    dw = cuda.upload(w)
+    kinds = np.stack([gen.row(fresh_rng, k, kind) for kind in gen.ROW_KINDS])
+    x = np.concatenate([kinds, gen.rows(fresh_rng, 1, k)])
+    with np.errstate(all="ignore"):
+        want = project(None, w, "A4", codes=quantize_a4(x, w.input_scale)).view(np.uint16)
+    xd = dev_rows(x)
+    asked: list[str] = []
+    get_kernel = runtime.get_kernel
+
+    def spy(cu: str, name: str) -> Any:
+        asked.append(name)
+        return get_kernel(cu, name)
+
+    monkeypatch.setattr(runtime, "get_kernel", spy)
+    for path in ("fast", "mma", "generic"):
+        fast = _a4_paths(nvfp4, mma_mod, monkeypatch, path)
+        for m in (1, 2, 3):
+            for r0 in range(0, x.shape[0] - m + 1, m):
+                dc = cuda.launch("w4a4_quantize", xd[r0 : r0 + m], w.input_scale)
+                buf, view, init = gen.guarded(cp, fresh_rng, m, n)
+                asked.clear()
+                cuda.launch("w4a4_gemv_small_m", dc, dw, view)
+                assert (f"{fast}{m}" in asked) == (fast is not None), (path, m, asked)
+                what = f"w4a4 {path} m={m} rows {r0}.. {shape}"
+                gen.bits_equal(gen.check_guard(buf, init, m, n), want[r0 : r0 + m], what)
+
+
+@pytest.mark.parametrize("pad", [16, 8], ids=["ldc16", "ldc8"])
+def test_w4a4_fast_codes_row_stride(cuda: Any, fresh_rng: np.random.Generator, pad: int) -> None:
+    """Codes rows in a wider buffer: stride K + 16 runs the fast kernels with ldc != K, K + 8
+    (rows not 16-byte aligned) the other paths; the reference's bits either way."""
+    from metrale.cuda.nvfp4 import DeviceA4Codes
+
+    n, k = 77, 2048
+    w = gen.nvfp4(fresh_rng, n, k, a4=True)
+    dw = cuda.upload(w)
+    x = gen.rows(fresh_rng, 3, k)
+    with np.errstate(all="ignore"):
+        want = project(None, w, "A4", codes=quantize_a4(x, w.input_scale)).view(np.uint16)
+    dc = cuda.launch("w4a4_quantize", dev_rows(x), w.input_scale)
+    wide = cp.full((3, k + pad), 0x55, dtype=cp.int8)
+    wide[:, :k] = dc.codes
+    strided = DeviceA4Codes(wide[:, :k], dc.scales, dc.finite, dc.afac, dc.input_scale)
+    for m in (1, 2, 3):
+        buf, view, init = gen.guarded(cp, fresh_rng, m, n)
+        cuda.launch("w4a4_gemv_small_m", strided[:m], dw, view)
+        gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"w4a4 ldc=K+{pad} m={m}")
+
+
 def test_w4a4_quantize_scale_extremes(cuda: Any, fresh_rng: np.random.Generator) -> None:
     """Global scales that push block scales to 0, subnormal e4m3, and past 448 (saturation)."""
     k = 64

@@ -133,3 +133,40 @@ def test_pdl_w8a8_arm_back_to_back(fresh_rng: np.random.Generator, monkeypatch: 
                 assert pdl.counts["programmatic"] - before["programmatic"] >= 3 * 4, f"m={m}"
             for r in range(3):
                 gen.bits_equal(got[r], want, f"w8a8 m={m} pdl={enabled} round {r}")
+
+
+@pytest.mark.parametrize("m", [1, 2, 3])
+def test_pdl_w4a4_back_to_back(cuda: Any, fresh_rng: np.random.Generator, m: int) -> None:
+    """w4a4_quantize -> the fast A4 kernel nvfp4_a4f_r{m} (both PDL-capable) over 8 inputs and 3
+    rounds without synchronisation, each output copied to its own slot as soon as it is queued:
+    every slot holds the reference's bits; every launch after the first is programmatic where
+    PDL is available (a kernel that read before its pdl_wait would race its producer)."""
+    from metrale.reference.activations import quantize_a4
+    from metrale.reference.projection import project
+
+    n, k, n_in, rounds = INTER, HIDDEN, 8, 3
+    w = gen.nvfp4(fresh_rng, n, k, a4=True)
+    dw = cuda.upload(w)
+    x = gen.rows(fresh_rng, n_in + m, k)
+    with np.errstate(all="ignore"):
+        want = np.stack(
+            [project(None, w, "A4", codes=quantize_a4(x[i : i + m], w.input_scale)) for i in range(n_in)]
+        ).view(np.uint16)
+    xd = cp.asarray(np.ascontiguousarray(x).view(np.uint16))
+    out = cp.empty((m, n), dtype=cp.uint16)
+    slots = cp.full((rounds, n_in, m, n), 0xDEAD, dtype=cp.uint16)
+    cp.cuda.get_current_stream().synchronize()
+    pdl.entry_start()
+    before = dict(pdl.counts)
+    for r in range(rounds):
+        for i in range(n_in):
+            dc = cuda.launch("w4a4_quantize", xd[i : i + m], w.input_scale)
+            cuda.launch("w4a4_gemv_small_m", dc, dw, out)
+            slots[r, i] = out
+    got = slots.get()
+    launched = pdl.counts["programmatic"] - before["programmatic"] + pdl.counts["plain"] - before["plain"]
+    assert launched == 2 * rounds * n_in, "w4a4_quantize or nvfp4_a4f went around pdl.launch"
+    if _pdl_expected():
+        assert pdl.counts["programmatic"] - before["programmatic"] == launched - 1
+    for r in range(rounds):
+        gen.bits_equal(got[r], want, f"w4a4 m={m} round {r}")

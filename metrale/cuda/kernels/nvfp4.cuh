@@ -81,6 +81,22 @@ __device__ __forceinline__ float a16_factor(int E, bool fin) {
     return fin ? pow2f(E - 15) : __uint_as_float(0x7fc00000u);
 }
 
+// S of an A4 block: its weight code words c0..c3 (elements 0-3, 4-7, 8-11, 12-15) against its
+// activation code words a (element n in byte n), both signed 2*e2m1.
+__device__ __forceinline__ int a4_dot(unsigned int c0, unsigned int c1, unsigned int c2, unsigned int c3,
+                                      uint4 a) {
+    int s = dp4a_ss(c0, a.x, 0);
+    s = dp4a_ss(c1, a.y, s);
+    s = dp4a_ss(c2, a.z, s);
+    return dp4a_ss(c3, a.w, s);
+}
+
+// The A4 block value (arithmetic.md § a4): ((f32(S) * f32(wscale)) * afac) * 0.25, afac = f32(ascale)
+// or NaN for a non-finite activation block.
+__device__ __forceinline__ float a4_value(int S, float wscale, float afac) {
+    return (((float)S * wscale) * afac) * 0.25f;
+}
+
 // Shared-memory bytes per activation row: A16 72*P, A4 40*P (P = 32 * chunks).
 template <int MODE> struct ActLayout { static constexpr int LIMB_WORDS = MODE == 0 ? 4 : 2; };
 
@@ -222,16 +238,8 @@ __device__ __forceinline__ void nvfp4_body(const void* act, long long lda, const
                             vo = ((float)so * wso) * f.y;
                         } else {
                             const uint4 ae = limbs[p], ao = limbs[P + p];
-                            int se = dp4a_ss(ce0, ae.x, 0);
-                            se = dp4a_ss(ce1, ae.y, se);
-                            se = dp4a_ss(ce2, ae.z, se);
-                            se = dp4a_ss(ce3, ae.w, se);
-                            int so = dp4a_ss(co0, ao.x, 0);
-                            so = dp4a_ss(co1, ao.y, so);
-                            so = dp4a_ss(co2, ao.z, so);
-                            so = dp4a_ss(co3, ao.w, so);
-                            ve = (((float)se * wse) * f.x) * 0.25f;
-                            vo = (((float)so * wso) * f.y) * 0.25f;
+                            ve = a4_value(a4_dot(ce0, ce1, ce2, ce3, ae), wse, f.x);
+                            vo = a4_value(a4_dot(co0, co1, co2, co3, ao), wso, f.y);
                         }
                         const float pair = (ve_ok ? ve : METRALE_NEG_ZERO) + (vo_ok ? vo : METRALE_NEG_ZERO);
                         const float root = warp_sum_tree(pair);
@@ -254,10 +262,12 @@ __device__ __forceinline__ void nvfp4_body(const void* act, long long lda, const
 }
 
 // ---------------------------------------------------------------------------------------------
-// Fast path (A16, B % 64 == 0): the same block values and the same tree as nvfp4_body, with
+// Fast path (B % 64 == 0; MODE 0: A16, MODE 1: A4): the same block values and the same tree as
+// nvfp4_body, with
 //   * one CTA of FAST_THREADS per SM (persistent over columns), so each SM prepares the
-//     activation codes once (A16 by exact f32 steps: common.cuh's a16_block_f32); the first weight items
-//     are requested before the prologue runs;
+//     activation records once (A16 by exact f32 steps: common.cuh's a16_block_f32; A4 by copying
+//     the codes and factors of w4a4_quantize, fast_prologue_a4); the first weight items are
+//     requested right after this thread's activation requests;
 //   * work items of 256 blocks (4 chunks of 64) of one column: 2048 weight bytes, then 256
 //     scale bytes. Each warp streams its items through its own ring of DEPTH shared-memory slots
 //     with cp.async (fast_issue: lane l copies the 4 x 16 weight bytes it decodes, lanes 0-15 the
@@ -272,12 +282,13 @@ __device__ __forceinline__ void nvfp4_body(const void* act, long long lda, const
 //     are -0.0 leaves (zero weights and scales, activation factor -0.0: (0 * 0) * -0.0 = -0.0).
 //     Lane (item mod 32) keeps the item roots; their padded 32-leaf tree is the column root
 //     (K <= 65536: at most 16 items) -- the contract's padded tree, cut at aligned nodes.
-//   * block value v = (f32(S) * f32(wscale)) * 2^(E - 15), the scales decoded by
-//     cvt.rn.f16x2.e4m3x2 (exact) and widened to f32.
+//   * block value A16: v = (f32(S) * f32(wscale)) * 2^(E - 15); A4: a4_value, as nvfp4_body; the
+//     scales decoded by cvt.rn.f16x2.e4m3x2 (exact) and widened to f32.
 //   * PDL-capable (metrale/cuda/pdl.py): pdl_trigger, then pdl_wait, before any memory access.
-// Shared memory: per chunk c and row r a 2304-byte record at (c * R + r) * 2304: limbs lo even,
-// lo odd, hi even, hi odd (4 x 512 B, slot = pair lane) then the factors (float2 [32]); every
-// warp load is one contiguous run and every offset inside an item is an immediate.
+// Shared memory: per chunk c and row r a 2304-byte record at (c * R + r) * 2304: A16 limbs lo even,
+// lo odd, hi even, hi odd (4 x 512 B, slot = pair lane), A4 codes even, odd (2 x 512 B, the hi
+// half unused), then the factors (float2 [32]); every warp load is one contiguous run and every
+// offset inside an item is an immediate.
 // R * 72 * P bytes of records, P = 128 * items, then the 16 rings (16 * DEPTH * 2304 bytes).
 // ---------------------------------------------------------------------------------------------
 #define FAST_THREADS 512
@@ -329,6 +340,11 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_b
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+// cp.async of 4 bytes (LDGSTS through L1).
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+    const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
 }
 
 // One work item (256 blocks of one column: 2048 weight bytes, then 256 scale bytes) into a
@@ -529,10 +545,38 @@ __device__ __forceinline__ void fast_prologue(unsigned char* smem, const unsigne
     }
 }
 
-// PQ: block_dot_pq instead of nib8_codes_k + block_dot_codes (same S).
-template <int R, int DEPTH, bool PQ>
-__device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long long ldx, int m, WeightSet set,
-                                                int N, int K) {
+// The A4 prologue of nvfp4_fast_body: rows row0 .. row0+R-1 of codes (int8 [m, K], row stride ldc
+// bytes, 16-byte aligned) and afac (f32 [m, B]) into the records by cp.async (one group), then
+// issue_ring(). Block b of row r: chunk c = b >> 6, slot q = (b & 63) >> 1, parity h = b & 1 in
+// record (c * R + r): its 16 code bytes at h * 512 + q * 16 (element n in byte n, the order of
+// nib8_codes_k), its factor at 2048 + q * 8 + h * 4. Blocks past B and rows past m: zero codes,
+// factor -0.0 (the padded tree's -0.0 leaf: ((0 * w) * -0.0) * 0.25 = -0.0).
+template <int R, class IssueRing>
+__device__ __forceinline__ void fast_prologue_a4(unsigned char* smem, const unsigned char* codes, long long ldc,
+                                                 const float* afac, int m, int row0, int B, int nblk,
+                                                 IssueRing&& issue_ring) {
+    for (int it = threadIdx.x; it < R * nblk; it += FAST_THREADS) {
+        const int r = it / nblk, b = it - r * nblk;
+        const int q = (b & 63) >> 1, h = b & 1;
+        unsigned char* rec = smem + (size_t)((b >> 6) * R + r) * FAST_REC;
+        const int row = row0 + r;
+        const bool valid = row < m && b < B;
+        cp_async16(rec + h * 512 + q * 16, valid ? codes + (size_t)row * ldc + (size_t)b * 16 : codes, valid ? 16 : 0);
+        float* fac = (float*)(rec + 2048 + q * 8 + h * 4);
+        if (valid) cp_async4(fac, afac + (size_t)row * B + b);
+        else *fac = METRALE_NEG_ZERO;
+    }
+    cp_async_commit();
+    issue_ring();
+}
+
+// MODE 0 (A16): act = bf16 rows x (lda in elements), afac unused; PQ: block_dot_pq instead of
+// nib8_codes_k + block_dot_codes (same S). MODE 1 (A4): act = codes (lda = row stride in bytes, a
+// multiple of 16) and afac of w4a4_quantize; PQ false.
+template <int MODE, int R, int DEPTH, bool PQ>
+__device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, const float* afac, int m,
+                                                WeightSet set, int N, int K) {
+    static_assert(MODE == 0 || !PQ, "the P/Q block dot is A16's");
     extern __shared__ __align__(16) unsigned char smem[];
     const int B = K >> 4;
     const int C64 = B >> 6;            // chunks of 64 blocks; B % 64 == 0
@@ -567,10 +611,16 @@ __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long lo
                 n_i += n_step;
             }
         };
-        fast_prologue<R>(smem, x, ldx, m, row0, B, nblk, [&]() {
+        auto issue_ring = [&]() {
 #pragma unroll
             for (int d = 0; d < DEPTH - 1; ++d) issue(d);
-        });
+        };
+        if constexpr (MODE == 0) {
+            fast_prologue<R>(smem, (const unsigned short*)act, lda, m, row0, B, nblk, issue_ring);
+        } else {
+            fast_prologue_a4<R>(smem, (const unsigned char*)act, lda, afac, m, row0, B, nblk, issue_ring);
+            cp_async_wait<DEPTH - 1>();  // the records' group (the ring's DEPTH - 1 may still fly)
+        }
         __syncthreads();
 
         const bool odd1 = (lane & 1) != 0, odd2 = (lane & 2) != 0;
@@ -611,18 +661,23 @@ __device__ __forceinline__ void nvfp4_fast_body(const unsigned short* x, long lo
 #pragma unroll
                     for (int r = 0; r < R; ++r) {
                         const int off = (j * R + r) * FAST_REC;
-                        const uint4 le = *(const uint4*)(ap + off);
+                        const uint4 le = *(const uint4*)(ap + off);  // A4: the codes
                         const uint4 lo = *(const uint4*)(ap + off + 512);
-                        const uint4 hE = *(const uint4*)(ap + off + 1024);
-                        const uint4 hO = *(const uint4*)(ap + off + 1536);
                         const float2 f = *(const float2*)(fp + off);
-                        const int se = PQ ? block_dot_pq(wv.x, wv.y, le, hE)
-                                          : block_dot_codes(e0, e1, e2, e3, le, hE);
-                        const int so = PQ ? block_dot_pq(wv.z, wv.w, lo, hO)
-                                          : block_dot_codes(o0, o1, o2, o3, lo, hO);
-                        const float ve = ((float)se * we) * f.x;
-                        const float vo = ((float)so * wo) * f.y;
-                        pr[r][j] = ve + vo;
+                        if constexpr (MODE == 0) {
+                            const uint4 hE = *(const uint4*)(ap + off + 1024);
+                            const uint4 hO = *(const uint4*)(ap + off + 1536);
+                            const int se = PQ ? block_dot_pq(wv.x, wv.y, le, hE)
+                                              : block_dot_codes(e0, e1, e2, e3, le, hE);
+                            const int so = PQ ? block_dot_pq(wv.z, wv.w, lo, hO)
+                                              : block_dot_codes(o0, o1, o2, o3, lo, hO);
+                            const float ve = ((float)se * we) * f.x;
+                            const float vo = ((float)so * wo) * f.y;
+                            pr[r][j] = ve + vo;
+                        } else {
+                            pr[r][j] = a4_value(a4_dot(e0, e1, e2, e3, le), we, f.x) +
+                                       a4_value(a4_dot(o0, o1, o2, o3, lo), wo, f.y);
+                        }
                     }
                 }
 #pragma unroll

@@ -2,7 +2,8 @@
 //
 // Kernels (extern "C"):
 //   w4a4_quantize(x, ldx, m, K, g, inv_g, c16, codes, scales, finite, afac)
-//     one thread per (row, 16-block); grid ceil(m*B/256) x 256 threads. The reference's
+//     one thread per (row, 16-block); grid ceil(m*B/64) x 64 threads (small m: many CTAs);
+//     PDL-capable (metrale/cuda/pdl.py: pdl_trigger, pdl_wait before any access). The reference's
 //     quantize_a4 order in fp32: g = 1/input_scale and inv_g = 1/g, c16 = f32(1/6) (host);
 //     s = g*(amax*c16); scale = e4m3(min(s, 448)); d = f32(scale)*inv_g; os = d==0 ? 0 : 1/d;
 //     code = 2*e2m1_rne(clamp(x*os, +-6)). A block holding Inf/NaN is treated as zeros and
@@ -11,6 +12,13 @@
 //   nvfp4_a4_r{1,4}_{e,o}(codes, K, afac, m, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1, N, K)
 //     as nvfp4_a16_* (nvfp4_gemv.cu) with activation codes from w4a4_quantize; rs =
 //     f32(input_scale * weight_scale_2). Dynamic shared memory R * 40 * P bytes.
+//   nvfp4_a4f_r{1,2,3}(same arguments), the fast path for B % 64 == 0 and a codes row stride ldc
+//     (bytes) that is a multiple of 16 (nvfp4.cuh nvfp4_fast_body, MODE 1): rows 0..m-1 in one
+//     pass (m <= R), PDL-capable. Block FAST_THREADS = 512 threads (16 warps, one column at a
+//     time each), grid (min(ceil(N/16), SMs), 1, 1): one CTA per SM. Dynamic shared memory
+//     R * items * 4 * 2304 + 16 * D * 2304 bytes, items = ceil(B / 256): the activation records
+//     (codes and afac copied by cp.async), then each warp's ring of D work-item slots (D from
+//     metrale/cuda/configs.py NVFP4_A4F_DEPTH). Same bits as nvfp4_a4_* and the MMA kernels.
 #include "nvfp4.cuh"
 
 // 2*e2m1_rne(v) for v in [-6, 6] (ties to even; -0 and values rounding to 0 give 0).
@@ -31,6 +39,8 @@ __device__ __forceinline__ int e2m1_code2(float v) {
 extern "C" __global__ void w4a4_quantize(const unsigned short* x, long long ldx, int m, int K, float g,
                                          float inv_g, float c16, signed char* codes, unsigned char* scales,
                                          unsigned char* finite, float* afac) {
+    pdl_trigger();
+    pdl_wait();
     const int B = K >> 4;
     const long long it = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (it >= (long long)m * B) return;
@@ -83,3 +93,14 @@ extern "C" __global__ void w4a4_quantize(const unsigned short* x, long long ldx,
     }
 
 // @instances NVFP4_A4   (lines generated from metrale/cuda/configs.py)
+
+#define NVFP4_A4F(R, D)                                                                                \
+    extern "C" __global__ void __launch_bounds__(FAST_THREADS, 1) nvfp4_a4f_r##R(                      \
+        const signed char* codes, long long ldc, const float* afac, int m, const unsigned char* w0,     \
+        const unsigned char* s0, float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, \
+        const unsigned char* s1, float rs1, unsigned short* out1, long long ldo1, int N, int K) {       \
+        const WeightSet set = weight_set(w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);             \
+        nvfp4_fast_body<1, R, D, false>(codes, ldc, afac, m, set, N, K);                               \
+    }
+
+// @instances NVFP4_A4F   (lines generated from metrale/cuda/configs.py)

@@ -34,7 +34,7 @@
         float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, const unsigned char* s1, \
         float rs1, unsigned short* out1, long long ldo1, int N, int K) {                               \
         const WeightSet set = weight_set(w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);             \
-        nvfp4_fast_body<R, D, PQ>(x, ldx, m, set, N, K);                                               \
+        nvfp4_fast_body<0, R, D, PQ>(x, ldx, nullptr, m, set, N, K);                                   \
     }
 
 // @instances NVFP4_A16F   (lines generated from metrale/cuda/configs.py)
