@@ -561,7 +561,8 @@ __device__ __forceinline__ void fast_prologue_a4(unsigned char* smem, const unsi
         unsigned char* rec = smem + (size_t)((b >> 6) * R + r) * FAST_REC;
         const int row = row0 + r;
         const bool valid = row < m && b < B;
-        cp_async16(rec + h * 512 + q * 16, valid ? codes + (size_t)row * ldc + (size_t)b * 16 : codes, valid ? 16 : 0);
+        const unsigned char* src = valid ? codes + (size_t)row * ldc + (size_t)b * 16 : codes;
+        cp_async16(rec + h * 512 + q * 16, src, valid ? 16 : 0);
         float* fac = (float*)(rec + 2048 + q * 8 + h * 4);
         if (valid) cp_async4(fac, afac + (size_t)row * B + b);
         else *fac = METRALE_NEG_ZERO;
@@ -663,10 +664,13 @@ __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, 
                         const int off = (j * R + r) * FAST_REC;
                         const uint4 le = *(const uint4*)(ap + off);  // A4: the codes
                         const uint4 lo = *(const uint4*)(ap + off + 512);
+                        uint4 hE, hO;  // A16 only
+                        if constexpr (MODE == 0) {
+                            hE = *(const uint4*)(ap + off + 1024);
+                            hO = *(const uint4*)(ap + off + 1536);
+                        }
                         const float2 f = *(const float2*)(fp + off);
                         if constexpr (MODE == 0) {
-                            const uint4 hE = *(const uint4*)(ap + off + 1024);
-                            const uint4 hO = *(const uint4*)(ap + off + 1536);
                             const int se = PQ ? block_dot_pq(wv.x, wv.y, le, hE)
                                               : block_dot_codes(e0, e1, e2, e3, le, hE);
                             const int so = PQ ? block_dot_pq(wv.z, wv.w, lo, hO)
