@@ -691,3 +691,43 @@ def test_run_restores_the_weight_quantization_tier(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("METRALE_WEIGHT_QUANT", "w4a16")
     assert run.main([*DRY, "--formats", "w8a8", "--peers", "none", "--kernels", "none", "--m", "1"]) == 0
     assert os.environ["METRALE_WEIGHT_QUANT"] == "w4a16"
+
+
+def test_w4a4_kernel_cases() -> None:
+    """--kernels nvfp4: W4A4 (quantize + GEMV) at m = 1, 2, 3 on gate and down, and on CUDA each
+    also with the fast A4 kernels off (the comparison the row limit A4_FAST_MAX_ROWS rests on)."""
+    from metrale.bench import kernels as kern
+
+    def w4a4(cuda: bool) -> set[tuple[str, int, bool]]:
+        return {(c.proj, c.m, c.a4_fast) for c in kern.cases(["nvfp4"], cuda=cuda) if c.op == "w4a4"}
+
+    both = {(p, m, f) for p in ("gate", "down") for m in (1, 2, 3) for f in (True, False)}
+    assert w4a4(cuda=True) == both
+    assert w4a4(cuda=False) == {c for c in both if c[2]}
+
+
+def test_w4a4_kernel_case_without_fast_kernels_restores_the_switch() -> None:
+    from metrale.bench import kernels as kern
+    from metrale.cuda import nvfp4
+
+    keep = nvfp4.A4_FAST_MAX_ROWS
+
+    class FakeCuda:
+        name = "cuda"
+
+    seen: list[int] = []
+    with pytest.raises(RuntimeError, match="launch failed"), kern._a4_fast(FakeCuda(), False):
+        seen.append(nvfp4.A4_FAST_MAX_ROWS)
+        raise RuntimeError("launch failed")
+    assert seen == [0] and nvfp4.A4_FAST_MAX_ROWS == keep
+
+
+def test_dry_run_w4a4_kernels(tmp_path: Path) -> None:
+    """The W4A4 single-kernel cases run (reference backend) and are exact on their checked rows."""
+    out = tmp_path / "k.json"
+    args = ["--dry-run", "--m", "1", "--peers", "none", "--kernels", "nvfp4", "--workers", "1"]
+    assert run.main([*args, "--formats", "w8a8", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    got = {(k["label"], k["m"]) for k in doc["kernels"] if "us" in k}
+    assert {(f"w4a4_quantize + w4a4_gemv_small_m {p}", m) for p in ("gate", "down") for m in (1, 2, 3)} <= got
+    assert doc["failed"] == []
