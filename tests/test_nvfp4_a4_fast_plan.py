@@ -26,46 +26,40 @@ def _defaults(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("m", [1, 2, 3])
 def test_fast_rows_and_shared_memory(m: int, k: int) -> None:
     want = _want(m, k)
-    got = nvfp4.a4_fast_smem(m, k, k, 1 << 20)
+    got = nvfp4.a4_fast_smem(m, k)
     assert got == (want if want <= mma.SMEM_LIMIT else None), (m, k)
 
 
 def test_explicit_sizes() -> None:
     """Qwen3-8B: gate/up K = 4096 (one item), down K = 12288 (3 items)."""
-    assert nvfp4.a4_fast_smem(1, 4096, 4096, 0) == 4 * REC + 16 * 3 * REC
-    assert nvfp4.a4_fast_smem(3, 12288, 12288, 0) == 36 * REC + 16 * configs.NVFP4_A4F_DEPTH[3] * REC
+    assert nvfp4.a4_fast_smem(1, 4096) == 4 * REC + 16 * 3 * REC
+    assert nvfp4.a4_fast_smem(3, 12288) == 36 * REC + 16 * configs.NVFP4_A4F_DEPTH[3] * REC
     # K = 32768 at m = 3: 96 records and the rings pass the shared-memory limit
-    assert nvfp4.a4_fast_smem(3, 32768, 32768, 0) is None
-    assert nvfp4.a4_fast_smem(1, 65536, 65536, 0) is None
+    assert nvfp4.a4_fast_smem(3, 32768) is None
+    assert nvfp4.a4_fast_smem(1, 65536) is None
 
 
 @pytest.mark.parametrize(
-    ("m", "k", "ldc", "ptr"),
+    ("m", "k"),
     [
-        (4, 4096, 4096, 0),  # past the fast rows
-        (1, 1040, 1040, 0),  # B = 65: B % 64 != 0
-        (2, 2064, 2064, 0),  # B = 129
-        (1, 16, 16, 0),  # B = 1
-        (1, 4096, 4104, 0),  # codes rows not 16-byte aligned
-        (3, 4096, 4096, 8),  # codes base not 16-byte aligned
+        (4, 4096),  # past the fast rows
+        (1, 1040),  # B = 65: B % 64 != 0
+        (2, 2064),  # B = 129
+        (1, 16),  # B = 1
     ],
 )
-def test_not_fast(m: int, k: int, ldc: int, ptr: int) -> None:
-    assert nvfp4.a4_fast_smem(m, k, ldc, ptr) is None
-
-
-def test_wider_aligned_rows_stay_fast() -> None:
-    assert nvfp4.a4_fast_smem(2, 4096, 4096 + 16, 256) == _want(2, 4096)
+def test_not_fast(m: int, k: int) -> None:
+    assert nvfp4.a4_fast_smem(m, k) is None
 
 
 def test_switches(monkeypatch: pytest.MonkeyPatch) -> None:
     """A4_FAST_MAX_ROWS = 1 leaves m = 2, 3 to the tensor cores; FAST_ENABLED off, every m."""
     monkeypatch.setattr(nvfp4, "A4_FAST_MAX_ROWS", 1)
-    assert nvfp4.a4_fast_smem(1, 4096, 4096, 0) == _want(1, 4096)
-    assert nvfp4.a4_fast_smem(2, 4096, 4096, 0) is None
-    assert nvfp4.a4_fast_smem(3, 4096, 4096, 0) is None
+    assert nvfp4.a4_fast_smem(1, 4096) == _want(1, 4096)
+    assert nvfp4.a4_fast_smem(2, 4096) is None
+    assert nvfp4.a4_fast_smem(3, 4096) is None
     monkeypatch.setattr(nvfp4, "FAST_ENABLED", False)
-    assert nvfp4.a4_fast_smem(1, 4096, 4096, 0) is None
+    assert nvfp4.a4_fast_smem(1, 4096) is None
 
 
 def test_every_fast_row_count_has_a_kernel() -> None:

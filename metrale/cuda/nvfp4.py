@@ -44,8 +44,8 @@ MMA_MIN_ROWS = 4
 #: pass per row below 4 rows and per 4 rows above) where the fast A4 kernels do not apply.
 A4_MMA_MIN_ROWS = 2
 #: W4A4 rows m <= A4_FAST_MAX_ROWS run the fast kernels ``nvfp4_a4f_r{m}`` (kernels/nvfp4_a4.cu,
-#: one pass of all m rows) where they apply (FAST_ENABLED, B % 64 == 0, codes rows 16-byte
-#: aligned, shared memory within mma.SMEM_LIMIT), ahead of the tensor-core path; same bits
+#: one pass of all m rows) where they apply (FAST_ENABLED, B % 64 == 0, shared memory within
+#: mma.SMEM_LIMIT), ahead of the tensor-core path; same bits
 #: either way. The row limit is a measured choice: time the W4A4 decode rows with
 #: ``python -m metrale.bench --formats nvfp4-w4a4 --m 1,2,3`` once as is and once with
 #: METRALE_CUDA_A4_FAST_ROWS=1 (m = 2, 3 on the tensor cores), and keep the faster per m.
@@ -124,14 +124,11 @@ def _fast_grid_x(n: int, gz: int) -> int:
     return max(1, min(-(-n // (FAST_THREADS // 32)), runtime.sm_count() // gz))
 
 
-def a4_fast_smem(m: int, k: int, ldc: int, ptr: int) -> int | None:
-    """Dynamic shared memory of the fast A4 kernel ``nvfp4_a4f_r{m}`` for m rows of codes with
-    row stride ``ldc`` bytes at device address ``ptr``, or None where it does not apply (routing:
-    A4_FAST_MAX_ROWS, FAST_ENABLED, B % 64, 16-byte rows, mma.SMEM_LIMIT)."""
+def a4_fast_smem(m: int, k: int) -> int | None:
+    """Dynamic shared memory of the fast A4 kernel ``nvfp4_a4f_r{m}`` for m rows of K, or None
+    where it does not apply (routing: A4_FAST_MAX_ROWS, FAST_ENABLED, B % 64, mma.SMEM_LIMIT)."""
     b, _, _ = _geometry(k)
     if not (FAST_ENABLED and m <= A4_FAST_MAX_ROWS and m in A4F_DEPTH and b % 64 == 0):
-        return None
-    if ldc % 16 or ptr % 16:
         return None
     smem = _fast_smem(m, k, A4F_DEPTH)
     return smem if smem <= mma.SMEM_LIMIT else None
@@ -298,11 +295,13 @@ def w4a4_gemv_small_m(codes: DeviceA4Codes, w: Any, out: Any) -> None:
     if m <= 0:
         return
     b, _, _ = _geometry(k)
+    c, ldc = codes.codes, codes.codes.strides[0]
+    if ldc % 16 or c.data.ptr % 16:  # every kernel loads a block's codes as one 16-byte word
+        raise MetraleError(f"w4a4_gemv_small_m: codes rows must start on 16-byte boundaries (stride {ldc})")
     rowscale = F32(F32(w.input_scale) * F32(w.weight_scale_2))
     args = _set(w, out, rowscale, m)
-    c, ldc = codes.codes, codes.codes.strides[0]
     tail = (np.int32(w.n), np.int32(k))
-    smem = a4_fast_smem(m, k, ldc, c.data.ptr)
+    smem = a4_fast_smem(m, k)
     kern = runtime.get_kernel(A4_FILE, f"nvfp4_a4f_r{m}") if smem is not None else None
     if kern is not None:
         runtime.set_dynamic_smem(kern, smem)

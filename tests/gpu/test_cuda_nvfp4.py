@@ -220,8 +220,8 @@ def test_w4a4_fast_kernels_match_reference(
 
 @pytest.mark.parametrize("pad", [16, 8], ids=["ldc16", "ldc8"])
 def test_w4a4_fast_codes_row_stride(cuda: Any, fresh_rng: np.random.Generator, pad: int) -> None:
-    """Codes rows in a wider buffer: stride K + 16 runs the fast kernels with ldc != K, K + 8
-    (rows not 16-byte aligned) the other paths; the reference's bits either way."""
+    """Codes rows in a wider buffer: stride K + 16 runs the fast kernels with ldc != K (the
+    reference's bits); K + 8 (rows off 16-byte boundaries) is refused with a MetraleError."""
     from metrale.cuda.nvfp4 import DeviceA4Codes
 
     n, k = 77, 2048
@@ -236,6 +236,10 @@ def test_w4a4_fast_codes_row_stride(cuda: Any, fresh_rng: np.random.Generator, p
     strided = DeviceA4Codes(wide[:, :k], dc.scales, dc.finite, dc.afac, dc.input_scale)
     for m in (1, 2, 3):
         buf, view, init = gen.guarded(cp, fresh_rng, m, n)
+        if pad % 16:
+            with pytest.raises(MetraleError, match="16-byte boundaries"):
+                cuda.launch("w4a4_gemv_small_m", strided[:m], dw, view)
+            continue
         cuda.launch("w4a4_gemv_small_m", strided[:m], dw, view)
         gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"w4a4 ldc=K+{pad} m={m}")
 

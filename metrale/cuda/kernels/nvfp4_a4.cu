@@ -9,11 +9,11 @@
 //     code = 2*e2m1_rne(clamp(x*os, +-6)). A block holding Inf/NaN is treated as zeros and
 //     flagged non-finite. Writes codes int8 [m, K], scales e4m3 bits [m, B], finite u8 [m, B],
 //     afac f32 [m, B] = finite ? f32(scale) : NaN (what the projection multiplies by).
-//   nvfp4_a4_r{1,4}_{e,o}(codes, K, afac, m, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1, N, K)
+//   nvfp4_a4_r{1,4}_{e,o}(codes, ldc, afac, m, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1, N, K)
 //     as nvfp4_a16_* (nvfp4_gemv.cu) with activation codes from w4a4_quantize; rs =
 //     f32(input_scale * weight_scale_2). Dynamic shared memory R * 40 * P bytes.
-//   nvfp4_a4f_r{1,2,3}(same arguments), the fast path for B % 64 == 0 and a codes row stride ldc
-//     (bytes) that is a multiple of 16 (nvfp4.cuh nvfp4_fast_body, MODE 1): rows 0..m-1 in one
+//   nvfp4_a4f_r{1,2,3}(same arguments), the fast path for B % 64 == 0 (codes rows on 16-byte
+//     boundaries, as for nvfp4_a4_*; nvfp4.cuh nvfp4_fast_body, MODE 1): rows 0..m-1 in one
 //     pass (m <= R), PDL-capable. Block FAST_THREADS = 512 threads (16 warps, one column at a
 //     time each), grid (min(ceil(N/16), SMs), 1, 1): one CTA per SM. Dynamic shared memory
 //     R * items * 4 * 2304 + 16 * D * 2304 bytes, items = ceil(B / 256): the activation records
