@@ -37,9 +37,10 @@ FAST_ENABLED = os.environ.get("METRALE_CUDA_FAST", "1") != "0"
 #: Tensor-core kernels (kernels/nvfp4_mma.cu, launched by metrale/cuda/mma.py) for m >=
 #: MMA_MIN_ROWS; METRALE_CUDA_MMA=0 forces the CUDA-core kernels (same bits). MMA_MIN_ROWS = 4:
 #: on the H200 the FFN at m = 2 took 77.2 us on the MMA path against 56.0 us on the CUDA-core
-#: kernels (docs/performance.md); the tests lower it to 2 to keep m = 2, 3 covered.
+#: kernels (docs/performance.md); the tests lower it to 2 to keep m = 2, 3 covered;
+#: METRALE_NVFP4_MMA_MIN_ROWS moves it (benchmarks of the routing).
 MMA_FILE = "nvfp4_mma.cu"
-MMA_MIN_ROWS = 4
+MMA_MIN_ROWS = int(os.environ.get("METRALE_NVFP4_MMA_MIN_ROWS", "4"))
 #: The A4 kernels take the tensor-core path from 2 rows (the CUDA-core A4 kernels make one
 #: pass per row below 4 rows and per 4 rows above) where the fast A4 kernels do not apply.
 A4_MMA_MIN_ROWS = 2
