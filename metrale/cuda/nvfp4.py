@@ -35,21 +35,22 @@ F32 = np.float32
 #: them off (the generic kernels give the same bits).
 FAST_ENABLED = os.environ.get("METRALE_CUDA_FAST", "1") != "0"
 #: Tensor-core kernels (kernels/nvfp4_mma.cu, launched by metrale/cuda/mma.py) for m >=
-#: MMA_MIN_ROWS; METRALE_CUDA_MMA=0 forces the CUDA-core kernels (same bits). MMA_MIN_ROWS = 4:
-#: on the H200 the FFN at m = 2 took 77.2 us on the MMA path against 56.0 us on the CUDA-core
-#: kernels (docs/performance.md); the tests lower it to 2 to keep m = 2, 3 covered;
-#: METRALE_NVFP4_MMA_MIN_ROWS moves it (benchmarks of the routing).
+#: MMA_MIN_ROWS; METRALE_CUDA_MMA=0 forces the CUDA-core kernels (same bits). MMA_MIN_ROWS = 5:
+#: on the H200 (docs/performance.md) the Qwen3-8B FFN took 77.2 us at m = 2 on the MMA path
+#: against 56.0 us on the CUDA-core kernels, and 86.0 us at m = 4 against 73.6 us on the fast
+#: R = 4 kernel; the tests lower it to 2 to keep m = 2..4 covered; METRALE_NVFP4_MMA_MIN_ROWS
+#: moves it (benchmarks of the routing).
 MMA_FILE = "nvfp4_mma.cu"
-MMA_MIN_ROWS = int(os.environ.get("METRALE_NVFP4_MMA_MIN_ROWS", "4"))
+MMA_MIN_ROWS = int(os.environ.get("METRALE_NVFP4_MMA_MIN_ROWS", "5"))
 #: The A4 kernels take the tensor-core path from 2 rows (the CUDA-core A4 kernels make one
 #: pass per row below 4 rows and per 4 rows above) where the fast A4 kernels do not apply.
 A4_MMA_MIN_ROWS = 2
 #: W4A4 rows m <= A4_FAST_MAX_ROWS run the fast kernels ``nvfp4_a4f_r{m}`` (kernels/nvfp4_a4.cu,
 #: one pass of all m rows) where they apply (FAST_ENABLED, B % 64 == 0, shared memory within
-#: mma.SMEM_LIMIT), ahead of the tensor-core path; same bits
-#: either way. The row limit is a measured choice: time the W4A4 decode rows with
-#: ``python -m metrale.bench --formats nvfp4-w4a4 --m 1,2,3`` once as is and once with
-#: METRALE_CUDA_A4_FAST_ROWS=1 (m = 2, 3 on the tensor cores), and keep the faster per m.
+#: mma.SMEM_LIMIT), ahead of the tensor-core path; same bits either way. The row limit is
+#: measured (``python -m metrale.bench --formats nvfp4-w4a4 --m 1,2,3`` as is and with
+#: METRALE_CUDA_A4_FAST_ROWS=1, m = 2, 3 on the tensor cores): H200, Qwen3-8B FFN 53.6 / 60.9 us
+#: at m = 2 / 3 against 81.8 / 82.2 us (m = 1: 44.5 against 56.1 on the generic kernel).
 A4_FAST_MAX_ROWS = int(os.environ.get("METRALE_CUDA_A4_FAST_ROWS", "3"))
 
 UPLOADERS: dict[str, Callable[[Any], Any]] = {"nvfp4": upload_generic}
