@@ -1,6 +1,7 @@
-"""The W4A4 decode routing of metrale/cuda/nvfp4.py on the CPU: where the fast A4 kernels
+"""The fast-kernel routing of metrale/cuda/nvfp4.py on the CPU: where the fast A4 kernels
 ``nvfp4_a4f_r{m}`` apply and the dynamic shared memory they get (kernels/nvfp4_a4.cu header:
-R * items * 4 * 2304 + 16 * D * 2304 bytes, items = ceil(B / 256))."""
+R * items * 4 * 2304 + 16 * D * 2304 bytes, items = ceil(B / 256)), and which A16 row counts
+from MMA_MIN_ROWS take the fast kernel in one pass instead of the tensor cores."""
 
 from __future__ import annotations
 
@@ -65,3 +66,25 @@ def test_switches(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_every_fast_row_count_has_a_kernel() -> None:
     """The routing's rows 1..A4_FAST_MAX_ROWS (default) all have a configured kernel."""
     assert set(range(1, 4)) <= set(configs.NVFP4_A4F_DEPTH)
+
+
+@pytest.mark.parametrize(
+    ("k", "one_pass"),
+    [
+        (4096, True),  # Qwen3-8B / Llama-3-8B gate, up: R = 4 fits (records 36,864 B + rings)
+        (12288, True),  # Qwen3-8B down: 3 items, 110,592 + 110,592 B <= SMEM_LIMIT
+        (14336, False),  # Llama-3-8B down: 4 items, R = 4 needs 258,048 B (R = 3 + R = 1: two passes)
+        (4112, False),  # B = 257, B % 64 != 0: no fast kernel
+    ],
+)
+def test_a16_four_rows_one_pass(k: int, one_pass: bool) -> None:
+    records = 4 * 72 * 128 * -(-(k // 16) // 256)
+    ring = 16 * configs.NVFP4_FAST_DEPTH[4] * REC
+    assert (records + ring <= mma.SMEM_LIMIT and (k // 16) % 64 == 0) == one_pass
+    assert nvfp4.fast_one_pass(4, k, 4) is one_pass
+    assert nvfp4.fast_one_pass(5, k, 4) is False  # beyond FAST_ONE_PASS_ROWS: the tensor cores
+
+
+def test_a16_one_pass_off_without_fast_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(nvfp4, "FAST_ENABLED", False)
+    assert nvfp4.fast_one_pass(4, 4096, 4) is False

@@ -35,13 +35,18 @@ F32 = np.float32
 #: them off (the generic kernels give the same bits).
 FAST_ENABLED = os.environ.get("METRALE_CUDA_FAST", "1") != "0"
 #: Tensor-core kernels (kernels/nvfp4_mma.cu, launched by metrale/cuda/mma.py) for m >=
-#: MMA_MIN_ROWS; METRALE_CUDA_MMA=0 forces the CUDA-core kernels (same bits). MMA_MIN_ROWS = 5:
+#: MMA_MIN_ROWS; METRALE_CUDA_MMA=0 forces the CUDA-core kernels (same bits). MMA_MIN_ROWS = 4:
 #: on the H200 (docs/performance.md) the Qwen3-8B FFN took 77.2 us at m = 2 on the MMA path
-#: against 56.0 us on the CUDA-core kernels, and 86.0 us at m = 4 against 73.6 us on the fast
-#: R = 4 kernel; the tests lower it to 2 to keep m = 2..4 covered; METRALE_NVFP4_MMA_MIN_ROWS
-#: moves it (benchmarks of the routing).
+#: against 56.0 us on the CUDA-core kernels; the tests lower it to 2 to keep m = 2, 3 covered;
+#: METRALE_NVFP4_MMA_MIN_ROWS moves it (benchmarks of the routing). Up to FAST_ONE_PASS_ROWS
+#: rows a projection whose fast kernel takes all rows in one pass (its shared memory fits) runs
+#: that instead: the Qwen3-8B FFN at m = 4 took 86.0 us on the MMA path against 73.6 us on the
+#: fast kernels (all three projections in one pass), while Llama-3-8B, whose down projection
+#: (K = 14336) fits three rows per pass, took 107.3 us on the fast kernels against 98.4 us on
+#: the MMA path.
 MMA_FILE = "nvfp4_mma.cu"
-MMA_MIN_ROWS = int(os.environ.get("METRALE_NVFP4_MMA_MIN_ROWS", "5"))
+MMA_MIN_ROWS = int(os.environ.get("METRALE_NVFP4_MMA_MIN_ROWS", "4"))
+FAST_ONE_PASS_ROWS = 4
 #: The A4 kernels take the tensor-core path from 2 rows (the CUDA-core A4 kernels make one
 #: pass per row below 4 rows and per 4 rows above) where the fast A4 kernels do not apply.
 A4_MMA_MIN_ROWS = 2
@@ -149,6 +154,14 @@ def _fast_rows(want: int, k: int) -> int | None:
     return r
 
 
+def fast_one_pass(rows: int, k: int, r_want: int) -> bool:
+    """Whether ``rows`` (at most FAST_ONE_PASS_ROWS) rows of K = ``k`` run on the fast A16
+    kernel in one pass (its R = rows fits in shared memory), ahead of the tensor cores."""
+    if not FAST_ENABLED or rows > FAST_ONE_PASS_ROWS:
+        return False
+    return _fast_rows(min(r_want, rows), k) == rows
+
+
 def nvfp4_a16(x: Any, sets: list[tuple[Any, Any]], rows: int, r_want: int) -> None:
     """Rows ``0..rows-1`` of ``x`` times each (weight, out) in ``sets`` (one or two), A16."""
     x, ldx = mat(x, "input")
@@ -166,11 +179,11 @@ def nvfp4_a16(x: Any, sets: list[tuple[Any, Any]], rows: int, r_want: int) -> No
     args0 = _set(sets[0][0], sets[0][1], F32(sets[0][0].weight_scale_2), rows)
     args1 = _set(sets[-1][0], sets[-1][1], F32(sets[-1][0].weight_scale_2), rows)
     tail = (np.int32(w0.n), np.int32(k))
-    if mma.ENABLED and rows >= MMA_MIN_ROWS:
+    fast = _fast_rows(min(r_want, rows), k) if FAST_ENABLED else None
+    if mma.ENABLED and rows >= MMA_MIN_ROWS and not fast_one_pass(rows, k, r_want):
         prep = mma.a16_prep(MMA_FILE, "w4a16_mma_prep", x, ldx, b)
         if mma.launch(MMA_FILE, "w4a16", prep, rows, b, args0, args1, len(sets), w0.n):
             return
-    fast = _fast_rows(min(r_want, rows), k) if FAST_ENABLED else None
     if fast is not None:
         name = f"nvfp4_a16f_r{fast}"
         kern = runtime.get_kernel(A16_FILE, name)

@@ -46,7 +46,8 @@ def test_mma_matches_reference_and_cuda_cores(
     want = ref(x, w)
     xd = dev_rows(x)
     ms = (2, 3, 4, 5, 8, 9, 16, 17, 24, 31, 32)
-    monkeypatch.setattr(nvfp4, "MMA_MIN_ROWS", 2)  # cover m = 2..4 on the MMA path too
+    monkeypatch.setattr(nvfp4, "MMA_MIN_ROWS", 2)  # cover m = 2, 3 on the MMA path too
+    monkeypatch.setattr(nvfp4, "FAST_ONE_PASS_ROWS", 0)  # ... and m = 4 (no one-pass fast kernel)
     for mma in (True, False):
         monkeypatch.setattr(mma_mod, "ENABLED", mma)
         for m in ms:
