@@ -20,11 +20,11 @@ def _want(m: int, k: int) -> int:
 @pytest.fixture(autouse=True)
 def _defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(nvfp4, "FAST_ENABLED", True)
-    monkeypatch.setattr(nvfp4, "A4_FAST_MAX_ROWS", 3)
+    monkeypatch.setattr(nvfp4, "A4_FAST_MAX_ROWS", 4)
 
 
 @pytest.mark.parametrize("k", [1024, 2048, 4096, 5120, 12288, 32768])
-@pytest.mark.parametrize("m", [1, 2, 3])
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
 def test_fast_rows_and_shared_memory(m: int, k: int) -> None:
     want = _want(m, k)
     got = nvfp4.a4_fast_smem(m, k)
@@ -38,12 +38,15 @@ def test_explicit_sizes() -> None:
     # K = 32768 at m = 3: 96 records and the rings pass the shared-memory limit
     assert nvfp4.a4_fast_smem(3, 32768) is None
     assert nvfp4.a4_fast_smem(1, 65536) is None
+    # Llama-3-8B down (K = 14336, 4 items) at m = 4: 64 records + rings = 258,048 B, over the limit
+    assert nvfp4.a4_fast_smem(4, 14336) is None
+    assert nvfp4.a4_fast_smem(4, 12288) == 48 * REC + 16 * configs.NVFP4_A4F_DEPTH[4] * REC
 
 
 @pytest.mark.parametrize(
     ("m", "k"),
     [
-        (4, 4096),  # past the fast rows
+        (5, 4096),  # past the fast rows
         (1, 1040),  # B = 65: B % 64 != 0
         (2, 2064),  # B = 129
         (1, 16),  # B = 1
@@ -54,18 +57,19 @@ def test_not_fast(m: int, k: int) -> None:
 
 
 def test_switches(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A4_FAST_MAX_ROWS = 1 leaves m = 2, 3 to the tensor cores; FAST_ENABLED off, every m."""
+    """A4_FAST_MAX_ROWS = 1 leaves m = 2..4 to the tensor cores; FAST_ENABLED off, every m."""
     monkeypatch.setattr(nvfp4, "A4_FAST_MAX_ROWS", 1)
     assert nvfp4.a4_fast_smem(1, 4096) == _want(1, 4096)
     assert nvfp4.a4_fast_smem(2, 4096) is None
     assert nvfp4.a4_fast_smem(3, 4096) is None
+    assert nvfp4.a4_fast_smem(4, 4096) is None
     monkeypatch.setattr(nvfp4, "FAST_ENABLED", False)
     assert nvfp4.a4_fast_smem(1, 4096) is None
 
 
 def test_every_fast_row_count_has_a_kernel() -> None:
     """The routing's rows 1..A4_FAST_MAX_ROWS (default) all have a configured kernel."""
-    assert set(range(1, 4)) <= set(configs.NVFP4_A4F_DEPTH)
+    assert set(range(1, nvfp4.A4_FAST_MAX_ROWS + 1)) <= set(configs.NVFP4_A4F_DEPTH)
 
 
 @pytest.mark.parametrize(

@@ -173,7 +173,7 @@ A4_FAST_SHAPES = ((37, 1024), (203, 4096), (45, 12288), (203, 2048), (29, 5120),
 
 def _a4_paths(nvfp4: Any, mma_mod: Any, monkeypatch: pytest.MonkeyPatch, path: str) -> str | None:
     """Route w4a4_gemv_small_m to ``path`` (fast, mma, generic); the fast kernel name expected."""
-    monkeypatch.setattr(nvfp4, "A4_FAST_MAX_ROWS", 3 if path == "fast" else 0)
+    monkeypatch.setattr(nvfp4, "A4_FAST_MAX_ROWS", 4 if path == "fast" else 0)
     monkeypatch.setattr(mma_mod, "ENABLED", path != "generic")
     return "nvfp4_a4f_r" if path == "fast" else None
 
@@ -207,7 +207,7 @@ def test_w4a4_fast_kernels_match_reference(
     monkeypatch.setattr(runtime, "get_kernel", spy)
     for path in ("fast", "mma", "generic"):
         fast = _a4_paths(nvfp4, mma_mod, monkeypatch, path)
-        for m in (1, 2, 3):
+        for m in (1, 2, 3, 4):
             for r0 in range(0, x.shape[0] - m + 1, m):
                 dc = cuda.launch("w4a4_quantize", xd[r0 : r0 + m], w.input_scale)
                 buf, view, init = gen.guarded(cp, fresh_rng, m, n)
@@ -227,14 +227,14 @@ def test_w4a4_fast_codes_row_stride(cuda: Any, fresh_rng: np.random.Generator, p
     n, k = 77, 2048
     w = gen.nvfp4(fresh_rng, n, k, a4=True)
     dw = cuda.upload(w)
-    x = gen.rows(fresh_rng, 3, k)
+    x = gen.rows(fresh_rng, 4, k)
     with np.errstate(all="ignore"):
         want = project(None, w, "A4", codes=quantize_a4(x, w.input_scale)).view(np.uint16)
     dc = cuda.launch("w4a4_quantize", dev_rows(x), w.input_scale)
-    wide = cp.full((3, k + pad), 0x55, dtype=cp.int8)
+    wide = cp.full((4, k + pad), 0x55, dtype=cp.int8)
     wide[:, :k] = dc.codes
     strided = DeviceA4Codes(wide[:, :k], dc.scales, dc.finite, dc.afac, dc.input_scale)
-    for m in (1, 2, 3):
+    for m in (1, 2, 3, 4):
         buf, view, init = gen.guarded(cp, fresh_rng, m, n)
         if pad % 16:
             with pytest.raises(MetraleError, match="16-byte boundaries"):

@@ -135,7 +135,7 @@ def test_pdl_w8a8_arm_back_to_back(fresh_rng: np.random.Generator, monkeypatch: 
                 gen.bits_equal(got[r], want, f"w8a8 m={m} pdl={enabled} round {r}")
 
 
-@pytest.mark.parametrize("m", [1, 2, 3])
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
 def test_pdl_w4a4_back_to_back(cuda: Any, fresh_rng: np.random.Generator, m: int) -> None:
     """w4a4_quantize -> the fast A4 kernel nvfp4_a4f_r{m} (both PDL-capable) over 8 inputs and 3
     rounds without synchronisation, each output copied to its own slot as soon as it is queued:
