@@ -12,7 +12,7 @@
 //   nvfp4_a4_r{1,4}_{e,o}(codes, ldc, afac, m, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1, N, K)
 //     as nvfp4_a16_* (nvfp4_gemv.cu) with activation codes from w4a4_quantize; rs =
 //     f32(input_scale * weight_scale_2). Dynamic shared memory R * 40 * P bytes.
-//   nvfp4_a4f_r{1,2,3}(same arguments), the fast path for B % 64 == 0 (codes rows on 16-byte
+//   nvfp4_a4f_r{1,2,3,4}(same arguments), the fast path for B % 64 == 0 (codes rows on 16-byte
 //     boundaries, as for nvfp4_a4_*; nvfp4.cuh nvfp4_fast_body, MODE 1): rows 0..m-1 in one
 //     pass (m <= R), PDL-capable. Block FAST_THREADS = 512 threads (16 warps, one column at a
 //     time each), grid (min(ceil(N/16), SMs), 1, 1): one CTA per SM. Dynamic shared memory
