@@ -101,6 +101,7 @@ def weight_quantization() -> WeightQuantTier:
 def weight_quant_env(mode: str | None) -> Iterator[None]:
     """Run with ``METRALE_WEIGHT_QUANT=mode`` (None: unset), re-reading the cached tier on entry
     and on exit, and the caller's setting back afterwards."""
+
     def set_mode(value: str | None) -> None:
         if value is None:
             os.environ.pop("METRALE_WEIGHT_QUANT", None)
