@@ -59,6 +59,8 @@ def _cublas_us(hidden: int, inter: int, m: int, iters: int) -> float | None:
         import torch
     except ImportError:
         return None
+    from metrale.bench.measure import torch_loop_ms
+
     dev = torch.device("cuda")
     x = torch.randn(m, hidden, device=dev, dtype=torch.bfloat16)
     h = torch.randn(m, inter, device=dev, dtype=torch.bfloat16)
@@ -72,15 +74,7 @@ def _cublas_us(hidden: int, inter: int, m: int, iters: int) -> float | None:
 
     run()
     torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ts = []
-    for _ in range(iters):
-        start.record()
-        run()
-        stop.record()
-        stop.synchronize()
-        ts.append(start.elapsed_time(stop) * 1e3)
-    return float(np.median(ts))
+    return float(np.median([torch_loop_ms(torch, run, 1) * 1e3 for _ in range(iters)]))
 
 
 def main() -> int:
@@ -170,9 +164,9 @@ def main() -> int:
                 builds += [(*v, "l") for v in configs.fp8_bf16_gemm_late_builds()]
                 combos = [(d, nt, b, sfx, rf) for d, nt, b, sfx in builds for rf in (False, True)]
                 # both depths at once: each suffix with the table's tiles, both rasters
-                combos += [(0, 0, 0, sfx, rf) for sfx in ("p", "l") for rf in (False, True)]
+                combos += [(None, 0, 0, sfx, rf) for sfx in ("p", "l") for rf in (False, True)]
                 for d, nt, b, suffix, rows_first in combos:
-                    if d == 0:
+                    if d is None:
                         fp8_bf16.GEMM_SUFFIX.update({k: suffix for k in base_suffix})
                     else:
                         configs.FP8_BF16_GEMM_TILES[d] = (nt, b)
@@ -182,7 +176,7 @@ def main() -> int:
                     ffn(m)
                     ok = all(np.array_equal(o[:m].get(), r) for o, r in zip(outs, bits["new"], strict=True))
                     us = _time(lambda m=m: ffn(m), args.iters)
-                    name = "all" if d == 0 else f"d{d}_nt{nt}_b{b}"
+                    name = "all" if d is None else f"d{d}_nt{nt}_b{b}"
                     variants[f"{name}_{suffix}_{'rows' if rows_first else 'cols'}"] = {"us": us, "exact": ok}
                     same = same and ok
                     configs.FP8_BF16_GEMM_TILES.clear()
