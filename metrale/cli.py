@@ -370,7 +370,7 @@ def demo(
     try:
         src = make_example_checkpoint(root / "llama-tiny", hidden=64, intermediate=128, layers=2)
         out.print(f"example checkpoint: [bold]{src}[/] (Llama, hidden 64, intermediate 128, 2 layers, bf16)")
-        x = np.random.default_rng(0).standard_normal((4, 64)).astype(ml_dtypes.bfloat16)
+        x = np.random.default_rng(0).standard_normal((4, 64), dtype=np.float32).astype(ml_dtypes.bfloat16)
         ref = DenseFfnLayer.from_checkpoint(src, layer=layer, backend=backend)(x).astype(np.float64)
         t = Table(title=f"FFN of layer {layer}, 4 rows, vs the bf16 source layer", title_justify="left")
         for c in ("format", "layout", "bytes", "FFN ratio", "max weight err", "verify", "FFN rel. error"):

@@ -115,13 +115,13 @@ def edge_row(name: str, k: int, rng: np.random.Generator) -> np.ndarray:
         return from_bits(sign | rng.integers(0x7F70, 0x7F80, k).astype(np.uint16))
     if name == "exponent_spread":  # every block spans ~2^260
         e = rng.integers(-133, 127, k)
-        return (np.ldexp(F32(1.0), e) * (1 + rng.integers(0, 128, k) / 128)).astype(BF16) * np.where(
-            sign != 0, -1, 1
-        ).astype(BF16)
+        return (np.ldexp(F32(1.0), e) * (1 + rng.integers(0, 128, k) / 128)).astype(F32).astype(
+            BF16
+        ) * np.where(sign != 0, -1, 1).astype(BF16)
     if name == "ties":  # block max 1.0; odd multiples of 2^-15 tie at the A16 code grid
         v = (2 * rng.integers(0, 64, k) + 1).astype(np.float64) * 2.0**-15
         v[::16] = 1.0
-        return (v * np.where(sign != 0, -1, 1)).astype(BF16)
+        return (v * np.where(sign != 0, -1, 1)).astype(F32).astype(BF16)
     if name == "constant":
         return np.full(k, 1.5, dtype=BF16)
     if name == "tiny_normals":  # smallest normal exponents
@@ -132,7 +132,7 @@ def edge_row(name: str, k: int, rng: np.random.Generator) -> np.ndarray:
 def random_rows(rng: np.random.Generator, m: int, k: int) -> np.ndarray:
     """Seeded bf16 rows: Gaussian with a random magnitude per row (2^-3 .. 2^3)."""
     mag = np.exp2(rng.uniform(-3, 3, (m, 1)))
-    return (rng.standard_normal((m, k)) * mag).astype(BF16)
+    return (rng.standard_normal((m, k)) * mag).astype(F32).astype(BF16)
 
 
 def x_pool(seed: int, rows: int, k: int) -> np.ndarray:
@@ -188,8 +188,8 @@ def lora_adapters(rng: np.random.Generator, hidden: int, inter: int, rank: int) 
     """Seeded adapters for gate, up (A [r, hidden], B [inter, r]) and down."""
 
     def adapter(n: int, k: int, scale: float) -> LoraAdapter:
-        a = (rng.standard_normal((rank, k)) * 0.25).astype(BF16)
-        b = (rng.standard_normal((n, rank)) * 0.25).astype(BF16)
+        a = (rng.standard_normal((rank, k)) * 0.25).astype(F32).astype(BF16)
+        b = (rng.standard_normal((n, rank)) * 0.25).astype(F32).astype(BF16)
         return LoraAdapter(a=a, b=b, scale=F32(scale))
 
     return FfnLora(
@@ -484,7 +484,7 @@ def projection_weight(fmt: str, n: int, k: int, seed: int) -> Any:
         return W8a8Weight(weight=w, weight_scale=s, name="proj")
     if fmt == "bf16":
         v = rng.standard_normal((n, k)) * np.exp2(rng.integers(-24, 24, (n, k)))
-        b = v.astype(BF16).view(np.uint16).copy()
+        b = v.astype(F32).astype(BF16).view(np.uint16).copy()
         specials = np.array([0x0000, 0x8000, 0x0001, 0x807F, 0x0080, 0x7F7F, 0xFF7F, 0x3F80], dtype=np.uint16)
         pos = rng.choice(n * k, 4 * specials.size, replace=False)
         b.reshape(-1)[pos] = np.resize(specials, pos.size)

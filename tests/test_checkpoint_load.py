@@ -30,7 +30,11 @@ def bits(y: np.ndarray) -> np.ndarray:
 
 
 def rows(m: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed + m).standard_normal((m, HIDDEN)).astype(ml_dtypes.bfloat16)
+    return (
+        np.random.default_rng(seed + m)
+        .standard_normal((m, HIDDEN), dtype=np.float32)
+        .astype(ml_dtypes.bfloat16)
+    )
 
 
 @pytest.fixture(scope="module")

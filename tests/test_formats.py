@@ -123,7 +123,7 @@ def _weights(rng: np.random.Generator, n: int, k: int) -> list[np.ndarray]:
     blocks next to a large one (exercises the 2^-9 scale floor), a wide exponent spread."""
     w_norm = rng.standard_normal((n, k)).astype(F32) * F32(0.02)
     w_heavy = rng.standard_t(2, size=(n, k)).astype(F32)
-    w_bf16 = rng.standard_normal((n, k)).astype(BF16).astype(F32)
+    w_bf16 = rng.standard_normal((n, k)).astype(F32).astype(BF16).astype(F32)
     w_zero = rng.standard_normal((n, k)).astype(F32)
     w_zero[0] = 0.0  # a zero row (its block scales 1.0)
     w_zero[1:, 16:32] = 0.0  # zero blocks in other rows

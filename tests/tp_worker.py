@@ -359,7 +359,7 @@ def load_input(m: int, hidden: int) -> np.ndarray:
     """Seeded bf16 rows [m, hidden] of the loading check."""
     from metrale.reference.elements import BF16
 
-    return np.random.default_rng(m).standard_normal((m, hidden)).astype(BF16)
+    return np.random.default_rng(m).standard_normal((m, hidden), dtype=np.float32).astype(BF16)
 
 
 def _cuda_world(rank: int, size: int, port: int, transport: str) -> int:

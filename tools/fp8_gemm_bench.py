@@ -126,7 +126,11 @@ def main() -> int:
                 scale = np.exp2(rng.uniform(-8, 0, n)).astype(np.float32)
                 h: Any = Fp8Weight(weight=codes.view(gen.E4M3), weight_scale=scale, name=name)
             else:
-                w = (rng.standard_normal((n, k)) * np.exp2(rng.integers(-6, 2, (n, 1)))).astype(gen.BF16)
+                w = (
+                    (rng.standard_normal((n, k)) * np.exp2(rng.integers(-6, 2, (n, 1))))
+                    .astype(np.float32)
+                    .astype(gen.BF16)
+                )
                 h = DenseWeight(weight=w, name=name)
             hosts.append(h)
             devs.append(be.upload(h))

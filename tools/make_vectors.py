@@ -149,8 +149,8 @@ def lora_vector(rank: int) -> Arrays:
     rng = np.random.default_rng(seed)
     k, n = 48, 80
     ad = lc.LoraAdapter(
-        a=(rng.standard_normal((rank, k)) * 0.25).astype(lc.BF16),
-        b=(rng.standard_normal((n, rank)) * 0.25).astype(lc.BF16),
+        a=(rng.standard_normal((rank, k)) * 0.25).astype(np.float32).astype(lc.BF16),
+        b=(rng.standard_normal((n, rank)) * 0.25).astype(np.float32).astype(lc.BF16),
         scale=np.float32(0.75),
     )
     pool = lc.x_pool(seed, SMALL_POOL_ROWS, k)

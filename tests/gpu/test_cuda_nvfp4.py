@@ -327,8 +327,16 @@ def test_act_mul_every_gate_pattern(cuda: Any, fresh_rng: np.random.Generator, a
 @pytest.mark.parametrize("rank", [1, 5, 16, 20, 64])
 def test_lora_matches_reference(cuda: Any, fresh_rng: np.random.Generator, rank: int) -> None:
     k, n, m = 1040, 75, 9
-    a = (fresh_rng.standard_normal((rank, k)) * np.exp2(fresh_rng.integers(-20, 4, (rank, k)))).astype(BF16)
-    b = (fresh_rng.standard_normal((n, rank)) * np.exp2(fresh_rng.integers(-8, 2, (n, rank)))).astype(BF16)
+    a = (
+        (fresh_rng.standard_normal((rank, k)) * np.exp2(fresh_rng.integers(-20, 4, (rank, k))))
+        .astype(np.float32)
+        .astype(BF16)
+    )
+    b = (
+        (fresh_rng.standard_normal((n, rank)) * np.exp2(fresh_rng.integers(-8, 2, (n, rank))))
+        .astype(np.float32)
+        .astype(BF16)
+    )
     ad = LoraAdapter(a=a, b=b, scale=np.float32(fresh_rng.uniform(0.1, 4)))
     x = gen.rows(fresh_rng, m, k)
     base = gen.rows(fresh_rng, m, n * 16)[:, :n].copy()
