@@ -276,7 +276,8 @@ def check_input(x: torch.Tensor, hidden: int, name: str) -> None:
         raise MetraleError(f"{name}: shape {list(x.shape)}, want [..., {hidden}]")
 
 
-@torch.library.custom_op("metrale::dense_ffn", mutates_args=())
+# The schema is stated, not inferred: torch < 2.5 cannot infer it from string annotations.
+@torch.library.custom_op("metrale::dense_ffn", mutates_args=(), schema="(Tensor x, int handle) -> Tensor")
 def dense_ffn(x: torch.Tensor, handle: int) -> torch.Tensor:
     """The FFN of the ``MetraleFfn`` registered as ``handle`` over bf16 ``x [..., hidden]``."""
     mod = _MODULES.get(handle)
