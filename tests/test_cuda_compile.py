@@ -71,6 +71,44 @@ def test_instantiations_come_from_the_configuration_tables() -> None:
         assert not hand, f"{cu}: a hand-written instantiation"
 
 
+def test_launch_constants_come_from_the_configuration() -> None:
+    """The constants a kernel file and its launcher share are stated once, in configs.py: every
+    built source holds configs.defines(GROUP) where its text (headers inlined) had
+    ``// @defines GROUP``, no kernel file ``#define``s one of those names itself, and
+    metrale/cuda/mma.py launches with the same values."""
+    from metrale.cuda import mma
+
+    names: set[str] = set()
+    users = []
+    for cu in kernel_files():
+        built = source(cu)
+        for group in re.findall(r"^// @defines ([A-Z0-9_]+)", runtime_text(cu), re.MULTILINE):
+            want = configs.defines(group)
+            assert [ln for ln in built.splitlines() if ln in want] == want, (cu, group)
+            names |= {ln.split()[1] for ln in want}
+            users.append(cu)
+    assert {"nvfp4_mma.cu", "q2_0_mma.cu", "fp8_bf16_mma.cu"} <= set(users)
+    for f in KERNEL_DIR.iterdir():
+        hand = [n for n in names if re.search(rf"^\s*#\s*define\s+{n}\b", f.read_text(), re.MULTILINE)]
+        assert not hand, f"{f.name}: #define {hand} (configs.py states it)"
+    shared = (mma.MMA_WARPS, mma.MMA_RUN, mma.GEMM_WARPS)
+    assert shared == (configs.MMA_WARPS, configs.MMA_RUN, configs.GEMM_WARPS)
+
+
+def runtime_text(cu: str) -> str:
+    """The file's text and every local header it includes, as written (no lines generated)."""
+    text, seen, todo = "", set(), [cu]
+    while todo:
+        name = todo.pop()
+        if name in seen or not (KERNEL_DIR / name).is_file():
+            continue
+        seen.add(name)
+        body = (KERNEL_DIR / name).read_text()
+        text += body
+        todo += re.findall(r'^\s*#\s*include\s+"([^"]+)"', body, re.MULTILINE)
+    return text
+
+
 def test_launchers_ask_for_kernels_the_files_define() -> None:
     """The kernel names the launchers build from the tables are defined in the built sources."""
     built = {cu: source(cu) for cu in kernel_files()}

@@ -3,7 +3,9 @@
 The launchers read these tables, and ``instances(macro)`` turns them into the ``extern "C"``
 instantiation lines of the ``.cu`` files: a line ``// @instances MACRO`` in a kernel file is
 replaced by ``MACRO(args)`` lines at build time (``runtime.source``), so the kernels a launcher
-asks for are exactly the kernels the file defines.
+asks for are exactly the kernels the file defines. The same way a line ``// @defines GROUP``
+becomes ``defines(GROUP)``'s ``#define`` lines: the launch constants the launchers and the
+kernels share.
 """
 
 from __future__ import annotations
@@ -11,6 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+#: mma_gemm.cuh's launch shape (its ``// @defines MMA_GEMM`` line becomes these ``#define``s at
+#: build time; metrale/cuda/mma.py launches with the same values): warps per CTA of the K-split
+#: MMA kernels, blocks per weight run those warps split K by, warps per CTA of the prefill GEMM.
+MMA_WARPS = 4
+MMA_RUN = 64
+GEMM_WARPS = 8
 #: nvfp4_gemv.cu generic kernels ``nvfp4_a16_r{R}_{e,o}``: activation rows per pass.
 NVFP4_A16_ROWS: tuple[int, ...] = (1, 2, 3, 4)
 #: nvfp4_a4.cu kernels ``nvfp4_a4_r{R}_{e,o}``: activation rows per pass.
@@ -365,6 +373,19 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         for w in W8A8_MMA_WARPS
     ],
 }
+
+
+_DEFINES: dict[str, dict[str, int]] = {
+    "MMA_GEMM": {"MMA_WARPS": MMA_WARPS, "MMA_RUN": MMA_RUN, "GEMM_WARPS": GEMM_WARPS},
+}
+
+
+def defines(group: str) -> list[str]:
+    """The ``#define NAME VALUE`` lines of one kernel file's constant group, from the values above."""
+    values = _DEFINES.get(group)
+    if values is None:
+        raise KeyError(f"no constants for kernel define group {group!r} (metrale/cuda/configs.py)")
+    return [f"#define {name} {value}" for name, value in values.items()]
 
 
 def instances(macro: str) -> list[str]:
