@@ -144,10 +144,10 @@ def test_launchers_ask_for_kernels_the_files_define() -> None:
         macro_lines = [ln for ln in built[cu].splitlines() if re.match(r"^[A-Z0-9_]+\(", ln)]
         assert macro_lines, cu
         # the macro pastes the name from its first arguments: regenerate it the same way
-        assert _name_of(cu, name) in macro_lines, (cu, name)
+        assert instantiation_of(cu, name) in macro_lines, (cu, name)
 
 
-def _name_of(cu: str, name: str) -> str:
+def instantiation_of(cu: str, name: str) -> str:
     """The instantiation line that defines kernel ``name`` of ``cu`` (by the macros' naming)."""
     for macro in re.findall(r"^// @instances ([A-Z0-9_]+)", (KERNEL_DIR / cu).read_text(), re.MULTILINE):
         for ln in configs.instances(macro):
@@ -172,7 +172,15 @@ def _pasted(macro: str, a: list[str]) -> str:
         "FP8_BF16_DEC": lambda: f"{a[0]}_dec_r{a[2]}_c{a[3]}_w{a[4]}_p{a[5]}_{a[7]}",
         "W8A8_GEMV": lambda: f"w8a8_gemv_r{a[0]}",
         "W8A8_MMA": lambda: f"w8a8_mma_r{a[0]}_w{a[3]}",
-    }[macro]()
+        "Q2_MMA": lambda: f"q2_mma_nt{a[0]}_{a[2]}",
+        "Q2_GEMM": lambda: f"q2_gemm_nt{a[0]}_d{a[1]}_b{a[2]}_{a[4]}",
+        "FP8_BF16_MMA": lambda: f"{a[0]}_nt{a[2]}",
+        "FP8_BF16_GEMM": lambda: f"fp8_bf16_gemm_nt{a[0]}_d{a[1]}_b{a[2]}_p",
+        "FP8_BF16_GEMM_LATE": lambda: f"fp8_bf16_gemm_nt{a[0]}_d{a[1]}_b{a[2]}_l",
+        "W8A8_GEMM": lambda: f"w8a8_gemm_{a[0]}x{a[1]}",
+        "W8A8_WGMMA": lambda: f"w8a8_wgmma_{a[0]}x{a[1]}",
+        "W8A8_WGMMA_SK": lambda: f"w8a8_wgmma_sk_n{a[1]}",
+    }.get(macro, lambda: f"<{macro}: naming not stated here>")()
 
 
 def test_arch_specific_files_build_only_for_their_chip() -> None:

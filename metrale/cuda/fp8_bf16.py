@@ -49,7 +49,7 @@ MMA_TIERS = configs.FP8_BF16_MMA_TILES
 MMA_WARPS = 4
 #: The tensor-core GEMM serves w8a16_gemm / dense_gemm from this many rows; fewer rows run
 #: the decode kernels (DECODE "dec", up to 3 rows, configuration per row count in DEC_TIERS)
-#: or the GEMV tiers. Module attributes so tools/fp8_decode_variants.py can switch them.
+#: or the GEMV tiers. Module attributes so ``metrale bench --variants fp8-dec`` can switch them.
 MMA_MIN_M = configs.FP8_BF16_MMA_MIN_M
 DECODE = configs.FP8_BF16_DECODE
 DEC_TIERS: dict[int, configs.Fp8Bf16Dec] = dict(configs.FP8_BF16_DEC)
@@ -58,7 +58,7 @@ DEC_TIERS: dict[int, configs.Fp8Bf16Dec] = dict(configs.FP8_BF16_DEC)
 GEMM_FILE = "fp8_bf16_mma.cu"
 GEMM_MIN_ROWS = int(os.environ.get("METRALE_FP8_BF16_GEMM_MIN_ROWS", str(configs.FP8_BF16_GEMM_MIN_ROWS)))
 #: The GEMM kernels' name suffix per counter depth (``p`` / ``l``: configs.FP8_BF16_GEMM_SUFFIX)
-#: and raster (configs.FP8_BF16_GEMM_ROWS_FIRST); module attributes so tools/fp8_gemm_bench.py
+#: and raster (configs.FP8_BF16_GEMM_ROWS_FIRST); module attributes so ``metrale bench --variants fp8-gemm``
 #: and the tests can switch them.
 GEMM_SUFFIX: dict[int, str] = dict(configs.FP8_BF16_GEMM_SUFFIX)
 GEMM_ROWS_FIRST = configs.FP8_BF16_GEMM_ROWS_FIRST

@@ -29,7 +29,7 @@ MMA_RUN = configs.MMA_RUN
 #: benchmarks), in chunks of GEMM_ROWS rows (the workspace: 36 bytes per row and block).
 GEMM_MIN_ROWS = int(os.environ.get("METRALE_GEMM_MIN_ROWS", "33"))
 GEMM_ROWS = 2048
-#: Take the GEMM also where its grid does not fill the GPU (tests, tools/nvfp4_gemm_variants.py).
+#: Take the GEMM also where its grid does not fill the GPU (tests, ``metrale bench --variants nvfp4-gemm``).
 GEMM_ANY_GRID = False
 GEMM_WARPS = configs.GEMM_WARPS
 GEMM_TILES = configs.NVFP4_GEMM_TILES
