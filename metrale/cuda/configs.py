@@ -58,7 +58,7 @@ NVFP4_MMA_TILES: tuple[int, ...] = (1, 2, 3, 4)
 #: of 8 blocks S8 <= 2^D) -> (8-row tiles per warp, CTAs per multiprocessor the registers are
 #: capped for); the counter holds 4 NT (D + 1) floats per lane. The launcher takes the first
 #: entry whose D covers S8. Measured on an H200 (VARIANT_MEASUREMENTS nvfp4-gemm, Qwen3-8B FFN,
-#: m = 512 / 2048, docs/performance.md): gate+up (D = 5) 1.91 / 2.01 T block values/s with
+#: m = 512 / 2048, docs/performance-log.md): gate+up (D = 5) 1.91 / 2.01 T block values/s with
 #: (4, 1) against 1.85 / 1.88 with (2, 2); down (D = 7) 1.59 / 1.71 with (2, 2) against
 #: 1.36 / 1.61 with (3, 1). NVFP4_GEMM_VARIANTS are built too, for that comparison.
 NVFP4_GEMM_TILES: dict[int, tuple[int, int]] = {5: (4, 1), 7: (2, 2), 9: (2, 1)}
@@ -74,7 +74,7 @@ Q2_0_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 4, 8: 2}
 #: columns; the cap is lowered to what fits), D load slots per warp (D - 1 steps in flight)).
 #: Q2_0_DEC_ROUTE picks one: the first entry (most rows, most output columns N, variant) that
 #: covers m and N. Measured on an H200 (VARIANT_MEASUREMENTS q2-dec, CUDA graphs over weights
-#: 4x the L2; docs/performance.md): the down projections (N = 4096, K = 12288 / 14336) fastest
+#: 4x the L2; docs/performance-log.md): the down projections (N = 4096, K = 12288 / 14336) fastest
 #: through L1 (c4l4 at m = 1, 3: 10.9 / 16.8 us Qwen3-8B; c4l2 at m = 2: 14.6), gate/up
 #: (N = 12288 / 14336) with the limbs staged (c8s2 at m = 1, 3: 10.0 / 18.8; c4s2 at m = 2: 14.4).
 Q2_0_DEC_ROWS: tuple[int, ...] = (1, 2, 3)
@@ -119,7 +119,7 @@ class Fp8Bf16Dec:
 
 #: The decode kernel the launcher runs for m rows (m <= 3; more rows take the GEMV tiers
 #: above or, from FP8_BF16_MMA_MIN_M, the tensor cores). Measured on an H200
-#: (tools/fp8_decode_variants.py, Qwen3-8B FFN, CUDA graphs; docs/performance.md): m = 1 without
+#: (tools/fp8_decode_variants.py, Qwen3-8B FFN, CUDA graphs; docs/performance-log.md): m = 1 without
 #: prefetch (FP8 70.6 us, BF16 93.3 against 74.4-102 / 110-175 for the other shapes), m = 2, 3
 #: with 4 columns per CTA (FP8 94.7 / 126.5, BF16 123.5 / 141.4; 8 columns 1-4% slower).
 FP8_BF16_DEC: dict[int, Fp8Bf16Dec] = {
@@ -185,7 +185,7 @@ FP8_BF16_GEMM_ROWS_FIRST = True
 #: count the tensor cores serve (FP8_BF16_MMA_MIN_M).
 FP8_BF16_GEMM_MIN_ROWS = 4
 #: w8a8.cu dp4a kernels ``w8a8_gemv_r{R}`` (the tiers up to 2 rows): rows -> columns per warp.
-#: H200, Qwen3-8B W8A8 FFN (docs/performance.md): m = 2 60.2 us on r2 against 65.1 on the MMA
+#: H200, Qwen3-8B W8A8 FFN (docs/performance-log.md): m = 2 60.2 us on r2 against 65.1 on the MMA
 #: tier; m = 3 71.6 on r3 against 65.6, so 3 rows stay on the tensor cores.
 W8A8_GEMV_TIERS: dict[int, int] = {1: 4, 2: 4}
 #: w8a8.cu tensor-core kernels ``w8a8_mma_r{R}_w{W}``: rows per CTA -> output columns per CTA,
@@ -224,7 +224,7 @@ class W8a8GemmTile:
 
 #: w8a8.cu prefill GEMM tiles in routing order: the launcher takes the first whose grid fills
 #: ``minb`` CTAs on every multiprocessor, else the last. Measured on an H200 (Qwen3-8B FFN,
-#: docs/performance.md): 128x128 fastest at m >= 512, 64x64 at m = 128; 128x256 (64x64 warp
+#: docs/performance-log.md): 128x128 fastest at m >= 512, 64x64 at m = 128; 128x256 (64x64 warp
 #: tiles), 64x128 and 128-byte K tiles were slower.
 W8A8_GEMM_TILES: tuple[W8a8GemmTile, ...] = (
     W8a8GemmTile(128, 128, 2, 4, 4, 2),
@@ -268,7 +268,7 @@ class W8a8WgmmaTile:
 #: w8a8_wgmma.cu tiles in routing order (the first whose grid has a CTA for every
 #: multiprocessor, else the last), used from ``w8a8.GEMM_MIN_ROWS`` rows where the device is
 #: sm_90 (elsewhere the mma.sync tiles above). Measured on an H200 (VARIANT_MEASUREMENTS w8a8-gemm,
-#: docs/performance.md): 256x128 fastest from m = 512 (gate 12288x4096 at m = 4096: 365 us,
+#: docs/performance-log.md): 256x128 fastest from m = 512 (gate 12288x4096 at m = 4096: 365 us,
 #: 1.13 POPS), 128x128 where 256x128 leaves multiprocessors idle (down 4096x12288 at m = 512:
 #: 47 us against 71); 128x256 (one warpgroup per 64 rows x 256 columns) slower everywhere.
 W8A8_WGMMA_TILES: tuple[W8a8WgmmaTile, ...] = (
