@@ -71,6 +71,44 @@ def test_instantiations_come_from_the_configuration_tables() -> None:
         assert not hand, f"{cu}: a hand-written instantiation"
 
 
+def test_launch_constants_come_from_the_configuration() -> None:
+    """The constants a kernel file and its launcher share are stated once, in configs.py: every
+    built source holds configs.defines(GROUP) where its text (headers inlined) had
+    ``// @defines GROUP``, no kernel file ``#define``s one of those names itself, and
+    metrale/cuda/mma.py launches with the same values."""
+    from metrale.cuda import mma
+
+    names: set[str] = set()
+    users = []
+    for cu in kernel_files():
+        built = source(cu)
+        for group in re.findall(r"^// @defines ([A-Z0-9_]+)", runtime_text(cu), re.MULTILINE):
+            want = configs.defines(group)
+            assert [ln for ln in built.splitlines() if ln in want] == want, (cu, group)
+            names |= {ln.split()[1] for ln in want}
+            users.append(cu)
+    assert {"nvfp4_mma.cu", "q2_0_mma.cu", "fp8_bf16_mma.cu"} <= set(users)
+    for f in KERNEL_DIR.iterdir():
+        hand = [n for n in names if re.search(rf"^\s*#\s*define\s+{n}\b", f.read_text(), re.MULTILINE)]
+        assert not hand, f"{f.name}: #define {hand} (configs.py states it)"
+    shared = (mma.MMA_WARPS, mma.MMA_RUN, mma.GEMM_WARPS)
+    assert shared == (configs.MMA_WARPS, configs.MMA_RUN, configs.GEMM_WARPS)
+
+
+def runtime_text(cu: str) -> str:
+    """The file's text and every local header it includes, as written (no lines generated)."""
+    text, seen, todo = "", set(), [cu]
+    while todo:
+        name = todo.pop()
+        if name in seen or not (KERNEL_DIR / name).is_file():
+            continue
+        seen.add(name)
+        body = (KERNEL_DIR / name).read_text()
+        text += body
+        todo += re.findall(r'^\s*#\s*include\s+"([^"]+)"', body, re.MULTILINE)
+    return text
+
+
 def test_launchers_ask_for_kernels_the_files_define() -> None:
     """The kernel names the launchers build from the tables are defined in the built sources."""
     built = {cu: source(cu) for cu in kernel_files()}
@@ -106,10 +144,10 @@ def test_launchers_ask_for_kernels_the_files_define() -> None:
         macro_lines = [ln for ln in built[cu].splitlines() if re.match(r"^[A-Z0-9_]+\(", ln)]
         assert macro_lines, cu
         # the macro pastes the name from its first arguments: regenerate it the same way
-        assert _name_of(cu, name) in macro_lines, (cu, name)
+        assert instantiation_of(cu, name) in macro_lines, (cu, name)
 
 
-def _name_of(cu: str, name: str) -> str:
+def instantiation_of(cu: str, name: str) -> str:
     """The instantiation line that defines kernel ``name`` of ``cu`` (by the macros' naming)."""
     for macro in re.findall(r"^// @instances ([A-Z0-9_]+)", (KERNEL_DIR / cu).read_text(), re.MULTILINE):
         for ln in configs.instances(macro):
@@ -134,7 +172,15 @@ def _pasted(macro: str, a: list[str]) -> str:
         "FP8_BF16_DEC": lambda: f"{a[0]}_dec_r{a[2]}_c{a[3]}_w{a[4]}_p{a[5]}_{a[7]}",
         "W8A8_GEMV": lambda: f"w8a8_gemv_r{a[0]}",
         "W8A8_MMA": lambda: f"w8a8_mma_r{a[0]}_w{a[3]}",
-    }[macro]()
+        "Q2_MMA": lambda: f"q2_mma_nt{a[0]}_{a[2]}",
+        "Q2_GEMM": lambda: f"q2_gemm_nt{a[0]}_d{a[1]}_b{a[2]}_{a[4]}",
+        "FP8_BF16_MMA": lambda: f"{a[0]}_nt{a[2]}",
+        "FP8_BF16_GEMM": lambda: f"fp8_bf16_gemm_nt{a[0]}_d{a[1]}_b{a[2]}_p",
+        "FP8_BF16_GEMM_LATE": lambda: f"fp8_bf16_gemm_nt{a[0]}_d{a[1]}_b{a[2]}_l",
+        "W8A8_GEMM": lambda: f"w8a8_gemm_{a[0]}x{a[1]}",
+        "W8A8_WGMMA": lambda: f"w8a8_wgmma_{a[0]}x{a[1]}",
+        "W8A8_WGMMA_SK": lambda: f"w8a8_wgmma_sk_n{a[1]}",
+    }.get(macro, lambda: f"<{macro}: naming not stated here>")()
 
 
 def test_arch_specific_files_build_only_for_their_chip() -> None:

@@ -11,6 +11,8 @@ from metrale.bench.cases import DECODE_M, DEFAULT_M, DRY_SHAPE, FORMATS, PREFILL
 from metrale.bench.kernels import FAMILIES
 from metrale.bench.measure import Plan
 from metrale.bench.peers import PEERS
+from metrale.bench.report import REPORT_JSON, REPORT_PAGE
+from metrale.bench.variants import FAMILIES as VARIANT_FAMILIES
 from metrale.errors import MetraleError
 
 #: Row counts of the dry run when ``--m`` is not given (two above the full-check edge).
@@ -37,6 +39,8 @@ class Options:
     profile: bool
     deadline_s: float
     merge: list[Path]
+    variants: str | None
+    report: Path | None
     json: Path | None
     md: Path | None
     png: Path | None
@@ -101,6 +105,20 @@ def parser() -> argparse.ArgumentParser:
         default=[],
         metavar="JSON",
         help="run nothing: merge these results (each shape from the last run that has it) into --json/--md",
+    )
+    ap.add_argument(
+        "--variants",
+        metavar="FAMILY",
+        help="run nothing else: check every built variant of a kernel family against the routed "
+        "kernel and time it (" + ", ".join(VARIANT_FAMILIES) + "); --json names the document",
+    )
+    ap.add_argument(
+        "--report",
+        nargs="?",
+        const=str(REPORT_PAGE),
+        metavar="PAGE",
+        help=f"run nothing: regenerate the tables of PAGE (default {REPORT_PAGE}) from --json "
+        f"(default {REPORT_JSON}) between its generated-block markers",
     )
     return ap
 
@@ -171,9 +189,17 @@ def parse(argv: list[str] | None = None) -> Options:
     def path(given: str | None, name: str) -> Path | None:
         return Path(given) if given else (out / name if out else None)
 
+    if a.variants is not None and a.variants not in VARIANT_FAMILIES:
+        raise MetraleError(
+            f"--variants {a.variants}: unknown family; want one of {', '.join(VARIANT_FAMILIES)}"
+        )
+    if a.variants is not None and a.m is None:
+        ms = list(VARIANT_FAMILIES[a.variants].ms)
+    else:
+        ms = row_counts(a.m) if a.m is not None else list(DRY_M if a.dry_run else DEFAULT_M)
     return Options(
         shapes=shapes,
-        ms=row_counts(a.m) if a.m is not None else list(DRY_M if a.dry_run else DEFAULT_M),
+        ms=ms,
         formats=_list(a.formats, tuple(FORMATS), "--formats"),
         peers=_list(a.peers, tuple(PEERS), "--peers"),
         kernels=_list(a.kernels, FAMILIES, "--kernels"),
@@ -186,7 +212,9 @@ def parse(argv: list[str] | None = None) -> Options:
         profile=a.profile,
         deadline_s=a.deadline,
         merge=[Path(p) for p in a.merge],
-        json=path(a.json, "bench_ffn.json"),
+        variants=a.variants,
+        report=Path(a.report) if a.report is not None else None,
+        json=path(a.json, f"variants_{a.variants}.json" if a.variants else "bench_ffn.json"),
         md=path(a.md, "bench_ffn.md"),
         png=path(a.png, "bench_ffn.png"),
     )

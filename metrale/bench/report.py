@@ -47,6 +47,13 @@ TARGETS: list[dict[str, Any]] = [
     {"format": "bf16", "m": (128, None), "peer_ratio": 4.0, "peer": "bf16"},
 ]
 TARGET_SHAPE = "qwen3-8b"
+#: The performance page whose tables ``metrale bench --report`` regenerates, and the committed
+#: result it reads (paths from the checkout's root).
+REPORT_PAGE = Path("docs/performance.md")
+REPORT_JSON = Path("docs/bench/bench_ffn.json")
+#: The lines around the generated block (everything between them is ``markdown(doc)``).
+BLOCK_BEGIN = "<!-- begin generated tables: `metrale bench --report` writes them from {json}; do not edit -->"
+BLOCK_END = "<!-- end generated tables -->"
 
 
 def versions() -> dict[str, str]:
@@ -391,3 +398,16 @@ def markdown(res: dict[str, Any]) -> str:
             else:
                 lines.append(f"| {k['label']} | {k['m']} | {k.get('error', 'FAILED')} | | |")
     return "\n".join(lines)
+
+
+def regenerate(page: str, doc: dict[str, Any], json_name: str) -> str:
+    """``page`` with the lines between its generated-block markers replaced by ``markdown(doc)``
+    (the begin marker naming ``json_name``); the rest of the page as it was. ValueError where the
+    page lacks the markers (one of each, begin first)."""
+    begin, end = BLOCK_BEGIN.format(json=json_name), BLOCK_END
+    lines = page.split("\n")
+    starts = [i for i, ln in enumerate(lines) if ln.startswith(BLOCK_BEGIN.split("{json}")[0])]
+    ends = [i for i, ln in enumerate(lines) if ln == end]
+    if len(starts) != 1 or len(ends) != 1 or ends[0] < starts[0]:
+        raise ValueError(f"want one line starting {begin.split('{')[0]!r} and one {end!r} after it")
+    return "\n".join([*lines[: starts[0]], begin, "", markdown(doc), "", *lines[ends[0] :]])

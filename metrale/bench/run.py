@@ -369,4 +369,28 @@ def main(argv: list[str] | None = None, prog: str = "metrale bench") -> int:
         return profile(opts)
     if opts.merge:
         return merge(opts)
+    if opts.report is not None:
+        return report_page(opts)
+    if opts.variants is not None:
+        from metrale.bench import variants
+
+        cells = variants.plan(opts.variants, opts.shapes, opts.ms, opts.formats)
+        return variants.main(opts.variants, cells, opts.plan, opts.seed, " ".join([prog, *args]), opts.json)
     return run(opts, " ".join([prog, *args]))
+
+
+def report_page(opts: Options) -> int:
+    """Rewrite the generated tables of ``opts.report`` from ``opts.json`` (default the committed
+    result); 2 when a file is missing or the page has no markers."""
+    src = opts.json or report.REPORT_JSON
+    try:
+        doc = report.load(src)
+        page = opts.report.read_text()
+        new = report.regenerate(page, doc, src.as_posix())
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"error: --report {opts.report} from {src}: {_first_line(exc)}", file=sys.stderr)
+        return 2
+    if new != page:
+        opts.report.write_text(new)
+    print(f"{opts.report}: tables from {src} ({'rewritten' if new != page else 'unchanged'})")
+    return 0

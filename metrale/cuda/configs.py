@@ -3,7 +3,9 @@
 The launchers read these tables, and ``instances(macro)`` turns them into the ``extern "C"``
 instantiation lines of the ``.cu`` files: a line ``// @instances MACRO`` in a kernel file is
 replaced by ``MACRO(args)`` lines at build time (``runtime.source``), so the kernels a launcher
-asks for are exactly the kernels the file defines.
+asks for are exactly the kernels the file defines. The same way a line ``// @defines GROUP``
+becomes ``defines(GROUP)``'s ``#define`` lines: the launch constants the launchers and the
+kernels share.
 """
 
 from __future__ import annotations
@@ -11,6 +13,31 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+#: Where each kernel family's routing below was decided: the measurements (on an H200, every
+#: variant bit-equal to the routed kernel) that ``metrale bench --variants FAMILY`` repeats; the
+#: documents before that harness came from the per-family scripts it replaced (their own schema).
+VARIANT_MEASUREMENTS: dict[str, tuple[str, ...]] = {
+    "fp8-dec": ("docs/bench/runs-2026-12-01b/fp8_decode.json",),
+    "fp8-gemm": (
+        "docs/bench/runs-2026-12-01b/fp8_gemm_bench.json",
+        "docs/bench/runs-2026-12-01c/0552_fp8_gemm_raster.json",
+        "docs/bench/runs-2026-12-01c/0609_fp8_gemm_small_m.json",
+    ),
+    "q2-dec": ("docs/bench/runs-2026-12-01b/q2dec.json",),
+    "nvfp4-gemm": ("docs/bench/nvfp4_gemm_variants.json",),
+    "w8a8-gemm": (
+        "docs/bench/runs-2026-12-01b/w8a8_tiles3.json",
+        "docs/bench/runs-2026-12-01b/w8a8_small2.json",
+        "docs/bench/runs-2026-12-01b/w8a8_small3.json",
+        "docs/bench/runs-2026-12-01b/w8a8_small4.json",
+    ),
+}
+#: mma_gemm.cuh's launch shape (its ``// @defines MMA_GEMM`` line becomes these ``#define``s at
+#: build time; metrale/cuda/mma.py launches with the same values): warps per CTA of the K-split
+#: MMA kernels, blocks per weight run those warps split K by, warps per CTA of the prefill GEMM.
+MMA_WARPS = 4
+MMA_RUN = 64
+GEMM_WARPS = 8
 #: nvfp4_gemv.cu generic kernels ``nvfp4_a16_r{R}_{e,o}``: activation rows per pass.
 NVFP4_A16_ROWS: tuple[int, ...] = (1, 2, 3, 4)
 #: nvfp4_a4.cu kernels ``nvfp4_a4_r{R}_{e,o}``: activation rows per pass.
@@ -30,8 +57,8 @@ NVFP4_MMA_TILES: tuple[int, ...] = (1, 2, 3, 4)
 #: nvfp4_mma.cu prefill GEMM ``w4a16_gemm_nt{NT}_d{D}_b{MINB}_{a,u}``: counter depth D (steps
 #: of 8 blocks S8 <= 2^D) -> (8-row tiles per warp, CTAs per multiprocessor the registers are
 #: capped for); the counter holds 4 NT (D + 1) floats per lane. The launcher takes the first
-#: entry whose D covers S8. Measured on an H200 (tools/nvfp4_gemm_variants.py, Qwen3-8B FFN,
-#: m = 512 / 2048, docs/performance.md): gate+up (D = 5) 1.91 / 2.01 T block values/s with
+#: entry whose D covers S8. Measured on an H200 (VARIANT_MEASUREMENTS nvfp4-gemm, Qwen3-8B FFN,
+#: m = 512 / 2048, docs/performance-log.md): gate+up (D = 5) 1.91 / 2.01 T block values/s with
 #: (4, 1) against 1.85 / 1.88 with (2, 2); down (D = 7) 1.59 / 1.71 with (2, 2) against
 #: 1.36 / 1.61 with (3, 1). NVFP4_GEMM_VARIANTS are built too, for that comparison.
 NVFP4_GEMM_TILES: dict[int, tuple[int, int]] = {5: (4, 1), 7: (2, 2), 9: (2, 1)}
@@ -46,8 +73,8 @@ Q2_0_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 4, 8: 2}
 #: or read through L1 (``l``), CTAs per multiprocessor the grid is capped at (0: one CTA per 8 NC
 #: columns; the cap is lowered to what fits), D load slots per warp (D - 1 steps in flight)).
 #: Q2_0_DEC_ROUTE picks one: the first entry (most rows, most output columns N, variant) that
-#: covers m and N. Measured on an H200 (tools/q2_decode_variants.py, CUDA graphs over weights
-#: 4x the L2; docs/performance.md): the down projections (N = 4096, K = 12288 / 14336) fastest
+#: covers m and N. Measured on an H200 (VARIANT_MEASUREMENTS q2-dec, CUDA graphs over weights
+#: 4x the L2; docs/performance-log.md): the down projections (N = 4096, K = 12288 / 14336) fastest
 #: through L1 (c4l4 at m = 1, 3: 10.9 / 16.8 us Qwen3-8B; c4l2 at m = 2: 14.6), gate/up
 #: (N = 12288 / 14336) with the limbs staged (c8s2 at m = 1, 3: 10.0 / 18.8; c4s2 at m = 2: 14.4).
 Q2_0_DEC_ROWS: tuple[int, ...] = (1, 2, 3)
@@ -92,7 +119,7 @@ class Fp8Bf16Dec:
 
 #: The decode kernel the launcher runs for m rows (m <= 3; more rows take the GEMV tiers
 #: above or, from FP8_BF16_MMA_MIN_M, the tensor cores). Measured on an H200
-#: (tools/fp8_decode_variants.py, Qwen3-8B FFN, CUDA graphs; docs/performance.md): m = 1 without
+#: (tools/fp8_decode_variants.py, Qwen3-8B FFN, CUDA graphs; docs/performance-log.md): m = 1 without
 #: prefetch (FP8 70.6 us, BF16 93.3 against 74.4-102 / 110-175 for the other shapes), m = 2, 3
 #: with 4 columns per CTA (FP8 94.7 / 126.5, BF16 123.5 / 141.4; 8 columns 1-4% slower).
 FP8_BF16_DEC: dict[int, Fp8Bf16Dec] = {
@@ -100,7 +127,8 @@ FP8_BF16_DEC: dict[int, Fp8Bf16Dec] = {
     2: Fp8Bf16Dec(4, 4, True, "h"),
     3: Fp8Bf16Dec(4, 4, True, "h"),
 }
-#: Further decode configurations built for tools/fp8_decode_variants.py (rows, configuration).
+#: Further decode configurations built for ``metrale bench --variants fp8-dec`` (rows,
+#: configuration).
 FP8_BF16_DEC_VARIANTS: tuple[tuple[int, Fp8Bf16Dec], ...] = (
     (1, Fp8Bf16Dec(8, 4, True, "h")),
     (1, Fp8Bf16Dec(4, 4, True, "h")),
@@ -130,7 +158,8 @@ FP8_BF16_MMA_TILES: dict[int, int] = {8: 1, 16: 2, 32: 4}
 #: fp8_bf16_mma.cu prefill GEMM ``fp8_bf16_gemm_nt{NT}_d{D}_b{MINB}_{p,l}`` (mma_gemm.cuh, wide
 #: mode): counter depth D -> (8-row tiles per warp, CTAs per multiprocessor), as
 #: NVFP4_GEMM_TILES. FP8_BF16_GEMM_SMALL_TILES serve chunks of up to 8 rows; the variants are
-#: built for tools/fp8_gemm_bench.py. Measured on an H200 (that tool, Qwen3-8B FP8 FFN at
+#: built for ``metrale bench --variants fp8-gemm``. Measured on an H200 (VARIANT_MEASUREMENTS
+#: fp8-gemm, Qwen3-8B FP8 FFN at
 #: m = 4096, every variant the same bits): with the weights' raster (FP8_BF16_GEMM_ROWS_FIRST)
 #: the kernels without prefetch (``l``) at NT = 1 and 2 CTAs per SM were the fastest entry at
 #: depth 5 (54.1 ms with depth 7 unchanged; the prefetching NT = 2 kernel 62.2) and at depth 7
@@ -151,12 +180,12 @@ FP8_BF16_GEMM_SUFFIX: dict[int, str] = {5: "l", 7: "l", 9: "p"}
 FP8_BF16_GEMM_ROWS_FIRST = True
 #: w8a16_gemm / dense_gemm take the prefill GEMM from this many rows (below: the K-split
 #: ``{fp8,bf16}_mma_nt*`` kernels of fp8_bf16_gemv.cu, or the CUDA-core GEMV). Measured on an
-#: H200 (tools/fp8_gemm_bench.py, Qwen3-8B FFN): the GEMM 1.26-1.30x faster than the K-split
+#: H200 (VARIANT_MEASUREMENTS fp8-gemm, Qwen3-8B FFN): the GEMM 1.26-1.30x faster than the K-split
 #: kernels at m = 8, 16, 64, 512, 4096 (FP8 m = 8: 281 against 359 us), so it takes every row
 #: count the tensor cores serve (FP8_BF16_MMA_MIN_M).
 FP8_BF16_GEMM_MIN_ROWS = 4
 #: w8a8.cu dp4a kernels ``w8a8_gemv_r{R}`` (the tiers up to 2 rows): rows -> columns per warp.
-#: H200, Qwen3-8B W8A8 FFN (docs/performance.md): m = 2 60.2 us on r2 against 65.1 on the MMA
+#: H200, Qwen3-8B W8A8 FFN (docs/performance-log.md): m = 2 60.2 us on r2 against 65.1 on the MMA
 #: tier; m = 3 71.6 on r3 against 65.6, so 3 rows stay on the tensor cores.
 W8A8_GEMV_TIERS: dict[int, int] = {1: 4, 2: 4}
 #: w8a8.cu tensor-core kernels ``w8a8_mma_r{R}_w{W}``: rows per CTA -> output columns per CTA,
@@ -195,7 +224,7 @@ class W8a8GemmTile:
 
 #: w8a8.cu prefill GEMM tiles in routing order: the launcher takes the first whose grid fills
 #: ``minb`` CTAs on every multiprocessor, else the last. Measured on an H200 (Qwen3-8B FFN,
-#: docs/performance.md): 128x128 fastest at m >= 512, 64x64 at m = 128; 128x256 (64x64 warp
+#: docs/performance-log.md): 128x128 fastest at m >= 512, 64x64 at m = 128; 128x256 (64x64 warp
 #: tiles), 64x128 and 128-byte K tiles were slower.
 W8A8_GEMM_TILES: tuple[W8a8GemmTile, ...] = (
     W8a8GemmTile(128, 128, 2, 4, 4, 2),
@@ -238,8 +267,8 @@ class W8a8WgmmaTile:
 
 #: w8a8_wgmma.cu tiles in routing order (the first whose grid has a CTA for every
 #: multiprocessor, else the last), used from ``w8a8.GEMM_MIN_ROWS`` rows where the device is
-#: sm_90 (elsewhere the mma.sync tiles above). Measured on an H200 (tools/w8a8_gemm_tiles.py,
-#: docs/performance.md): 256x128 fastest from m = 512 (gate 12288x4096 at m = 4096: 365 us,
+#: sm_90 (elsewhere the mma.sync tiles above). Measured on an H200 (VARIANT_MEASUREMENTS w8a8-gemm,
+#: docs/performance-log.md): 256x128 fastest from m = 512 (gate 12288x4096 at m = 4096: 365 us,
 #: 1.13 POPS), 128x128 where 256x128 leaves multiprocessors idle (down 4096x12288 at m = 512:
 #: 47 us against 71); 128x256 (one warpgroup per 64 rows x 256 columns) slower everywhere.
 W8A8_WGMMA_TILES: tuple[W8a8WgmmaTile, ...] = (
@@ -251,11 +280,11 @@ W8A8_WGMMA_TILES: tuple[W8a8WgmmaTile, ...] = (
 #: w8a8_wgmma.cu split-K kernels for few rows ``w8a8_wgmma_sk_n{nb}`` (sm_90a): activation
 #: rows per launch (the wgmma's N, m <= nb) -> the kernel (weight rows per CTA, stages); from
 #: W8A8_SK_MIN_ROWS rows up to the largest nb (the W8A8 arm's verify batches), K split for about
-#: W8A8_SK_CTAS_PER_SM CTAs per multiprocessor. Measured on an H200 (tools/w8a8_gemm_tiles.py
-#: --small, CUDA graphs): with 1, 12288x4096 (no split) streams at 3.3-3.4 TB/s for m = 1..3 and
-#: 2.0 TB/s at m = 64, 4096x12288 (3 splits) at 3.3-3.4 and 2.0; 2 (2 and 5 splits) is 5% faster
-#: on the first, 12% slower on the second; 1.5 (4 splits of the second) slower on both; the dp4a
-#: kernel (m = 1) and the mma.sync tiers 2.4-2.9 TB/s and 1.6-1.8 TB/s.
+#: W8A8_SK_CTAS_PER_SM CTAs per multiprocessor. Measured on an H200 (VARIANT_MEASUREMENTS
+#: w8a8-gemm, verify rows, CUDA graphs): with 1, 12288x4096 (no split) streams at 3.3-3.4 TB/s
+#: for m = 1..3 and 2.0 TB/s at m = 64, 4096x12288 (3 splits) at 3.3-3.4 and 2.0; 2 (2 and 5
+#: splits) is 5% faster on the first, 12% slower on the second; 1.5 (4 splits of the second)
+#: slower on both; the dp4a kernel (m = 1) and the mma.sync tiers 2.4-2.9 TB/s and 1.6-1.8 TB/s.
 #: 128 weight rows per CTA (two warpgroups) for n32/n64 was slower (m = 32: gate 22.5 against
 #: 19.4 us, down 22.4 against 18.7).
 W8A8_SK_TIERS: dict[int, W8a8WgmmaTile] = {nb: W8a8WgmmaTile(64, nb, 6, split_k=True) for nb in (16, 32, 64)}
@@ -365,6 +394,19 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         for w in W8A8_MMA_WARPS
     ],
 }
+
+
+_DEFINES: dict[str, dict[str, int]] = {
+    "MMA_GEMM": {"MMA_WARPS": MMA_WARPS, "MMA_RUN": MMA_RUN, "GEMM_WARPS": GEMM_WARPS},
+}
+
+
+def defines(group: str) -> list[str]:
+    """The ``#define NAME VALUE`` lines of one kernel file's constant group, from the values above."""
+    values = _DEFINES.get(group)
+    if values is None:
+        raise KeyError(f"no constants for kernel define group {group!r} (metrale/cuda/configs.py)")
+    return [f"#define {name} {value}" for name, value in values.items()]
 
 
 def instances(macro: str) -> list[str]:

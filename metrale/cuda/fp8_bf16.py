@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from metrale.cuda import configs, mma, pdl
-from metrale.cuda.launch_args import cdiv, device_out, device_rows, tier, weight_arrays
+from metrale.cuda.launch_args import built_launchers, cdiv, projection_operands, tier, tier_launch
 from metrale.cuda.runtime import get_kernel, set_dynamic_smem
 from metrale.cuda.weights import DeviceWeight, to_device
 from metrale.errors import MetraleError
@@ -49,7 +49,7 @@ MMA_TIERS = configs.FP8_BF16_MMA_TILES
 MMA_WARPS = 4
 #: The tensor-core GEMM serves w8a16_gemm / dense_gemm from this many rows; fewer rows run
 #: the decode kernels (DECODE "dec", up to 3 rows, configuration per row count in DEC_TIERS)
-#: or the GEMV tiers. Module attributes so tools/fp8_decode_variants.py can switch them.
+#: or the GEMV tiers. Module attributes so ``metrale bench --variants fp8-dec`` can switch them.
 MMA_MIN_M = configs.FP8_BF16_MMA_MIN_M
 DECODE = configs.FP8_BF16_DECODE
 DEC_TIERS: dict[int, configs.Fp8Bf16Dec] = dict(configs.FP8_BF16_DEC)
@@ -58,7 +58,7 @@ DEC_TIERS: dict[int, configs.Fp8Bf16Dec] = dict(configs.FP8_BF16_DEC)
 GEMM_FILE = "fp8_bf16_mma.cu"
 GEMM_MIN_ROWS = int(os.environ.get("METRALE_FP8_BF16_GEMM_MIN_ROWS", str(configs.FP8_BF16_GEMM_MIN_ROWS)))
 #: The GEMM kernels' name suffix per counter depth (``p`` / ``l``: configs.FP8_BF16_GEMM_SUFFIX)
-#: and raster (configs.FP8_BF16_GEMM_ROWS_FIRST); module attributes so tools/fp8_gemm_bench.py
+#: and raster (configs.FP8_BF16_GEMM_ROWS_FIRST); module attributes so ``metrale bench --variants fp8-gemm``
 #: and the tests can switch them.
 GEMM_SUFFIX: dict[int, str] = dict(configs.FP8_BF16_GEMM_SUFFIX)
 GEMM_ROWS_FIRST = configs.FP8_BF16_GEMM_ROWS_FIRST
@@ -245,14 +245,11 @@ def _project_gemm(
 def _project(x: Any, w: Any, out: Any, m: int, kernel: str, fp8: bool) -> None:
     import cupy
 
-    arr = weight_arrays(w, "fp8" if fp8 else "bf16", kernel)
-    n, k = w.n, w.k
-    if k > WIDE_MAX_K:
-        raise MetraleError(f"{kernel}: {w.name} has K={k}, above this kernel's limit of {WIDE_MAX_K}")
-    if m <= 0:
+    ops = projection_operands(x, w, out, m, "fp8" if fp8 else "bf16", kernel, WIDE_MAX_K)
+    if ops is None:
         return
-    xa = device_rows(x, k, m, "x")
-    outa, ldo = device_out(out, m, n, "out")
+    arr, xa, outa, ldo = ops
+    n, k = w.n, w.k
     if m >= MMA_MIN_M:
         if "mma_w" not in arr:  # 3 bytes per weight plus a factor per block: built when first needed
             arr.update(_mma_arrays(w.host.weight))
@@ -275,12 +272,10 @@ def _project(x: Any, w: Any, out: Any, m: int, kernel: str, fp8: bool) -> None:
             (256,),
             (xs, np.int64(xa.strides[0] // 2), np.int32(k), np.int32(mr), ac, p2),
         )
-        r = tier(mr, WIDE_TIERS)
-        nc = WIDE_TIERS[r]
-        gemv = get_kernel(CU_FILE, f"{'fp8' if fp8 else 'bf16'}_gemv_r{r}")
-        gemv(
-            (cdiv(n, WARPS * nc), cdiv(mr, r)),
-            (32 * WARPS,),
+        name, grid, block = tier_launch(f"{'fp8' if fp8 else 'bf16'}_gemv", WIDE_TIERS, n, mr, WARPS)
+        get_kernel(CU_FILE, name)(
+            grid,
+            block,
             (
                 arr["weight"],
                 scale,
@@ -327,14 +322,7 @@ _KERNEL_FUNCS = (
 
 def kernels() -> dict[str, Callable[..., Any]]:
     """The FP8/BF16 launchers, when ``fp8_bf16_gemv.cu`` built on this device (else none)."""
-    if any(get_kernel(CU_FILE, f) is None for f in _KERNEL_FUNCS):
-        return {}
-    return {
-        "w8a16_gemv": w8a16_gemv,
-        "w8a16_gemm": w8a16_gemm,
-        "dense_gemv": dense_gemv,
-        "dense_gemm": dense_gemm,
-    }
+    return built_launchers(CU_FILE, _KERNEL_FUNCS, (w8a16_gemv, w8a16_gemm, dense_gemv, dense_gemm))
 
 
 UPLOADERS: dict[str, Callable[[Any], DeviceWeight]] = {"fp8": upload_fp8, "bf16": upload_bf16}

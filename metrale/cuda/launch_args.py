@@ -1,11 +1,13 @@
 """Argument helpers of every launcher: bf16 matrices with their row stride, device rows and
-outputs in the layout the kernels take, the device arrays of a weight, and the row tier for m
-rows."""
+outputs in the layout the kernels take, the device arrays of a weight, the checked operands of
+one projection, the row tier for m rows, and a module's launchers where its kernels built."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from metrale.cuda import runtime
 from metrale.cuda.weights import DeviceWeight
 from metrale.errors import MetraleError
 
@@ -71,12 +73,48 @@ def weight_arrays(w: Any, fmt: str, kernel: str) -> dict[str, Any]:
     return w.arrays
 
 
+def projection_operands(
+    x: Any, w: Any, out: Any, m: int, fmt: str, kernel: str, max_k: int
+) -> tuple[dict[str, Any], Any, Any, int] | None:
+    """The operands of ``kernel``'s projection of rows ``x[:m]`` by the uploaded ``fmt`` weight
+    ``w`` into ``out[:m]``: (the weight's device arrays, the rows as ``device_rows`` gives them,
+    the output and its row stride); None where m <= 0 (nothing to launch). MetraleError naming
+    the weight where its K is above ``max_k``, the kernel's limit."""
+    arr = weight_arrays(w, fmt, kernel)
+    if w.k > max_k:
+        raise MetraleError(f"{kernel}: {w.name} has K={w.k}, above this kernel's limit of {max_k}")
+    if m <= 0:
+        return None
+    xa = device_rows(x, w.k, m, "x")
+    outa, ldo = device_out(out, m, w.n, "out")
+    return arr, xa, outa, ldo
+
+
+def built_launchers(
+    cu_file: str, kernel_names: tuple[str, ...], launchers: tuple[Callable[..., Any], ...]
+) -> dict[str, Callable[..., Any]]:
+    """``launchers`` by their names (the backend's kernel names) where every kernel of
+    ``kernel_names`` in ``cu_file`` built on this device, else none (the backend then lacks
+    them: "missing in this target build")."""
+    if any(runtime.get_kernel(cu_file, f) is None for f in kernel_names):
+        return {}
+    return {f.__name__: f for f in launchers}
+
+
 def tier(m: int, tiers: dict[int, int]) -> int:
     """The smallest row tier >= m, else the largest (then grid.y row groups)."""
     for t in sorted(tiers):
         if m <= t:
             return t
     return max(tiers)
+
+
+def tier_launch(stem: str, tiers: dict[int, int], n: int, m: int, warps: int) -> tuple[str, tuple, tuple]:
+    """(kernel name, grid, block) of the CUDA-core GEMV tier ``{stem}_r{R}`` for m rows and N = n
+    columns: R = ``tier(m, tiers)`` rows per warp, ``tiers[R]`` columns per warp, ``warps`` warps
+    per CTA; grid (ceil(N / (warps · columns)), ceil(m / R)) (row groups along y)."""
+    r = tier(m, tiers)
+    return f"{stem}_r{r}", (cdiv(n, warps * tiers[r]), cdiv(m, r)), (32 * warps,)
 
 
 def cdiv(a: int, b: int) -> int:

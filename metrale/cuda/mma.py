@@ -22,15 +22,16 @@ from metrale.cuda import configs, runtime
 #: METRALE_CUDA_MMA=0 turns the tensor-core paths off (the CUDA-core kernels give the same bits).
 ENABLED = os.environ.get("METRALE_CUDA_MMA", "1") != "0"
 MMA_ROWS = 8 * configs.NVFP4_MMA_TILES[-1]
-MMA_WARPS = 4
-MMA_RUN = 64
+#: The launch shape the kernels are built with (configs.py states it for both).
+MMA_WARPS = configs.MMA_WARPS
+MMA_RUN = configs.MMA_RUN
 #: The GEMM from GEMM_MIN_ROWS rows on (METRALE_GEMM_MIN_ROWS moves the switch: tests and
 #: benchmarks), in chunks of GEMM_ROWS rows (the workspace: 36 bytes per row and block).
 GEMM_MIN_ROWS = int(os.environ.get("METRALE_GEMM_MIN_ROWS", "33"))
 GEMM_ROWS = 2048
-#: Take the GEMM also where its grid does not fill the GPU (tests, tools/nvfp4_gemm_variants.py).
+#: Take the GEMM also where its grid does not fill the GPU (tests, ``metrale bench --variants nvfp4-gemm``).
 GEMM_ANY_GRID = False
-GEMM_WARPS = 8
+GEMM_WARPS = configs.GEMM_WARPS
 GEMM_TILES = configs.NVFP4_GEMM_TILES
 GEMM_SMALL_TILES = configs.NVFP4_GEMM_SMALL_TILES
 #: Split K into at most GEMM_MAX_PARTS aligned parts of at least GEMM_MIN_PART_STEPS steps

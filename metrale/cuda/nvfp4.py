@@ -36,7 +36,7 @@ F32 = np.float32
 FAST_ENABLED = os.environ.get("METRALE_CUDA_FAST", "1") != "0"
 #: Tensor-core kernels (kernels/nvfp4_mma.cu, launched by metrale/cuda/mma.py) for m >=
 #: MMA_MIN_ROWS; METRALE_CUDA_MMA=0 forces the CUDA-core kernels (same bits). MMA_MIN_ROWS = 4:
-#: on the H200 (docs/performance.md) the Qwen3-8B FFN took 77.2 us at m = 2 on the MMA path
+#: on the H200 (docs/performance-log.md) the Qwen3-8B FFN took 77.2 us at m = 2 on the MMA path
 #: against 56.0 us on the CUDA-core kernels; the tests lower it to 2 to keep m = 2, 3 covered;
 #: METRALE_NVFP4_MMA_MIN_ROWS moves it (benchmarks of the routing). Up to FAST_ONE_PASS_ROWS
 #: rows a projection whose fast kernel takes all rows in one pass (its shared memory fits) runs
@@ -56,7 +56,7 @@ A4_MMA_MIN_ROWS = 2
 #: measured (``python -m metrale.bench --formats nvfp4-w4a4 --m 1,2,3`` as is and with
 #: METRALE_CUDA_A4_FAST_ROWS=1, m = 2, 3 on the tensor cores): H200, Qwen3-8B FFN 53.6 / 60.9 us
 #: at m = 2 / 3 against 81.8 / 82.2 us (m = 1: 44.5 against 56.1 on the generic kernel); m = 4
-#: (where its shared memory fits; Llama-3-8B's down projection takes the tensor cores): docs/performance.md.
+#: (where its shared memory fits; Llama-3-8B's down projection takes the tensor cores): docs/performance-log.md.
 A4_FAST_MAX_ROWS = int(os.environ.get("METRALE_CUDA_A4_FAST_ROWS", "4"))
 
 UPLOADERS: dict[str, Callable[[Any], Any]] = {"nvfp4": upload_generic}

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from metrale.cuda import configs, mma, pdl, runtime
-from metrale.cuda.launch_args import cdiv, device_out, device_rows, tier, weight_arrays
+from metrale.cuda.launch_args import built_launchers, cdiv, projection_operands, tier_launch
 from metrale.cuda.runtime import get_kernel
 from metrale.cuda.weights import DeviceWeight, to_device
 from metrale.errors import MetraleError
@@ -67,14 +67,11 @@ def upload_q2_0(w: Q2_0Weight) -> DeviceWeight:
 def _q2_project(x: Any, w: Any, out: Any, m: int, kernel: str) -> None:
     import cupy
 
-    arr = weight_arrays(w, "q2_0", kernel)
-    n, k = w.n, w.k
-    if k > Q2_MAX_K:
-        raise MetraleError(f"{kernel}: {w.name} has K={k}, above this kernel's limit of {Q2_MAX_K}")
-    if m <= 0:
+    ops = projection_operands(x, w, out, m, "q2_0", kernel, Q2_MAX_K)
+    if ops is None:
         return
-    xa = device_rows(x, k, m, "x")
-    outa, ldo = device_out(out, m, n, "out")
+    arr, xa, outa, ldo = ops
+    n, k = w.n, w.k
     if _dec_project(xa, arr, n, k, m, outa, ldo):
         return
     nb = k // BLOCK
@@ -91,12 +88,10 @@ def _q2_project(x: Any, w: Any, out: Any, m: int, kernel: str) -> None:
         (PREP_THREADS,),
         (xa, np.int64(xa.strides[0] // 2), np.int32(k), np.int32(m), lohi, aux),
     )
-    r = tier(m, Q2_TIERS)
-    nc = Q2_TIERS[r]
-    gemv = get_kernel(CU_FILE, f"q2_0_gemv_r{r}")
-    gemv(
-        (cdiv(n, WARPS * nc), cdiv(m, r)),
-        (32 * WARPS,),
+    name, grid, block = tier_launch("q2_0_gemv", Q2_TIERS, n, m, WARPS)
+    get_kernel(CU_FILE, name)(
+        grid,
+        block,
         (arr["qs"], arr["d"], np.int32(n), np.int32(k), lohi, aux, np.int32(m), outa, np.int64(ldo)),
     )
 
@@ -187,13 +182,7 @@ _KERNEL_FUNCS = ("q2_a16_prep", *(f"q2_0_gemv_r{t}" for t in Q2_TIERS))
 
 def kernels() -> dict[str, Callable[..., Any]]:
     """The Q2_0 launchers, when ``q2_0_gemv.cu`` built on this device (else none)."""
-    if any(get_kernel(CU_FILE, f) is None for f in _KERNEL_FUNCS):
-        return {}
-    return {
-        "q2_0_gemv_vec": q2_0_gemv_vec,
-        "q2_0_gemv_vec_batchm": q2_0_gemv_vec_batchm,
-        "q2_0_gemm": q2_0_gemm,
-    }
+    return built_launchers(CU_FILE, _KERNEL_FUNCS, (q2_0_gemv_vec, q2_0_gemv_vec_batchm, q2_0_gemm))
 
 
 UPLOADERS: dict[str, Callable[[Any], DeviceWeight]] = {"q2_0": upload_q2_0}

@@ -38,6 +38,7 @@ COMPILE_OPTIONS: tuple[str, ...] = (
 )
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.MULTILINE)
 _INSTANCES = re.compile(r"^// @instances ([A-Z0-9_]+)\b.*$", re.MULTILINE)
+_DEFINES = re.compile(r"^// @defines ([A-Z0-9_]+)\b.*$", re.MULTILINE)
 _ARCH = re.compile(r"^// @arch (sm_\d+a)\s*$", re.MULTILINE)
 
 #: (cu_file, device id) -> why the module could not be built.
@@ -51,8 +52,9 @@ def kernel_files() -> list[str]:
 
 
 def source(cu_file: str) -> str:
-    """The file's text with its local ``#include "..."`` headers inlined (each once) and its
-    ``// @instances MACRO`` lines replaced by the instantiations of ``configs.py``."""
+    """The file's text with its local ``#include "..."`` headers inlined (each once), its
+    ``// @defines GROUP`` lines replaced by the ``#define``s and its ``// @instances MACRO`` lines
+    by the instantiations of ``configs.py``."""
     seen: set[str] = set()
 
     def expand(name: str) -> str:
@@ -69,7 +71,8 @@ def source(cu_file: str) -> str:
 
         return _INCLUDE.sub(repl, text)
 
-    return _INSTANCES.sub(lambda m: "\n".join(configs.instances(m.group(1))), expand(cu_file))
+    text = _DEFINES.sub(lambda m: "\n".join(configs.defines(m.group(1))), expand(cu_file))
+    return _INSTANCES.sub(lambda m: "\n".join(configs.instances(m.group(1))), text)
 
 
 def file_arch(cu_file: str, device_arch: str) -> str:

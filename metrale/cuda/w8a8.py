@@ -26,7 +26,15 @@ from typing import Any
 import numpy as np
 
 from metrale.cuda import configs, pdl
-from metrale.cuda.launch_args import cdiv, device_out, device_rows, tier, weight_arrays
+from metrale.cuda.launch_args import (
+    built_launchers,
+    cdiv,
+    device_out,
+    device_rows,
+    tier,
+    tier_launch,
+    weight_arrays,
+)
 from metrale.cuda.runtime import device_id, get_kernel, set_dynamic_smem, sm_count
 from metrale.cuda.weights import DeviceWeight, device_table, to_device
 from metrale.errors import MetraleError
@@ -215,8 +223,7 @@ def _gemv_launch(
         pdl.launch(kern, (cdiv(m, tile.bm), cdiv(w.n, tile.bn)), (tile.threads,), args, tile.smem)
         return
     if m <= max(GEMV_TIERS) and warps is None:
-        r = tier(m, GEMV_TIERS)
-        name, grid, block = f"w8a8_gemv_r{r}", (cdiv(w.n, 4 * GEMV_TIERS[r]), cdiv(m, r)), (128,)
+        name, grid, block = tier_launch("w8a8_gemv", GEMV_TIERS, w.n, m, 4)
     else:
         name, cols, rows_ = mma_kernel_name(m, w.n, warps)
         grid, block = (cdiv(w.n, cols), cdiv(m, rows_)), (32 * int(name.rsplit("_w", 1)[1]),)
@@ -314,13 +321,7 @@ _KERNEL_FUNCS = (
 
 def kernels() -> dict[str, Callable[..., Any]]:
     """The W8A8 launchers, when ``w8a8.cu`` built on this device (else none)."""
-    if any(get_kernel(CU_FILE, f) is None for f in _KERNEL_FUNCS):
-        return {}
-    return {
-        "w8a8_quantize": w8a8_quantize,
-        "w8a8_gemv": w8a8_gemv,
-        "w8a8_silu_quant_gemv": w8a8_silu_quant_gemv,
-    }
+    return built_launchers(CU_FILE, _KERNEL_FUNCS, (w8a8_quantize, w8a8_gemv, w8a8_silu_quant_gemv))
 
 
 UPLOADERS: dict[str, Callable[[Any], DeviceWeight]] = {"w8a8": upload_w8a8}

@@ -17,9 +17,7 @@
 #pragma once
 #include "nvfp4.cuh"
 
-#define MMA_WARPS 4
-#define MMA_RUN 64
-#define GEMM_WARPS 8
+// @defines MMA_GEMM (MMA_WARPS, MMA_RUN, GEMM_WARPS from metrale/cuda/configs.py)
 
 // The weight rows n0 + g and n0 + g + 8 of this lane (clamped to N - 1): codes and scales.
 struct WeightRows {
