@@ -731,3 +731,19 @@ def test_dry_run_w4a4_kernels(tmp_path: Path) -> None:
     got = {(k["label"], k["m"]) for k in doc["kernels"] if "us" in k}
     assert {(f"w4a4_quantize + w4a4_gemv_small_m {p}", m) for p in ("gate", "down") for m in (1, 2, 3)} <= got
     assert doc["failed"] == []
+
+
+def test_gemlite_peers_are_listed_and_refused_without_gemlite(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every gemlite peer is a ``--peers`` choice with its bit width; without gemlite the peer
+    reads n/a with the reason instead of failing the run."""
+    import sys
+
+    from metrale.bench import peers
+
+    assert set(peers.GEMLITE_BITS) <= set(peers.PEERS)
+    assert options.parse(["--peers", ",".join(peers.GEMLITE_BITS)]).peers == list(peers.GEMLITE_BITS)
+    monkeypatch.setitem(sys.modules, "gemlite", None)  # import gemlite raises ImportError
+    setup = peers._Setup(None, None, None, 64, 128, [1], lambda nb: 1)
+    for kind in peers.GEMLITE_BITS:
+        with pytest.raises(peers.PeerUnavailable, match="gemlite not importable"):
+            peers._gemlite(setup, kind)

@@ -4,7 +4,11 @@ silu·mul, down; gate and up as one [2I, H] weight unless named otherwise):
 * ``bf16``   bf16 cuBLAS, gate and up fused; ``bf16-2`` the same with two matmuls;
 * ``int4``   int4 weight-only tinygemm ``torch._weight_int4pack_mm`` (group 128);
 * ``int8``   ``torch._int_mm`` with per-token int8 quantization of x and h in torch;
-* ``fp8``    FP8 ``torch._scaled_mm`` (e4m3, per-row weight scales, per-token activation scales).
+* ``fp8``    FP8 ``torch._scaled_mm`` (e4m3, per-row weight scales, per-token activation scales);
+* ``gl-*``   gemlite (Triton, optional; not exact): ``gl-w4`` / ``gl-w2`` A16W4 / A16W2 int with
+  group 64, ``gl-w8fp8`` A16W8 FP8 weight-only, ``gl-a8w8`` A8W8 int8 dynamic, ``gl-a8w8fp8``
+  A8W8 FP8 dynamic; the tuned configurations of its ``configs/h100.json`` are loaded first, so
+  no autotuning runs inside the timings.
 
 Their weights are random (their bits are not checked: they are speed references). A peer the
 installed torch cannot run reads ``n/a`` with the reason; ops that want padded row counts get
@@ -25,7 +29,15 @@ PEERS: dict[str, str] = {
     "int4": "int4 tinygemm g128",
     "int8": "int8 _int_mm + per-token quant",
     "fp8": "FP8 _scaled_mm",
+    "gl-w4": "gemlite A16W4 int g64",
+    "gl-w2": "gemlite A16W2 int g64",
+    "gl-w8fp8": "gemlite A16W8 FP8 weight-only",
+    "gl-a8w8": "gemlite A8W8 int8 dynamic",
+    "gl-a8w8fp8": "gemlite A8W8 FP8 dynamic",
 }
+
+#: gemlite peers: kind -> weight bits per element (group-64 scales and zeros come on top).
+GEMLITE_BITS = {"gl-w4": 4, "gl-w2": 2, "gl-w8fp8": 8, "gl-a8w8": 8, "gl-a8w8fp8": 8}
 
 
 class PeerUnavailable(Exception):
@@ -167,6 +179,52 @@ def _quantized(s: _Setup, kind: str) -> Built:
     return nb, ffn, pad
 
 
+def _gemlite(s: _Setup, kind: str) -> Built:
+    """A gemlite FFN: gate and up as one [2I, H] GemLite layer, down [H, I]; random codes (the
+    grouped int kinds: codes in [0, 2^bits), bf16 scales, zero point 2^(bits-1)) or random bf16
+    weights quantized by gemlite's own helper (the FP8 and A8W8 kinds)."""
+    t, inter, g, dev = s.torch, s.inter, s.gen, s.dev
+    try:
+        from pathlib import Path
+
+        import gemlite
+        from gemlite import helper
+    except Exception as exc:
+        raise PeerUnavailable(f"gemlite not importable ({_first_line(exc)})") from None
+    gemlite.load_config(str(Path(gemlite.__file__).parent / "configs" / "h100.json"), print_error=False)
+    bits = GEMLITE_BITS[kind]
+    group = 64
+    nb = 3 * s.hidden * inter * bits // 8
+    nb += 3 * s.hidden * inter // group * 4 if kind in ("gl-w4", "gl-w2") else 4 * (2 * inter + s.hidden)
+    n = s.copies(nb)
+
+    def layer(rows: int, k: int) -> Any:
+        if kind in ("gl-w4", "gl-w2"):
+            wq = t.randint(0, 2**bits, (rows, k), dtype=t.uint8, generator=g, device=dev)
+            sc = (t.rand(rows, k // group, generator=g, device=dev) * 0.01).bfloat16()
+            zero = t.full_like(sc, 2 ** (bits - 1))
+            return helper.A16Wn(device=dev, dtype=t.bfloat16).from_weights(wq, sc, zero, bits, group)
+        w = (t.randn(rows, k, generator=g, device=dev) * 0.02).bfloat16()
+        make = {
+            "gl-w8fp8": helper.A16W8_FP8,
+            "gl-a8w8": helper.A8W8_int8_dynamic,
+            "gl-a8w8fp8": helper.A8W8_fp8_dynamic,
+        }[kind]
+        return make(device=dev, dtype=t.bfloat16).from_weights(w)
+
+    try:
+        gu = [layer(2 * inter, s.hidden) for _ in range(n)]
+        dn = [layer(s.hidden, inter) for _ in range(n)]
+        dn[0](_silu_mul(t, gu[0](t.zeros(1, s.hidden, dtype=t.bfloat16, device=dev)), inter))
+    except Exception as exc:
+        raise PeerUnavailable(_first_line(exc)) from None
+
+    def ffn(i: int, xm: Any) -> Any:
+        return dn[i](_silu_mul(t, gu[i](xm), inter))
+
+    return nb, ffn, {m: m for m in s.ms}
+
+
 def padded_rows(m: int, accepts: Callable[[int], bool]) -> int:
     """The smallest row count ≥ m among m, 17 (ops that refuse m ≤ 16), the next multiple of
     16 and 32 for which ``accepts`` returns without raising; PeerUnavailable with the first
@@ -208,6 +266,8 @@ def build_peer(
             nb, ffn, pad = _int4(setup, x)
         elif kind in ("int8", "fp8"):
             nb, ffn, pad = _quantized(setup, kind)
+        elif kind in GEMLITE_BITS:
+            nb, ffn, pad = _gemlite(setup, kind)
         else:
             raise ValueError(f"unknown peer {kind!r}")
     except PeerUnavailable as exc:
