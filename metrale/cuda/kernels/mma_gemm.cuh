@@ -153,12 +153,13 @@ __device__ __forceinline__ void step_roots(const StepOps& o, const uint4* __rest
                 v[bb][1] = ieee_mul(ieee_mul((float)d[1], o.ws0[bb]), f1);
                 v[bb][2] = ieee_mul(ieee_mul((float)d[2], o.ws1[bb]), f0);
                 v[bb][3] = ieee_mul(ieee_mul((float)d[3], o.ws1[bb]), f1);
-            } else {  // A4: the 2 e2m1 codes in the low-limb slot, one MMA
+            } else {  // A4: the 2 e2m1 codes in the low-limb slot, one MMA; f = ascale / 4 from
+                      // the prep, every product exact (nvfp4_mma.cu, Exactness)
                 mma_s8s8(d, o.a0[bb], o.a1[bb], e ? bv.z : bv.x);
-                v[bb][0] = ieee_mul(ieee_mul(ieee_mul((float)d[0], o.ws0[bb]), f0), 0.25f);
-                v[bb][1] = ieee_mul(ieee_mul(ieee_mul((float)d[1], o.ws0[bb]), f1), 0.25f);
-                v[bb][2] = ieee_mul(ieee_mul(ieee_mul((float)d[2], o.ws1[bb]), f0), 0.25f);
-                v[bb][3] = ieee_mul(ieee_mul(ieee_mul((float)d[3], o.ws1[bb]), f1), 0.25f);
+                v[bb][0] = ieee_mul(ieee_mul((float)d[0], o.ws0[bb]), f0);
+                v[bb][1] = ieee_mul(ieee_mul((float)d[1], o.ws0[bb]), f1);
+                v[bb][2] = ieee_mul(ieee_mul((float)d[2], o.ws1[bb]), f0);
+                v[bb][3] = ieee_mul(ieee_mul((float)d[3], o.ws1[bb]), f1);
             }
         }
     }

@@ -12,7 +12,7 @@
 //         act u32 [rows8/8][NB/2][32 lanes][4]: lane 4g+t, words (lo, hi) of block b (b even:
 //             .x .y, odd: .z .w) hold elements 4t..4t+3 of row 8 nt + g;
 //         fac f32 [rows8/8][NB/8][4 t][8 blocks][2 h] of row 8 nt + 2t + h: A16 2^(E-15), A4
-//             f32(ascale) (NaN for a non-finite block; -0.0 for rows >= m and blocks >= B).
+//             f32(ascale) / 4 (NaN for a non-finite block; -0.0 for rows >= m and blocks >= B).
 //   {w4a16,w4a4}_mma_nt{1,2,3,4}_{a,u}(act, fac, m, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1,
 //                                    ldo1, N, B, NB)
 //       NT = ceil(m / 8) tiles of 8 rows; _a: B % 8 == 0 (16-byte weight, 8-byte scale loads),
@@ -29,8 +29,11 @@
 // rows the B operand (8 rows). A16: S_b = 256 S_hi + S_lo: the hi MMA runs first, its
 // accumulator is shifted left by 8 and fed as C of the lo MMA (|S_b| < 2^23: exact in int32);
 // v_b = (f32(S_b) * f32(wscale_b)) * fac. A4: one MMA (|S_b| <= 2304);
-// v_b = ((f32(S_b) * f32(wscale_b)) * f32(ascale_b)) * 0.25. Every product one IEEE fp32
-// multiply (subnormals kept). Tree: a step is 8 aligned blocks (an 8-leaf subtree in
+// v_b = ((f32(S_b) * f32(wscale_b)) * f32(ascale_b)) * 0.25, computed as (f32(S_b) * f32(wscale_b))
+// * (ascale_b / 4) with ascale_b / 4 formed by the prep: every one of these products is exact
+// (|S_b| <= 2304 has 12 significant bits, each e4m3 scale 4, so 20 bits at most, and the
+// smallest nonzero product 2^-9 2^-9 2^-2 is a normal f32), so the order does not change a bit
+// (arithmetic.md § kernel-notes). A16: every product one IEEE fp32 multiply (subnormals kept). Tree: a step is 8 aligned blocks (an 8-leaf subtree in
 // registers). MMA kernels: a run is 8 steps = an aligned 64-block subtree (binary counter of
 // depth 3); warps take runs round-robin and park the run roots in shared memory; the tree over
 // the run roots (padded with -0.0) gives the root. GEMM: a binary counter over all steps (see
@@ -67,7 +70,7 @@ extern "C" __global__ void __launch_bounds__(256) w4a4_mma_prep(const unsigned i
     float f = METRALE_NEG_ZERO;
     if (r < m && b < B) {
         c = *(const uint4*)((const unsigned char*)codes + (size_t)r * ldc + (size_t)b * 16);
-        f = afac[(size_t)r * B + b];
+        f = ieee_mul(afac[(size_t)r * B + b], 0.25f);  // exact: ascale / 4 (see Exactness)
     }
     const unsigned int lo[4] = {c.x, c.y, c.z, c.w};
     const int nt = r >> 3, g = r & 7;
