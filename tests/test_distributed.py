@@ -265,9 +265,9 @@ def test_load_ffn_layer_reads_rank_slices(tmp_path) -> None:
     NVFP4 folder's MLPs read slice by slice (``replace_mlps(..., tp_group=)``) gives the logits
     of the single-device replacement, and tiny Llama / Qwen3 (W4A4, calibrated) / Gemma models
     with MLPs quantized on the fly give the single-device logits at TP = 2 and 3."""
+    from metrale import load_ffn_layer
     from metrale.checkpoint.convert import ConvertOptions, convert_checkpoint
     from metrale.checkpoint.example import make_example_checkpoint
-    from metrale.checkpoint.load import load_ffn_layer
     from tests import tp_worker
 
     src = make_example_checkpoint(tmp_path / "llama", hidden=64, intermediate=128, layers=2, shards=2, seed=5)
@@ -323,7 +323,7 @@ def test_load_ffn_layer_reads_rank_slices(tmp_path) -> None:
 
 
 def test_load_tp_arguments_refused(tmp_path) -> None:
-    from metrale.checkpoint.load import load_ffn_layer
+    from metrale import load_ffn_layer
 
     with pytest.raises(MetraleError, match="tp_rank=3, tp_size=2"):
         load_ffn_layer(tmp_path, tp_rank=3, tp_size=2)

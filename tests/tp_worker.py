@@ -314,7 +314,7 @@ def run_load(rank: int, size: int, port: int, out_dir: str, paths: list[str]) ->
     import torch
     import torch.distributed as dist
 
-    from metrale.checkpoint.load import load_ffn_layer
+    from metrale import load_ffn_layer
     from metrale.distributed import TpMetraleFfn
 
     torch.set_num_threads(1)

@@ -31,9 +31,9 @@ from metrale.distributed.shard import (
     rows_slice,
 )
 from metrale.errors import MetraleError
+from metrale.ffn_module import MetraleFfn, set_tensor_parallel
 from metrale.reference.context import FfnConfig
 from metrale.reference.layer import DenseFfnLayer, FfnActivation
-from metrale.torch import MetraleFfn
 
 _NO_COPY = (
     "TpMetraleFfn: a rank's module holds a process group and cannot be copied or pickled "
@@ -176,13 +176,13 @@ class TpMetraleFfn(MetraleFfn):
     ) -> TpMetraleFfn:
         """Decoder layer ``layer``'s FFN of a safetensors checkpoint folder, reading only this
         rank's slices (``load_ffn_layer(..., tp_rank=, tp_size=, tp_split=)``)."""
-        from metrale.checkpoint.load import load_ffn_layer
+        from metrale.distributed.load import load_tp_layer
 
         group = process_group(group)
         rank, size = _rank_and_size(group)
         if split not in SPLITS:
             raise MetraleError(f"TpMetraleFfn: split={split!r}, want one of {', '.join(SPLITS)}")
-        tl = load_ffn_layer(
+        tl = load_tp_layer(
             path, layer=layer, backend="reference", tp_rank=rank, tp_size=size, tp_split=split, tp_group=group
         )
         return cls.from_layer(tl)
@@ -251,3 +251,6 @@ class TpMetraleFfn(MetraleFfn):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, tp_rank={self.tp_rank}, tp_size={self.tp_size}, split={self.split}"
+
+
+set_tensor_parallel(TpMetraleFfn.from_module)
