@@ -57,11 +57,35 @@ def set_tensor_parallel(factory: Callable[[MetraleFfn, Any, str], Any]) -> None:
 
 
 def _to_carrier(a: np.ndarray, name: str) -> torch.Tensor:
-    """A CPU integer tensor sharing ``a``'s bytes (a copy only if ``a`` is not contiguous)."""
+    """A CPU integer tensor holding a copy of ``a``'s bytes (the module owns its buffers)."""
     c = _CARRIER.get(a.dtype.itemsize)
     if c is None:
         raise MetraleError(f"{name}: element type {a.dtype} has no torch carrier")
-    return torch.from_numpy(np.ascontiguousarray(a).view(c[0]))
+    return torch.from_numpy(np.array(a, order="C", copy=True).view(c[0]))
+
+
+def activation_of(activation: Any, where: str) -> FfnActivation:
+    """``activation`` (an ``FfnActivation`` or its value) as an FfnActivation, else MetraleError."""
+    try:
+        return FfnActivation(activation)
+    except (ValueError, TypeError):
+        want = ", ".join(repr(a.value) for a in FfnActivation)
+        raise MetraleError(f"{where}: activation {activation!r} is not supported (want {want})") from None
+
+
+def check_weights(config: Any, weights: Any, where: str) -> None:
+    """``config`` an FfnConfig and ``weights`` three metrale weight containers, else MetraleError."""
+    if not isinstance(config, FfnConfig):
+        raise MetraleError(f"{where}: config is a {type(config).__name__}, want a metrale.FfnConfig")
+    if not isinstance(weights, (list, tuple)) or len(weights) != 3:
+        got = f"{len(weights)}" if isinstance(weights, (list, tuple)) else f"a {type(weights).__name__}"
+        raise MetraleError(f"{where}: want 3 weights [gate, up, down], got {got}")
+    kinds = ", ".join(f.weight_type.__name__ for f in FORMATS.values())
+    for proj, w in zip(PROJS, weights, strict=True):
+        if not any(isinstance(w, f.weight_type) for f in FORMATS.values()):
+            raise MetraleError(
+                f"{where}: {proj} is a {type(w).__module__}.{type(w).__name__}, want one of {kinds}"
+            )
 
 
 def _from_carrier(t: torch.Tensor, dtype: np.dtype) -> np.ndarray:
@@ -101,10 +125,9 @@ class MetraleFfn(nn.Module):
 
     def __init__(self, config: FfnConfig, weights: Sequence[Any], activation: FfnActivation | str) -> None:
         super().__init__()
-        if len(weights) != 3:
-            raise MetraleError(f"MetraleFfn: want 3 weights (gate, up, down), got {len(weights)}")
+        check_weights(config, weights, type(self).__name__)
         self.config = config
-        self.activation = FfnActivation(activation)
+        self.activation = activation_of(activation, type(self).__name__)
         # Validate shapes and formats once (the reference layer checks them).
         self._layer_of(list(weights), "reference")
         self.format = spec_of(weights[0]).stem
@@ -168,6 +191,10 @@ class MetraleFfn(nn.Module):
             out.append(cls(**kw))
         return out
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The built device layers hold kernels and device memory: a pickle or copy rebuilds them.
+        return {**self.__dict__, "_built": {}}
+
     def __setstate__(self, state: dict[str, Any]) -> None:
         # A copy (copy.deepcopy, pickle) is a new module: it gets its own operator handle.
         super().__setstate__(state)
@@ -211,7 +238,10 @@ class MetraleFfn(nn.Module):
 
     # ---- forward ----
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_input(x, self.config.hidden_size, "MetraleFfn input")
+        if not torch.compiler.is_compiling():
+            check_input(x, self.config.hidden_size, "MetraleFfn input")
+        # Under torch.compile the operator's body checks x when the graph runs: an error raised
+        # while tracing would reach the caller wrapped in Dynamo's report.
         return torch.ops.metrale.dense_ffn(x, self._handle)
 
     def run(self, x: torch.Tensor) -> torch.Tensor:
@@ -280,6 +310,8 @@ def check_input(x: torch.Tensor, hidden: int, name: str) -> None:
     """bf16 ``[..., hidden]`` on a CPU or CUDA device, else MetraleError naming ``name``."""
     if not isinstance(x, torch.Tensor):
         raise MetraleError(f"{name}: expected a torch tensor, got {type(x).__name__}")
+    if x.layout != torch.strided:
+        raise MetraleError(f"{name}: layout {x.layout}, want a dense (strided) tensor")
     if x.dtype != torch.bfloat16:
         raise MetraleError(f"{name}: dtype {x.dtype}, want torch.bfloat16")
     if x.device.type not in ("cpu", "cuda"):
@@ -288,26 +320,58 @@ def check_input(x: torch.Tensor, hidden: int, name: str) -> None:
         raise MetraleError(f"{name}: shape {list(x.shape)}, want [..., {hidden}]")
 
 
-@torch.library.custom_op("metrale::dense_ffn", mutates_args=())
+#: Handles are positive int64 (the operator's ``int`` argument).
+_MAX_HANDLE = 2**63 - 1
+
+
 def dense_ffn(x: torch.Tensor, handle: int) -> torch.Tensor:
-    """The FFN of the ``MetraleFfn`` registered as ``handle`` over bf16 ``x [..., hidden]``."""
+    """``metrale::dense_ffn(x, handle)``: the FFN of the ``MetraleFfn`` registered as ``handle``
+    over bf16 ``x [..., hidden]``, arguments checked (MetraleError) before the dispatcher sees them."""
+    if not isinstance(x, torch.Tensor):
+        raise MetraleError(f"metrale::dense_ffn: x is a {type(x).__name__}, want a torch tensor")
+    if isinstance(handle, bool) or not isinstance(handle, int) or not 0 < handle <= _MAX_HANDLE:
+        raise MetraleError(
+            f"metrale::dense_ffn: handle {handle!r} is not a module handle (an int in 1..2**63-1)"
+        )
+    return torch.ops.metrale.dense_ffn(x, handle)
+
+
+@torch.library.custom_op("metrale::dense_ffn", mutates_args=())
+def _dense_ffn_op(x: torch.Tensor, handle: int) -> torch.Tensor:
+    """The operator's body: the FFN of the ``MetraleFfn`` registered as ``handle``."""
     mod = _MODULES.get(handle)
     if mod is None:
         raise MetraleError(f"metrale::dense_ffn: no live MetraleFfn with handle {handle}")
     return mod.run(x)
 
 
-@dense_ffn.register_fake
+@_dense_ffn_op.register_fake
 def _dense_ffn_fake(x: torch.Tensor, handle: int) -> torch.Tensor:
     return x.new_empty(x.shape)
 
 
-def _no_backward(ctx: Any, grad: torch.Tensor) -> None:
-    raise MetraleError("metrale::dense_ffn is inference only: it has no backward (run under torch.no_grad())")
+_NO_BACKWARD = "metrale::dense_ffn is inference only: it has no backward (run under torch.no_grad())"
+
+
+@torch.library.custom_op("metrale::dense_ffn_no_backward", mutates_args=())
+def _no_backward_op(grad: torch.Tensor) -> torch.Tensor:
+    """The backward of ``metrale::dense_ffn``: raises when it runs. An operator (not a raise in
+    the formula) so that tracing the backward, as AOTAutograd does for a compiled forward with
+    grad enabled, succeeds and only running it fails."""
+    raise MetraleError(_NO_BACKWARD)
+
+
+@_no_backward_op.register_fake
+def _no_backward_fake(grad: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(grad)
+
+
+def _backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+    return _no_backward_op(grad), None
 
 
 def _setup_context(ctx: Any, inputs: Any, output: Any) -> None:
     return None
 
 
-torch.library.register_autograd("metrale::dense_ffn", _no_backward, setup_context=_setup_context)
+torch.library.register_autograd("metrale::dense_ffn", _backward, setup_context=_setup_context)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from metrale.bench.measure import rotation
+from metrale.errors import MetraleError
 
 PEERS: dict[str, str] = {
     "bf16": "bf16 cuBLAS (gate+up fused)",
@@ -28,7 +29,7 @@ PEERS: dict[str, str] = {
 }
 
 
-class PeerUnavailable(Exception):
+class PeerUnavailable(MetraleError):
     """The installed torch cannot run this peer (the message says why)."""
 
 
