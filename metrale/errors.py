@@ -14,3 +14,8 @@ class KernelMissing(MetraleError):
 class BackendUnavailable(MetraleError, RuntimeError):
     """A requested backend cannot run here; the message names what is missing (also a
     RuntimeError, as it was before it became a MetraleError)."""
+
+
+class TpDisagreement(MetraleError):
+    """The ranks of a tensor-parallel group disagree on a layer (config, split, format, sizes,
+    weights, row count), or one failed to build its part: every rank raises the same message."""

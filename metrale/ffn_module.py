@@ -61,7 +61,7 @@ def _to_carrier(a: np.ndarray, name: str) -> torch.Tensor:
     c = _CARRIER.get(a.dtype.itemsize)
     if c is None:
         raise MetraleError(f"{name}: element type {a.dtype} has no torch carrier")
-    return torch.from_numpy(np.array(a, order="C", copy=True).view(c[0]))
+    return torch.from_numpy(np.array(a, order="C", copy=True, ndmin=1).view(c[0]))
 
 
 def activation_of(activation: Any, where: str) -> FfnActivation:

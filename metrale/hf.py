@@ -189,7 +189,7 @@ def _group_max(amaxes: list[tuple[float, float]], group: Any) -> list[tuple[floa
     device: CUDA for NCCL)."""
     import torch.distributed as dist
 
-    from metrale.distributed.module import process_group
+    from metrale.distributed.agree import process_group
 
     group = process_group(group)
     dev = "cpu" if "gloo" in dist.get_backend(group) else f"cuda:{torch.cuda.current_device()}"
