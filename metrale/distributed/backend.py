@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from metrale.distributed.agree import agree_rows
+from metrale.distributed.agree import WHERE, agree_rows
 from metrale.distributed.shard import (
     BLOCK,
     SPLITS,
@@ -143,7 +143,7 @@ class TpBackend(Backend):
         in a collective of mismatched sizes. NCCL groups skip it (no host sync per call)."""
         got = self.inner.rows(x, k, name)
         if self.device is None or self.staged:
-            agree_rows(self.group, int(got.shape[0]), f"tensor parallel {name}")
+            agree_rows(self.group, int(got.shape[0]), WHERE)
         return got
 
     def to_numpy(self, a: Any) -> np.ndarray:
