@@ -1,4 +1,4 @@
-"""replace_mlps refuses what it cannot run with one-line MetraleErrors (issue 23): a module
+"""replace_mlps refuses what it cannot run with one-line MetraleErrors: a module
 that is not a transformers model, a source that is neither a format nor a path, a model on
 the meta device, architectures without gated decoder MLPs, and bad W4A4 calibration ids."""
 

@@ -1,4 +1,4 @@
-"""MetraleFfn under hostile use (issue 23): owned buffers, compile with grad, pickling after a
+"""MetraleFfn under hostile use: owned buffers, compile with grad, pickling after a
 forward, one-line MetraleErrors for bad arguments, and a fuzz of construction and forward."""
 
 from __future__ import annotations
