@@ -4,7 +4,9 @@ The names a user needs (see README.md): build a layer from weights or a checkpoi
 the reference (numpy) or CUDA backend, or project rows through one weight.
 
 Importing ``metrale`` plugs the layers above the reference into it: backend selection by name
-(``metrale.backend``) and checkpoint loading (``load_ffn_layer``, imported when first called).
+(``metrale.backend``) and checkpoint loading (``load_ffn_layer``: ``metrale.checkpoint.load``,
+or a tensor-parallel rank's slices through ``metrale.distributed.load``, imported when first
+called).
 """
 
 from __future__ import annotations
@@ -34,13 +36,19 @@ __version__ = "0.1.0"
 
 
 def load_ffn_layer(
-    path: str | os.PathLike[str], layer: int = 0, backend: Backend | str | None = "auto", **options: Any
+    path: str | os.PathLike[str], layer: int = 0, backend: Backend | str | None = "auto", **tp: Any
 ) -> DenseFfnLayer:
     """The FFN of decoder layer ``layer`` of a checkpoint folder or .gguf file that metrale,
-    ModelOpt, compressed-tensors or ggml wrote (``metrale.checkpoint.load``)."""
+    ModelOpt, compressed-tensors or ggml wrote (``metrale.checkpoint.load``); with ``tp_rank=``,
+    ``tp_size=`` (and ``tp_split=``, ``tp_group=``), a tensor-parallel rank's layer read slice
+    by slice (``metrale.distributed.load.load_tp_layer``)."""
+    if tp:
+        from metrale.distributed.load import load_tp_layer  # the TP layer only when used
+
+        return load_tp_layer(path, layer, backend, **tp)
     from metrale.checkpoint.load import load_ffn_layer as load  # torch/safetensors only when used
 
-    return load(path, layer=layer, backend=backend, **options)
+    return load(path, layer=layer, backend=backend)
 
 
 set_checkpoint_loader(load_ffn_layer)

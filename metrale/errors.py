@@ -1,4 +1,4 @@
-"""metrale's exception types."""
+"""metrale's exception types: every exception class metrale defines derives from MetraleError."""
 
 from __future__ import annotations
 
@@ -11,5 +11,11 @@ class KernelMissing(MetraleError):
     """A named kernel is absent from this backend's build ("missing in this target build")."""
 
 
-class BackendUnavailable(RuntimeError):
-    """A requested backend cannot run here; the message names what is missing."""
+class BackendUnavailable(MetraleError, RuntimeError):
+    """A requested backend cannot run here; the message names what is missing (also a
+    RuntimeError, as it was before it became a MetraleError)."""
+
+
+class TpDisagreement(MetraleError):
+    """The ranks of a tensor-parallel group disagree on a layer (config, split, format, sizes,
+    weights, row count), or one failed to build its part: every rank raises the same message."""

@@ -35,6 +35,24 @@ _ACTIVATIONS = {
 }
 
 
+#: The architectures replace_mlps runs (decoder layers at model.model.layers with gated MLPs).
+SUPPORTED = (
+    "Llama, Mistral, Qwen2, Qwen3 (SiLU) and Gemma (GELU-tanh): decoder layers at model.model.layers "
+    "with gated MLPs (gate_proj, up_proj, down_proj, no bias)"
+)
+
+
+def architecture(model: Any) -> str:
+    """``model``'s class and transformers ``model_type``, for messages; MetraleError if
+    ``model`` is not a transformers model (an nn.Module with a ``config``)."""
+    if not isinstance(model, nn.Module) or getattr(model, "config", None) is None:
+        raise MetraleError(
+            f"replace_mlps: a {type(model).__name__} is not a transformers model (no .config); "
+            f"supported: {SUPPORTED}"
+        )
+    return f"{type(model).__name__} (model_type {getattr(model.config, 'model_type', None)!r})"
+
+
 def model_activation(config: Any) -> FfnActivation:
     """The MLP activation of a transformers config (Gemma's ``hidden_activation`` first)."""
     name = getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", None)
@@ -96,8 +114,25 @@ def _host_bf16(w: torch.Tensor, name: str) -> np.ndarray:
     return w.detach().cpu().contiguous().view(torch.int16).numpy().view(BF16)
 
 
+def check_calibration(model: nn.Module, input_ids: Any) -> None:
+    """``input_ids``: a non-empty integer tensor [batch, seq] of ids below the model's vocabulary
+    size, else MetraleError."""
+    where = "replace_mlps(calibration=)"
+    if not isinstance(input_ids, torch.Tensor):
+        raise MetraleError(f"{where}: a {type(input_ids).__name__}, want a torch integer tensor of token ids")
+    if input_ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8):
+        raise MetraleError(f"{where}: dtype {input_ids.dtype}, want integer token ids (torch.long)")
+    if input_ids.dim() != 2 or input_ids.numel() == 0:
+        raise MetraleError(f"{where}: shape {list(input_ids.shape)}, want non-empty [batch, seq]")
+    vocab = getattr(model.config, "vocab_size", None)
+    lo, hi = int(input_ids.min()), int(input_ids.max())
+    if lo < 0 or (isinstance(vocab, int) and hi >= vocab):
+        raise MetraleError(f"{where}: ids span {lo}..{hi}, outside the vocabulary 0..{vocab}")
+
+
 def calibrate(model: nn.Module, input_ids: torch.Tensor) -> list[tuple[float, float]]:
     """Per decoder layer: (amax of the MLP input, amax of down_proj's input) over one forward."""
+    check_calibration(model, input_ids)
     mlps = decoder_mlps(model)
     amax = [[0.0, 0.0] for _ in mlps]
     hooks = []
@@ -154,7 +189,7 @@ def _group_max(amaxes: list[tuple[float, float]], group: Any) -> list[tuple[floa
     device: CUDA for NCCL)."""
     import torch.distributed as dist
 
-    from metrale.distributed.module import process_group
+    from metrale.distributed.agree import process_group
 
     group = process_group(group)
     dev = "cpu" if "gloo" in dist.get_backend(group) else f"cuda:{torch.cuda.current_device()}"
@@ -186,9 +221,25 @@ def replace_mlps(
     refused); a format quantizes the whole MLP and keeps the rank's slices. The W4A4
     calibration amaxes are reduced (max) over the group, so every rank quantizes alike.
     """
-    act = model_activation(model.config)
-    layers = decoder_layers(model)
-    mlps = decoder_mlps(model)
+    arch = architecture(model)
+    try:
+        layers = decoder_layers(model)
+        mlps = decoder_mlps(model)
+        act = model_activation(model.config)
+    except MetraleError as e:
+        why = str(e).removeprefix(f"{type(model).__name__}: ")
+        raise MetraleError(f"{arch}: {why}; supported: {SUPPORTED}") from None
+    for i, mlp in enumerate(mlps):
+        if mlp.gate_proj.weight.device.type == "meta":
+            raise MetraleError(
+                f"{arch}: model.layers.{i}.mlp is on the meta device (no weights to quantize or to "
+                "check against; load the weights first)"
+            )
+    if not isinstance(source, (str, os.PathLike)):
+        raise MetraleError(
+            f"replace_mlps: source {source!r} is a {type(source).__name__}, want a format "
+            f"({', '.join(FORMATS)}) or a checkpoint path"
+        )
     is_format = isinstance(source, str) and source in FORMATS
     if not is_format:
         p = Path(source)

@@ -71,6 +71,21 @@ def edges(root: Path = PACKAGE) -> list[Edge]:
     return out
 
 
+def package_of(module: str) -> str:
+    """The package node of a module: its subpackage of ``metrale`` (``metrale.checkpoint.load``
+    → ``metrale.checkpoint``), or the module itself at the top (``metrale.torch``, ``metrale``)."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_edges(es: list[Edge]) -> list[Edge]:
+    """The edges between packages (``package_of`` both ends; edges inside a package dropped)."""
+    return [
+        Edge(package_of(e.src), package_of(e.dst), e.lazy, e.line)
+        for e in es
+        if package_of(e.src) != package_of(e.dst)
+    ]
+
+
 def cycles(es: list[Edge]) -> list[list[str]]:
     """Strongly connected components of more than one module (Tarjan)."""
     graph: dict[str, set[str]] = {}

@@ -88,7 +88,7 @@ def test_cuda_unavailable_names_what_is_missing(how: str, monkeypatch: pytest.Mo
             get_backend("cuda")
     assert str(e.value) == f"backend 'cuda' cannot run here: {CUDA_REASON}"
     assert any(word in CUDA_REASON for word in ("CuPy", "CUDA device", "CUDA kernels"))
-    assert not isinstance(e.value, MetraleError)
+    assert isinstance(e.value, MetraleError) and isinstance(e.value, RuntimeError)
 
 
 def test_cuda_reason_is_text_or_none() -> None:

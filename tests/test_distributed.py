@@ -56,6 +56,20 @@ def _join(ctx: Any) -> None:
         pass
 
 
+def _join_within(ctx: Any, seconds: float) -> None:
+    """Join the ranks; a rank still running after ``seconds`` (a hang) is killed and fails the test."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not ctx.join(timeout=1):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            pytest.fail(
+                f"tensor-parallel ranks still running after {seconds} s (a rank waits in a collective)"
+            )
+
+
 def _bits_mismatch(where: str, got: np.ndarray, want: np.ndarray) -> str | None:
     """None when the raw bits are equal, else where the first difference is."""
     if got.shape != want.shape:
@@ -265,9 +279,9 @@ def test_load_ffn_layer_reads_rank_slices(tmp_path) -> None:
     NVFP4 folder's MLPs read slice by slice (``replace_mlps(..., tp_group=)``) gives the logits
     of the single-device replacement, and tiny Llama / Qwen3 (W4A4, calibrated) / Gemma models
     with MLPs quantized on the fly give the single-device logits at TP = 2 and 3."""
+    from metrale import load_ffn_layer
     from metrale.checkpoint.convert import ConvertOptions, convert_checkpoint
     from metrale.checkpoint.example import make_example_checkpoint
-    from metrale.checkpoint.load import load_ffn_layer
     from tests import tp_worker
 
     src = make_example_checkpoint(tmp_path / "llama", hidden=64, intermediate=128, layers=2, shards=2, seed=5)
@@ -323,7 +337,7 @@ def test_load_ffn_layer_reads_rank_slices(tmp_path) -> None:
 
 
 def test_load_tp_arguments_refused(tmp_path) -> None:
-    from metrale.checkpoint.load import load_ffn_layer
+    from metrale import load_ffn_layer
 
     with pytest.raises(MetraleError, match="tp_rank=3, tp_size=2"):
         load_ffn_layer(tmp_path, tp_rank=3, tp_size=2)
@@ -444,3 +458,56 @@ def test_replace_mlps_tp_checks_the_checkpoint_shape(one_rank_world: Any, tmp_pa
         MetraleError, match="layer 0 FFN is hidden=64, intermediate=128; the model's is hidden=128"
     ):
         replace_mlps(model, src, tp_group=one_rank_world)
+
+
+def test_ranks_that_disagree_fail_alike(tmp_path) -> None:
+    """Two gloo ranks given different configs, splits, weights or row counts, or one failing
+    its construction (tp_layer(cfg, 1, 3) in a group of 2, split 'x'), all raise the same
+    TpDisagreement on both ranks, within the collective timeout (no hang); the group then
+    still runs an agreeing module with the single-device bits."""
+    from metrale.reference.context import FfnConfig
+    from metrale.torch import MetraleFfn
+    from tests import tp_worker as w
+
+    ctx = _start(w.run_hostile, 2, (2, _free_port(), str(tmp_path)))
+    _join_within(ctx, 60)
+    got = [json.loads((tmp_path / f"hostile{r}.json").read_text()) for r in range(2)]
+    want = {
+        "config": r"disagree on the FFN \(hidden, intermediate\) "
+        r"\(rank 0: \(128, 320\); rank 1: \(128, 160\)\)",
+        "split": r"disagree on split \(rank 0: k; rank 1: n\)",
+        "weights": r"disagree on .*fingerprint",
+        "rows": r"different row counts \(rank 0: 2, rank 1: 3\)",
+        "build": r"rank 1 of 2 failed to build its part: tensor parallel: rank 1 of 3 given, "
+        r"the process group says 1 of 2",
+        "bad split": r"rank 1 of 2 failed to build its part: TpMetraleFfn: split='x', want one of k, n",
+    }
+    import re
+
+    for name, pattern in want.items():
+        assert got[0][name] == got[1][name], (name, got[0][name], got[1][name])
+        assert re.match(r"TpDisagreement: tensor parallel.*" + pattern, got[0][name]), (name, got[0][name])
+    whole = MetraleFfn.from_weights(FfnConfig(w.MOD_HIDDEN, w.MOD_INTER), w.module_weights("nvfp4"), "silu")
+    y = w.raw(whole(w.module_input("nvfp4", 3)))
+    for r in range(2):
+        assert np.array_equal(np.load(tmp_path / f"hostile{r}.npy"), y), r
+
+
+def test_tp_ranks_and_sizes_refused_by_type(tmp_path) -> None:
+    from metrale import load_ffn_layer
+    from metrale.distributed import tp_layer
+    from metrale.reference.context import FfnConfig
+
+    cfg = FfnConfig(64, 128)
+    for rank, size, bad in (
+        ("0", "1", "rank='0'"),
+        (0.0, 1, "rank=0.0"),
+        (0, 1.0, "size=1.0"),
+        (True, 2, "rank=True"),
+    ):
+        with pytest.raises(MetraleError, match=f"tp_layer: {bad}, want an int"):
+            tp_layer(cfg, rank, size)
+    with pytest.raises(MetraleError, match=r"tp_rank=0\.5: want an int, got float"):
+        load_ffn_layer(tmp_path, tp_rank=0.5, tp_size=1)
+    with pytest.raises(MetraleError, match=r"tp_size='1': want an int, got str"):
+        load_ffn_layer(tmp_path, tp_rank=0, tp_size="1")

@@ -139,16 +139,16 @@ def root_quants(w: Any) -> list[tuple[str, Any]]:
     return out
 
 
-def module_weights(fmt: str) -> list[Any]:
-    """Seeded whole gate, up, down containers [MOD_INTER, MOD_HIDDEN] / [MOD_HIDDEN, MOD_INTER]
-    of ``fmt`` (w4a4: NVFP4 with input scales)."""
+def module_weights(fmt: str, inter: int = MOD_INTER, seed: int = 40) -> list[Any]:
+    """Seeded whole gate, up, down containers [inter, MOD_HIDDEN] / [MOD_HIDDEN, inter] of
+    ``fmt`` (w4a4: NVFP4 with input scales)."""
     from metrale.checkpoint.work import quantize_array
     from metrale.reference.elements import BF16
     from metrale.reference.formats import DenseWeight
 
-    rng = np.random.default_rng(MOD_FORMATS.index(fmt) + 40)
+    rng = np.random.default_rng(MOD_FORMATS.index(fmt) + seed)
     out = []
-    for j, (n, k) in enumerate(((MOD_INTER, MOD_HIDDEN), (MOD_INTER, MOD_HIDDEN), (MOD_HIDDEN, MOD_INTER))):
+    for j, (n, k) in enumerate(((inter, MOD_HIDDEN), (inter, MOD_HIDDEN), (MOD_HIDDEN, inter))):
         w = (rng.standard_normal((n, k), dtype=np.float32) * 0.08).astype(BF16)
         name = ("gate_proj", "up_proj", "down_proj")[j]
         if fmt == "bf16":
@@ -314,7 +314,7 @@ def run_load(rank: int, size: int, port: int, out_dir: str, paths: list[str]) ->
     import torch
     import torch.distributed as dist
 
-    from metrale.checkpoint.load import load_ffn_layer
+    from metrale import load_ffn_layer
     from metrale.distributed import TpMetraleFfn
 
     torch.set_num_threads(1)
@@ -473,5 +473,56 @@ def run_cuda_module(rank: int, size: int, port: int, out_dir: str, transport: st
         np.savez(Path(out_dir, f"cudamod{rank}.npz"), **out)
         Path(out_dir, f"cudamod{rank}.json").write_text(json.dumps(errors))
         dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+#: The collective timeout of the disagreement world: a rank left waiting fails within it.
+HOSTILE_TIMEOUT = datetime.timedelta(seconds=20)
+
+
+def run_hostile(rank: int, size: int, port: int, out_dir: str) -> None:
+    """Two ranks that disagree, case by case (different configs, splits, weights, row counts;
+    one rank's failed construction, a bad split on one rank): each rank records the error it
+    got (``hostile{rank}.json``); then an agreeing module's output bits (``hostile{rank}.npy``)."""
+    import torch
+    import torch.distributed as dist
+
+    from metrale.distributed import tp_layer
+    from metrale.errors import MetraleError
+    from metrale.reference.context import FfnConfig
+    from metrale.reference.layer import FfnWeights
+    from metrale.torch import TpMetraleFfn
+
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size, timeout=HOSTILE_TIMEOUT
+    )
+    cfg = FfnConfig(MOD_HIDDEN, MOD_INTER)
+    ws = module_weights("nvfp4")
+    good = TpMetraleFfn.from_weights(cfg, ws, "silu")
+    half = FfnConfig(MOD_HIDDEN, MOD_INTER // 2)
+    cases = {
+        "config": lambda: TpMetraleFfn.from_weights(
+            cfg if rank == 0 else half, ws if rank == 0 else module_weights("nvfp4", MOD_INTER // 2)
+        ),
+        "split": lambda: TpMetraleFfn.from_weights(cfg, ws, split="k" if rank == 0 else "n"),
+        "weights": lambda: TpMetraleFfn.from_weights(
+            cfg, ws if rank == 0 else module_weights("nvfp4", seed=41)
+        ),
+        "rows": lambda: good(module_input("nvfp4", 2 + rank)),
+        "build": lambda: tp_layer(cfg, rank, size + rank, weights=FfnWeights(*ws)),
+        "bad split": lambda: TpMetraleFfn.from_weights(cfg, ws, split="n" if rank == 0 else "x"),
+    }
+    got: dict[str, str] = {}
+    try:
+        for name, f in cases.items():
+            try:
+                f()
+                got[name] = "no error"
+            except MetraleError as e:
+                got[name] = f"{type(e).__name__}: {e}"
+        np.save(Path(out_dir) / f"hostile{rank}.npy", raw(good(module_input("nvfp4", 3))))
+        (Path(out_dir) / f"hostile{rank}.json").write_text(json.dumps(got))
     finally:
         dist.destroy_process_group()

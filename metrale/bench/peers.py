@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from metrale.bench.measure import rotation
+from metrale.errors import MetraleError
 
 PEERS: dict[str, str] = {
     "bf16": "bf16 cuBLAS (gate+up fused)",
@@ -40,7 +41,7 @@ PEERS: dict[str, str] = {
 GEMLITE_BITS = {"gl-w4": 4, "gl-w2": 2, "gl-w8fp8": 8, "gl-a8w8": 8, "gl-a8w8fp8": 8}
 
 
-class PeerUnavailable(Exception):
+class PeerUnavailable(MetraleError):
     """The installed torch cannot run this peer (the message says why)."""
 
 

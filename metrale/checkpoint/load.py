@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ import numpy as np
 from metrale.checkpoint.checks import ffn_problems, require_none, weight_problems
 from metrale.checkpoint.io import HfFolder
 from metrale.errors import MetraleError
-from metrale.reference.backend import Backend, resolve_backend
+from metrale.reference.backend import Backend
 from metrale.reference.context import FfnConfig
 from metrale.reference.formats import DenseWeight, spec_of, spec_of_tensors
 from metrale.reference.layer import DenseFfnLayer, FfnActivation, FfnWeights
@@ -104,14 +105,17 @@ def _tp_slice(
     return {k: np.array(v) for k, v in out.items()}
 
 
-def _load_folder(
-    path: Path,
-    layer: int,
-    backend: Backend | str | None,
-    tp: tuple[int, int] | None = None,
-    tp_split: str | None = None,
-    tp_group: Any = None,
-) -> DenseFfnLayer:
+#: A rank's part of a layer, from the layer's config: gate/up rows and down K columns ``cols``
+#: (element range, whole 16-element blocks), and down rows ``down_rows`` (None: down split by K).
+Part = tuple[tuple[int, int], tuple[int, int] | None]
+
+
+def read_ffn_weights(
+    path: Path, layer: int, part: Callable[[FfnConfig], Part] | None = None
+) -> tuple[FfnConfig, FfnActivation, list[Any]]:
+    """The config, activation and gate/up/down weights of decoder layer ``layer`` of a
+    safetensors folder; with ``part``, only the tensors of ``part(config)`` are read (a
+    tensor-parallel rank's slices, ``metrale.distributed.load``)."""
     with HfFolder(path) as folder:
         cfg = folder.config
         where = str(path)
@@ -122,22 +126,12 @@ def _load_folder(
         names = folder.names()
         prefix = _layer_prefix(names, layer, where)
         conf = FfnConfig(int(cfg["hidden_size"]), int(cfg["intermediate_size"]))
-        down_rows = None
-        if tp is not None:
-            from metrale.distributed.shard import BLOCK, SPLITS, block_ranges, default_split, row_ranges
-
-            backend = resolve_backend(backend, "load_ffn_layer")
-            tp_split = default_split(backend) if tp_split is None else tp_split
-            if tp_split not in SPLITS:
-                raise MetraleError(f"tp_split={tp_split!r}: want one of {', '.join(SPLITS)}")
-            b0, b1 = block_ranges(conf.intermediate_size // BLOCK, tp[1])[tp[0]]
-            if tp_split == "n":
-                down_rows = row_ranges(conf.hidden_size, tp[1])[tp[0]]
+        cols, down_rows = part(conf) if part is not None else (None, None)
         ws = []
         for proj in PROJS:
             mod = prefix + proj
             views = {n[len(mod) + 1 :]: folder.tensor(n) for n in names if n.startswith(mod + ".")}
-            if tp is None:
+            if cols is None:
                 ws.append(weight_from_tensors(mod, {k: np.array(v) for k, v in views.items()}))
                 continue
             if "weight" not in views:
@@ -147,36 +141,8 @@ def _load_folder(
 
                 if views["weight"].shape[1] > MAX_K:
                     raise MetraleError(f"{mod}: W8A8 K={views['weight'].shape[1]} exceeds {MAX_K}")
-            ws.append(weight_from_tensors(mod, _tp_slice(proj, views, (16 * b0, 16 * b1), down_rows)))
-        if tp is None:
-            return build_ffn_layer(conf, act, ws, backend, where)
-        return _build_tp(conf, act, ws, backend, where, tp, (b0, b1), down_rows, tp_group)
-
-
-def _build_tp(
-    config: FfnConfig,
-    act: FfnActivation,
-    ws: list[Any],
-    backend: Backend | str | None,
-    where: str,
-    tp: tuple[int, int],
-    blocks: tuple[int, int],
-    down_rows: tuple[int, int] | None,
-    group: Any = None,
-) -> DenseFfnLayer:
-    """A rank's layer from its slices (the down weight becomes a KShard of the full K, or with
-    ``down_rows`` an NShard of those output rows)."""
-    from metrale.distributed import KShard, NShard, sliced_tp_layer
-
-    total = config.intermediate_size // 16
-    gate, up, down = ws
-    if down_rows is None:
-        shard: Any = KShard(down, blocks, blocks[0], total)
-    else:
-        shard = NShard(down, down_rows, config.hidden_size, blocks, total)
-    return sliced_tp_layer(
-        config, *tp, [gate, up, shard], activation=act, backend=backend, group=group, where=where
-    )
+            ws.append(weight_from_tensors(mod, _tp_slice(proj, views, cols, down_rows)))
+        return conf, act, ws
 
 
 def _load_gguf(path: Path, layer: int, backend: Backend | str | None) -> DenseFfnLayer:
@@ -209,43 +175,27 @@ def _load_gguf(path: Path, layer: int, backend: Backend | str | None) -> DenseFf
     return build_ffn_layer(FfnConfig(int(hidden), int(inter)), act, ws, backend, str(path))
 
 
-def load_ffn_layer(
-    path: str | os.PathLike[str],
-    layer: int = 0,
-    backend: Backend | str | None = "auto",
-    *,
-    tp_rank: int | None = None,
-    tp_size: int | None = None,
-    tp_split: str | None = None,
-    tp_group: Any = None,
-) -> DenseFfnLayer:
-    """The FFN of decoder layer ``layer`` of the checkpoint at ``path`` (a folder, or a .gguf file).
-
-    With ``tp_rank`` / ``tp_size``: rank ``tp_rank``'s tensor-parallel layer
-    (``metrale.distributed``; torch.distributed initialized), reading only its slices of a
-    safetensors folder: gate/up rows of its 16-element blocks, and down K columns of the same
-    blocks (``tp_split="k"``) or down rows (``"n"``); None: the backend's split (the reference
-    splits by K, CUDA by rows; arithmetic.md § tp); ``tp_group``: the process group whose rank
-    ``tp_rank`` of ``tp_size`` this is (None: the default group)."""
-    from metrale.checkpoint.gguf_q2 import find_gguf
-
+def checkpoint_path(path: str | os.PathLike[str], layer: int) -> Path:
+    """``path`` as a Path, refused unless it exists and ``layer`` >= 0."""
     p = Path(path)
     if not p.exists():
         raise MetraleError(f"{p}: no such checkpoint")
     if layer < 0:
         raise MetraleError(f"layer={layer}: want >= 0")
-    tp = None
-    if tp_rank is not None or tp_size is not None:
-        if tp_rank is None or tp_size is None or not 0 <= tp_rank < tp_size:
-            raise MetraleError(f"tp_rank={tp_rank}, tp_size={tp_size}: want both, 0 <= tp_rank < tp_size")
-        tp = (int(tp_rank), int(tp_size))
-    elif tp_split is not None:
-        raise MetraleError(f"tp_split={tp_split!r} without tp_rank / tp_size")
-    elif tp_group is not None:
-        raise MetraleError("tp_group without tp_rank / tp_size")
+    return p
+
+
+def load_ffn_layer(
+    path: str | os.PathLike[str], layer: int = 0, backend: Backend | str | None = "auto"
+) -> DenseFfnLayer:
+    """The FFN of decoder layer ``layer`` of the checkpoint at ``path`` (a folder, or a .gguf
+    file). A tensor-parallel rank's layer: ``metrale.load_ffn_layer(..., tp_rank=, tp_size=)``
+    (``metrale.distributed.load``)."""
+    from metrale.checkpoint.gguf_q2 import find_gguf
+
+    p = checkpoint_path(path, layer)
     g = find_gguf(p)
     if g is not None:
-        if tp is not None:
-            raise MetraleError(f"{g}: tensor-parallel loading reads safetensors folders, not GGUF")
         return _load_gguf(g, layer, backend)
-    return _load_folder(p, layer, backend, tp, tp_split, tp_group)
+    conf, act, ws = read_ffn_weights(p, layer)
+    return build_ffn_layer(conf, act, ws, backend, str(p))

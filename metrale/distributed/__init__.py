@@ -46,7 +46,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "TpMetraleFfn":
-        from metrale.distributed.module import TpMetraleFfn  # plug-in point
+        from metrale.distributed.module import TpMetraleFfn  # torch only when used
 
         return TpMetraleFfn
     raise AttributeError(f"module 'metrale.distributed' has no attribute {name!r}")

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from metrale.distributed.agree import WHERE, agree_rows
 from metrale.distributed.shard import (
     BLOCK,
     SPLITS,
@@ -137,7 +138,13 @@ class TpBackend(Backend):
         return self.inner.empty_bf16(shape)
 
     def rows(self, x: Any, k: int, name: str = "input") -> Any:
-        return self.inner.rows(x, k, name)
+        """The inner backend's rows; on a host (gloo) group the ranks first agree on the row
+        count (one int64 all-gather), so different inputs fail alike on every rank instead of
+        in a collective of mismatched sizes. NCCL groups skip it (no host sync per call)."""
+        got = self.inner.rows(x, k, name)
+        if self.device is None or self.staged:
+            agree_rows(self.group, int(got.shape[0]), WHERE)
+        return got
 
     def to_numpy(self, a: Any) -> np.ndarray:
         return self.inner.to_numpy(a)

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from metrale.distributed.agree import WHERE, agree, failing_together, fingerprint
 from metrale.distributed.backend import TpBackend
 from metrale.distributed.shard import (
     BLOCK,
@@ -60,11 +63,74 @@ def tp_layer(
     group: Any = None,
     sliced: bool = False,
     split: str | None = None,
+    facts: dict[str, Any] | None = None,
 ) -> DenseFfnLayer:
     """Rank ``rank`` of ``size``'s layer. Weights are whole (``sliced=False``: this function
     takes the rank's slices) or already the rank's slices (``sliced=True``, e.g. from
     ``load_ffn_layer(..., tp_rank=, tp_size=)``). ``split``: how the down projection is split,
-    ``"k"`` or ``"n"`` (None: ``default_split`` of the backend; arithmetic.md § tp)."""
+    ``"k"`` or ``"n"`` (None: ``default_split`` of the backend; arithmetic.md § tp).
+
+    Every rank of the group calls it: the ranks agree on the config, TP size, split, formats,
+    activation and a weights fingerprint (``facts``: more to agree on) before returning, and a
+    rank's error is raised as the same TpDisagreement on every rank (``metrale.distributed.agree``)."""
+    with failing_together(group, WHERE):
+        for nm, v in (("rank", rank), ("size", size)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise MetraleError(f"tp_layer: {nm}={v!r}, want an int (got {type(v).__name__})")
+        held = [ws for ws in (weights, bf16_weights, fp8_weights, q2_weights) if ws is not None]
+        if w8a8 is not None:
+            held.append(FfnWeights(w8a8.gate, w8a8.up, w8a8.down))
+        layer = _rank_layer(
+            config,
+            int(rank),
+            int(size),
+            weights,
+            bf16_weights,
+            fp8_weights,
+            q2_weights,
+            w8a8,
+            lora,
+            activation,
+            backend,
+            group,
+            sliced,
+            split,
+        )
+    tb = layer.backend
+    mine = {
+        "the FFN (hidden, intermediate)": (config.hidden_size, config.intermediate_size),
+        "tp_size": int(size),
+        "split": tb.split,
+        "formats": sorted(spec_of(ws.gate_proj).stem for ws in held),
+        "activation": layer.activation.value,
+        "LoRA": lora is not None,
+        "backend": tb.inner.name,
+        "weights fingerprint": fingerprint([w for ws in held for w in ws.all()], whole=not sliced),
+        **(facts or {}),
+    }
+    agree(group, WHERE, mine)
+    return layer
+
+
+def _rank_layer(
+    config: FfnConfig,
+    rank: int,
+    size: int,
+    weights: Any,
+    bf16_weights: Any,
+    fp8_weights: Any,
+    q2_weights: Any,
+    w8a8: W8a8Ffn | None,
+    lora: FfnLora | None,
+    activation: Any,
+    backend: Backend | str | None,
+    group: Any,
+    sliced: bool,
+    split: str | None,
+) -> DenseFfnLayer:
+    """``tp_layer``'s body: the rank's layer, before the ranks agree."""
+    if not isinstance(config, FfnConfig):
+        raise MetraleError(f"tp_layer: config is a {type(config).__name__}, want a metrale.FfnConfig")
     inner = resolve_backend(backend, "tp_layer")
     tb = TpBackend(inner, group, split)
     if (tb.rank, tb.size) != (rank, size):
@@ -114,6 +180,7 @@ def sliced_tp_layer(
     backend: Backend | str | None,
     group: Any = None,
     where: str = "tp_layer",
+    facts: dict[str, Any] | None = None,
 ) -> DenseFfnLayer:
     """Rank ``rank`` of ``size``'s layer from its slices of one format: gate and up rows of its
     blocks and the down weight as a ``KShard`` (split ``"k"``) or an ``NShard`` (``"n"``)."""
@@ -136,6 +203,7 @@ def sliced_tp_layer(
             group=group,
             sliced=True,
             split=split,
+            facts=facts,
         )
     return tp_layer(
         config,
@@ -146,5 +214,6 @@ def sliced_tp_layer(
         group=group,
         sliced=True,
         split=split,
+        facts=facts,
         **{slot: ffn},
     )

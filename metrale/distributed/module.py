@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from metrale.distributed.agree import WHERE, failing_together, fingerprint, process_group
 from metrale.distributed.layer import sliced_tp_layer
 from metrale.distributed.shard import (
     BLOCK,
@@ -31,19 +32,14 @@ from metrale.distributed.shard import (
     rows_slice,
 )
 from metrale.errors import MetraleError
+from metrale.ffn_module import MetraleFfn, check_weights, set_tensor_parallel
 from metrale.reference.context import FfnConfig
 from metrale.reference.layer import DenseFfnLayer, FfnActivation
-from metrale.torch import MetraleFfn
 
 _NO_COPY = (
     "TpMetraleFfn: a rank's module holds a process group and cannot be copied or pickled "
     "(save and load its state_dict on the same rank instead)"
 )
-
-
-def process_group(group: Any) -> Any:
-    """A process group from a group, a 1-D ``DeviceMesh`` or None (the default group)."""
-    return group.get_group() if hasattr(group, "get_group") else group
 
 
 def _rank_and_size(group: Any) -> tuple[int, int]:
@@ -94,29 +90,32 @@ class TpMetraleFfn(MetraleFfn):
         activation: FfnActivation | str,
         *,
         group: Any = None,
+        whole_fingerprint: str | None = None,
     ) -> None:
-        if len(slices) != 3 or not isinstance(slices[2], (KShard, NShard)):
-            raise MetraleError(
-                "TpMetraleFfn: want the rank's [gate, up, down] with down a KShard or NShard "
-                "(use from_weights / from_module / from_checkpoint for whole weights)"
-            )
-        group = process_group(group)
-        rank, size = _rank_and_size(group)
-        down = slices[2]
-        # Plain attributes first: the base constructor builds (and so validates) the rank's layer.
-        self.group = group
-        self.tp_rank, self.tp_size = rank, size
-        self.split = "n" if isinstance(down, NShard) else "k"
-        self.blocks: tuple[int, int] = tuple(down.blocks)  # type: ignore[assignment]
-        self.down_rows: tuple[int, int] | None = tuple(down.rows) if isinstance(down, NShard) else None  # type: ignore[assignment]
-        self._first_block = down.first_block if isinstance(down, KShard) else down.blocks[0]
-        want = block_ranges(config.intermediate_size // BLOCK, size)[rank]
-        if self.blocks != want or down.total_blocks != config.intermediate_size // BLOCK:
-            raise MetraleError(
-                f"TpMetraleFfn: down slice holds blocks {self.blocks} of {down.total_blocks}; rank {rank} of "
-                f"{size} owns {want} of {config.intermediate_size // BLOCK}"
-            )
-        super().__init__(config, [slices[0], slices[1], down.weight], activation)
+        with failing_together(process_group(group), WHERE):
+            if len(slices) != 3 or not isinstance(slices[2], (KShard, NShard)):
+                raise MetraleError(
+                    "TpMetraleFfn: want the rank's [gate, up, down] with down a KShard or NShard "
+                    "(use from_weights / from_module / from_checkpoint for whole weights)"
+                )
+            group = process_group(group)
+            rank, size = _rank_and_size(group)
+            down = slices[2]
+            # Plain attributes first: the base constructor builds (and so validates) the rank's layer.
+            self.group = group
+            self.tp_rank, self.tp_size = rank, size
+            self.split = "n" if isinstance(down, NShard) else "k"
+            self.blocks: tuple[int, int] = tuple(down.blocks)  # type: ignore[assignment]
+            self.down_rows: tuple[int, int] | None = tuple(down.rows) if isinstance(down, NShard) else None  # type: ignore[assignment]
+            self._whole_fingerprint = whole_fingerprint
+            self._first_block = down.first_block if isinstance(down, KShard) else down.blocks[0]
+            want = block_ranges(config.intermediate_size // BLOCK, size)[rank]
+            if self.blocks != want or down.total_blocks != config.intermediate_size // BLOCK:
+                raise MetraleError(
+                    f"TpMetraleFfn: down slice holds blocks {self.blocks} of {down.total_blocks}; "
+                    f"rank {rank} of {size} owns {want} of {config.intermediate_size // BLOCK}"
+                )
+            super().__init__(config, [slices[0], slices[1], down.weight], activation)
         self.local_config = FfnConfig(config.hidden_size, BLOCK * (self.blocks[1] - self.blocks[0]))
 
     # ---- construction ----
@@ -129,19 +128,25 @@ class TpMetraleFfn(MetraleFfn):
         group: Any = None,
         split: str = "n",
     ) -> TpMetraleFfn:
-        """This rank's module from the whole layer's gate, up and down containers."""
-        if len(weights) != 3:
-            raise MetraleError(f"TpMetraleFfn: want 3 weights (gate, up, down), got {len(weights)}")
+        """This rank's module from the whole layer's gate, up and down containers (every rank
+        agrees on their fingerprint)."""
         group = process_group(group)
-        rank, size = _rank_and_size(group)
-        return cls(config, rank_slices(config, weights, rank, size, split), activation, group=group)
+        with failing_together(group, WHERE):
+            check_weights(config, weights, "TpMetraleFfn")
+            rank, size = _rank_and_size(group)
+            slices = rank_slices(config, weights, rank, size, split)
+            whole = fingerprint(list(weights), whole=True)
+        return cls(config, slices, activation, group=group, whole_fingerprint=whole)
 
     @classmethod
     def from_module(cls, ffn: MetraleFfn, group: Any = None, split: str = "n") -> TpMetraleFfn:
         """This rank's module cut from a whole ``MetraleFfn``, on that module's device."""
-        if isinstance(ffn, TpMetraleFfn):
-            raise MetraleError("TpMetraleFfn.from_module: the module is already tensor parallel")
-        dev = ffn._buffer_device()
+        with failing_together(process_group(group), WHERE):
+            if isinstance(ffn, TpMetraleFfn):
+                raise MetraleError("TpMetraleFfn.from_module: the module is already tensor parallel")
+            if not isinstance(ffn, MetraleFfn):
+                raise MetraleError(f"TpMetraleFfn.from_module: a {type(ffn).__name__}, want a MetraleFfn")
+            dev = ffn._buffer_device()
         return cls.from_weights(ffn.config, ffn.host_weights(), ffn.activation, group, split).to(dev)
 
     @classmethod
@@ -176,13 +181,14 @@ class TpMetraleFfn(MetraleFfn):
     ) -> TpMetraleFfn:
         """Decoder layer ``layer``'s FFN of a safetensors checkpoint folder, reading only this
         rank's slices (``load_ffn_layer(..., tp_rank=, tp_size=, tp_split=)``)."""
-        from metrale.checkpoint.load import load_ffn_layer
+        from metrale.distributed.load import load_tp_layer
 
         group = process_group(group)
-        rank, size = _rank_and_size(group)
-        if split not in SPLITS:
-            raise MetraleError(f"TpMetraleFfn: split={split!r}, want one of {', '.join(SPLITS)}")
-        tl = load_ffn_layer(
+        with failing_together(group, WHERE):
+            rank, size = _rank_and_size(group)
+            if split not in SPLITS:
+                raise MetraleError(f"TpMetraleFfn: split={split!r}, want one of {', '.join(SPLITS)}")
+        tl = load_tp_layer(
             path, layer=layer, backend="reference", tp_rank=rank, tp_size=size, tp_split=split, tp_group=group
         )
         return cls.from_layer(tl)
@@ -209,6 +215,7 @@ class TpMetraleFfn(MetraleFfn):
             backend=backend,
             group=self.group,
             where="TpMetraleFfn",
+            facts={"the whole weights' fingerprint": self._whole_fingerprint},
         )
 
     def run(self, x: torch.Tensor) -> torch.Tensor:
@@ -251,3 +258,6 @@ class TpMetraleFfn(MetraleFfn):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, tp_rank={self.tp_rank}, tp_size={self.tp_size}, split={self.split}"
+
+
+set_tensor_parallel(TpMetraleFfn.from_module)
