@@ -172,7 +172,10 @@ def convert(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or table.")] = False,
     show: Annotated[int, typer.Option("--show", help="Rows of the report table to print.")] = 30,
 ) -> None:
-    """Quantize SRC's Linear layers (all but lm_head and embeddings; --ffn-only: the FFN) into DST."""
+    """Quantize SRC's Linear layers (all but lm_head and embeddings; --ffn-only: the FFN) into DST.
+    Output goes to a hidden folder beside DST, renamed to DST when complete; each run also
+    removes the temporary folders (.NAME.metrale-tmp-*) that killed conversions left in DST's
+    parent once the process recorded inside is gone (same host; a live one's is kept)."""
     from metrale.checkpoint.convert import ConvertOptions, convert_checkpoint
 
     opts = ConvertOptions(

@@ -17,6 +17,7 @@ set and the main process at most ``workers + 1`` packed results.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fnmatch
@@ -26,6 +27,7 @@ import os
 import re
 import secrets
 import shutil
+import socket
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -638,7 +640,22 @@ def _alive(pid: int, start: str) -> bool:
     return start == "0" or _start_time(pid) in (start, "0")
 
 
-_OWNED = re.compile(r"\.metrale-(?:tmp|old)-(\d+)-(\d+)-[0-9a-f]+$")
+_OWNED = re.compile(r"^\..+\.metrale-(?:tmp|old)-(\d+)-(\d+)-[0-9a-f]+$")
+#: The file inside a temporary folder that names its owner: host, PID, process start, boot.
+OWNER_NAME = ".metrale-owner.json"
+
+
+def _boot_id() -> str:
+    """This boot's id (Linux), "" where unknown: a folder from an earlier boot has no live owner."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _owner() -> dict[str, Any]:
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pid": pid, "start": _start_time(pid), "boot": _boot_id()}
 
 
 def _owned_name(dst: Path, kind: str) -> Path:
@@ -647,13 +664,40 @@ def _owned_name(dst: Path, kind: str) -> Path:
     return dst.parent / f".{dst.name}.metrale-{kind}-{pid}-{_start_time(pid)}-{secrets.token_hex(4)}"
 
 
+def _claim(folder: Path) -> None:
+    """Record this process as the owner of temporary folder ``folder`` (``OWNER_NAME``)."""
+    (folder / OWNER_NAME).write_text(json.dumps(_owner()) + "\n", encoding="utf-8")
+
+
+def _owner_gone(folder: Path) -> bool:
+    """Whether ``folder``'s recorded owner is a process of this host that no longer runs (dead
+    PID, a PID reused by a later process, or an earlier boot). No record, an unreadable one
+    or another host's: False (never removed)."""
+    try:
+        rec = json.loads((folder / OWNER_NAME).read_text(encoding="utf-8"))
+        host, pid, start, boot = rec["host"], int(rec["pid"]), str(rec["start"]), str(rec["boot"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if host != socket.gethostname():
+        return False
+    here = _boot_id()
+    if boot and here and boot != here:
+        return True
+    return not _alive(pid, start)
+
+
 def remove_stale(dst: Path) -> list[Path]:
-    """Remove the temporary folders beside DST left by conversions whose process is gone
-    (killed, crashed); those of a live process are kept. Returns what was removed."""
+    """Remove the temporary folders (``.<name>.metrale-tmp-*`` and ``-old-*``) in DST's parent,
+    of any DST, whose owner recorded inside (``OWNER_NAME``) is a process of this host that is
+    gone (killed, crashed); a live process's, another host's and unrecorded ones are kept.
+    Returns what was removed."""
     gone = []
-    for p in dst.parent.glob(f".{glob.escape(dst.name)}.metrale-*"):
-        m = _OWNED.search(p.name)
-        if m is None or not p.name.startswith(f".{dst.name}.metrale-") or _alive(int(m[1]), m[2]):
+    try:
+        siblings = list(dst.parent.iterdir())
+    except OSError:
+        return gone
+    for p in siblings:
+        if _OWNED.match(p.name) is None or p.is_symlink() or not p.is_dir() or not _owner_gone(p):
             continue
         shutil.rmtree(p, ignore_errors=True)
         gone.append(p)
@@ -716,6 +760,8 @@ def _remove_dst(dst: Path) -> None:
         return
     old = _owned_name(dst, "old")
     dst.rename(old)
+    with contextlib.suppress(OSError):  # unrecorded, a leftover is kept: never a lost DST
+        _claim(old)
     try:
         shutil.rmtree(old)
     except OSError as e:
@@ -754,15 +800,17 @@ def convert_checkpoint(
             tmp.mkdir()
         except OSError as e:
             raise MetraleError(f"{dstp.parent}: cannot create DST here: {e.strerror or e}") from None
+        _claim(tmp)
         if on_start is not None:
             on_start(report.source_bytes)
-        skip = {INDEX_NAME, "config.json", layouts.HF_QUANT_CONFIG, REPORT_NAME}
+        skip = {INDEX_NAME, "config.json", layouts.HF_QUANT_CONFIG, REPORT_NAME, OWNER_NAME}
         if opts.format == "q2_0":
             _write_gguf(folder, plans, opts, tmp, report, progress)
         else:
             _write_safetensors(folder, plans, opts, tmp, report, progress)
         _copy_other_files(srcp, tmp, skip)
         report.seconds = time.perf_counter() - t0
+        (tmp / OWNER_NAME).unlink()
         report.output_bytes = sum(f.stat().st_size for f in tmp.rglob("*") if f.is_file())
         (tmp / REPORT_NAME).write_text(json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8")
         if opts.force and (dstp.exists() or dstp.is_symlink()):
