@@ -21,7 +21,6 @@ import contextlib
 import ctypes
 import errno
 import fnmatch
-import glob
 import json
 import os
 import re
