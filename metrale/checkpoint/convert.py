@@ -46,6 +46,10 @@ from metrale.checkpoint.io import (
     SafetensorsFile,
     SafetensorsWriter,
     TensorEntry,
+    bounded,
+    file_kind,
+    open_regular,
+    src_roots,
     write_index,
 )
 from metrale.errors import MetraleError
@@ -410,14 +414,38 @@ def _results(
         ex.shutdown(wait=True, cancel_futures=True)
 
 
-def _copy_other_files(src: Path, tmp: Path, skip: set[str]) -> None:
-    for item in sorted(src.iterdir()):
-        if item.name in skip or item.suffix == ".safetensors":
-            continue
-        if item.is_dir():
-            shutil.copytree(item, tmp / item.name, symlinks=True)
-        else:
-            shutil.copy2(item, tmp / item.name)
+def other_files(src: Path, skip: set[str]) -> list[Path]:
+    """SRC's files besides the shards and what convert writes itself (``skip``), relative to
+    SRC, folders walked: each a regular file inside SRC or a link to one (``file_kind``: a
+    link out of SRC, to a folder, device or FIFO, a broken link or a loop is an error naming it)."""
+    roots = src_roots(src)
+    out: list[Path] = []
+
+    def walk(d: Path, rel: Path) -> None:
+        try:
+            items = sorted(d.iterdir())
+        except OSError as e:
+            raise MetraleError(bounded(f"{d}: {e.strerror or e}")) from None
+        for item in items:
+            if rel == Path() and (item.name in skip or item.suffix == ".safetensors"):
+                continue
+            if file_kind(item, roots) == "folder":
+                walk(item, rel / item.name)
+            else:
+                out.append(rel / item.name)
+
+    walk(src, Path())
+    return out
+
+
+def _copy_other_files(src: Path, tmp: Path, files: list[Path]) -> None:
+    """Copy ``files`` (``other_files``) from SRC into ``tmp`` as regular files (links followed)."""
+    for rel in files:
+        target = tmp / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open_regular(src / rel) as f, open(target, "wb") as g:
+            shutil.copyfileobj(f, g)
+        shutil.copystat(src / rel, target)
 
 
 def _write_safetensors(
@@ -524,7 +552,39 @@ def _gguf_header(folder: HfFolder, path: Path | None) -> Any:
     return writer
 
 
+class _PyWrite(np.ndarray):
+    """An array view whose ``tofile`` writes through the file object: ``gguf``'s writer calls
+    ``tofile``, whose short write (a full disk) numpy reports as "N requested and M written"
+    without the OS error; ``file.write`` raises the OS's (No space left on device)."""
+
+    def tofile(self, fid: Any, sep: str = "", format: str = "%s") -> None:
+        fid.write(memoryview(np.ascontiguousarray(self).view(np.ndarray)).cast("B"))
+
+
+def _py_write(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a).view(_PyWrite)
+
+
 def _write_gguf(
+    folder: HfFolder,
+    plans: list[_Plan],
+    opts: ConvertOptions,
+    tmp: Path,
+    report: ConversionReport,
+    progress: Progress | None,
+) -> None:
+    """``_write_gguf_file`` with its OS errors (a full disk) naming the GGUF file."""
+    from metrale.checkpoint.gguf_q2 import GGUF_NAME
+
+    try:
+        _write_gguf_file(folder, plans, opts, tmp, report, progress)
+    except OSError as e:
+        if e.filename is not None or e.errno is None:
+            raise
+        raise OSError(e.errno, e.strerror, str(tmp / GGUF_NAME)) from None
+
+
+def _write_gguf_file(
     folder: HfFolder,
     plans: list[_Plan],
     opts: ConvertOptions,
@@ -571,7 +631,7 @@ def _write_gguf(
     writer.write_ti_data_to_file()
     try:
         if rope_freqs is not None:
-            writer.write_tensor_data(rope_freqs)
+            writer.write_tensor_data(_py_write(rope_freqs))
         for p, res in _results(folder, plans, opts):
             e = p.entry
             if res is None:
@@ -583,7 +643,7 @@ def _write_gguf(
                     a = permute_rows(a, p.rope_heads, p.name)
                 if e.dtype == "BF16" and len(e.shape) > 1:
                     a = np.ascontiguousarray(a).view(np.uint16)
-                writer.write_tensor_data(np.ascontiguousarray(a))
+                writer.write_tensor_data(_py_write(a))
                 f.release(p.name)
                 report.tensors.append(
                     TensorReport(
@@ -599,7 +659,7 @@ def _write_gguf(
                 del a
             else:
                 ((_, blocks),) = res.arrays
-                writer.write_tensor_data(blocks)
+                writer.write_tensor_data(_py_write(blocks))
                 report.tensors.append(
                     TensorReport(
                         p.name,
@@ -788,6 +848,12 @@ def convert_checkpoint(
         if blocker is not None:
             raise MetraleError(f"{blocker[0]}: DST cannot be removed ({blocker[1]}); nothing was written")
     folder, plans = plan(srcp, opts)
+    skip = {INDEX_NAME, "config.json", layouts.HF_QUANT_CONFIG, REPORT_NAME, OWNER_NAME}
+    try:
+        others = other_files(srcp, skip)
+    except BaseException:
+        folder.close()
+        raise
     layout = SPECS[opts.format].layout
     report = ConversionReport(opts.format, str(srcp), str(dstp), layout, opts.workers)
     report.source_bytes = sum(p.entry.nbytes for p in plans)
@@ -802,12 +868,11 @@ def convert_checkpoint(
         _claim(tmp)
         if on_start is not None:
             on_start(report.source_bytes)
-        skip = {INDEX_NAME, "config.json", layouts.HF_QUANT_CONFIG, REPORT_NAME, OWNER_NAME}
         if opts.format == "q2_0":
             _write_gguf(folder, plans, opts, tmp, report, progress)
         else:
             _write_safetensors(folder, plans, opts, tmp, report, progress)
-        _copy_other_files(srcp, tmp, skip)
+        _copy_other_files(srcp, tmp, others)
         report.seconds = time.perf_counter() - t0
         (tmp / OWNER_NAME).unlink()
         report.output_bytes = sum(f.stat().st_size for f in tmp.rglob("*") if f.is_file())
@@ -823,7 +888,7 @@ def convert_checkpoint(
             ) from None
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise MetraleError(f"{e.filename or tmp}: {e.strerror or e}") from None
+        raise MetraleError(bounded(f"{e.filename or tmp}: {e.strerror or e}")) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
