@@ -337,9 +337,13 @@ def _plan(folder: HfFolder, opts: ConvertOptions) -> list[_Plan]:
 
 
 def _check_config_sizes(folder: HfFolder) -> None:
-    """config.json's hidden_size / intermediate_size, where given, match every FFN projection
-    (gate/up [intermediate, hidden], down [hidden, intermediate])."""
+    """config.json's hidden_size / intermediate_size / num_hidden_layers, where given, are
+    positive integers (the loader's ``config_problems``) and the sizes match every FFN
+    projection (gate/up [intermediate, hidden], down [hidden, intermediate])."""
+    from metrale.checkpoint.checks import config_problems, require_none
+
     cfg = folder.config
+    require_none(config_problems(cfg, str(folder.path / "config.json"), required=()))
     want = {k: cfg.get(k) for k in ("hidden_size", "intermediate_size")}
     for n in folder.names():
         m = FFN_RE.search(module_of(n))
