@@ -147,6 +147,14 @@ def test_long_messages_are_bounded_in_the_cli(src: Path, tmp_path: Path) -> None
     _one_line(r, "more characters")
 
 
+def _write_failed(p: subprocess.CompletedProcess[str], fmt: str, why: str) -> None:
+    """The conversion failed with one line naming the file written and the OS's reason."""
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 1 and len(lines) == 1, p.stderr[-3000:]
+    want = "model.gguf" if fmt == "q2_0" else "model.safetensors"
+    assert f"{want}: {why}" in lines[0] and "requested" not in lines[0], lines[0]
+
+
 _FSIZE_CHILD = textwrap.dedent(
     """
     import resource, signal, sys
@@ -173,10 +181,7 @@ def test_a_short_write_names_the_file_and_the_errno(tmp_path: Path, fmt: str) ->
         text=True,
         timeout=120,
     )
-    lines = p.stderr.strip().splitlines()
-    assert p.returncode == 1 and len(lines) == 1, p.stderr[-3000:]
-    want = "model.gguf" if fmt == "q2_0" else "model.safetensors"
-    assert f"{want}: File too large" in lines[0] and "requested" not in lines[0], lines[0]
+    _write_failed(p, fmt, "File too large")
     assert snapshot(s, out) == before
 
 
@@ -206,8 +211,5 @@ def test_a_full_disk_says_no_space_left(tmp_path: Path, fmt: str) -> None:
         text=True,
         timeout=120,
     )
-    lines = p.stderr.strip().splitlines()
-    assert p.returncode == 1 and len(lines) == 1, p.stderr[-3000:]
-    want = "model.gguf" if fmt == "q2_0" else "model.safetensors"
-    assert f"{want}: No space left on device" in lines[0], lines[0]
+    _write_failed(p, fmt, "No space left on device")
     assert p.stdout.strip() == "", p.stdout  # nothing left on the full filesystem

@@ -569,26 +569,18 @@ def _py_write(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a).view(_PyWrite)
 
 
-def _write_gguf(
-    folder: HfFolder,
-    plans: list[_Plan],
-    opts: ConvertOptions,
-    tmp: Path,
-    report: ConversionReport,
-    progress: Progress | None,
-) -> None:
-    """``_write_gguf_file`` with its OS errors (a full disk) naming the GGUF file."""
-    from metrale.checkpoint.gguf_q2 import GGUF_NAME
-
+@contextlib.contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """OS errors without a file name (a full disk in a library's writes) name ``path``."""
     try:
-        _write_gguf_file(folder, plans, opts, tmp, report, progress)
+        yield
     except OSError as e:
         if e.filename is not None or e.errno is None:
             raise
-        raise OSError(e.errno, e.strerror, str(tmp / GGUF_NAME)) from None
+        raise OSError(e.errno, e.strerror, str(path)) from None
 
 
-def _write_gguf_file(
+def _write_gguf(
     folder: HfFolder,
     plans: list[_Plan],
     opts: ConvertOptions,
@@ -873,7 +865,10 @@ def convert_checkpoint(
         if on_start is not None:
             on_start(report.source_bytes)
         if opts.format == "q2_0":
-            _write_gguf(folder, plans, opts, tmp, report, progress)
+            from metrale.checkpoint.gguf_q2 import GGUF_NAME
+
+            with _naming(tmp / GGUF_NAME):
+                _write_gguf(folder, plans, opts, tmp, report, progress)
         else:
             _write_safetensors(folder, plans, opts, tmp, report, progress)
         _copy_other_files(srcp, tmp, others)
