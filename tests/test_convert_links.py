@@ -40,7 +40,9 @@ def _one_line(r, *needles: str) -> str:
     return lines[0]
 
 
-FILE_OUT = "a symlink to a file outside SRC"
+FILE_OUT = "a symlink to a file outside the model folder"
+DIR_OUT = "a symlink to a folder outside the model folder"
+DEV_OUT = "a symlink to /dev/zero, outside the model folder"
 
 
 def _outside(tmp_path: Path) -> Path:
@@ -53,8 +55,8 @@ def _outside(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     ("make_link", "why"),
     [
-        (lambda s, t: (s / "tokenizer.model").symlink_to("/dev/zero"), "a symlink to /dev/zero, outside SRC"),
-        (lambda s, t: (s / "extra").symlink_to(_outside(t)), "a symlink to a folder outside SRC"),
+        (lambda s, t: (s / "tokenizer.model").symlink_to("/dev/zero"), DEV_OUT),
+        (lambda s, t: (s / "extra").symlink_to(_outside(t)), DIR_OUT),
         (lambda s, t: (s / "notes.txt").symlink_to(_outside(t) / "big.bin"), FILE_OUT),
         (lambda s, t: (s / "sub").symlink_to(s / "generation_config.json"), None),
         (lambda s, t: (s / "gone.json").symlink_to(s / "nothing-here"), "a broken symlink"),
@@ -93,7 +95,7 @@ def test_other_files_are_regular_files_inside_src(src: Path, tmp_path: Path, mak
 def test_a_dir_link_outside_src_is_one_line_in_the_cli(src: Path, tmp_path: Path) -> None:
     (src / "extra").symlink_to(_outside(tmp_path))
     r = CliRunner().invoke(app, ["convert", str(src), str(tmp_path / "out"), "-q"])
-    _one_line(r, f"{src / 'extra'}: a symlink to a folder outside SRC")
+    _one_line(r, f"{src / 'extra'}: {DIR_OUT}")
     assert not (tmp_path / "out").exists()
 
 

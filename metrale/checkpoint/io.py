@@ -61,7 +61,7 @@ _MARGIN = 256 * 1024
 #: Longest error message metrale prints or raises from foreign text (paths, OS errors, names).
 MAX_MESSAGE = 600
 #: What convert does with other files (the reason a link or special file is refused).
-ONLY_REGULAR = "convert reads and copies only regular files inside SRC"
+ONLY_REGULAR = "metrale reads and copies only regular files inside the model folder"
 
 
 def bounded(msg: str, limit: int = MAX_MESSAGE) -> str:
@@ -122,10 +122,11 @@ def file_kind(p: Path, roots: tuple[Path, ...]) -> str:
     if inside and stat.S_ISREG(mode):
         return "file"
     if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
-        where = " outside SRC" if not inside else ""
+        where = " outside the model folder" if not inside else ""
         why = f"a symlink to {_kind(mode)}{where} ({target})"
     else:
-        why = f"a symlink to {target}{', outside SRC' if not inside else ''} ({_kind(mode)})"
+        where = ", outside the model folder" if not inside else ""
+        why = f"a symlink to {target}{where} ({_kind(mode)})"
     raise MetraleError(bounded(f"{p}: {why}; {ONLY_REGULAR}"))
 
 
