@@ -69,7 +69,9 @@ def _err() -> Console:
 
 
 def _fail(msg: str, code: int = 1) -> typer.Exit:
-    _err().print(f"[bold red]error:[/] {escape(msg)}", markup=True, soft_wrap=True)
+    from metrale.checkpoint.io import bounded
+
+    _err().print(f"[bold red]error:[/] {escape(bounded(msg))}", markup=True, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -172,7 +174,10 @@ def convert(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or table.")] = False,
     show: Annotated[int, typer.Option("--show", help="Rows of the report table to print.")] = 30,
 ) -> None:
-    """Quantize SRC's Linear layers (all but lm_head and embeddings; --ffn-only: the FFN) into DST."""
+    """Quantize SRC's Linear layers (all but lm_head and embeddings; --ffn-only: the FFN) into DST.
+    Output goes to a hidden folder beside DST, renamed to DST when complete; each run also
+    removes the temporary folders (.NAME.metrale-tmp-*) that killed conversions left in DST's
+    parent once the process recorded inside is gone (same host; a live one's is kept)."""
     from metrale.checkpoint.convert import ConvertOptions, convert_checkpoint
 
     opts = ConvertOptions(
@@ -287,8 +292,10 @@ def _flag_violations(path: Path) -> None:
             f"[bold yellow]warning:[/] verify would reject this checkpoint: {len(v)} problem(s)",
             soft_wrap=True,
         )
+        from metrale.checkpoint.io import bounded
+
         for line in v:
-            err.print(f"  {line}", soft_wrap=True, markup=False)
+            err.print(f"  {bounded(line)}", soft_wrap=True, markup=False)
 
 
 @app.command()
@@ -332,8 +339,10 @@ def verify(
         errs = np.array([st.rel_error for st in res.stats])
         out.print(f"rel. error: mean {errs.mean():.3e}, max {errs.max():.3e} over {len(errs)} tensors")
     if res.violations:
+        from metrale.checkpoint.io import bounded
+
         for v in res.violations:
-            _err().print(f"[bold red]violation:[/] {v}", soft_wrap=True)
+            _err().print(f"[bold red]violation:[/] {escape(bounded(v))}", soft_wrap=True)
         raise typer.Exit(1)
     out.print(f"[green]OK[/]: {res.checked} tensors checked in {res.scan.path} ({res.scan.layout})")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -64,7 +65,8 @@ def test_shard_symlink_leaving_src_is_refused(src: Path, tmp_path: Path) -> None
     (src / "link.safetensors").symlink_to(tmp_path / "outside.safetensors")
     _retarget(src, "link.safetensors")
     (src / SHARD1).unlink()
-    refused(src, tmp_path / "out", ConvertOptions("fp8"), r"'link\.safetensors'.*leaves SRC")
+    why = r"'link\.safetensors': .*a symlink to a file outside the model folder"
+    refused(src, tmp_path / "out", ConvertOptions("fp8"), why)
 
 
 def test_dst_appearing_during_the_run_is_not_replaced(
@@ -117,16 +119,58 @@ def test_force_on_an_unremovable_dst_is_an_error(src: Path, tmp_path: Path) -> N
         os.chmod(dst / "locked", 0o755)
 
 
-def test_stale_temp_folders_of_dead_processes_are_removed(src: Path, tmp_path: Path) -> None:
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    stale = tmp_path / f".out.metrale-tmp-{dead.pid}-0-deadbeef"
-    stale.mkdir()
-    (stale / "x").write_bytes(b"1" * 100)
-    live = tmp_path / f".out.metrale-tmp-{os.getpid()}-{conv._start_time(os.getpid())}-cafe0000"
-    live.mkdir()
-    convert_checkpoint(src, tmp_path / "out", ConvertOptions("fp8"))
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["out", "src", live.name])
+def _convert_in_child(src: Path, dst: Path) -> subprocess.Popen[str]:
+    """A ``metrale convert`` process, returned once its temporary folder records its owner."""
+    p = subprocess.Popen(
+        [sys.executable, "-m", "metrale.cli", "convert", str(src), str(dst), "-q", "-f", "nvfp4"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not list(dst.parent.glob(f".{dst.name}.metrale-tmp-*/{conv.OWNER_NAME}")):
+        assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+        time.sleep(0.01)
+    return p
+
+
+def test_stale_temp_folders_of_killed_conversions_are_swept(tmp_path: Path) -> None:
+    """A SIGKILLed conversion's folder is removed by the next conversion into any DST of the
+    same parent; a live (stopped) one's, another host's and an unrecorded one are kept."""
+    s = make_example_checkpoint(tmp_path / "big", hidden=256, intermediate=1024, layers=24, shards=2)
+    work = tmp_path / "work"
+    work.mkdir()
+    live = _convert_in_child(s, work / "b")
+    live.send_signal(signal.SIGSTOP)
+    try:
+        (alive,) = work.glob(".b.metrale-tmp-*")
+        killed = _convert_in_child(s, work / "a")  # its own sweep keeps the stopped one's
+        killed.send_signal(signal.SIGKILL)
+        killed.communicate(timeout=60)  # reaped: its PID is gone
+        (dead,) = work.glob(".a.metrale-tmp-*")
+        other = work / ".c.metrale-tmp-1-0-00000000"
+        shutil.copytree(dead, other)
+        rec = json.loads((other / conv.OWNER_NAME).read_text())
+        (other / conv.OWNER_NAME).write_text(json.dumps(rec | {"host": rec["host"] + "-elsewhere"}))
+        bare = work / ".d.metrale-tmp-1-0-00000000"
+        bare.mkdir()
+        convert_checkpoint(s, work / "e", ConvertOptions("fp8"))
+        left = sorted(p.name for p in work.iterdir())
+        assert left == sorted([alive.name, other.name, bare.name, "e"]), left
+        assert not (work / "e" / conv.OWNER_NAME).exists()
+    finally:
+        live.send_signal(signal.SIGCONT)
+        live.kill()
+        live.communicate(timeout=60)
+
+
+def test_convert_help_says_it_sweeps() -> None:
+    from typer.testing import CliRunner
+
+    from metrale.cli import app
+
+    text = " ".join(CliRunner().invoke(app, ["convert", "--help"]).output.split())
+    assert "killed conversions left in DST's parent" in text and "recorded inside is gone" in text
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")

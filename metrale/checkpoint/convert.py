@@ -17,15 +17,16 @@ set and the main process at most ``workers + 1`` packed results.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fnmatch
-import glob
 import json
 import os
 import re
 import secrets
 import shutil
+import socket
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -45,6 +46,10 @@ from metrale.checkpoint.io import (
     SafetensorsFile,
     SafetensorsWriter,
     TensorEntry,
+    bounded,
+    file_kind,
+    open_regular,
+    src_roots,
     write_index,
 )
 from metrale.errors import MetraleError
@@ -332,9 +337,13 @@ def _plan(folder: HfFolder, opts: ConvertOptions) -> list[_Plan]:
 
 
 def _check_config_sizes(folder: HfFolder) -> None:
-    """config.json's hidden_size / intermediate_size, where given, match every FFN projection
-    (gate/up [intermediate, hidden], down [hidden, intermediate])."""
+    """config.json's hidden_size / intermediate_size / num_hidden_layers, where given, are
+    positive integers (the loader's ``config_problems``) and the sizes match every FFN
+    projection (gate/up [intermediate, hidden], down [hidden, intermediate])."""
+    from metrale.checkpoint.checks import config_problems, require_none
+
     cfg = folder.config
+    require_none(config_problems(cfg, str(folder.path / "config.json"), required=()))
     want = {k: cfg.get(k) for k in ("hidden_size", "intermediate_size")}
     for n in folder.names():
         m = FFN_RE.search(module_of(n))
@@ -409,14 +418,38 @@ def _results(
         ex.shutdown(wait=True, cancel_futures=True)
 
 
-def _copy_other_files(src: Path, tmp: Path, skip: set[str]) -> None:
-    for item in sorted(src.iterdir()):
-        if item.name in skip or item.suffix == ".safetensors":
-            continue
-        if item.is_dir():
-            shutil.copytree(item, tmp / item.name, symlinks=True)
-        else:
-            shutil.copy2(item, tmp / item.name)
+def other_files(src: Path, skip: set[str]) -> list[Path]:
+    """SRC's files besides the shards and what convert writes itself (``skip``), relative to
+    SRC, folders walked: each a regular file inside SRC or a link to one (``file_kind``: a
+    link out of SRC, to a folder, device or FIFO, a broken link or a loop is an error naming it)."""
+    roots = src_roots(src)
+    out: list[Path] = []
+
+    def walk(d: Path, rel: Path) -> None:
+        try:
+            items = sorted(d.iterdir())
+        except OSError as e:
+            raise MetraleError(bounded(f"{d}: {e.strerror or e}")) from None
+        for item in items:
+            if rel == Path() and (item.name in skip or item.suffix == ".safetensors"):
+                continue
+            if file_kind(item, roots) == "folder":
+                walk(item, rel / item.name)
+            else:
+                out.append(rel / item.name)
+
+    walk(src, Path())
+    return out
+
+
+def _copy_other_files(src: Path, tmp: Path, files: list[Path]) -> None:
+    """Copy ``files`` (``other_files``) from SRC into ``tmp`` as regular files (links followed)."""
+    for rel in files:
+        target = tmp / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open_regular(src / rel) as f, open(target, "wb") as g:
+            shutil.copyfileobj(f, g)
+        shutil.copystat(src / rel, target)
 
 
 def _write_safetensors(
@@ -523,6 +556,30 @@ def _gguf_header(folder: HfFolder, path: Path | None) -> Any:
     return writer
 
 
+class _PyWrite(np.ndarray):
+    """An array view whose ``tofile`` writes through the file object: ``gguf``'s writer calls
+    ``tofile``, whose short write (a full disk) numpy reports as "N requested and M written"
+    without the OS error; ``file.write`` raises the OS's (No space left on device)."""
+
+    def tofile(self, fid: Any, sep: str = "", format: str = "%s") -> None:
+        fid.write(memoryview(np.ascontiguousarray(self).view(np.ndarray)).cast("B"))
+
+
+def _py_write(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a).view(_PyWrite)
+
+
+@contextlib.contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """OS errors without a file name (a full disk in a library's writes) name ``path``."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is not None or e.errno is None:
+            raise
+        raise OSError(e.errno, e.strerror, str(path)) from None
+
+
 def _write_gguf(
     folder: HfFolder,
     plans: list[_Plan],
@@ -570,7 +627,7 @@ def _write_gguf(
     writer.write_ti_data_to_file()
     try:
         if rope_freqs is not None:
-            writer.write_tensor_data(rope_freqs)
+            writer.write_tensor_data(_py_write(rope_freqs))
         for p, res in _results(folder, plans, opts):
             e = p.entry
             if res is None:
@@ -582,7 +639,7 @@ def _write_gguf(
                     a = permute_rows(a, p.rope_heads, p.name)
                 if e.dtype == "BF16" and len(e.shape) > 1:
                     a = np.ascontiguousarray(a).view(np.uint16)
-                writer.write_tensor_data(np.ascontiguousarray(a))
+                writer.write_tensor_data(_py_write(a))
                 f.release(p.name)
                 report.tensors.append(
                     TensorReport(
@@ -598,7 +655,7 @@ def _write_gguf(
                 del a
             else:
                 ((_, blocks),) = res.arrays
-                writer.write_tensor_data(blocks)
+                writer.write_tensor_data(_py_write(blocks))
                 report.tensors.append(
                     TensorReport(
                         p.name,
@@ -638,7 +695,22 @@ def _alive(pid: int, start: str) -> bool:
     return start == "0" or _start_time(pid) in (start, "0")
 
 
-_OWNED = re.compile(r"\.metrale-(?:tmp|old)-(\d+)-(\d+)-[0-9a-f]+$")
+_OWNED = re.compile(r"^\..+\.metrale-(?:tmp|old)-(\d+)-(\d+)-[0-9a-f]+$")
+#: The file inside a temporary folder that names its owner: host, PID, process start, boot.
+OWNER_NAME = ".metrale-owner.json"
+
+
+def _boot_id() -> str:
+    """This boot's id (Linux), "" where unknown: a folder from an earlier boot has no live owner."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _owner() -> dict[str, Any]:
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pid": pid, "start": _start_time(pid), "boot": _boot_id()}
 
 
 def _owned_name(dst: Path, kind: str) -> Path:
@@ -647,13 +719,40 @@ def _owned_name(dst: Path, kind: str) -> Path:
     return dst.parent / f".{dst.name}.metrale-{kind}-{pid}-{_start_time(pid)}-{secrets.token_hex(4)}"
 
 
+def _claim(folder: Path) -> None:
+    """Record this process as the owner of temporary folder ``folder`` (``OWNER_NAME``)."""
+    (folder / OWNER_NAME).write_text(json.dumps(_owner()) + "\n", encoding="utf-8")
+
+
+def _owner_gone(folder: Path) -> bool:
+    """Whether ``folder``'s recorded owner is a process of this host that no longer runs (dead
+    PID, a PID reused by a later process, or an earlier boot). No record, an unreadable one
+    or another host's: False (never removed)."""
+    try:
+        rec = json.loads((folder / OWNER_NAME).read_text(encoding="utf-8"))
+        host, pid, start, boot = rec["host"], int(rec["pid"]), str(rec["start"]), str(rec["boot"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if host != socket.gethostname():
+        return False
+    here = _boot_id()
+    if boot and here and boot != here:
+        return True
+    return not _alive(pid, start)
+
+
 def remove_stale(dst: Path) -> list[Path]:
-    """Remove the temporary folders beside DST left by conversions whose process is gone
-    (killed, crashed); those of a live process are kept. Returns what was removed."""
+    """Remove the temporary folders (``.<name>.metrale-tmp-*`` and ``-old-*``) in DST's parent,
+    of any DST, whose owner recorded inside (``OWNER_NAME``) is a process of this host that is
+    gone (killed, crashed); a live process's, another host's and unrecorded ones are kept.
+    Returns what was removed."""
     gone = []
-    for p in dst.parent.glob(f".{glob.escape(dst.name)}.metrale-*"):
-        m = _OWNED.search(p.name)
-        if m is None or not p.name.startswith(f".{dst.name}.metrale-") or _alive(int(m[1]), m[2]):
+    try:
+        siblings = list(dst.parent.iterdir())
+    except OSError:
+        return gone
+    for p in siblings:
+        if _OWNED.match(p.name) is None or p.is_symlink() or not p.is_dir() or not _owner_gone(p):
             continue
         shutil.rmtree(p, ignore_errors=True)
         gone.append(p)
@@ -716,6 +815,8 @@ def _remove_dst(dst: Path) -> None:
         return
     old = _owned_name(dst, "old")
     dst.rename(old)
+    with contextlib.suppress(OSError):  # unrecorded, a leftover is kept: never a lost DST
+        _claim(old)
     try:
         shutil.rmtree(old)
     except OSError as e:
@@ -743,6 +844,12 @@ def convert_checkpoint(
         if blocker is not None:
             raise MetraleError(f"{blocker[0]}: DST cannot be removed ({blocker[1]}); nothing was written")
     folder, plans = plan(srcp, opts)
+    skip = {INDEX_NAME, "config.json", layouts.HF_QUANT_CONFIG, REPORT_NAME, OWNER_NAME}
+    try:
+        others = other_files(srcp, skip)
+    except BaseException:
+        folder.close()
+        raise
     layout = SPECS[opts.format].layout
     report = ConversionReport(opts.format, str(srcp), str(dstp), layout, opts.workers)
     report.source_bytes = sum(p.entry.nbytes for p in plans)
@@ -754,15 +861,19 @@ def convert_checkpoint(
             tmp.mkdir()
         except OSError as e:
             raise MetraleError(f"{dstp.parent}: cannot create DST here: {e.strerror or e}") from None
+        _claim(tmp)
         if on_start is not None:
             on_start(report.source_bytes)
-        skip = {INDEX_NAME, "config.json", layouts.HF_QUANT_CONFIG, REPORT_NAME}
         if opts.format == "q2_0":
-            _write_gguf(folder, plans, opts, tmp, report, progress)
+            from metrale.checkpoint.gguf_q2 import GGUF_NAME
+
+            with _naming(tmp / GGUF_NAME):
+                _write_gguf(folder, plans, opts, tmp, report, progress)
         else:
             _write_safetensors(folder, plans, opts, tmp, report, progress)
-        _copy_other_files(srcp, tmp, skip)
+        _copy_other_files(srcp, tmp, others)
         report.seconds = time.perf_counter() - t0
+        (tmp / OWNER_NAME).unlink()
         report.output_bytes = sum(f.stat().st_size for f in tmp.rglob("*") if f.is_file())
         (tmp / REPORT_NAME).write_text(json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8")
         if opts.force and (dstp.exists() or dstp.is_symlink()):
@@ -776,7 +887,7 @@ def convert_checkpoint(
             ) from None
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise MetraleError(f"{e.filename or tmp}: {e.strerror or e}") from None
+        raise MetraleError(bounded(f"{e.filename or tmp}: {e.strerror or e}")) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

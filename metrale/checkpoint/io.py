@@ -14,9 +14,11 @@ API lacks the float8 dtypes; float8 tensors cross into torch as views of their b
 
 from __future__ import annotations
 
+import contextlib
 import json
 import mmap
 import os
+import stat
 import struct
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -56,6 +58,92 @@ _PAGE = mmap.PAGESIZE
 #: Released ranges reach this far past a tensor: the kernel's fault-around maps neighbouring
 #: pages (64 KiB by default) that would otherwise stay resident.
 _MARGIN = 256 * 1024
+#: Longest error message metrale prints or raises from foreign text (paths, OS errors, names).
+MAX_MESSAGE = 600
+#: What convert does with other files (the reason a link or special file is refused).
+ONLY_REGULAR = "metrale reads and copies only regular files inside the model folder"
+
+
+def bounded(msg: str, limit: int = MAX_MESSAGE) -> str:
+    """``msg`` cut to at most ``limit`` characters, saying how much was cut."""
+    if len(msg) <= limit:
+        return msg
+    tail = f" … ({len(msg) - limit + 40} more characters)"
+    return msg[: limit - len(tail)] + tail
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a file" if stat.S_ISREG(mode) else "a special file"
+
+
+def src_roots(folder: Path) -> tuple[Path, ...]:
+    """The folders a file of SRC ``folder`` may resolve into: the folder itself and, for a
+    Hugging Face hub cache snapshot (``<repo>/snapshots/<rev>``, whose files are links to
+    ``../../blobs``), the repository's ``blobs`` folder."""
+    root = folder.resolve()
+    roots = [root]
+    if root.parent.name == "snapshots" and (root.parent.parent / "blobs").is_dir():
+        roots.append(root.parent.parent / "blobs")
+    return tuple(roots)
+
+
+def file_kind(p: Path, roots: tuple[Path, ...]) -> str:
+    """``"file"`` for a regular file inside ``roots`` (directly or through symlinks),
+    ``"folder"`` for a real folder (not a link); MetraleError naming ``p`` otherwise: a symlink
+    loop, a broken link, a link out of ``roots`` or to a folder, a FIFO, device or socket."""
+    try:
+        st = os.lstat(p)
+    except OSError as e:
+        raise MetraleError(bounded(f"{p}: {e.strerror or e}")) from None
+    if not stat.S_ISLNK(st.st_mode):
+        if stat.S_ISREG(st.st_mode):
+            return "file"
+        if stat.S_ISDIR(st.st_mode):
+            return "folder"
+        raise MetraleError(bounded(f"{p}: {_kind(st.st_mode)}; {ONLY_REGULAR}"))
+    try:
+        target = Path(os.path.realpath(p, strict=True))
+        mode = os.stat(target).st_mode
+    except (OSError, RuntimeError) as e:
+        loop = isinstance(e, RuntimeError) or getattr(e, "errno", None) == 40  # ELOOP
+        why = "a symlink loop" if loop else f"a broken symlink (to {os.readlink(p)})"
+        raise MetraleError(bounded(f"{p}: {why}; {ONLY_REGULAR}")) from None
+    inside = any(target == r or r in target.parents for r in roots)
+    if inside and stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        where = " outside the model folder" if not inside else ""
+        why = f"a symlink to {_kind(mode)}{where} ({target})"
+    else:
+        where = ", outside the model folder" if not inside else ""
+        why = f"a symlink to {target}{where} ({_kind(mode)})"
+    raise MetraleError(bounded(f"{p}: {why}; {ONLY_REGULAR}"))
+
+
+def open_regular(p: Path) -> BinaryIO:
+    """``p`` opened for reading, refused unless what it opens is a regular file (checked on
+    the open file, so a file swapped for a FIFO or device since the plan is caught)."""
+    fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise MetraleError(bounded(f"{p}: {_kind(mode)}; {ONLY_REGULAR}"))
+        if hasattr(os, "O_NONBLOCK"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 @dataclass(frozen=True)
@@ -89,8 +177,9 @@ class SafetensorsFile:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         p = self.path
-        if not p.is_file():
+        if not p.is_file() and not p.is_symlink():
             raise MetraleError(f"{p}: safetensors file is missing")
+        file_kind(p, (Path(os.path.realpath(p.parent)), Path("/")))  # a loop, a broken link, a FIFO
         try:
             self._init(p)
         except OSError as e:
@@ -256,9 +345,12 @@ def shard_path(folder: Path, name: object, where: str) -> Path:
     if bad:
         raise MetraleError(f"{where}: weight_map entry {name!r} is not a plain file name inside the folder")
     p = folder / name
-    root = folder.resolve()
-    if p.is_symlink() and root not in p.resolve().parents:
-        raise MetraleError(f"{where}: weight_map entry {name!r} is a symlink that leaves SRC ({p.resolve()})")
+    try:
+        kind = file_kind(p, src_roots(folder)) if p.is_symlink() or p.exists() else "file"
+    except MetraleError as e:
+        raise MetraleError(bounded(f"{where}: weight_map entry {name!r}: {e}")) from None
+    if kind != "file":
+        raise MetraleError(f"{where}: weight_map entry {name!r}: {p} is a folder; {ONLY_REGULAR}")
     return p
 
 
@@ -290,10 +382,18 @@ class SafetensorsWriter:
         raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
         raw += b" " * (-len(raw) % 8)
         self._f: BinaryIO | None = open(self.path, "wb")
-        self._f.write(struct.pack("<Q", len(raw)))
-        self._f.write(raw)
+        self._put(struct.pack("<Q", len(raw)))
+        self._put(raw)
         self._next = 0
         self.nbytes = 8 + len(raw) + off
+
+    def _put(self, data: bytes | memoryview) -> None:
+        """Write ``data``; an OS error (a full disk) names this file."""
+        assert self._f is not None
+        try:
+            self._f.write(data)
+        except OSError as e:
+            raise OSError(e.errno, e.strerror, str(self.path)) from None
 
     def _expect(self, name: str) -> tuple[str, tuple[int, ...], int]:
         if self._f is None:
@@ -313,17 +413,15 @@ class SafetensorsWriter:
             raise MetraleError(
                 f"{self.path}: tensor {name!r} is {a.dtype}{list(a.shape)}, planned {dt}{list(shape)}"
             )
-        assert self._f is not None
         if n:
-            self._f.write(a.reshape(-1).view(np.uint8).data)
+            self._put(a.reshape(-1).view(np.uint8).data)
 
     def write_raw(self, name: str, chunks: Iterable[bytes | memoryview]) -> None:
         """Append tensor ``name`` from raw byte chunks (a copy of a source tensor)."""
         _, _, n = self._expect(name)
-        assert self._f is not None
         got = 0
         for c in chunks:
-            self._f.write(c)
+            self._put(c)
             got += len(c)
         if got != n:
             raise MetraleError(f"{self.path}: tensor {name!r} got {got} bytes, planned {n}")
@@ -333,14 +431,18 @@ class SafetensorsWriter:
         if self._f is None:
             return
         f, self._f = self._f, None
-        f.close()
+        try:
+            f.close()
+        except OSError as e:  # the last buffered bytes
+            raise OSError(e.errno, e.strerror, str(self.path)) from None
         if self._next != len(self._order):
             raise MetraleError(f"{self.path}: tensor {self._order[self._next][0]!r} was never written")
 
     def abort(self) -> None:
         if self._f is not None:
-            self._f.close()
-            self._f = None
+            f, self._f = self._f, None
+            with contextlib.suppress(OSError):  # the error that aborted the write is reported
+                f.close()
 
 
 # ---- small-dict conveniences through safetensors.torch ----
@@ -372,6 +474,8 @@ def save_tensors(
 # ---- a Hugging Face model folder ----
 def read_json(path: Path, what: str) -> Any:
     """Parse JSON file ``path``; MetraleError naming it when missing or malformed."""
+    if path.is_symlink() and not path.exists():
+        file_kind(path, (Path("/"),))  # raises: a symlink loop or a broken link
     if not path.is_file():
         raise MetraleError(f"{path}: {what} is missing")
     try:
@@ -404,8 +508,9 @@ class HfFolder:
             self.shards = sorted(set(wm.values()))
         else:
             self.shards = sorted(p.name for p in self.path.glob("*.safetensors"))
+            roots = src_roots(self.path)
             for s in self.shards:
-                shard_path(self.path, s, str(self.path))
+                file_kind(self.path / s, roots)
         if not self.shards:
             raise MetraleError(
                 f"{self.path}: no safetensors files (want model.safetensors or shards with {INDEX_NAME})"

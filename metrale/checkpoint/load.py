@@ -19,7 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from metrale.checkpoint.checks import ffn_problems, require_none, weight_problems
+from metrale.checkpoint.checks import (
+    config_problems,
+    ffn_problems,
+    layer_problems,
+    module_problems,
+    require_none,
+    weight_problems,
+)
 from metrale.checkpoint.io import HfFolder
 from metrale.errors import MetraleError
 from metrale.reference.backend import Backend
@@ -44,7 +51,8 @@ def activation_of(name: str, where: str) -> FfnActivation:
 
 def weight_from_tensors(mod: str, t: dict[str, np.ndarray]) -> Any:
     """A reference format object from a module's tensors (by suffix: weight, weight_scale, ...),
-    through the format descriptor the ``weight`` dtype names."""
+    through the format descriptor the ``weight`` dtype names (``module_problems`` first)."""
+    require_none(module_problems(mod, t))
     spec = spec_of_tensors(t, mod)
     w = spec.from_tensors(t, name=mod)
     require_none(weight_problems(spec.stem, w, mod))
@@ -52,15 +60,17 @@ def weight_from_tensors(mod: str, t: dict[str, np.ndarray]) -> Any:
 
 
 def _layer_prefix(names: list[str], layer: int, where: str) -> str:
-    pat = re.compile(rf"^(.*?\blayers\.{layer}\.mlp\.)gate_proj\.weight$")
+    pat = re.compile(rf"^(.*?\blayers\.{layer}\.mlp\.)(?:gate_proj|up_proj|down_proj)\.")
     for n in names:
         m = pat.match(n)
         if m:
             return m.group(1)
-    found = sorted(
-        {int(m.group(1)) for n in names if (m := re.search(r"\blayers\.(\d+)\.mlp\.gate_proj\.weight$", n))}
-    )
-    raise MetraleError(f"{where}: no FFN for layer {layer} (layers with an FFN: {found})")
+    found = {
+        int(m.group(1))
+        for n in names
+        if (m := re.search(r"\blayers\.(\d+)\.mlp\.(?:gate_proj|up_proj|down_proj)\.", n))
+    }
+    raise MetraleError(f"{where}: no FFN for layer {layer} (layers with an FFN: {sorted(found)})")
 
 
 def build_ffn_layer(
@@ -119,11 +129,10 @@ def read_ffn_weights(
     with HfFolder(path) as folder:
         cfg = folder.config
         where = str(path)
-        for key in ("hidden_size", "intermediate_size"):
-            if key not in cfg:
-                raise MetraleError(f"{path / 'config.json'}: lacks {key!r}")
+        require_none(config_problems(cfg, str(path / "config.json")))
         act = activation_of(cfg.get("hidden_act", "silu"), str(path / "config.json"))
         names = folder.names()
+        require_none(layer_problems(names, cfg, str(path / "config.json")))
         prefix = _layer_prefix(names, layer, where)
         conf = FfnConfig(int(cfg["hidden_size"]), int(cfg["intermediate_size"]))
         cols, down_rows = part(conf) if part is not None else (None, None)

@@ -137,21 +137,28 @@ def _check_siblings(res: VerifyResult, weights: dict[str, Any]) -> None:
 
 def _check_loader(res: VerifyResult) -> None:
     """Every decoder layer's FFN must load through DenseFfnLayer.from_checkpoint (the loader's
-    checks: config.json sizes and activation, GGUF metadata and tensor types, formats)."""
+    checks: config.json sizes, layer count and activation, each module's tensors and values,
+    GGUF metadata and tensor types): the layers with FFN tensors and, with those, every layer
+    below ``num_hidden_layers`` (or the GGUF ``block_count``). verify fails exactly when
+    loading some decoder layer's FFN fails (``tests/test_verify_load_agree.py``)."""
     from metrale.checkpoint.load import load_ffn_layer
 
-    layers = sorted({int(m.group(1) or m.group(2)) for r in res.scan.rows if (m := _LAYER_RE.search(r.name))})
+    s = res.scan
+    layers = {int(m.group(1) or m.group(2)) for r in s.rows if (m := _LAYER_RE.search(r.name))}
+    count = s.config.get("num_hidden_layers") if s.layout != "gguf" else None
+    if layers and isinstance(count, int) and not isinstance(count, bool) and 0 < count <= 1 << 16:
+        layers |= set(range(count))
     seen = set(res.violations)
-    for i in layers:
+    for i in sorted(layers):
         try:
-            load_ffn_layer(res.scan.path, layer=i, backend="reference")
+            load_ffn_layer(s.path, layer=i, backend="reference")
         except MetraleError as e:
             if str(e) not in seen:
                 seen.add(str(e))
                 res.violations.append(str(e))
 
 
-_LAYER_RE = re.compile(r"(?:\blayers\.(\d+)\.mlp\.gate_proj|^blk\.(\d+)\.ffn_gate)")
+_LAYER_RE = re.compile(r"(?:\blayers\.(\d+)\.mlp\.(?:gate|up|down)_proj|^blk\.(\d+)\.ffn_(?:gate|up|down))")
 
 
 def verify_path(
