@@ -32,6 +32,7 @@ from rich.table import Table
 
 from metrale.errors import BackendUnavailable, MetraleError
 from metrale.reference.formats import CONVERT_FORMATS
+from metrale.reference.formats.spec import FORMAT_NAMES
 
 app = typer.Typer(
     name="metrale",
@@ -174,9 +175,14 @@ def convert(
 ) -> None:
     """Quantize SRC's Linear layers (all but lm_head and embeddings; --ffn-only: the FFN) into DST."""
     from metrale.checkpoint.convert import ConvertOptions, convert_checkpoint
+    from metrale.reference.formats.spec import CONVERT_SERVES, pick_format
 
+    try:
+        format = pick_format(format, CONVERT_SERVES, "--format")
+    except MetraleError as e:
+        raise _fail(str(e)) from None
     opts = ConvertOptions(
-        format=format.lower(),
+        format=format,
         exclude=tuple(exclude or ()),
         ffn_only=ffn_only,
         default_exclude=not no_default_exclude,
@@ -421,7 +427,7 @@ def generate(
         Path, typer.Argument(help="Hugging Face model folder (config, weights, tokenizer).")
     ],
     format: Annotated[
-        str, typer.Option("--format", "-f", help="nvfp4 | w4a4 | w8a8 | q2_0 | fp8 | bf16 (on the fly)")
+        str, typer.Option("--format", "-f", help=" | ".join(FORMAT_NAMES) + " (on the fly)")
     ] = "nvfp4",
     prompt: Annotated[str, typer.Option("--prompt", "-p", help="Prompt text.")] = "The capital of France is",
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", "-n", help="Tokens to generate.")] = 32,

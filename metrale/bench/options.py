@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from metrale.bench.kernels import FAMILIES
 from metrale.bench.measure import Plan
 from metrale.bench.peers import PEERS
 from metrale.errors import MetraleError
+from metrale.reference.formats.spec import FORMAT_ALIASES
 
 #: Row counts of the dry run when ``--m`` is not given (two above the full-check edge).
 DRY_M = (1, 2, 3, 4, 8, 64, 65, 130)
@@ -105,8 +107,11 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _list(value: str, known: dict[str, str] | tuple[str, ...], option: str) -> list[str]:
+def _list(
+    value: str, known: dict[str, str] | tuple[str, ...], option: str, aliases: Mapping[str, str] | None = None
+) -> list[str]:
     items = [v.strip() for v in value.split(",") if v.strip()]
+    items = [(aliases or {}).get(v, v) for v in items]
     if items == ["none"]:
         return []
     if items == ["all"]:
@@ -174,7 +179,7 @@ def parse(argv: list[str] | None = None) -> Options:
     return Options(
         shapes=shapes,
         ms=row_counts(a.m) if a.m is not None else list(DRY_M if a.dry_run else DEFAULT_M),
-        formats=_list(a.formats, tuple(FORMATS), "--formats"),
+        formats=_list(a.formats, tuple(FORMATS), "--formats", FORMAT_ALIASES),
         peers=_list(a.peers, tuple(PEERS), "--peers"),
         kernels=_list(a.kernels, FAMILIES, "--kernels"),
         plan=Plan(a.target_ms, a.samples, a.cell_seconds),
