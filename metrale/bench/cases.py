@@ -82,7 +82,7 @@ def device_copy(layer: DenseFfnLayer, fmt: str) -> Any:
     if FORMATS[fmt].stem == "w8a8":
         w = layer.w8a8
         assert w is not None
-        return W8a8Ffn(dup(w.gate), dup(w.up), dup(w.down))
+        return W8a8Ffn(*(dup(p) for p in w.all()))
     slot = {"q2_0": layer.q2_weights, "fp8": layer.fp8_weights, "bf16": layer.bf16_weights}
     ws = slot.get(FORMATS[fmt].stem, layer.weights)
     assert ws is not None
