@@ -229,9 +229,14 @@ def load_ffn_layer(
     ``tp_rank`` of ``tp_size`` this is (None: the default group)."""
     from metrale.checkpoint.gguf_q2 import find_gguf
 
+    if not isinstance(path, (str, os.PathLike)):
+        raise MetraleError(f"load_ffn_layer: path is a {type(path).__name__}, want a str or os.PathLike")
     p = Path(path)
     if not p.exists():
         raise MetraleError(f"{p}: no such checkpoint")
+    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)):
+        raise MetraleError(f"load_ffn_layer: layer={layer!r} is a {type(layer).__name__}, want an int >= 0")
+    layer = int(layer)
     if layer < 0:
         raise MetraleError(f"layer={layer}: want >= 0")
     tp = None

@@ -53,6 +53,15 @@ class FfnWeights(Generic[W]):
     up_proj: W
     down_proj: W
 
+    def __post_init__(self) -> None:
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            p = getattr(self, name)
+            if not isinstance(getattr(p, "format", None), str) or p.format not in FORMATS:
+                kinds = ", ".join(f.weight_type.__name__ for f in FORMATS.values())
+                raise MetraleError(
+                    f"FfnWeights: {name} is a {type(p).__name__}, want a metrale weight ({kinds})"
+                )
+
     def all(self) -> tuple[W, W, W]:
         return (self.gate_proj, self.up_proj, self.down_proj)
 

@@ -18,7 +18,15 @@ from metrale.reference.elements import (
     e2m1_rne,
     e4m3_saturate,
 )
-from metrale.reference.formats._checks import check_array, check_source, require, scalar_f32, tensor
+from metrale.reference.formats._checks import (
+    check_array,
+    check_name,
+    check_scalar,
+    check_source,
+    require,
+    scalar_f32,
+    tensor,
+)
 
 BLOCK = 16
 F32 = np.float32
@@ -78,6 +86,7 @@ class Nvfp4Weight:
 
     def validate(self) -> None:
         """Check dtypes, shapes and finiteness; raise MetraleError naming the tensor."""
+        check_name("Nvfp4Weight", self.name)
         nm = self.name
         require(
             isinstance(self.weight, np.ndarray) and self.weight.ndim == 2,
@@ -92,15 +101,9 @@ class Nvfp4Weight:
         check_array(f"{nm}.weight_scale", self.weight_scale, E4M3, (n, 2 * half // BLOCK))
         s = self.weight_scale.astype(F32)
         require(bool(np.isfinite(s).all()), f"{nm}.weight_scale: holds NaN")
-        require(
-            bool(np.isfinite(self.weight_scale_2)) and np.ndim(self.weight_scale_2) == 0,
-            f"{nm}.weight_scale_2: must be a finite f32 scalar, got {self.weight_scale_2!r}",
-        )
+        check_scalar(f"{nm}.weight_scale_2", self.weight_scale_2)
         if self.input_scale is not None:
-            require(
-                bool(np.isfinite(self.input_scale)) and float(self.input_scale) > 0,
-                f"{nm}.input_scale: must be a finite positive f32 scalar, got {self.input_scale!r}",
-            )
+            check_scalar(f"{nm}.input_scale", self.input_scale, positive=True)
 
     @classmethod
     def from_tensors(cls, t: dict[str, np.ndarray], *, name: str = "weight") -> Nvfp4Weight:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from metrale.reference.formats._checks import check_array, check_source, require, tensor
+from metrale.reference.formats._checks import check_array, check_name, check_source, require, tensor
 
 QK = 64
 BLOCK_BYTES = 18
@@ -49,6 +49,7 @@ class Q2_0Weight:
         return int(self.blocks.nbytes)
 
     def validate(self) -> None:
+        check_name("Q2_0Weight", self.name)
         nm = self.name
         require(
             isinstance(self.blocks, np.ndarray) and self.blocks.ndim == 3,
