@@ -48,8 +48,8 @@ class FfnBuffers:
         except (MemoryError, ValueError):
             need = max_rows * (h + 2 * i) * 2
             raise MetraleError(
-                f"FfnBuffers: max_rows={max_rows}: the buffers need {need / 2**30:,.1f} GiB, more than {backend.name} "
-                "can allocate"
+                f"FfnBuffers: max_rows={max_rows}: the buffers need {need / 2**30:,.1f} GiB, "
+                f"more than {backend.name} can allocate"
             ) from None
         self.scratch: dict[str, Any] = {}
 
