@@ -344,6 +344,17 @@ def verify(
     out.print(f"[green]OK[/]: {res.checked} tensors checked in {res.scan.path} ({res.scan.layout})")
 
 
+#: What the demo's columns mean (printed under its table).
+DEMO_COLUMNS = (
+    "bytes: the converted folder's safetensors or GGUF size; FFN ratio: the FFN weights' bf16 bytes "
+    "over their bytes in the format; max weight err: the largest ||w_q - w|| / ||w|| over the "
+    "quantized tensors; verify: `metrale verify DST --against SRC` (layout, and each tensor's error "
+    "bound for its format: Q2_0's is 1.0); FFN rel. error: ||y - y_bf16|| / ||y_bf16|| of the "
+    "layer's output on 4 random rows, the weights' error carried through the FFN (on this tiny random "
+    "model Q2_0's ternary weights give more than 1: verify bounds weights, not outputs)."
+)
+
+
 @app.command()
 def demo(
     out_dir: Annotated[
@@ -375,7 +386,7 @@ def demo(
         root = out_dir
     try:
         src = make_example_checkpoint(root / "llama-tiny", hidden=64, intermediate=128, layers=2)
-        out.print(f"example checkpoint: [bold]{src}[/] (Llama, hidden 64, intermediate 128, 2 layers, bf16)")
+        out.print("example checkpoint: Llama, hidden 64, intermediate 128, 2 layers, bf16")
         x = np.random.default_rng(0).standard_normal((4, 64)).astype(ml_dtypes.bfloat16)
         ref = DenseFfnLayer.from_checkpoint(src, layer=layer, backend=backend)(x).astype(np.float64)
         t = Table(title=f"FFN of layer {layer}, 4 rows, vs the bf16 source layer", title_justify="left")
@@ -402,6 +413,12 @@ def demo(
                 f"{err:.3f}",
             )
         out.print(t)
+        out.print(DEMO_COLUMNS)
+        if out_dir is None:
+            out.print("files: written to a temporary folder, removed now (--out DIR keeps them)")
+        else:
+            names = ", ".join(p.name for p in sorted(root.iterdir()))
+            out.print(f"files kept in [bold]{escape(str(root))}[/]: {escape(names)}")
         out.print(
             "next: [bold]metrale convert SRC DST --format nvfp4[/], [bold]metrale inspect DST[/], "
             "[bold]metrale verify DST --against SRC[/]"
