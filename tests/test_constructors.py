@@ -1,5 +1,5 @@
 """The public constructors refuse bad arguments with one-line MetraleErrors naming the
-argument (issue 23, item 12), and a fuzz test of FfnConfig, ForwardContext, the weight
+argument, and a fuzz test of FfnConfig, ForwardContext, the weight
 classes, FfnWeights and DenseFfnLayer with random types, shapes and dtypes sees only
 MetraleErrors or working objects."""
 
