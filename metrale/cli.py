@@ -8,6 +8,7 @@ partial DST or temporary folder behind, and never writes into SRC.
 from __future__ import annotations
 
 import contextlib
+import inspect as _inspect
 import json
 import os
 import signal
@@ -34,7 +35,27 @@ from metrale.errors import BackendUnavailable, MetraleError
 from metrale.reference.formats import CONVERT_FORMATS
 from metrale.reference.formats.spec import FORMAT_NAMES
 
+
+def _plain_flags(params: list[Any]) -> list[Any]:
+    """Flags (--help, --force, ...) show no value type in the help (typer would print <bool>)."""
+    for p in params:
+        if getattr(p, "is_flag", False) and getattr(p, "metavar", None) is None:
+            p.metavar = ""
+    return params
+
+
+class _Command(typer.core.TyperCommand):
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _plain_flags(super().get_params(ctx))
+
+
+class _Group(typer.core.TyperGroup):
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _plain_flags(super().get_params(ctx))
+
+
 app = typer.Typer(
+    cls=_Group,
     name="metrale",
     help="Quantize Hugging Face checkpoints (NVFP4, FP8, W8A8, Q2_0) and run their FFN layers with metrale.",
     no_args_is_help=True,
@@ -125,7 +146,7 @@ def _signals_interrupt() -> Iterator[list[int]]:
             signal.signal(sg, h)
 
 
-@app.command()
+@app.command(cls=_Command)
 def convert(
     src: Annotated[Path, typer.Argument(help="Hugging Face model folder (config.json + safetensors).")],
     dst: Annotated[Path, typer.Argument(help="Output folder (must not exist unless --force).")],
@@ -134,8 +155,9 @@ def convert(
         typer.Option(
             "--format",
             "-f",
-            metavar="[" + "|".join(CONVERT_FORMATS) + "]",
-            help="nvfp4 (ModelOpt), fp8 / w8a8 (compressed-tensors) or q2_0 (GGUF type 42).",
+            metavar="FORMAT",
+            help="nvfp4 (ModelOpt), fp8 or w8a8 (compressed-tensors), q2_0 (GGUF type 42): "
+            + " | ".join(CONVERT_FORMATS),
         ),
     ] = "nvfp4",
     exclude: Annotated[
@@ -146,7 +168,7 @@ def convert(
         bool,
         typer.Option(
             "--ffn-only",
-            help="Quantize only the FFN projections (mlp.gate_proj/up_proj/down_proj); "
+            help="Quantize only the FFN projections (gate_proj, up_proj, down_proj); "
             "default: every Linear except lm_head, as ModelOpt and llm-compressor do.",
         ),
     ] = False,
@@ -240,7 +262,7 @@ def convert(
         )
 
 
-@app.command()
+@app.command(cls=_Command)
 def inspect(
     path: Annotated[Path, typer.Argument(help="Model folder or .gguf file.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
@@ -297,7 +319,7 @@ def _flag_violations(path: Path) -> None:
             err.print(f"  {line}", soft_wrap=True, markup=False)
 
 
-@app.command()
+@app.command(cls=_Command)
 def verify(
     path: Annotated[Path, typer.Argument(help="Model folder or .gguf file to check.")],
     against: Annotated[Path | None, typer.Option("--against", help="Source folder to compare with.")] = None,
@@ -341,7 +363,17 @@ def verify(
         for v in res.violations:
             _err().print(f"[bold red]violation:[/] {v}", soft_wrap=True)
         raise typer.Exit(1)
-    out.print(f"[green]OK[/]: {res.checked} tensors checked in {res.scan.path} ({res.scan.layout})")
+    quantized = sorted({r.format for r in res.scan.rows} - {"bf16", "f16", "f32"})
+    if not quantized:
+        out.print(
+            f"nothing quantized: {res.scan.path} holds {res.checked} tensors, none in a metrale format "
+            f"({', '.join(CONVERT_FORMATS)}); nothing to verify (metrale convert writes them)"
+        )
+        return
+    out.print(
+        f"[green]OK[/]: {res.checked} tensors checked in {res.scan.path} "
+        f"({res.scan.layout}: {', '.join(quantized)})"
+    )
 
 
 #: What the demo's columns mean (printed under its table).
@@ -355,7 +387,7 @@ DEMO_COLUMNS = (
 )
 
 
-@app.command()
+@app.command(cls=_Command)
 def demo(
     out_dir: Annotated[
         Path | None, typer.Option("--out", help="Keep the files in this (new) folder.")
@@ -363,9 +395,10 @@ def demo(
     backend: Annotated[str, typer.Option("--backend", help="auto | reference | cuda")] = "auto",
     layer: Annotated[int, typer.Option("--layer", help="Decoder layer whose FFN runs.")] = 0,
 ) -> None:
-    """Generate a tiny Llama checkpoint, convert it to all four formats (every Linear but
-    lm_head), inspect, verify, and run the FFN of one layer of each through
-    DenseFfnLayer.from_checkpoint."""
+    """Convert a generated tiny Llama to all four formats, inspect, verify and run its FFNs.
+
+    The checkpoint is written locally (no download); every Linear but lm_head is converted,
+    and the FFN of one layer of each runs through DenseFfnLayer.from_checkpoint."""
     import ml_dtypes
 
     from metrale.checkpoint.convert import FFN_RE, ConvertOptions, convert_checkpoint, module_of
@@ -424,7 +457,7 @@ def demo(
             "[bold]metrale verify DST --against SRC[/]"
         )
     except (MetraleError, BackendUnavailable) as e:
-        msg = f"--backend {backend}: {e}" if isinstance(e, BackendUnavailable) else str(e)
+        msg = str(e).replace(f"backend={backend.strip().lower()!r}", f"--backend {backend}", 1)
         kept = (
             f" (the files written so far are kept in {out_dir})"
             if out_dir is not None
@@ -438,7 +471,7 @@ def demo(
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(cls=_Command)
 def generate(
     model_dir: Annotated[
         Path, typer.Argument(help="Hugging Face model folder (config, weights, tokenizer).")
@@ -483,19 +516,73 @@ def generate(
             )
 
 
-@app.command(
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
-)
-def bench(ctx: typer.Context) -> None:
-    """Time the FFN of every format on the GPU, bit-exact against the reference, with torch peers
-    (``metrale bench --help`` for its options; --dry-run runs on the CPU)."""
+def _bench_options() -> list[_inspect.Parameter]:
+    """The typer parameters of ``metrale bench``, one per option of the benchmark's argparse
+    parser (``metrale.bench.options.parser``, which ``python -m metrale.bench`` uses): the
+    options are stated once, and both front ends validate through ``options.parse``."""
+    from metrale.bench.options import parser
+
+    params = []
+    for a in parser()._actions:
+        if not a.option_strings or "--help" in a.option_strings:
+            continue
+        flag, helptext = a.option_strings[-1], " ".join((a.help or "").split())
+        if a.nargs == 0:
+            ann: Any = Annotated[bool, typer.Option(flag, help=helptext, metavar="")]
+            default: Any = False
+        elif a.nargs == "+":
+            ann = Annotated[
+                list[str] | None,
+                typer.Option(flag, help=helptext + " (repeat the option for each)", metavar=a.metavar or "X"),
+            ]
+            default = None
+        else:
+            kind = a.type or str
+            ann = Annotated[
+                kind if a.default is not None else kind | None,
+                typer.Option(flag, help=helptext, metavar=a.metavar or (a.dest.upper()), show_default=True),
+            ]
+            default = a.default
+        params.append(
+            _inspect.Parameter(a.dest, _inspect.Parameter.KEYWORD_ONLY, default=default, annotation=ann)
+        )
+    return params
+
+
+def _bench_argv(values: dict[str, Any]) -> list[str]:
+    """The argparse command line of the typer values (defaults left out)."""
+    from metrale.bench.options import parser
+
+    argv: list[str] = []
+    for a in parser()._actions:
+        if a.dest not in values or not a.option_strings:
+            continue
+        v, flag = values[a.dest], a.option_strings[-1]
+        if a.nargs == 0:
+            argv += [flag] if v else []
+        elif a.nargs == "+":
+            argv += [flag, *v] if v else []
+        elif v is not None and v != a.default:
+            argv += [flag, str(v)]
+    return argv
+
+
+def bench(**values: Any) -> None:
+    """Time the FFN of every format on the GPU, bit-exact against the reference.
+
+    Torch peers and bandwidth ceilings are measured in the same run; --dry-run runs on the
+    CPU with tiny shapes. python -m metrale.bench takes the same options."""
     from metrale.bench import main as bench_main
 
     try:
-        rc = bench_main(list(ctx.args))
+        rc = bench_main(_bench_argv(values))
     except BackendUnavailable as e:
         raise _fail(f"bench: {e}") from None
     raise typer.Exit(rc)
+
+
+bench.__signature__ = _inspect.Signature(_bench_options(), return_annotation=None)  # type: ignore[attr-defined]
+app.command(cls=_Command)(bench)
 
 
 def main() -> None:  # pragma: no cover - console entry for `python -m metrale.cli`

@@ -180,6 +180,26 @@ class DenseFfnLayer:
         self.w8a8: W8a8Ffn | None = None
         self.w4a16_batchm = W4a16BatchmTiers(self.backend)
 
+    def __repr__(self) -> str:
+        c = self.config
+        parts = [f"hidden={c.hidden_size}", f"intermediate={c.intermediate_size}", self.activation.value]
+        for label, ws in (
+            ("weights=NVFP4", self.weights),
+            ("bf16_weights=BF16", self.bf16_weights),
+            ("fp8_weights=FP8", self.fp8_weights),
+            ("q2_weights=Q2_0", self.q2_weights),
+        ):
+            if ws is not None:
+                parts.append(
+                    label + (" (declares A4)" if label.endswith("NVFP4") and self.declares_a4() else "")
+                )
+        if self.w8a8 is not None:
+            parts.append("w8a8=W8A8")
+        if self.lora is not None:
+            parts.append("lora")
+        parts.append(f"backend={self.backend.name!r}")
+        return f"DenseFfnLayer({', '.join(parts)})"
+
     def _upload(self, ws: FfnWeights[Any] | None) -> FfnWeights[Any] | None:
         if ws is None:
             return None
