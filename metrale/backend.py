@@ -21,13 +21,15 @@ def get_backend(name: str | None = None) -> Backend:
     ``cuda`` where it cannot run raises BackendUnavailable naming what is missing.
     """
     choice = (name or "auto").strip().lower()
+    given = f"backend={choice!r}"
     if choice == "auto":  # METRALE_BACKEND overrides the automatic choice, not an explicit one
-        choice = (os.environ.get("METRALE_BACKEND") or "auto").strip().lower() or "auto"
+        env = os.environ.get("METRALE_BACKEND") or ""
+        if env.strip():
+            choice, given = env.strip().lower(), f"METRALE_BACKEND={env!r}"
+        else:
+            choice = "auto"
     if choice not in BACKEND_CHOICES:
-        raise MetraleError(
-            f"backend {choice!r} unknown (METRALE_BACKEND or backend=): "
-            f"want one of {', '.join(BACKEND_CHOICES)}"
-        )
+        raise MetraleError(f"{given}: unknown backend, want one of {', '.join(BACKEND_CHOICES)}")
     if choice == "reference":
         from metrale.reference.kernels import ReferenceBackend
 
@@ -38,7 +40,7 @@ def get_backend(name: str | None = None) -> Backend:
     if reason is None:
         return cuda_backend()
     if choice == "cuda":
-        raise BackendUnavailable(f"backend 'cuda' cannot run here: {reason}")
+        raise BackendUnavailable(f"{given}: the CUDA backend cannot run here: {reason}")
     from metrale.reference.kernels import ReferenceBackend
 
     return ReferenceBackend()

@@ -8,6 +8,7 @@ partial DST or temporary folder behind, and never writes into SRC.
 from __future__ import annotations
 
 import contextlib
+import inspect as _inspect
 import json
 import os
 import signal
@@ -32,8 +33,29 @@ from rich.table import Table
 
 from metrale.errors import BackendUnavailable, MetraleError
 from metrale.reference.formats import CONVERT_FORMATS
+from metrale.reference.formats.spec import FORMAT_NAMES
+
+
+def _plain_flags(params: list[Any]) -> list[Any]:
+    """Flags (--help, --force, ...) show no value type in the help (typer would print <bool>)."""
+    for p in params:
+        if getattr(p, "is_flag", False) and getattr(p, "metavar", None) is None:
+            p.metavar = ""
+    return params
+
+
+class _Command(typer.core.TyperCommand):
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _plain_flags(super().get_params(ctx))
+
+
+class _Group(typer.core.TyperGroup):
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _plain_flags(super().get_params(ctx))
+
 
 app = typer.Typer(
+    cls=_Group,
     name="metrale",
     help="Quantize Hugging Face checkpoints (NVFP4, FP8, W8A8, Q2_0) and run their FFN layers with metrale.",
     no_args_is_help=True,
@@ -126,7 +148,7 @@ def _signals_interrupt() -> Iterator[list[int]]:
             signal.signal(sg, h)
 
 
-@app.command()
+@app.command(cls=_Command)
 def convert(
     src: Annotated[Path, typer.Argument(help="Hugging Face model folder (config.json + safetensors).")],
     dst: Annotated[Path, typer.Argument(help="Output folder (must not exist unless --force).")],
@@ -135,8 +157,9 @@ def convert(
         typer.Option(
             "--format",
             "-f",
-            metavar="[" + "|".join(CONVERT_FORMATS) + "]",
-            help="nvfp4 (ModelOpt), fp8 / w8a8 (compressed-tensors) or q2_0 (GGUF type 42).",
+            metavar="FORMAT",
+            help="nvfp4 (ModelOpt), fp8 or w8a8 (compressed-tensors), q2_0 (GGUF type 42): "
+            + " | ".join(CONVERT_FORMATS),
         ),
     ] = "nvfp4",
     exclude: Annotated[
@@ -147,7 +170,7 @@ def convert(
         bool,
         typer.Option(
             "--ffn-only",
-            help="Quantize only the FFN projections (mlp.gate_proj/up_proj/down_proj); "
+            help="Quantize only the FFN projections (gate_proj, up_proj, down_proj); "
             "default: every Linear except lm_head, as ModelOpt and llm-compressor do.",
         ),
     ] = False,
@@ -179,9 +202,14 @@ def convert(
     removes the temporary folders (.NAME.metrale-tmp-*) that killed conversions left in DST's
     parent once the process recorded inside is gone (same host; a live one's is kept)."""
     from metrale.checkpoint.convert import ConvertOptions, convert_checkpoint
+    from metrale.reference.formats.spec import CONVERT_SERVES, pick_format
 
+    try:
+        format = pick_format(format, CONVERT_SERVES, "--format")
+    except MetraleError as e:
+        raise _fail(str(e)) from None
     opts = ConvertOptions(
-        format=format.lower(),
+        format=format,
         exclude=tuple(exclude or ()),
         ffn_only=ffn_only,
         default_exclude=not no_default_exclude,
@@ -239,7 +267,7 @@ def convert(
         )
 
 
-@app.command()
+@app.command(cls=_Command)
 def inspect(
     path: Annotated[Path, typer.Argument(help="Model folder or .gguf file.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
@@ -298,7 +326,7 @@ def _flag_violations(path: Path) -> None:
             err.print(f"  {bounded(line)}", soft_wrap=True, markup=False)
 
 
-@app.command()
+@app.command(cls=_Command)
 def verify(
     path: Annotated[Path, typer.Argument(help="Model folder or .gguf file to check.")],
     against: Annotated[Path | None, typer.Option("--against", help="Source folder to compare with.")] = None,
@@ -344,10 +372,31 @@ def verify(
         for v in res.violations:
             _err().print(f"[bold red]violation:[/] {escape(bounded(v))}", soft_wrap=True)
         raise typer.Exit(1)
-    out.print(f"[green]OK[/]: {res.checked} tensors checked in {res.scan.path} ({res.scan.layout})")
+    quantized = sorted({r.format for r in res.scan.rows} - {"bf16", "f16", "f32"})
+    if not quantized:
+        out.print(
+            f"nothing quantized: {res.scan.path} holds {res.checked} tensors, none in a metrale format "
+            f"({', '.join(CONVERT_FORMATS)}); nothing to verify (metrale convert writes them)"
+        )
+        return
+    out.print(
+        f"[green]OK[/]: {res.checked} tensors checked in {res.scan.path} "
+        f"({res.scan.layout}: {', '.join(quantized)})"
+    )
 
 
-@app.command()
+#: What the demo's columns mean (printed under its table).
+DEMO_COLUMNS = (
+    "bytes: the converted folder's safetensors or GGUF size; FFN ratio: the FFN weights' bf16 bytes "
+    "over their bytes in the format; max weight err: the largest ||w_q - w|| / ||w|| over the "
+    "quantized tensors; verify: `metrale verify DST --against SRC` (layout, and each tensor's error "
+    "bound for its format: Q2_0's is 1.0); FFN rel. error: ||y - y_bf16|| / ||y_bf16|| of the "
+    "layer's output on 4 random rows, the weights' error carried through the FFN (on this tiny random "
+    "model Q2_0's ternary weights give more than 1: verify bounds weights, not outputs)."
+)
+
+
+@app.command(cls=_Command)
 def demo(
     out_dir: Annotated[
         Path | None, typer.Option("--out", help="Keep the files in this (new) folder.")
@@ -355,9 +404,10 @@ def demo(
     backend: Annotated[str, typer.Option("--backend", help="auto | reference | cuda")] = "auto",
     layer: Annotated[int, typer.Option("--layer", help="Decoder layer whose FFN runs.")] = 0,
 ) -> None:
-    """Generate a tiny Llama checkpoint, convert it to all four formats (every Linear but
-    lm_head), inspect, verify, and run the FFN of one layer of each through
-    DenseFfnLayer.from_checkpoint."""
+    """Convert a generated tiny Llama to all four formats, inspect, verify and run its FFNs.
+
+    The checkpoint is written locally (no download); every Linear but lm_head is converted,
+    and the FFN of one layer of each runs through DenseFfnLayer.from_checkpoint."""
     import ml_dtypes
 
     from metrale.checkpoint.convert import FFN_RE, ConvertOptions, convert_checkpoint, module_of
@@ -378,7 +428,7 @@ def demo(
         root = out_dir
     try:
         src = make_example_checkpoint(root / "llama-tiny", hidden=64, intermediate=128, layers=2)
-        out.print(f"example checkpoint: [bold]{src}[/] (Llama, hidden 64, intermediate 128, 2 layers, bf16)")
+        out.print("example checkpoint: Llama, hidden 64, intermediate 128, 2 layers, bf16")
         x = np.random.default_rng(0).standard_normal((4, 64), dtype=np.float32).astype(ml_dtypes.bfloat16)
         ref = DenseFfnLayer.from_checkpoint(src, layer=layer, backend=backend)(x).astype(np.float64)
         t = Table(title=f"FFN of layer {layer}, 4 rows, vs the bf16 source layer", title_justify="left")
@@ -405,12 +455,18 @@ def demo(
                 f"{err:.3f}",
             )
         out.print(t)
+        out.print(DEMO_COLUMNS)
+        if out_dir is None:
+            out.print("files: written to a temporary folder, removed now (--out DIR keeps them)")
+        else:
+            names = ", ".join(p.name for p in sorted(root.iterdir()))
+            out.print(f"files kept in [bold]{escape(str(root))}[/]: {escape(names)}")
         out.print(
             "next: [bold]metrale convert SRC DST --format nvfp4[/], [bold]metrale inspect DST[/], "
             "[bold]metrale verify DST --against SRC[/]"
         )
     except (MetraleError, BackendUnavailable) as e:
-        msg = f"--backend {backend}: {e}" if isinstance(e, BackendUnavailable) else str(e)
+        msg = str(e).replace(f"backend={backend.strip().lower()!r}", f"--backend {backend}", 1)
         kept = (
             f" (the files written so far are kept in {out_dir})"
             if out_dir is not None
@@ -424,13 +480,13 @@ def demo(
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(cls=_Command)
 def generate(
     model_dir: Annotated[
         Path, typer.Argument(help="Hugging Face model folder (config, weights, tokenizer).")
     ],
     format: Annotated[
-        str, typer.Option("--format", "-f", help="nvfp4 | w4a4 | w8a8 | q2_0 | fp8 | bf16 (on the fly)")
+        str, typer.Option("--format", "-f", help=" | ".join(FORMAT_NAMES) + " (on the fly)")
     ] = "nvfp4",
     prompt: Annotated[str, typer.Option("--prompt", "-p", help="Prompt text.")] = "The capital of France is",
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", "-n", help="Tokens to generate.")] = 32,
@@ -469,19 +525,73 @@ def generate(
             )
 
 
-@app.command(
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
-)
-def bench(ctx: typer.Context) -> None:
-    """Time the FFN of every format on the GPU, bit-exact against the reference, with torch peers
-    (``metrale bench --help`` for its options; --dry-run runs on the CPU)."""
+def _bench_options() -> list[_inspect.Parameter]:
+    """The typer parameters of ``metrale bench``, one per option of the benchmark's argparse
+    parser (``metrale.bench.options.parser``, which ``python -m metrale.bench`` uses): the
+    options are stated once, and both front ends validate through ``options.parse``."""
+    from metrale.bench.options import parser
+
+    params = []
+    for a in parser()._actions:
+        if not a.option_strings or "--help" in a.option_strings:
+            continue
+        flag, helptext = a.option_strings[-1], " ".join((a.help or "").split())
+        if a.nargs == 0:
+            ann: Any = Annotated[bool, typer.Option(flag, help=helptext, metavar="")]
+            default: Any = False
+        elif a.nargs == "+":
+            ann = Annotated[
+                list[str] | None,
+                typer.Option(flag, help=helptext + " (repeat the option for each)", metavar=a.metavar or "X"),
+            ]
+            default = None
+        else:
+            kind = a.type or str
+            ann = Annotated[
+                kind if a.default is not None else kind | None,
+                typer.Option(flag, help=helptext, metavar=a.metavar or (a.dest.upper()), show_default=True),
+            ]
+            default = a.default
+        params.append(
+            _inspect.Parameter(a.dest, _inspect.Parameter.KEYWORD_ONLY, default=default, annotation=ann)
+        )
+    return params
+
+
+def _bench_argv(values: dict[str, Any]) -> list[str]:
+    """The argparse command line of the typer values (defaults left out)."""
+    from metrale.bench.options import parser
+
+    argv: list[str] = []
+    for a in parser()._actions:
+        if a.dest not in values or not a.option_strings:
+            continue
+        v, flag = values[a.dest], a.option_strings[-1]
+        if a.nargs == 0:
+            argv += [flag] if v else []
+        elif a.nargs == "+":
+            argv += [flag, *v] if v else []
+        elif v is not None and v != a.default:
+            argv += [flag, str(v)]
+    return argv
+
+
+def bench(**values: Any) -> None:
+    """Time the FFN of every format on the GPU, bit-exact against the reference.
+
+    Torch peers and bandwidth ceilings are measured in the same run; --dry-run runs on the
+    CPU with tiny shapes. python -m metrale.bench takes the same options."""
     from metrale.bench import main as bench_main
 
     try:
-        rc = bench_main(list(ctx.args))
+        rc = bench_main(_bench_argv(values))
     except BackendUnavailable as e:
         raise _fail(f"bench: {e}") from None
     raise typer.Exit(rc)
+
+
+bench.__signature__ = _inspect.Signature(_bench_options(), return_annotation=None)  # type: ignore[attr-defined]
+app.command(cls=_Command)(bench)
 
 
 def main() -> None:  # pragma: no cover - console entry for `python -m metrale.cli`

@@ -232,10 +232,10 @@ def generate(
         import transformers
     except ImportError:
         raise MetraleError("metrale generate needs transformers: pip install 'metrale[hf]'") from None
-    from metrale.hf import FORMATS, replace_mlps
+    from metrale.hf import SERVES, replace_mlps
+    from metrale.reference.formats.spec import pick_format
 
-    if fmt not in FORMATS:
-        raise MetraleError(f"--format {fmt!r} unknown (want one of {', '.join(FORMATS)})")
+    fmt = pick_format(fmt, SERVES, "--format")
     if max_new_tokens < 1:
         raise MetraleError(f"--max-new-tokens {max_new_tokens}: want >= 1")
     p = Path(model_dir)

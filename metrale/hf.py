@@ -21,12 +21,14 @@ from metrale.checkpoint.load import load_ffn_layer
 from metrale.errors import MetraleError
 from metrale.reference.context import FfnConfig
 from metrale.reference.elements import BF16
+from metrale.reference.formats.spec import FORMAT_NAMES, pick_format
 from metrale.reference.formats.spec import FORMATS as SPECS
 from metrale.reference.layer import FfnActivation
 from metrale.torch import PROJS, MetraleFfn
 
-#: On-the-fly formats: w4a4 is NVFP4 with a calibrated input_scale (FP4 activations).
-FORMATS = ("nvfp4", "w4a4", "w8a8", "q2_0", "fp8", "bf16")
+#: On-the-fly formats: every name of the vocabulary (w4a4: NVFP4 with a calibrated input_scale).
+FORMATS: tuple[str, ...] = tuple(FORMAT_NAMES)
+SERVES: dict[str, str | None] = dict.fromkeys(FORMATS)
 _ACTIVATIONS = {
     "silu": FfnActivation.SiLU,
     "swish": FfnActivation.SiLU,
@@ -160,8 +162,7 @@ def quantized_mlp(
     amax: tuple[float, float] | None = None,
 ) -> MetraleFfn:
     """A MetraleFfn of ``mlp``'s bf16 weights quantized to ``fmt`` (``amax`` for w4a4)."""
-    if fmt not in FORMATS:
-        raise MetraleError(f"format {fmt!r} unknown (want one of {', '.join(FORMATS)})")
+    fmt = pick_format(fmt, SERVES, "format")
     inter, hidden = mlp.gate_proj.weight.shape
     srcs = [_host_bf16(getattr(mlp, p).weight, f"{where}.{p}.weight") for p in PROJS]
     # NVFP4 gate and up are fused siblings: one shared weight amax, as ModelOpt and the converter

@@ -100,7 +100,7 @@ def quantized_ffn(
 
 def ffn_bytes(ffn: FfnWeights[Any] | W8a8Ffn) -> int:
     """Bytes of the three projections' host tensors."""
-    parts = (ffn.gate, ffn.up, ffn.down) if isinstance(ffn, W8a8Ffn) else ffn.all()
+    parts = ffn.all()
     return int(sum(p.nbytes for p in parts))
 
 

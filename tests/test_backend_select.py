@@ -71,10 +71,8 @@ def test_unknown_backend(how: str, monkeypatch: pytest.MonkeyPatch) -> None:
             get_backend()
         else:
             get_backend("rocm")
-    assert (
-        str(e.value)
-        == "backend 'rocm' unknown (METRALE_BACKEND or backend=): want one of auto, reference, cuda"
-    )
+    given = "METRALE_BACKEND='rocm'" if how == "env" else "backend='rocm'"
+    assert str(e.value) == f"{given}: unknown backend, want one of auto, reference, cuda"
 
 
 @pytest.mark.skipif(CUDA_REASON is None, reason="CUDA can run here")
@@ -86,7 +84,8 @@ def test_cuda_unavailable_names_what_is_missing(how: str, monkeypatch: pytest.Mo
             get_backend()
         else:
             get_backend("cuda")
-    assert str(e.value) == f"backend 'cuda' cannot run here: {CUDA_REASON}"
+    given = "METRALE_BACKEND='cuda'" if how == "env" else "backend='cuda'"
+    assert str(e.value) == f"{given}: the CUDA backend cannot run here: {CUDA_REASON}"
     assert any(word in CUDA_REASON for word in ("CuPy", "CUDA device", "CUDA kernels"))
     assert isinstance(e.value, MetraleError) and isinstance(e.value, RuntimeError)
 

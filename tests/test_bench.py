@@ -154,18 +154,18 @@ def test_sample_rows_small() -> None:
 
 def test_row_jobs_cover_the_union_of_samples_in_every_mode() -> None:
     ms = [1, 64, 65, 200]
-    jobs = gate.row_jobs(TINY, ["nvfp4-w4a4", "bf16"], ms, 3, 64, 4)
+    jobs = gate.row_jobs(TINY, ["w4a4", "bf16"], ms, 3, 64, 4)
     need = {
         fmt: {r for m in (65, 200) for r in gate.sample_rows(m, 4, 3, "tiny", fmt)}
-        for fmt in ("nvfp4-w4a4", "bf16")
+        for fmt in ("w4a4", "bf16")
     }
     got: dict[tuple[str, str], set[int]] = {}
     for j in jobs:
         assert j[0] == "rows" and len(j[7]) <= gate.ROWS_PER_JOB
         got.setdefault((j[4], j[6]), set()).update(j[7])
     assert got == {
-        ("nvfp4-w4a4", "A4"): need["nvfp4-w4a4"],
-        ("nvfp4-w4a4", "A16"): need["nvfp4-w4a4"],
+        ("w4a4", "A4"): need["w4a4"],
+        ("w4a4", "A16"): need["w4a4"],
         ("bf16", "A16"): need["bf16"],
     }
     assert gate.row_jobs(TINY, ["bf16"], [1, 64], 3, 64, 4) == []
@@ -182,7 +182,7 @@ def test_call_mode() -> None:
     assert gate.call_mode(["w4a4_quantize", "w4a4_gemv_small_m", "act_mul_silu"]) == "A4"
     assert gate.call_mode(["w4a16_gemm", "w4a16_gemm", "act_mul_silu", "w4a16_gemm"]) == "A16"
     assert gate.call_mode(["w8a8_quantize", "w8a8_gemv"]) == "A16"
-    assert gate.modes_of("nvfp4-w4a4") == ("A4", "A16") and gate.modes_of("q2_0") == ("A16",)
+    assert gate.modes_of("w4a4") == ("A4", "A16") and gate.modes_of("q2_0") == ("A16",)
 
 
 # ---- the gate on the reference backend ----------------------------------------------------
@@ -246,7 +246,7 @@ def _verdicts(fmt: str, ms: list[int], rows: dict[int, tuple[int, ...]]) -> Verd
     return v
 
 
-@pytest.mark.parametrize("fmt", ["nvfp4-w4a16", "w8a8", "q2_0"])
+@pytest.mark.parametrize("fmt", ["nvfp4", "w8a8", "q2_0"])
 def test_gate_passes_exact_cells_and_fails_a_flipped_bit(fmt: str) -> None:
     rows = {80: gate.sample_rows(80, 4, 0, "tiny", fmt)}
     v = _verdicts(fmt, [1, 5], rows)
@@ -294,7 +294,7 @@ def test_sampled_rows_are_the_one_row_results_of_the_full_call() -> None:
 def test_a4_cells_are_judged_against_the_a4_one_row_result() -> None:
     """A W4A4 call that ran FP4 activations passes only against the A4 one-row results; the
     A16 ones differ (so the mode distinction is not vacuous)."""
-    fmt, rows = "nvfp4-w4a4", (0, 2, 4)
+    fmt, rows = "w4a4", (0, 2, 4)
     a4 = gate.run_job(("rows", "tiny", *TINY["tiny"], fmt, 0, "A4", rows))["out"]
     a16 = gate.run_job(("rows", "tiny", *TINY["tiny"], fmt, 0, "A16", rows))["out"]
     assert any(not np.array_equal(a4[r], a16[r]) for r in rows)
@@ -316,9 +316,9 @@ def test_a4_cells_are_judged_against_the_a4_one_row_result() -> None:
 
 def _doc() -> dict[str, Any]:
     ceil = {"copy_Bps": 8e12, "read_Bps": 4e12}
-    wb = {"nvfp4-w4a16": 4_000_000, "w8a8": 8_000_000}
+    wb = {"nvfp4": 4_000_000, "w8a8": 8_000_000}
     cells = {}
-    for fmt, us_by_m in (("nvfp4-w4a16", {1: 1.2, 4: 3.0, 512: 90.0}), ("w8a8", {1: 2.0, 512: 40.0})):
+    for fmt, us_by_m in (("nvfp4", {1: 1.2, 4: 3.0, 512: 90.0}), ("w8a8", {1: 2.0, 512: 40.0})):
         for m, us in us_by_m.items():
             c = Cell("qwen3-8b", fmt, m, entry="e", launches=["k"], exact=True, layers=2)
             c.rows = (0, m - 1) if m > 64 else ()
@@ -341,7 +341,7 @@ def _doc() -> dict[str, Any]:
 
 def test_assemble_figures() -> None:
     doc = _doc()
-    fd = doc["shapes"]["qwen3-8b"]["formats"]["nvfp4-w4a16"]
+    fd = doc["shapes"]["qwen3-8b"]["formats"]["nvfp4"]
     assert fd["floor_us"] == 1.0  # 4 MB at 4 TB/s
     r1 = fd["rows"][1]
     assert r1["x_floor"] == 1.2 and r1["of_copy_bw"] == 0.417 and r1["rows_checked"] == "all"
@@ -388,12 +388,9 @@ DRY = ["--dry-run", "--m", "1,3,70", "--peers", "bf16", "--kernels", "w8a8", "--
 
 def test_dry_run_exact(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    assert (
-        run.main([*DRY, "--formats", "nvfp4-w4a4,q2_0", "--json", str(out), "--md", str(tmp_path / "r.md")])
-        == 0
-    )
+    assert run.main([*DRY, "--formats", "w4a4,q2_0", "--json", str(out), "--md", str(tmp_path / "r.md")]) == 0
     doc = json.loads(out.read_text())
-    rows = doc["shapes"]["tiny"]["formats"]["nvfp4-w4a4"]["rows"]
+    rows = doc["shapes"]["tiny"]["formats"]["w4a4"]["rows"]
     assert rows["1"]["rows_checked"] == "all" and rows["70"]["rows_checked"][0] == 0
     assert rows["70"]["rows_checked"][-1] == 69 and rows["70"]["entry"] == "forward_prefill"
     assert all(r["exact"] for r in rows.values()) and doc["failed"] == []
@@ -442,13 +439,13 @@ def test_merge_takes_each_format_from_its_last_run(tmp_path: Path) -> None:
     b["date"], b["command"] = "later", "metrale bench --formats w8a8"
     for sd in b["shapes"].values():
         sd["run"]["date"], sd["run"]["command"] = "later", b["command"]
-        del sd["formats"]["nvfp4-w4a16"]
+        del sd["formats"]["nvfp4"]
         sd["formats"]["w8a8"]["rows"][4] = {**sd["formats"]["w8a8"]["rows"][1], "us": 2.5}
         del sd["peers"]["int8"]
     b["targets"] = report.evaluate_targets(b)
     m = report.merge([_saved(a, tmp_path / "a.json"), _saved(b, tmp_path / "b.json")])
     sd = m["shapes"]["qwen3-8b"]
-    assert sd["formats"]["nvfp4-w4a16"]["run"]["date"] == a["date"]
+    assert sd["formats"]["nvfp4"]["run"]["date"] == a["date"]
     assert sd["formats"]["w8a8"]["run"]["date"] == "later"
     assert sd["formats"]["w8a8"]["rows"][4]["us"] == 2.5
     assert sd["peers"]["int8"]["run"]["date"] == a["date"] and sd["peers"]["bf16"]["run"]["date"] == "later"
@@ -473,7 +470,7 @@ def test_merge_through_main(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 def test_job_cost_orders_heavy_jobs_first() -> None:
     full8 = ("full", "q", 4096, 12288, "w8a8", 0, (1, 2, 64))
     rows_bf16 = ("rows", "q", 4096, 12288, "bf16", 0, "A16", (0, 5, 9))
-    rows_nv = ("rows", "q", 4096, 12288, "nvfp4-w4a4", 0, "A4", (0, 5, 9))
+    rows_nv = ("rows", "q", 4096, 12288, "w4a4", 0, "A4", (0, 5, 9))
     assert gate.job_cost(full8) == 67 * 4096 * 12288
     assert gate.job_cost(rows_bf16) == 10 * gate.job_cost(rows_nv)
     assert sorted([rows_nv, full8, rows_bf16], key=gate.job_cost, reverse=True) == [full8, rows_bf16, rows_nv]

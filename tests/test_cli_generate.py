@@ -48,7 +48,7 @@ def test_generate_errors(tmp_path) -> None:
     assert r.exit_code == 1 and "no config.json" in r.output and "Traceback" not in r.output
     d = _model_dir(tmp_path)
     r = runner.invoke(app, ["generate", str(d), "--format", "int3"])
-    assert r.exit_code == 1 and "--format 'int3' unknown" in r.output
+    assert r.exit_code == 1 and "--format 'int3': unknown format" in r.output
     r = runner.invoke(app, ["generate", str(d), "-n", "0"])
     assert r.exit_code == 1 and "--max-new-tokens 0" in r.output
 

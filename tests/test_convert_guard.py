@@ -354,7 +354,7 @@ def test_cli_demo_cuda_without_gpu_is_one_line(tmp_path: Path) -> None:
     r = CliRunner().invoke(app, ["demo", "--backend", "cuda", "--out", str(tmp_path / "d")])
     assert r.exit_code == 1, r.output
     assert r.exception is None or isinstance(r.exception, SystemExit)
-    assert "error: --backend cuda: backend 'cuda' cannot run here" in r.output.replace("\n", " ")
+    assert "error: --backend cuda: the CUDA backend cannot run here" in r.output.replace("\n", " ")
 
 
 def test_cli_bad_max_rel_error(src: Path, tmp_path: Path) -> None:
@@ -437,5 +437,5 @@ def test_cli_bench_without_gpu_is_one_line() -> None:
         [sys.executable, "-m", "metrale.cli", "bench"], capture_output=True, text=True, timeout=120
     )
     assert r.returncode == 1 and "Traceback" not in r.stderr
-    assert "error: bench: backend 'cuda' cannot run here" in r.stderr.replace("\n", " ")
+    assert "error: bench: backend='cuda': the CUDA backend cannot run here" in r.stderr.replace("\n", " ")
     assert "install metrale[cuda]" in r.stderr.replace("\n", " ")  # brackets are not markup

@@ -152,7 +152,7 @@ def test_unknown_format_and_bad_workers(src: Path, tmp_path: Path) -> None:
         src,
         tmp_path / "out",
         ConvertOptions("int3"),
-        r"unknown format 'int3' \(want one of nvfp4, fp8, w8a8, q2_0\)",
+        r"--format 'int3': unknown format \(want one of nvfp4, fp8, w8a8, q2_0\)",
     )
     refused(src, tmp_path / "out", ConvertOptions("fp8", workers=0), r"--workers 0: want at least 1")
 

@@ -11,7 +11,7 @@ from metrale.errors import KernelMissing, MetraleError
 from metrale.reference.backend import KERNEL_NAMES
 from metrale.reference.context import FfnConfig, ForwardContext
 from metrale.reference.dispatch import quant_gemm, quant_gemv, w4a16_gemv_batchm
-from metrale.reference.formats import FORMATS
+from metrale.reference.formats import FORMATS, Nvfp4Weight, W8a8Weight
 from metrale.reference.kernels import ReferenceBackend
 from metrale.reference.layer import DenseFfnLayer, FfnActivation, FfnWeights
 from metrale.reference.w8a8_arm import W8a8Ffn
@@ -350,3 +350,49 @@ def test_rows_past_m_keep_the_sentinel(
         assert (host[m:] == lc.SENTINEL_BITS).all(), f"{name} rows >= {m} overwritten"
     out = lc.bits(ctx.backend.to_numpy(b.output()))[:m]
     assert not (out == lc.SENTINEL_BITS).any(), "output[:m] not fully written"
+
+
+# ---- each format in its slot (arithmetic.md § layer, "Slots") ----
+@pytest.mark.parametrize(
+    ("fmt", "slot", "right"),
+    [
+        ("w8a8", "weights", "set_w8a8_decode_weights"),
+        ("q2_0", "weights", "q2_weights="),
+        ("fp8", "weights", "fp8_weights="),
+        ("nvfp4", "q2_weights", "weights="),
+        ("bf16", "fp8_weights", "bf16_weights="),
+    ],
+)
+def test_wrong_slot_refused_at_construction(fmt: str, slot: str, right: str) -> None:
+    rng = np.random.default_rng(3)
+    ws = FfnWeights(
+        *(FORMATS[fmt].quantize(lc.gaussian_weight(rng, n, k), name="w") for n, k in ((256, 256),) * 3)
+    )
+    with pytest.raises(
+        MetraleError, match=rf"^DenseFfnLayer\({slot}=\.\.\.\): gate_proj is a .* weight; .* go in "
+    ) as e:
+        DenseFfnLayer(FfnConfig(256, 256), backend="reference", **{slot: ws})
+    assert right in str(e.value)
+
+
+def test_mixed_formats_in_one_slot_refused() -> None:
+    rng = np.random.default_rng(4)
+    nv = [Nvfp4Weight.quantize(lc.gaussian_weight(rng, n, k)) for n, k in ((256, 256),) * 2]
+    q2 = FORMATS["q2_0"].quantize(lc.gaussian_weight(rng, 256, 256), name="up")
+    with pytest.raises(
+        MetraleError,
+        match=r"^DenseFfnLayer\(weights=\.\.\.\): up_proj is a Q2_0 weight; Q2_0 weights go in q2_weights=$",
+    ):
+        DenseFfnLayer(FfnConfig(256, 256), weights=FfnWeights(nv[0], q2, nv[1]), backend="reference")
+
+
+def test_w8a8_ffn_names_and_aliases() -> None:
+    rng = np.random.default_rng(5)
+    g, u, d = (W8a8Weight.quantize(lc.gaussian_weight(rng, n, k)) for n, k in ((256, 256),) * 3)
+    w = W8a8Ffn(g, u, d)
+    assert w.all() == (w.gate_proj, w.up_proj, w.down_proj) == (w.gate, w.up, w.down) == (g, u, d)
+    layer = DenseFfnLayer(FfnConfig(256, 256), backend="reference")
+    with pytest.raises(MetraleError, match=r"^set_w8a8_decode_weights: up_proj is a NVFP4 weight"):
+        layer.set_w8a8_decode_weights(
+            W8a8Ffn(g, Nvfp4Weight.quantize(lc.gaussian_weight(rng, 256, 256)), d), 32, 64
+        )

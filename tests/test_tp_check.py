@@ -25,13 +25,13 @@ def _run(tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> subp
 
 
 def test_cpu_mode_checks_every_split_and_writes_json(tmp_path: Path) -> None:
-    r = _run(tmp_path, "--formats", "nvfp4-w4a4,w8a8,q2_0", "--m", "1,4,80")
+    r = _run(tmp_path, "--formats", "w4a4,w8a8,q2_0", "--m", "1,4,80")
     assert r.returncode == 0, r.stderr[-2000:]
     doc = json.loads((tmp_path / "tp.json").read_text())
     assert doc["problems"] == []
     assert doc["environment"]["mode"] == "cpu" and doc["environment"]["world_size"] == 1
     got = {(x["format"], x["split"], x["m"]) for x in doc["results"]}
-    assert got == {(f, s, m) for f in ("nvfp4-w4a4", "w8a8", "q2_0") for s in "kn" for m in (1, 4, 80)}
+    assert got == {(f, s, m) for f in ("w4a4", "w8a8", "q2_0") for s in "kn" for m in (1, 4, 80)}
     assert "every output bit equals" in r.stdout
 
 

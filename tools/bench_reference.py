@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import statistics
 import time
 
 import numpy as np
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from metrale.backend import get_backend
 from metrale.reference.context import FfnConfig, ForwardContext
@@ -27,13 +29,18 @@ HIDDEN = 4096
 INTER = 12288
 
 
-def build_layer(seed: int = 0) -> DenseFfnLayer:
-    """Random NVFP4 gate/up [INTER, HIDDEN] and down [HIDDEN, INTER], quantized once."""
+def build_layer(seed: int = 0, progress: Progress | None = None) -> DenseFfnLayer:
+    """Random NVFP4 gate/up [INTER, HIDDEN] and down [HIDDEN, INTER], quantized once (one
+    step of ``progress`` per weight)."""
     rng = np.random.default_rng(seed)
+    task = progress.add_task("quantizing gate_proj, up_proj, down_proj", total=3) if progress else None
 
     def q(n: int, k: int, name: str) -> Nvfp4Weight:
         w = (rng.standard_normal((n, k), dtype=np.float32) * np.float32(0.02)).astype(np.float32)
-        return Nvfp4Weight.quantize(w, name=name)
+        out = Nvfp4Weight.quantize(w, name=name)
+        if progress is not None and task is not None:
+            progress.advance(task)
+        return out
 
     weights = FfnWeights(
         q(INTER, HIDDEN, "gate_proj"), q(INTER, HIDDEN, "up_proj"), q(HIDDEN, INTER, "down_proj")
@@ -65,8 +72,19 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     t0 = time.perf_counter()
-    layer = build_layer()
-    print(f"quantized 3 NVFP4 weights ({HIDDEN}x{INTER}) in {time.perf_counter() - t0:.1f} s (not timed)\n")
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        transient=True,
+    ) as progress:
+        layer = build_layer(progress=progress)
+    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
+    print(
+        f"quantized 3 NVFP4 weights ({HIDDEN}x{INTER}) in {time.perf_counter() - t0:.1f} s (not timed); "
+        f"{os.cpu_count()} CPUs, load average {load} (1, 5, 15 min)\n"
+    )
     print("| m | kernels launched | median (s) | min (s) | ms per row |")
     print("| ---: | --- | ---: | ---: | ---: |")
     for m in args.rows:

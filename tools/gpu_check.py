@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """One call on the GPU machine: build every kernel file, run the GPU tests (and the
-backend-parametrized vector / batch-invariance tests on ``cuda``), compute-sanitizer memcheck
+backend-parametrized vector / batch-invariance tests on ``cuda``), the docs' code blocks tagged
+``gpu`` (``tools/doc_examples.py --gpu``), compute-sanitizer memcheck
 over a small GPU test subset, and the FFN benchmark. Logs go to ``--out`` (default $OUT);
 a summary is printed last.
 
-    python tools/gpu_check.py [--skip tests,sanitizer,bench] [--out DIR]
+    python tools/gpu_check.py [--skip tests,docs,sanitizer,bench] [--out DIR]
 """
 
 from __future__ import annotations
@@ -135,6 +136,10 @@ def main() -> int:
                 f"--- pytest {' '.join(shared)} -k cuda: rc={rc} in {dt:.0f}s\n{tail_summary(text)}"
             )
             rc_all |= rc
+    if "docs" not in skip:
+        rc, text, dt = sh(f"{py} tools/doc_examples.py --gpu", out / "doc_examples.log", 600, env)
+        summary.append(f"--- doc examples tagged gpu: rc={rc} in {dt:.0f}s\n{tail_summary(text, 10)}")
+        rc_all |= rc
     if "sanitizer" not in skip:
         san = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
         sel = "N37 or N7- or N29 or act_mul or lora or bad_arguments or torch or call_returns or pdl"

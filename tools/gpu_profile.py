@@ -6,7 +6,7 @@ format (the benchmark's random weights, ``metrale.bench.cases``), warms every (f
 up, then runs each cell once between cudaProfilerStart/Stop, so ncu profiles exactly the launches of
 ``DenseFfnLayer.route(m)`` (caches flushed between replays: weights come from HBM).
 
-    python tools/gpu_profile.py --out $OUT [--cells nvfp4-w4a16:1,8 w8a8:1] [--shape qwen3-8b]
+    python tools/gpu_profile.py --out $OUT [--cells nvfp4:1,8 w8a8:1] [--shape qwen3-8b]
 
 Writes ``ncu.txt`` (ncu's report: SpeedOfLight, LaunchStats, Occupancy, WarpStateStats,
 MemoryWorkloadAnalysis per kernel), ``ncu.csv`` (raw metrics), ``launches.txt`` (the cells and
@@ -25,10 +25,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from metrale.reference.formats.spec import FORMAT_ALIASES
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-DEFAULT_CELLS = ["nvfp4-w4a16:1,2,8,32", "nvfp4-w4a4:1,4", "w8a8:1,8", "q2_0:1,4"]
+DEFAULT_CELLS = ["nvfp4:1,2,8,32", "w4a4:1,4", "w8a8:1,8", "q2_0:1,4"]
 SECTIONS = [
     "SpeedOfLight",
     "LaunchStats",
@@ -66,7 +68,7 @@ def parse_cells(specs: list[str]) -> list[tuple[str, int]]:
     cells = []
     for spec in specs:
         fmt, _, ms = spec.partition(":")
-        cells += [(fmt, int(m)) for m in ms.split(",") if m]
+        cells += [(FORMAT_ALIASES.get(fmt, fmt), int(m)) for m in ms.split(",") if m]
     return cells
 
 

@@ -39,12 +39,14 @@ from typing import Any
 
 import numpy as np
 
+from metrale.reference.formats.spec import FORMAT_ALIASES, FORMAT_NAMES
+
 SHAPES = {"qwen3-8b": (4096, 12288), "70b": (8192, 28672)}
 #: The CPU mode's shape: 80 blocks of h (not a power of two), hidden 256.
 CPU_SHAPES = {"tiny": (256, 1280)}
 GPU_M = (1, 4, 32, 512)
 CPU_M = (1, 4, 32, 80)
-FORMATS = ("nvfp4-w4a16", "nvfp4-w4a4", "w8a8", "q2_0", "fp8", "bf16")
+FORMATS = tuple(FORMAT_NAMES)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -67,7 +69,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         if s not in shapes:
             p.error(f"--shapes: {s!r} unknown for --device {a.device} (known: {', '.join(shapes)})")
     a.shape_dims = shapes
-    a.format_list = a.formats.split(",")
+    a.format_list = [FORMAT_ALIASES.get(f, f) for f in a.formats.split(",")]
     for f in a.format_list:
         if f not in FORMATS:
             p.error(f"--formats: {f!r} unknown (known: {', '.join(FORMATS)})")

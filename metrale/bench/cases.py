@@ -16,6 +16,7 @@ import numpy as np
 from metrale.reference.backend import Backend
 from metrale.reference.context import FfnConfig
 from metrale.reference.elements import BF16
+from metrale.reference.formats.spec import FORMAT_ALIASES, FORMAT_NAMES
 from metrale.reference.layer import DenseFfnLayer, FfnWeights
 from metrale.reference.w8a8_arm import W8a8Ffn
 from metrale.testing import LayerParts, random_ffn
@@ -40,17 +41,16 @@ class BenchFormat:
     input_scale: float | None = None
 
 
+#: The ``input_scale`` the benchmark's W4A4 weights declare.
+A4_INPUT_SCALE = 1.0 / 1024.0
+#: Every name of the format vocabulary (``FORMAT_NAMES``), benchmarked.
 FORMATS: dict[str, BenchFormat] = {
-    f.key: f
-    for f in (
-        BenchFormat("nvfp4-w4a16", "NVFP4 W4A16", "nvfp4"),
-        BenchFormat("nvfp4-w4a4", "NVFP4 W4A4", "nvfp4", 1.0 / 1024.0),
-        BenchFormat("w8a8", "W8A8", "w8a8"),
-        BenchFormat("q2_0", "Q2_0", "q2_0"),
-        BenchFormat("fp8", "FP8 W8A16", "fp8"),
-        BenchFormat("bf16", "BF16", "bf16"),
-    )
+    n.name: BenchFormat(n.name, n.label, n.stem, A4_INPUT_SCALE if n.a4 else None)
+    for n in FORMAT_NAMES.values()
 }
+
+#: The weights' seed keys keep the names the stored runs (docs/bench) were measured with.
+_SEED_KEYS = {name: alias for alias, name in FORMAT_ALIASES.items()}
 
 
 def rng_for(seed: int, *key: str) -> np.random.Generator:
@@ -62,7 +62,7 @@ def build_host(fmt: str, hidden: int, inter: int, seed: int, shape: str) -> FfnW
     """The host weights of bench format ``fmt``: FfnWeights, or W8a8Ffn for ``w8a8``."""
     f = FORMATS[fmt]
     scale = None if f.input_scale is None else F32(f.input_scale)
-    return random_ffn(f.stem, rng_for(seed, shape, fmt), hidden, inter, scale)
+    return random_ffn(f.stem, rng_for(seed, shape, _SEED_KEYS.get(fmt, fmt)), hidden, inter, scale)
 
 
 def make_layer(fmt: str, ffn: Any, cfg: FfnConfig, backend: Backend) -> DenseFfnLayer:
@@ -82,7 +82,7 @@ def device_copy(layer: DenseFfnLayer, fmt: str) -> Any:
     if FORMATS[fmt].stem == "w8a8":
         w = layer.w8a8
         assert w is not None
-        return W8a8Ffn(dup(w.gate), dup(w.up), dup(w.down))
+        return W8a8Ffn(*(dup(p) for p in w.all()))
     slot = {"q2_0": layer.q2_weights, "fp8": layer.fp8_weights, "bf16": layer.bf16_weights}
     ws = slot.get(FORMATS[fmt].stem, layer.weights)
     assert ws is not None

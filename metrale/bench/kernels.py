@@ -6,7 +6,7 @@ Families (``--kernels``):
 
 * ``nvfp4``: ``w4a16_gemv`` (m = 1) over the gate [I, H] and down [H, I] shapes;
   ``w4a4_quantize`` + ``w4a4_gemv_small_m`` at m = 1, 2, 3 (input_scale of the
-  ``nvfp4-w4a4`` format), and on CUDA the same with the fast A4 kernels off
+  ``w4a4`` format), and on CUDA the same with the fast A4 kernels off
   (``A4_FAST_MAX_ROWS`` = 0: m = 1 on the generic kernel, m = 2, 3 on the tensor cores);
 * ``w8a8``: ``w8a8_quantize`` + ``w8a8_gemv`` (the backend's choice, and on CUDA each
   tensor-core CTA shape, warps 4 and 8), gate and down, m = 1..64; the fused
@@ -135,7 +135,7 @@ def run_case(
     n, k = (inter, hidden) if case.proj == "gate" else (hidden, inter)
     res: dict[str, Any] = {"label": case.label, "m": case.m}
     try:
-        a4_scale = FORMATS["nvfp4-w4a4"].input_scale if case.op == "w4a4" else None
+        a4_scale = FORMATS["w4a4"].input_scale if case.op == "w4a4" else None
         input_scale = None if a4_scale is None else np.float32(a4_scale)
         host = random_weight(case.stem, rng_for(seed, case.stem, case.proj), n, k, case.proj, input_scale)
         res["bytes"] = int(host.nbytes)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from metrale.bench.peers import PEERS
 from metrale.bench.report import REPORT_JSON, REPORT_PAGE
 from metrale.bench.variants import FAMILIES as VARIANT_FAMILIES
 from metrale.errors import MetraleError
+from metrale.reference.formats.spec import FORMAT_ALIASES
 
 #: Row counts of the dry run when ``--m`` is not given (two above the full-check edge).
 DRY_M = (1, 2, 3, 4, 8, 64, 65, 130)
@@ -123,8 +125,11 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _list(value: str, known: dict[str, str] | tuple[str, ...], option: str) -> list[str]:
+def _list(
+    value: str, known: dict[str, str] | tuple[str, ...], option: str, aliases: Mapping[str, str] | None = None
+) -> list[str]:
     items = [v.strip() for v in value.split(",") if v.strip()]
+    items = [(aliases or {}).get(v, v) for v in items]
     if items == ["none"]:
         return []
     if items == ["all"]:
@@ -200,7 +205,7 @@ def parse(argv: list[str] | None = None) -> Options:
     return Options(
         shapes=shapes,
         ms=ms,
-        formats=_list(a.formats, tuple(FORMATS), "--formats"),
+        formats=_list(a.formats, tuple(FORMATS), "--formats", FORMAT_ALIASES),
         peers=_list(a.peers, tuple(PEERS), "--peers"),
         kernels=_list(a.kernels, FAMILIES, "--kernels"),
         plan=Plan(a.target_ms, a.samples, a.cell_seconds),

@@ -17,20 +17,21 @@ import numpy as np
 from metrale.bench.cases import FORMATS
 from metrale.bench.gate import Cell
 from metrale.bench.measure import floor_us
+from metrale.reference.formats.spec import FORMAT_ALIASES
 
 #: Targets at the Qwen3-8B shape: a format over an m range against a multiple of a format's
 #: memory floor (``floor_ratio``, ``floor_of``) or of a peer's time at the same m
 #: (``peer_ratio``, ``peer``). Decode rows m = 1..3, verify batches 4..64, prefill above.
 TARGETS: list[dict[str, Any]] = [
-    {"format": "nvfp4-w4a16", "m": (1, 1), "floor_ratio": 1.35, "floor_of": "nvfp4-w4a16"},
-    {"format": "nvfp4-w4a16", "m": (2, 3), "floor_ratio": 1.5, "floor_of": "nvfp4-w4a16"},
-    {"format": "nvfp4-w4a16", "m": (4, 16), "floor_ratio": 2.0, "floor_of": "nvfp4-w4a16"},
-    {"format": "nvfp4-w4a16", "m": (32, 32), "floor_ratio": 2.5, "floor_of": "nvfp4-w4a16"},
-    {"format": "nvfp4-w4a16", "m": (64, 64), "floor_ratio": 3.5, "floor_of": "nvfp4-w4a16"},
-    {"format": "nvfp4-w4a16", "m": (512, None), "peer_ratio": 3.0, "peer": "bf16"},
-    {"format": "nvfp4-w4a4", "m": (1, 3), "floor_ratio": 1.8, "floor_of": "nvfp4-w4a16"},
-    {"format": "nvfp4-w4a4", "m": (4, 64), "floor_ratio": 2.5, "floor_of": "nvfp4-w4a16"},
-    {"format": "nvfp4-w4a4", "m": (128, None), "peer_ratio": 2.5, "peer": "bf16"},
+    {"format": "nvfp4", "m": (1, 1), "floor_ratio": 1.35, "floor_of": "nvfp4"},
+    {"format": "nvfp4", "m": (2, 3), "floor_ratio": 1.5, "floor_of": "nvfp4"},
+    {"format": "nvfp4", "m": (4, 16), "floor_ratio": 2.0, "floor_of": "nvfp4"},
+    {"format": "nvfp4", "m": (32, 32), "floor_ratio": 2.5, "floor_of": "nvfp4"},
+    {"format": "nvfp4", "m": (64, 64), "floor_ratio": 3.5, "floor_of": "nvfp4"},
+    {"format": "nvfp4", "m": (512, None), "peer_ratio": 3.0, "peer": "bf16"},
+    {"format": "w4a4", "m": (1, 3), "floor_ratio": 1.8, "floor_of": "nvfp4"},
+    {"format": "w4a4", "m": (4, 64), "floor_ratio": 2.5, "floor_of": "nvfp4"},
+    {"format": "w4a4", "m": (128, None), "peer_ratio": 2.5, "peer": "bf16"},
     {"format": "w8a8", "m": (1, 3), "floor_ratio": 1.4, "floor_of": "w8a8"},
     {"format": "w8a8", "m": (4, 32), "floor_ratio": 1.6, "floor_of": "w8a8"},
     {"format": "w8a8", "m": (64, 64), "floor_ratio": 2.0, "floor_of": "w8a8"},
@@ -151,13 +152,15 @@ def assemble(
 
 
 def load(path: Path) -> dict[str, Any]:
-    """A document written by ``json.dumps`` with its row-count keys made ints again."""
+    """A document written by ``json.dumps`` with its row-count keys made ints again (and older
+    format names, ``FORMAT_ALIASES``, made the current ones)."""
     doc = json.loads(Path(path).read_text())
 
     def ints(d: dict[str, Any]) -> dict[int, Any]:
         return {int(k): v for k, v in d.items()}
 
     for sd in doc["shapes"].values():
+        sd["formats"] = {FORMAT_ALIASES.get(k, k): v for k, v in sd["formats"].items()}
         sd["fastest_peer_us"] = ints(sd.get("fastest_peer_us", {}))
         for fd in sd["formats"].values():
             fd["rows"] = ints(fd["rows"])

@@ -55,6 +55,7 @@ from metrale.checkpoint.io import (
 from metrale.errors import MetraleError
 from metrale.reference.formats import CONVERT_FORMATS
 from metrale.reference.formats import FORMATS as SPECS
+from metrale.reference.formats.spec import CONVERT_SERVES, pick_format
 
 #: The formats convert writes (the descriptors' ``convertible`` ones).
 FORMATS = CONVERT_FORMATS
@@ -235,8 +236,9 @@ def _check_paths(src: Path, dst: Path, force: bool) -> None:
 def check_options(opts: ConvertOptions) -> None:
     """Refuse an unknown format, a worker count below 1, calibration for a non-NVFP4 format,
     both calibration sources at once, or fewer than one calibration sample."""
-    if opts.format not in FORMATS:
-        raise MetraleError(f"unknown format {opts.format!r} (want one of {', '.join(FORMATS)})")
+    key = pick_format(opts.format, CONVERT_SERVES, "--format")
+    if key != opts.format:
+        raise MetraleError(f"--format {opts.format!r}: spell it {key!r}")
     if opts.workers < 1:
         raise MetraleError(f"--workers {opts.workers}: want at least 1")
     for opt, val in (("--calibration", opts.calibration), ("--calibrate", opts.calibrate)):

@@ -8,8 +8,8 @@ naming the file and, where there is one, the tensor.
 
 Writing is streaming too: the header is laid out from the planned (name, dtype, shape)
 entries, then each tensor's bytes are appended in that order. ``save_tensors`` is
-the small-dict convenience, through ``safetensors.torch`` (whose numpy
-API lacks the float8 dtypes; float8 tensors cross into torch as views of their bytes).
+the small-dict convenience on the same writer. Neither needs torch (safetensors' numpy API
+lacks bf16 and float8; ml_dtypes gives numpy those dtypes).
 """
 
 from __future__ import annotations
@@ -445,30 +445,25 @@ class SafetensorsWriter:
                 f.close()
 
 
-# ---- small-dict conveniences through safetensors.torch ----
-def to_torch(a: np.ndarray) -> Any:
-    """numpy -> torch tensor; bf16 and float8 through a view of their bytes."""
-    import torch
-
-    a = np.ascontiguousarray(a)
-    views = {
-        np.dtype(ml_dtypes.bfloat16): (np.int16, torch.bfloat16),
-        np.dtype(ml_dtypes.float8_e4m3fn): (np.uint8, torch.float8_e4m3fn),
-        np.dtype(ml_dtypes.float8_e5m2): (np.uint8, torch.float8_e5m2),
-    }
-    if a.dtype in views:
-        raw, tdt = views[a.dtype]
-        return torch.from_numpy(a.view(raw).copy()).view(tdt)
-    return torch.from_numpy(a.copy())
-
-
+# ---- the small-dict convenience ----
 def save_tensors(
     path: str | os.PathLike[str], tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None
 ) -> None:
-    """Write a dict of numpy arrays with ``safetensors.torch.save_file`` (float8 via torch views)."""
-    from safetensors.torch import save_file
-
-    save_file({k: to_torch(v) for k, v in tensors.items()}, str(path), metadata=dict(metadata or {}))
+    """Write a dict of numpy arrays (any dtype of ``DTYPES``: bf16 and float8 through ml_dtypes)
+    as one safetensors file, with ``SafetensorsWriter`` (no torch)."""
+    arrays = {k: np.asarray(v, order="C") for k, v in tensors.items()}
+    for k, a in arrays.items():
+        if a.dtype not in CODES:
+            raise MetraleError(f"{path}: tensor {k!r} has dtype {a.dtype}, which safetensors cannot store")
+    entries = [(k, CODES[a.dtype], tuple(a.shape)) for k, a in arrays.items()]
+    w = SafetensorsWriter(path, entries, metadata=metadata)
+    try:
+        for k, a in arrays.items():
+            w.write(k, a)
+    except BaseException:
+        w.abort()
+        raise
+    w.close()
 
 
 # ---- a Hugging Face model folder ----

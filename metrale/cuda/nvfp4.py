@@ -53,10 +53,11 @@ A4_MMA_MIN_ROWS = 2
 #: W4A4 rows m <= A4_FAST_MAX_ROWS run the fast kernels ``nvfp4_a4f_r{m}`` (kernels/nvfp4_a4.cu,
 #: one pass of all m rows) where they apply (FAST_ENABLED, B % 64 == 0, shared memory within
 #: mma.SMEM_LIMIT), ahead of the tensor-core path; same bits either way. The row limit is
-#: measured (``python -m metrale.bench --formats nvfp4-w4a4 --m 1,2,3`` as is and with
+#: measured (``python -m metrale.bench --formats w4a4 --m 1,2,3`` as is and with
 #: METRALE_CUDA_A4_FAST_ROWS=1, m = 2, 3 on the tensor cores): H200, Qwen3-8B FFN 53.6 / 60.9 us
 #: at m = 2 / 3 against 81.8 / 82.2 us (m = 1: 44.5 against 56.1 on the generic kernel); m = 4
-#: (where its shared memory fits; Llama-3-8B's down projection takes the tensor cores): docs/performance-log.md.
+#: (where its shared memory fits; Llama-3-8B's down projection takes the tensor cores):
+#: docs/performance-log.md.
 A4_FAST_MAX_ROWS = int(os.environ.get("METRALE_CUDA_A4_FAST_ROWS", "4"))
 
 UPLOADERS: dict[str, Callable[[Any], Any]] = {"nvfp4": upload_generic}

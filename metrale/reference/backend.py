@@ -62,6 +62,13 @@ class Backend:
         self._kernels = dict(kernels)
         self.launches: list[str] = []
 
+    def __repr__(self) -> str:
+        missing = [k for k in KERNEL_NAMES if k not in self._kernels]
+        gap = f", without {', '.join(missing)}" if missing else ""
+        return (
+            f"<{type(self).__name__} {self.name!r}: {len(self._kernels)} of {len(KERNEL_NAMES)} kernels{gap}>"
+        )
+
     def has(self, kernel: str) -> bool:
         """Whether ``kernel`` is present in this build."""
         return kernel in self._kernels

@@ -5,8 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from metrale.errors import MetraleError
 from metrale.reference.backend import Backend, resolve_backend
+from metrale.reference.formats._checks import shown
 
 
 @dataclass(frozen=True)
@@ -19,8 +22,11 @@ class FfnConfig:
     def __post_init__(self) -> None:
         for nm in ("hidden_size", "intermediate_size"):
             v = getattr(self, nm)
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0 or v % 16:
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                raise MetraleError(f"FfnConfig.{nm}={shown(v)} is a {type(v).__name__}: want an int")
+            if v <= 0 or v % 16:
                 raise MetraleError(f"FfnConfig.{nm}={v!r}: want a positive multiple of 16")
+            object.__setattr__(self, nm, int(v))  # numpy integers become ints
 
 
 class FfnBuffers:
@@ -34,9 +40,17 @@ class FfnBuffers:
         if max_rows < 1:
             raise MetraleError(f"FfnBuffers: max_rows={max_rows} must be >= 1")
         self.max_rows = max_rows
-        self._output = backend.empty_bf16((max_rows, config.hidden_size))
-        self._gate = backend.empty_bf16((max_rows, config.intermediate_size))
-        self._up = backend.empty_bf16((max_rows, config.intermediate_size))
+        h, i = config.hidden_size, config.intermediate_size
+        try:
+            self._output = backend.empty_bf16((max_rows, h))
+            self._gate = backend.empty_bf16((max_rows, i))
+            self._up = backend.empty_bf16((max_rows, i))
+        except (MemoryError, ValueError):
+            need = max_rows * (h + 2 * i) * 2
+            raise MetraleError(
+                f"FfnBuffers: max_rows={max_rows}: the buffers need {need / 2**30:,.1f} GiB, "
+                f"more than {backend.name} can allocate"
+            ) from None
         self.scratch: dict[str, Any] = {}
 
     def output(self) -> Any:
@@ -66,7 +80,8 @@ class ForwardContext:
     def __post_init__(self) -> None:
         if not isinstance(self.config, FfnConfig):
             raise MetraleError(f"ForwardContext: config is a {type(self.config).__name__}, want an FfnConfig")
-        if isinstance(self.max_rows, bool) or not isinstance(self.max_rows, int):
-            raise MetraleError(f"ForwardContext: max_rows={self.max_rows!r}, want an int >= 1")
+        if isinstance(self.max_rows, (bool, np.bool_)) or not isinstance(self.max_rows, (int, np.integer)):
+            raise MetraleError(f"ForwardContext: max_rows={shown(self.max_rows)}, want an int >= 1")
+        self.max_rows = int(self.max_rows)
         self.backend = resolve_backend(self.backend, "ForwardContext")
         self.buffers = FfnBuffers(self.backend, self.config, self.max_rows)

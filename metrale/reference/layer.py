@@ -18,7 +18,7 @@ from metrale.errors import KernelMissing, MetraleError
 from metrale.reference.backend import W4A16_TIERS, Backend, resolve_backend
 from metrale.reference.context import FfnConfig, ForwardContext
 from metrale.reference.dispatch import nvfp4_proj_small_m, quant_gemm, quant_gemv
-from metrale.reference.formats import Fp8Weight, Nvfp4Weight, Q2_0Weight
+from metrale.reference.formats import FORMATS, Fp8Weight, Nvfp4Weight, Q2_0Weight
 from metrale.reference.lora import LoraAdapter
 from metrale.reference.tiers import W4a16BatchmTiers, weight_quantization
 from metrale.reference.w8a8_arm import W8A8_PREFILL_ROWS, W8a8Ffn, available, run_w8a8
@@ -45,11 +45,22 @@ class FfnActivation(Enum):
 
 @dataclass(frozen=True)
 class FfnWeights(Generic[W]):
-    """gate_proj, up_proj [inter, hidden] and down_proj [hidden, inter] of one format."""
+    """gate_proj, up_proj [inter, hidden] and down_proj [hidden, inter] of one format: the
+    format of the ``DenseFfnLayer`` keyword it is passed as (NVFP4 ``weights``, BF16
+    ``bf16_weights``, FP8 ``fp8_weights``, Q2_0 ``q2_weights``; W8A8 as ``W8a8Ffn``)."""
 
     gate_proj: W
     up_proj: W
     down_proj: W
+
+    def __post_init__(self) -> None:
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            p = getattr(self, name)
+            if not isinstance(getattr(p, "format", None), str) or p.format not in FORMATS:
+                kinds = ", ".join(f.weight_type.__name__ for f in FORMATS.values())
+                raise MetraleError(
+                    f"FfnWeights: {name} is a {type(p).__name__}, want a metrale weight ({kinds})"
+                )
 
     def all(self) -> tuple[W, W, W]:
         return (self.gate_proj, self.up_proj, self.down_proj)
@@ -78,12 +89,38 @@ def _activation(a: FfnActivation | str) -> FfnActivation:
     raise MetraleError(f"DenseFfnLayer: activation={a!r}, want FfnActivation.SiLU / GELU or 'silu' / 'gelu'")
 
 
-def _check_shapes(w: Any, hidden: int, inter: int, what: str) -> None:
+#: Where each format goes: the DenseFfnLayer keyword (or method) that takes it.
+_SLOT_USE = {
+    "weights": "weights=",
+    "bf16_weights": "bf16_weights=",
+    "fp8_weights": "fp8_weights=",
+    "q2_weights": "q2_weights=",
+    "w8a8": "set_w8a8_decode_weights(W8a8Ffn(gate_proj, up_proj, down_proj), hidden, inter)",
+}
+
+
+def _check_slot(parts: tuple[Any, ...], slot: str, where: str) -> None:
+    """Each of gate_proj/up_proj/down_proj is a weight of the format ``slot`` serves; else a
+    MetraleError naming the projection, its format and the slot that takes it."""
+    for name, p in zip(("gate_proj", "up_proj", "down_proj"), parts, strict=True):
+        stem = getattr(p, "format", None)
+        spec = FORMATS.get(stem) if isinstance(stem, str) else None
+        if spec is None:
+            raise MetraleError(f"{where}: {name} is a {type(p).__name__}, not a metrale weight")
+        if spec.slot != slot:
+            raise MetraleError(
+                f"{where}: {name} is a {spec.label} weight; {spec.label} weights go in {_SLOT_USE[spec.slot]}"
+            )
+
+
+def _check_shapes(w: Any, hidden: int, inter: int, slot: str) -> None:
+    what = next(f.label for f in FORMATS.values() if f.slot == slot)
     if not isinstance(w, FfnWeights):
         raise MetraleError(
             f"DenseFfnLayer: {what} weights are a {type(w).__name__}, "
             "want FfnWeights(gate_proj, up_proj, down_proj)"
         )
+    _check_slot(w.all(), slot, f"DenseFfnLayer({slot}=...)")
     got = [(p.n, p.k) for p in w.all()]
     want = [(inter, hidden), (inter, hidden), (hidden, inter)]
     if got != want:
@@ -117,14 +154,14 @@ class DenseFfnLayer:
         self.config = config
         self.activation = _activation(activation)
         h, i = config.hidden_size, config.intermediate_size
-        for what, ws in (
-            ("NVFP4", weights),
-            ("BF16", bf16_weights),
-            ("FP8", fp8_weights),
-            ("Q2_0", q2_weights),
+        for slot, ws in (
+            ("weights", weights),
+            ("bf16_weights", bf16_weights),
+            ("fp8_weights", fp8_weights),
+            ("q2_weights", q2_weights),
         ):
             if ws is not None:
-                _check_shapes(ws, h, i, what)
+                _check_shapes(ws, h, i, slot)
         up = self._upload
         self.weights = up(weights)
         self.bf16_weights = up(bf16_weights)
@@ -143,6 +180,26 @@ class DenseFfnLayer:
         self.w8a8: W8a8Ffn | None = None
         self.w4a16_batchm = W4a16BatchmTiers(self.backend)
 
+    def __repr__(self) -> str:
+        c = self.config
+        parts = [f"hidden={c.hidden_size}", f"intermediate={c.intermediate_size}", self.activation.value]
+        for label, ws in (
+            ("weights=NVFP4", self.weights),
+            ("bf16_weights=BF16", self.bf16_weights),
+            ("fp8_weights=FP8", self.fp8_weights),
+            ("q2_weights=Q2_0", self.q2_weights),
+        ):
+            if ws is not None:
+                parts.append(
+                    label + (" (declares A4)" if label.endswith("NVFP4") and self.declares_a4() else "")
+                )
+        if self.w8a8 is not None:
+            parts.append("w8a8=W8A8")
+        if self.lora is not None:
+            parts.append("lora")
+        parts.append(f"backend={self.backend.name!r}")
+        return f"DenseFfnLayer({', '.join(parts)})"
+
     def _upload(self, ws: FfnWeights[Any] | None) -> FfnWeights[Any] | None:
         if ws is None:
             return None
@@ -153,13 +210,19 @@ class DenseFfnLayer:
         """Install the W8A8 gate, up and down; SiLU only, shapes [inter, hidden] / [hidden, inter]."""
         if self.activation != FfnActivation.SiLU:
             raise MetraleError("W8A8 FFN arm fuses SiLU only")
-        shapes = [(p.n, p.k) for p in (w.gate, w.up, w.down)]
+        if not isinstance(w, W8a8Ffn):
+            raise MetraleError(
+                f"set_w8a8_decode_weights: w is a {type(w).__name__}, "
+                "want W8a8Ffn(gate_proj, up_proj, down_proj)"
+            )
+        _check_slot(w.all(), "w8a8", "set_w8a8_decode_weights")
+        shapes = [(p.n, p.k) for p in w.all()]
         if shapes != [(inter, hidden), (inter, hidden), (hidden, inter)]:
             raise MetraleError(
                 f"W8A8 FFN shapes {shapes}, want gate/up [{inter}, {hidden}] and down [{hidden}, {inter}]"
             )
         b = self.backend
-        self.w8a8 = W8a8Ffn(b.upload(w.gate), b.upload(w.up), b.upload(w.down))
+        self.w8a8 = W8a8Ffn(*(b.upload(p) for p in w.all()))
 
     def forward_w8a8(self, input: Any, rows: int, ctx: ForwardContext) -> bool:
         """The W8A8 FFN over ``rows`` rows; False (launching nothing) without W8A8 weights,
@@ -168,7 +231,11 @@ class DenseFfnLayer:
         if w is None:
             return False
         b = ctx.backend
-        if self.lora is not None or not available(b, w.gate, rows) or not available(b, w.down, rows):
+        if (
+            self.lora is not None
+            or not available(b, w.gate_proj, rows)
+            or not available(b, w.down_proj, rows)
+        ):
             return False
         bufs = ctx.buffers
         run_w8a8(b, w, input, rows, bufs.gate_out(), bufs.up_out(), bufs.output())

@@ -22,11 +22,28 @@ W8A8_KERNELS = ("w8a8_quantize", "w8a8_gemv", "w8a8_silu_quant_gemv")
 
 @dataclass(frozen=True)
 class W8a8Ffn:
-    """W8A8 gate [inter, hidden], up [inter, hidden] and down [hidden, inter]."""
+    """W8A8 gate_proj [inter, hidden], up_proj [inter, hidden] and down_proj [hidden, inter]:
+    the names of ``FfnWeights``. ``gate`` / ``up`` / ``down`` are read-only aliases kept for
+    code written against the seed engine's names."""
 
-    gate: W8a8Weight
-    up: W8a8Weight
-    down: W8a8Weight
+    gate_proj: W8a8Weight
+    up_proj: W8a8Weight
+    down_proj: W8a8Weight
+
+    def all(self) -> tuple[W8a8Weight, W8a8Weight, W8a8Weight]:
+        return (self.gate_proj, self.up_proj, self.down_proj)
+
+    @property
+    def gate(self) -> W8a8Weight:
+        return self.gate_proj
+
+    @property
+    def up(self) -> W8a8Weight:
+        return self.up_proj
+
+    @property
+    def down(self) -> W8a8Weight:
+        return self.down_proj
 
 
 def available(backend: Backend, w: W8a8Weight, rows: int) -> bool:
@@ -40,7 +57,7 @@ def run_w8a8(
     """gate and up from one quantization of ``input``; then the fused silu → quantize → down,
     which leaves h = bf16(silu(gate)·up) in ``gate_out`` as every other route does."""
     codes = backend.launch("w8a8_quantize", input[:rows])
-    backend.launch("w8a8_gemv", codes, w.gate, gate_out[:rows])
+    backend.launch("w8a8_gemv", codes, w.gate_proj, gate_out[:rows])
     # `up` reads the activation `gate` quantized into the shared scratch.
-    backend.launch("w8a8_gemv", codes, w.up, up_out[:rows])
-    backend.launch("w8a8_silu_quant_gemv", gate_out[:rows], up_out[:rows], w.down, output[:rows])
+    backend.launch("w8a8_gemv", codes, w.up_proj, up_out[:rows])
+    backend.launch("w8a8_silu_quant_gemv", gate_out[:rows], up_out[:rows], w.down_proj, output[:rows])

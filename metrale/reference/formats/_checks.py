@@ -69,3 +69,27 @@ def tensor(t: object, suffix: str, name: str) -> np.ndarray:
     v = t.get(suffix)
     require(v is not None, f"{name}: no {name}.{suffix} tensor")
     return np.asarray(v)
+
+
+def shown(v: object) -> str:
+    """A one-line, bounded description of a value for an error message."""
+    if isinstance(v, np.ndarray):
+        return f"an array {list(v.shape)} of {v.dtype}"
+    r = " ".join(repr(v).split())
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def check_scalar(name: str, v: object, *, positive: bool = False) -> None:
+    """``v`` is a finite real scalar (a Python or numpy number, or a 0-d numeric array; not a
+    bool), and > 0 when ``positive``; else MetraleError naming ``name``."""
+    want = "a finite positive f32 scalar" if positive else "a finite f32 scalar"
+    real = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+    real = real or (isinstance(v, np.ndarray) and v.ndim == 0 and v.dtype.kind in "fiu")
+    require(real, f"{name}: must be {want}, got {type(v).__name__} {shown(v)}")
+    f = float(v)  # type: ignore[arg-type]
+    require(np.isfinite(f) and (f > 0 or not positive), f"{name}: must be {want}, got {shown(v)}")
+
+
+def check_name(cls: str, name: object) -> None:
+    """A weight's ``name`` is a str (it names the tensors in every message)."""
+    require(isinstance(name, str), f"{cls}: name={shown(name)} is a {type(name).__name__}, want a str")

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from metrale.reference.formats._checks import check_array, require, row_scale_f32, tensor
+from metrale.reference.formats._checks import check_array, check_name, require, row_scale_f32, tensor
 
 BLOCK = 16
 F32 = np.float32
@@ -41,6 +41,7 @@ class MatrixWeight:
 
     def validate(self) -> None:
         """Check dtype, 2-D shape, K a multiple of 16 (and ≤ max_k) and finite values."""
+        check_name(type(self).__name__, self.name)
         nm = self.name
         require(
             isinstance(self.weight, np.ndarray) and self.weight.ndim == 2,

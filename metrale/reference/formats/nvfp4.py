@@ -18,7 +18,15 @@ from metrale.reference.elements import (
     e2m1_rne,
     e4m3_saturate,
 )
-from metrale.reference.formats._checks import check_array, check_source, require, scalar_f32, tensor
+from metrale.reference.formats._checks import (
+    check_array,
+    check_name,
+    check_scalar,
+    check_source,
+    require,
+    scalar_f32,
+    tensor,
+)
 
 BLOCK = 16
 F32 = np.float32
@@ -42,6 +50,29 @@ def nibble_values(nibbles: np.ndarray) -> np.ndarray:
     """e2m1 value (f32) of each nibble: bit 3 sign, bits 0-2 index the magnitudes."""
     mag = E2M1_MAGNITUDES[nibbles & 0x7]
     return np.where(nibbles & 0x8, -mag, mag).astype(F32)
+
+
+#: Elements of the source weight quantized per step (a row chunk that stays in cache).
+_CHUNK_ELEMENTS = 1 << 18
+
+
+def _quantize_rows(w32: np.ndarray, s2: np.float32) -> tuple[np.ndarray, np.ndarray]:
+    """Block scales e4m3 [n, K/16] and packed codes uint8 [n, K/2] of f32 rows [n, K] under the
+    tensor scale ``s2`` (``Nvfp4Weight.quantize``)."""
+    n, k = w32.shape
+    blocks = w32.reshape(n, k // BLOCK, BLOCK)
+    amax_b = np.abs(blocks).max(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q_scale = amax_b / (F32(6.0) * s2) if s2 != 0 else np.zeros_like(amax_b)
+    q_scale = np.where(q_scale == 0, F32(1.0), q_scale).astype(F32)
+    # ModelOpt clamps to [2^-9, 448] before the cast: no block scale underflows to 0.
+    scale = e4m3_saturate(np.maximum(q_scale, F32(2.0**-9)))
+    denom = (scale.astype(F32) * s2)[..., None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scaled = np.where(denom != 0, blocks / np.where(denom != 0, denom, 1), 0).astype(F32)
+    mag = e2m1_rne(np.abs(scaled)).view(np.uint8) & np.uint8(0x7)
+    nib = (mag | np.where(scaled < 0, np.uint8(8), np.uint8(0))).astype(np.uint8)
+    return scale, pack_nibbles(nib.reshape(n, k))
 
 
 @dataclass(frozen=True)
@@ -78,6 +109,7 @@ class Nvfp4Weight:
 
     def validate(self) -> None:
         """Check dtypes, shapes and finiteness; raise MetraleError naming the tensor."""
+        check_name("Nvfp4Weight", self.name)
         nm = self.name
         require(
             isinstance(self.weight, np.ndarray) and self.weight.ndim == 2,
@@ -92,15 +124,9 @@ class Nvfp4Weight:
         check_array(f"{nm}.weight_scale", self.weight_scale, E4M3, (n, 2 * half // BLOCK))
         s = self.weight_scale.astype(F32)
         require(bool(np.isfinite(s).all()), f"{nm}.weight_scale: holds NaN")
-        require(
-            bool(np.isfinite(self.weight_scale_2)) and np.ndim(self.weight_scale_2) == 0,
-            f"{nm}.weight_scale_2: must be a finite f32 scalar, got {self.weight_scale_2!r}",
-        )
+        check_scalar(f"{nm}.weight_scale_2", self.weight_scale_2)
         if self.input_scale is not None:
-            require(
-                bool(np.isfinite(self.input_scale)) and float(self.input_scale) > 0,
-                f"{nm}.input_scale: must be a finite positive f32 scalar, got {self.input_scale!r}",
-            )
+            check_scalar(f"{nm}.input_scale", self.input_scale, positive=True)
 
     @classmethod
     def from_tensors(cls, t: dict[str, np.ndarray], *, name: str = "weight") -> Nvfp4Weight:
@@ -169,18 +195,12 @@ class Nvfp4Weight:
             )
             own = F32(weight_amax)
         s2 = own / F32(6.0 * 448.0)
-        blocks = w32.reshape(n, k // BLOCK, BLOCK)
-        amax_b = np.abs(blocks).max(axis=-1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            q_scale = amax_b / (F32(6.0) * s2) if s2 != 0 else np.zeros_like(amax_b)
-        q_scale = np.where(q_scale == 0, F32(1.0), q_scale).astype(F32)
-        # ModelOpt clamps to [2^-9, 448] before the cast: no block scale underflows to 0.
-        scale = e4m3_saturate(np.maximum(q_scale, F32(2.0**-9)))
-        denom = (scale.astype(F32) * s2)[..., None]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            scaled = np.where(denom != 0, blocks / np.where(denom != 0, denom, 1), 0).astype(F32)
-        mag = e2m1_rne(np.abs(scaled)).view(np.uint8) & np.uint8(0x7)
-        nib = (mag | np.where(scaled < 0, np.uint8(8), np.uint8(0))).astype(np.uint8)
+        scale = np.empty((n, k // BLOCK), dtype=E4M3)
+        packed = np.empty((n, k // 2), dtype=np.uint8)
+        # Rows are independent once s2 is known: a chunk of rows at a time stays in cache.
+        step = max(1, _CHUNK_ELEMENTS // k)
+        for r in range(0, n, step):
+            scale[r : r + step], packed[r : r + step] = _quantize_rows(w32[r : r + step], s2)
         input_scale = None
         if input_amax is not None:
             require(
@@ -189,7 +209,7 @@ class Nvfp4Weight:
             )
             input_scale = F32(input_amax) / F32(6.0 * 448.0)
         return cls(
-            weight=pack_nibbles(nib.reshape(n, k)),
+            weight=packed,
             weight_scale=scale,
             weight_scale_2=F32(s2),
             input_scale=input_scale,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from metrale.reference.formats._checks import check_array, check_source, require, tensor
+from metrale.reference.formats._checks import check_array, check_name, check_source, require, tensor
 
 QK = 64
 BLOCK_BYTES = 18
@@ -22,6 +22,27 @@ F32 = np.float32
 def _round_half_away(x: np.ndarray) -> np.ndarray:
     """C ``roundf``: nearest integer, ties away from zero."""
     return np.sign(x) * np.floor(np.abs(x.astype(np.float64)) + 0.5)
+
+
+#: Elements of the source weight quantized per step (a row chunk that stays in cache).
+_CHUNK_ELEMENTS = 1 << 18
+
+
+def _levels(w32: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Codes q uint8 [n, K] (level + 1) and block amax f32 [n, K/QK] of f32 rows [n, K]
+    (``Q2_0Weight.quantize``)."""
+    n, k = w32.shape
+    blocks = w32.reshape(n, k // QK, QK)
+    amax = np.abs(blocks).max(axis=-1)
+    with np.errstate(divide="ignore", over="ignore"):
+        inv = np.where(amax != 0, F32(1.0) / np.where(amax != 0, amax, 1), 0).astype(F32)
+    # 1/amax overflows (amax <= 2^-128): ggml's x86-64 bytes, every code 0
+    # (docs/arithmetic.md, "Q2_0 blocks whose 1/amax overflows").
+    overflow = np.isinf(inv)
+    inv = np.where(overflow, F32(0.0), inv)
+    level = np.clip(_round_half_away((blocks * inv[..., None]).astype(F32)), -1, 2)
+    level = np.where(overflow[..., None], -1, level)
+    return (level + 1).astype(np.uint8).reshape(n, k), amax
 
 
 @dataclass(frozen=True)
@@ -49,6 +70,7 @@ class Q2_0Weight:
         return int(self.blocks.nbytes)
 
     def validate(self) -> None:
+        check_name("Q2_0Weight", self.name)
         nm = self.name
         require(
             isinstance(self.blocks, np.ndarray) and self.blocks.ndim == 3,
@@ -120,17 +142,11 @@ class Q2_0Weight:
         q = clamp(roundf(x·id), −1, 2) + 1 with C ``roundf`` (ties away from zero), d stored f16."""
         w32 = check_source(name, w, QK)
         n, k = w32.shape
-        blocks = w32.reshape(n, k // QK, QK)
-        amax = np.abs(blocks).max(axis=-1)
-        with np.errstate(divide="ignore", over="ignore"):
-            inv = np.where(amax != 0, F32(1.0) / np.where(amax != 0, amax, 1), 0).astype(F32)
-        # 1/amax overflows (amax <= 2^-128): ggml's x86-64 bytes, every code 0
-        # (docs/arithmetic.md, "Q2_0 blocks whose 1/amax overflows").
-        overflow = np.isinf(inv)
-        inv = np.where(overflow, F32(0.0), inv)
-        level = np.clip(_round_half_away((blocks * inv[..., None]).astype(F32)), -1, 2)
-        level = np.where(overflow[..., None], -1, level)
-        q = (level + 1).astype(np.uint8).reshape(n, k)
+        q = np.empty((n, k), dtype=np.uint8)
+        amax = np.empty((n, k // QK), dtype=F32)
+        step = max(1, _CHUNK_ELEMENTS // k)  # rows are independent: a cache-sized chunk at a time
+        for r in range(0, n, step):
+            q[r : r + step], amax[r : r + step] = _levels(w32[r : r + step])
         with np.errstate(over="ignore"):
             d16 = amax.astype(np.float16)
         require(

@@ -223,3 +223,59 @@ def spec_of_tensors(t: Mapping[str, np.ndarray], name: str) -> FormatSpec:
     if stem is None or (stem == "nvfp4" and "weight_scale" not in t):
         raise MetraleError(f"{name}.weight: dtype {w.dtype} is not a format metrale loads")
     return FORMATS[stem]
+
+
+@dataclass(frozen=True)
+class FormatName:
+    """A name a user gives for a format, the same in every command and API (``metrale convert``,
+    ``generate``, ``bench``, ``replace_mlps``, ``FORMAT_NAMES``): the weight format ``stem`` and
+    whether its NVFP4 weights declare an ``input_scale`` (``a4``: FP4 activations)."""
+
+    name: str
+    stem: str
+    label: str
+    a4: bool = False
+
+
+#: The vocabulary of formats, stated once; each command serves a subset (``pick_format``).
+FORMAT_NAMES: dict[str, FormatName] = {
+    f.name: f
+    for f in (
+        FormatName("nvfp4", "nvfp4", "NVFP4 W4A16"),
+        FormatName("w4a4", "nvfp4", "NVFP4 W4A4", a4=True),
+        FormatName("w8a8", "w8a8", "W8A8"),
+        FormatName("q2_0", "q2_0", "Q2_0"),
+        FormatName("fp8", "fp8", "FP8 W8A16"),
+        FormatName("bf16", "bf16", "BF16"),
+    )
+}
+#: Older spellings kept for compatibility: the benchmark's stored runs (docs/bench/*.json)
+#: and their command lines name NVFP4's two modes so.
+FORMAT_ALIASES: dict[str, str] = {"nvfp4-w4a16": "nvfp4", "nvfp4-w4a4": "w4a4"}
+
+
+def pick_format(name: object, serves: Mapping[str, str | None], what: str) -> str:
+    """``name`` (any case, or an alias) resolved in ``FORMAT_NAMES``, for a command that serves
+    the names of ``serves`` (name → None) and refuses the others (name → the reason, one line).
+    ``what`` names the option (``--format``). MetraleError when unknown or not served."""
+    if not isinstance(name, str):
+        raise MetraleError(
+            f"{what}: want a format name ({', '.join(FORMAT_NAMES)}), got {type(name).__name__}"
+        )
+    key = name.strip().lower()
+    key = FORMAT_ALIASES.get(key, key)
+    if key not in FORMAT_NAMES:
+        served = ", ".join(n for n, why in serves.items() if why is None)
+        raise MetraleError(f"{what} {name!r}: unknown format (want one of {served})")
+    if serves.get(key, "not served here") is not None:
+        raise MetraleError(f"{what} {key}: {serves.get(key) or 'not served here'}")
+    return key
+
+
+#: What ``metrale convert`` serves of the vocabulary, and why it refuses the rest.
+CONVERT_SERVES: dict[str, str | None] = {
+    **{n: None for n in CONVERT_FORMATS},
+    "w4a4": "W4A4 is NVFP4 with an input_scale: use --format nvfp4 with --calibrate TEXTFILE "
+    "or --calibration AMAX.safetensors",
+    "bf16": "BF16 is the source format; convert writes nvfp4, fp8, w8a8 or q2_0",
+}
