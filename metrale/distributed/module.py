@@ -142,7 +142,9 @@ class TpMetraleFfn(MetraleFfn):
         if isinstance(ffn, TpMetraleFfn):
             raise MetraleError("TpMetraleFfn.from_module: the module is already tensor parallel")
         dev = ffn._buffer_device()
-        return cls.from_weights(ffn.config, ffn.host_weights(), ffn.activation, group, split).to(dev)
+        tp = cls.from_weights(ffn.config, ffn.host_weights(), ffn.activation, group, split)
+        tp.weight_quant = ffn.weight_quant  # the rank's layers run the module's tier
+        return tp.to(dev)
 
     @classmethod
     def from_layer(cls, layer: DenseFfnLayer) -> TpMetraleFfn:
