@@ -156,9 +156,8 @@ def test_w4a4_rows_of_a_prefill_have_their_decode_bits(monkeypatch: pytest.Monke
     weight_quantization.cache_clear()
     ws = _weights("w4a4", 9)
     x = _x((70, H), 9)
-    mods = {
-        q: MetraleFfn.from_weights(FfnConfig(H, INTER), ws, "silu", weight_quant=q) for q in ("w4a4-all", None)
-    }
+    cfg = FfnConfig(H, INTER)
+    mods = {q: MetraleFfn.from_weights(cfg, ws, "silu", weight_quant=q) for q in ("w4a4-all", None)}
     assert MetraleFfn.from_weights(FfnConfig(H, INTER), ws).weight_quant == "w4a4-all"
     for q, mod in mods.items():
         decode = torch.cat([mod(x[r : r + 1]) for r in range(70)])
