@@ -19,15 +19,7 @@ from metrale.reference.tables import act_mul
 
 ALL = "w4a4-all"
 ROW_COUNTS = (1, 2, 63, 64, 65, 70, 130)
-#: The kernels of one A4 FFN (gate and up share one quantization of x; down quantizes h).
-A4_FFN = [
-    "w4a4_quantize",
-    "w4a4_gemv_small_m",
-    "w4a4_gemv_small_m",
-    "act_mul_silu",
-    "w4a4_quantize",
-    "w4a4_gemv_small_m",
-]
+A4_FFN = lc.A4_FFN
 A16_PREFILL = ["w4a16_gemm", "w4a16_gemm", "act_mul_silu", "w4a16_gemm"]
 
 

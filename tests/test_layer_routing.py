@@ -50,14 +50,7 @@ def ffn(proj: str, act: str = "act_mul_silu", gate_up: list[str] | None = None) 
     return [*(gate_up or [proj, proj]), act, proj]
 
 
-A4_FFN = [
-    "w4a4_quantize",
-    "w4a4_gemv_small_m",
-    "w4a4_gemv_small_m",
-    "act_mul_silu",
-    "w4a4_quantize",
-    "w4a4_gemv_small_m",
-]
+A4_FFN = lc.A4_FFN
 W8A8_ARM = ["w8a8_quantize", "w8a8_gemv", "w8a8_gemv", "w8a8_silu_quant_gemv"]
 
 
