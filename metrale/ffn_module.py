@@ -36,6 +36,7 @@ from metrale.reference.context import FfnConfig, ForwardContext
 from metrale.reference.elements import BF16
 from metrale.reference.formats.spec import FORMATS, spec_of
 from metrale.reference.layer import DenseFfnLayer, FfnActivation
+from metrale.reference.tiers import ALL_ROWS_TIER, layer_tier
 
 PROJS = ("gate_proj", "up_proj", "down_proj")
 #: Integer torch dtype carrying the raw bytes of a numpy element of each size.
@@ -121,10 +122,21 @@ class MetraleFfn(nn.Module):
 
     Build with ``MetraleFfn.from_weights(config, [gate, up, down], activation)`` (reference
     weight containers), ``from_layer(layer)`` or ``from_checkpoint(path, layer)``.
+    ``weight_quant``: its layers' weight-quantization tier, ``w4a4-all`` (A4 at every row count
+    for weights that declare it, so row r of a prefill has its one-row decode's bits); None:
+    ``METRALE_WEIGHT_QUANT`` (arithmetic.md § tier).
     """
 
-    def __init__(self, config: FfnConfig, weights: Sequence[Any], activation: FfnActivation | str) -> None:
+    def __init__(
+        self,
+        config: FfnConfig,
+        weights: Sequence[Any],
+        activation: FfnActivation | str,
+        weight_quant: str | None = ALL_ROWS_TIER,
+    ) -> None:
         super().__init__()
+        layer_tier(weight_quant)  # a clear error for an unknown tier, before anything is built
+        self.weight_quant = weight_quant
         check_weights(config, weights, type(self).__name__)
         self.config = config
         self.activation = activation_of(activation, type(self).__name__)
@@ -150,9 +162,13 @@ class MetraleFfn(nn.Module):
     # ---- construction ----
     @classmethod
     def from_weights(
-        cls, config: FfnConfig, weights: Sequence[Any], activation: FfnActivation | str = "silu"
+        cls,
+        config: FfnConfig,
+        weights: Sequence[Any],
+        activation: FfnActivation | str = "silu",
+        weight_quant: str | None = ALL_ROWS_TIER,
     ) -> MetraleFfn:
-        return cls(config, weights, activation)
+        return cls(config, weights, activation, weight_quant)
 
     @classmethod
     def from_layer(cls, layer: DenseFfnLayer) -> MetraleFfn:
@@ -225,6 +241,7 @@ class MetraleFfn(nn.Module):
 
             with cupy.cuda.Device(device.index):
                 layer = self._layer_of(self.host_weights(), "cuda")
+        layer.set_weight_quant(self.weight_quant)
         ctx = ForwardContext(layer.config, backend=layer.backend, max_rows=max(64, rows))
         self._built[key] = (layer, ctx)
         return layer, ctx

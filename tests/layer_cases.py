@@ -216,6 +216,15 @@ LAYER_KINDS = (
 )
 #: Kinds whose NVFP4 weights declare FP4 activations (their routing depends on the env mode).
 A4_KINDS = ("nvfp4_a4", "nvfp4_a4_lora")
+#: The kernels of one SiLU A4 FFN (gate and up share one quantization of x; down quantizes h).
+A4_FFN = [
+    "w4a4_quantize",
+    "w4a4_gemv_small_m",
+    "w4a4_gemv_small_m",
+    "act_mul_silu",
+    "w4a4_quantize",
+    "w4a4_gemv_small_m",
+]
 #: The input amax the A4 kinds declare (input_scale = amax/(6·448)).
 A4_INPUT_AMAX = 3.0
 

@@ -11,6 +11,7 @@ from metrale.checkpoint.convert import ConvertOptions, convert_checkpoint
 from metrale.errors import MetraleError
 from metrale.hf import replace_mlps
 from metrale.torch import MetraleFfn
+from tests.layer_cases import A4_FFN
 from tests.torch_models import TINY, tiny_model
 
 
@@ -168,3 +169,16 @@ def test_rewound_static_cache_step_repeats_bits() -> None:
             rewind_static_cache(caches[1], pos)
             out = model(tok, past_key_values=caches[1], use_cache=True, cache_position=pos).logits
             assert torch.equal(_i16(out), _i16(eager)), t
+
+
+def test_w4a4_replacement_runs_a4_at_every_row_count() -> None:
+    """replace_mlps(..., "w4a4") gives MetraleFfn modules on the ``w4a4-all`` tier: a 65-row
+    prefill of one runs the A4 kernels, as its decode rows do."""
+    model = replace_mlps(tiny_model("qwen3"), "w4a4", calibration=_ids(6, 7))
+    mlps = [m for m in model.modules() if isinstance(m, MetraleFfn)]
+    assert mlps and all(m.weight_quant == "w4a4-all" for m in mlps)
+    h = mlps[0].config.hidden_size
+    x = torch.randn(65, h, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    mlps[0](x)
+    layer = mlps[0].layer_for(x.device, 65)[0]
+    assert layer.backend.launches[-6:] == A4_FFN

@@ -50,14 +50,7 @@ def ffn(proj: str, act: str = "act_mul_silu", gate_up: list[str] | None = None) 
     return [*(gate_up or [proj, proj]), act, proj]
 
 
-A4_FFN = [
-    "w4a4_quantize",
-    "w4a4_gemv_small_m",
-    "w4a4_gemv_small_m",
-    "act_mul_silu",
-    "w4a4_quantize",
-    "w4a4_gemv_small_m",
-]
+A4_FFN = lc.A4_FFN
 W8A8_ARM = ["w8a8_quantize", "w8a8_gemv", "w8a8_gemv", "w8a8_silu_quant_gemv"]
 
 
@@ -327,30 +320,37 @@ def test_ffn_edge_and_declares_a4() -> None:
 def test_narrow_rows_and_switches(monkeypatch: pytest.MonkeyPatch) -> None:
     assert make_layer("nvfp4").narrow_rows() == 32 and make_layer("nvfp4_a4").narrow_rows() == 64
     assert make_layer("q2").narrow_rows() == 32
-    table = {"w4a4": (True, True), "w4a4-batch": (True, False), "w4a16": (False, False)}
-    for mode, (small, single) in table.items():
+    table = {
+        "w4a4": (True, True, False),
+        "w4a4-batch": (True, False, False),
+        "w4a16": (False, False, False),
+        "w4a4-all": (True, True, True),
+    }
+    for mode, switches in table.items():
         set_mode(monkeypatch, mode)
         a4, plain = make_layer("nvfp4_a4"), make_layer("nvfp4")
-        assert (a4.small_batch_w4a4(), a4.single_row_w4a4()) == (small, single)
-        assert (plain.small_batch_w4a4(), plain.single_row_w4a4()) == (False, False)
+        assert (a4.small_batch_w4a4(), a4.single_row_w4a4(), a4.prefill_w4a4()) == switches
+        assert (plain.small_batch_w4a4(), plain.single_row_w4a4(), plain.prefill_w4a4()) == (False,) * 3
 
 
 # ---- WeightQuantTier -------------------------------------------------------------------------
 
 
 def test_weight_quant_choices() -> None:
-    assert WEIGHT_QUANT_CHOICES == ("w4a4", "w4a4-batch", "w4a16")
-    want = {  # mode: (small batch, single row) for a declaring layer
-        "w4a4": (True, True),
-        "w4a4-batch": (True, False),
-        "w4a16": (False, False),
+    assert WEIGHT_QUANT_CHOICES == ("w4a4", "w4a4-batch", "w4a16", "w4a4-all")
+    want = {  # mode: (small batch, single row, prefill) for a declaring layer
+        "w4a4": (True, True, False),
+        "w4a4-batch": (True, False, False),
+        "w4a16": (False, False, False),
+        "w4a4-all": (True, True, True),
     }
-    for mode, (small, single) in want.items():
+    for mode, (small, single, prefill) in want.items():
         t = WeightQuantTier(mode)
         assert (t.ffn_small_batch_w4a4(True), t.ffn_single_row_w4a4(True)) == (small, single)
         assert (t.ffn_small_batch_w4a4(False), t.ffn_single_row_w4a4(False)) == (False, False)
+        assert (t.ffn_prefill_w4a4(True), t.ffn_prefill_w4a4(False), t.all_rows) == (prefill, False, prefill)
         assert t.admits(1, True) is single and all(t.admits(m, True) is small for m in (2, 3, 33, 64))
-        assert not any(t.admits(m, False) for m in (1, 2, 64))
+        assert not any(t.admits(m, False) for m in (1, 2, 64, 65))
 
 
 @pytest.mark.parametrize(
@@ -374,7 +374,9 @@ def test_bad_weight_quant_env(monkeypatch: pytest.MonkeyPatch) -> None:
     set_mode(monkeypatch, "w8a8")
     with pytest.raises(MetraleError) as e:
         lc.weight_quantization()
-    assert str(e.value) == "METRALE_WEIGHT_QUANT='w8a8' unknown: want one of w4a4, w4a4-batch, w4a16"
+    assert str(e.value) == (
+        "METRALE_WEIGHT_QUANT='w8a8' unknown: want one of w4a4, w4a4-batch, w4a16, w4a4-all"
+    )
 
 
 # ---- quant_gemv / quant_gemm -------------------------------------------------------------------

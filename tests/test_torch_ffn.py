@@ -46,6 +46,7 @@ def test_bit_equal_to_dense_ffn_layer(fmt: str) -> None:
     act = FfnActivation.SiLU
     ws = _weights(fmt, 1)
     ref = build_ffn_layer(FfnConfig(H, INTER), act, ws, "reference", "test")
+    ref.set_weight_quant("w4a4-all")  # MetraleFfn's tier (70 rows run A4 for w4a4)
     mod = MetraleFfn.from_weights(FfnConfig(H, INTER), ws, act)
     for lead in ((1,), (2,), (3,), (1, 5), (2, 20), (70,)):
         x = _x((*lead, H), len(lead) * 100 + lead[-1])
@@ -143,3 +144,24 @@ def test_deepcopy_is_an_independent_module() -> None:
     b.load_state_dict(MetraleFfn.from_weights(FfnConfig(H, INTER), _weights("nvfp4", 5), "silu").state_dict())
     assert (_bits(a(x)) == ya).all()  # the copy's new weights do not leak into the original
     assert (_bits(b(x)) != ya).any()
+
+
+def test_w4a4_rows_of_a_prefill_have_their_decode_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MetraleFfn runs ``w4a4-all``: row r of a 70-row call (past the 64-row edge) equals the
+    one-row call on row r, whatever METRALE_WEIGHT_QUANT says; ``weight_quant=None`` follows
+    the process-wide tier (``w4a4``: the 70 rows run A16, which differs)."""
+    from metrale.reference.tiers import weight_quantization
+
+    monkeypatch.setenv("METRALE_WEIGHT_QUANT", "w4a4")
+    weight_quantization.cache_clear()
+    ws = _weights("w4a4", 9)
+    x = _x((70, H), 9)
+    cfg = FfnConfig(H, INTER)
+    mods = {q: MetraleFfn.from_weights(cfg, ws, "silu", weight_quant=q) for q in ("w4a4-all", None)}
+    assert MetraleFfn.from_weights(FfnConfig(H, INTER), ws).weight_quant == "w4a4-all"
+    for q, mod in mods.items():
+        decode = torch.cat([mod(x[r : r + 1]) for r in range(70)])
+        same = bool((_bits(mod(x)) == _bits(decode)).all())
+        assert same is (q == "w4a4-all"), q
+    with pytest.raises(MetraleError, match=r"^weight_quant='w4a2' unknown: want one of"):
+        MetraleFfn.from_weights(FfnConfig(H, INTER), ws, "silu", weight_quant="w4a2")

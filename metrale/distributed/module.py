@@ -147,7 +147,9 @@ class TpMetraleFfn(MetraleFfn):
             if not isinstance(ffn, MetraleFfn):
                 raise MetraleError(f"TpMetraleFfn.from_module: a {type(ffn).__name__}, want a MetraleFfn")
             dev = ffn._buffer_device()
-        return cls.from_weights(ffn.config, ffn.host_weights(), ffn.activation, group, split).to(dev)
+        tp = cls.from_weights(ffn.config, ffn.host_weights(), ffn.activation, group, split)
+        tp.weight_quant = ffn.weight_quant  # the rank's layers run the module's tier
+        return tp.to(dev)
 
     @classmethod
     def from_layer(cls, layer: DenseFfnLayer) -> TpMetraleFfn:

@@ -10,7 +10,7 @@ from typing import Any
 from metrale.errors import KernelMissing, MetraleError
 from metrale.reference.backend import W4A16_TIERS, Backend
 from metrale.reference.formats import FORMATS
-from metrale.reference.tiers import W4A4_MAX_ROWS, W4a16BatchmTiers, weight_quantization
+from metrale.reference.tiers import W4A4_MAX_ROWS, W4a16BatchmTiers, WeightQuantTier, weight_quantization
 
 
 def _kernel(weight: Any, which: str) -> str | None:
@@ -63,9 +63,21 @@ def w4a16_gemv_batchm(
     backend.launch(kernel, input, weight, output, m)
 
 
-def _uses_a4(backend: Backend, weight: Any, m: int) -> bool:
+def _uses_a4(backend: Backend, weight: Any, m: int, tier: WeightQuantTier | None) -> bool:
     declares = W4a16BatchmTiers(backend).declares_a4(weight)
-    return weight_quantization().admits(m, declares)
+    return (tier or weight_quantization()).admits(m, declares)
+
+
+def _a4_proj(
+    backend: Backend, input: Any, weight: Any, output: Any, m: int, scratch: dict[str, Any], same_input: bool
+) -> None:
+    """``w4a4_quantize`` (skipped where ``same_input`` and ``scratch`` hold codes of this
+    input_scale) then ``w4a4_gemv_small_m`` over m rows."""
+    key = ("a4", float(weight.input_scale))
+    if not (same_input and scratch.get("a4_key") == key):
+        scratch["a4"] = backend.launch("w4a4_quantize", input[:m], weight.input_scale)
+        scratch["a4_key"] = key
+    backend.launch("w4a4_gemv_small_m", scratch["a4"], weight, output[:m])
 
 
 def nvfp4_proj_small_m(
@@ -78,19 +90,36 @@ def nvfp4_proj_small_m(
     scratch: dict[str, Any],
     *,
     same_input: bool = False,
+    tier: WeightQuantTier | None = None,
 ) -> None:
-    """NVFP4 projection of m rows: W4A4 (up to 64 rows) where the weight-quantization tier
-    admits it, else the W4A16 tier ``kernel``. ``same_input`` reuses the activation codes the
-    previous call stored in ``scratch`` (gate and up share one quantization of x)."""
+    """NVFP4 projection of m rows: W4A4 (up to 64 rows; any m under ``w4a4-all``) where the
+    weight-quantization ``tier`` (None: the process-wide one) admits it, else the W4A16 tier
+    ``kernel``. ``same_input`` reuses the activation codes the previous call stored in
+    ``scratch`` (gate and up share one quantization of x)."""
     if _format(weight) != "nvfp4":
         raise MetraleError(f"nvfp4_proj_small_m: weight {getattr(weight, 'name', '?')} is not NVFP4")
-    if _uses_a4(backend, weight, m):
-        if m > W4A4_MAX_ROWS:
+    if _uses_a4(backend, weight, m, tier):
+        if m > W4A4_MAX_ROWS and not (tier or weight_quantization()).all_rows:
             raise MetraleError(f"nvfp4_proj_small_m: W4A4 serves up to {W4A4_MAX_ROWS} rows (m={m})")
-        key = ("a4", float(weight.input_scale))
-        if not (same_input and scratch.get("a4_key") == key):
-            scratch["a4"] = backend.launch("w4a4_quantize", input[:m], weight.input_scale)
-            scratch["a4_key"] = key
-        backend.launch("w4a4_gemv_small_m", scratch["a4"], weight, output[:m])
+        _a4_proj(backend, input, weight, output, m, scratch, same_input)
         return
     w4a16_gemv_batchm(backend, kernel, input, weight, output, m)
+
+
+def nvfp4_proj_prefill(
+    backend: Backend,
+    input: Any,
+    weight: Any,
+    output: Any,
+    m: int,
+    scratch: dict[str, Any],
+    *,
+    tier: WeightQuantTier,
+    same_input: bool = False,
+) -> None:
+    """NVFP4 projection of m prefill rows under a tier whose prefill runs A4 (``w4a4-all``):
+    W4A4 where the weight declares A4, else ``quant_gemm`` (A16)."""
+    if _uses_a4(backend, weight, m, tier):
+        _a4_proj(backend, input, weight, output, m, scratch, same_input)
+        return
+    quant_gemm(backend, input, weight, output)

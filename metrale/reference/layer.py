@@ -17,10 +17,10 @@ import numpy as np
 from metrale.errors import KernelMissing, MetraleError
 from metrale.reference.backend import W4A16_TIERS, Backend, resolve_backend
 from metrale.reference.context import FfnConfig, ForwardContext
-from metrale.reference.dispatch import nvfp4_proj_small_m, quant_gemm, quant_gemv
+from metrale.reference.dispatch import nvfp4_proj_prefill, nvfp4_proj_small_m, quant_gemm, quant_gemv
 from metrale.reference.formats import FORMATS, Fp8Weight, Nvfp4Weight, Q2_0Weight
 from metrale.reference.lora import LoraAdapter
-from metrale.reference.tiers import W4a16BatchmTiers, weight_quantization
+from metrale.reference.tiers import W4a16BatchmTiers, WeightQuantTier, layer_tier, weight_quantization
 from metrale.reference.w8a8_arm import W8A8_PREFILL_ROWS, W8a8Ffn, available, run_w8a8
 
 W = TypeVar("W")
@@ -134,6 +134,8 @@ class DenseFfnLayer:
 
     ``weights`` NVFP4; ``bf16_weights`` / ``fp8_weights`` overlays; ``q2_weights`` packed Q2;
     ``lora`` adapters. Weights live on ``backend`` (uploaded at construction).
+    ``weight_quant``: the layer's own weight-quantization tier (``w4a4``, ``w4a4-batch``,
+    ``w4a16``, ``w4a4-all``); None (the seed engine's behaviour): ``METRALE_WEIGHT_QUANT``.
     """
 
     def __init__(
@@ -147,6 +149,7 @@ class DenseFfnLayer:
         lora: FfnLora | None = None,
         activation: FfnActivation = FfnActivation.SiLU,
         backend: Backend | str | None = None,
+        weight_quant: str | None = None,
     ) -> None:
         if not isinstance(config, FfnConfig):
             raise MetraleError(f"DenseFfnLayer: config is a {type(config).__name__}, want an FfnConfig")
@@ -179,6 +182,7 @@ class DenseFfnLayer:
         )
         self.w8a8: W8a8Ffn | None = None
         self.w4a16_batchm = W4a16BatchmTiers(self.backend)
+        self.set_weight_quant(weight_quant)
 
     def __repr__(self) -> str:
         c = self.config
@@ -242,6 +246,14 @@ class DenseFfnLayer:
         return True
 
     # ---- tiers and switches (arithmetic.md § tier) ----
+    def set_weight_quant(self, mode: str | None) -> None:
+        """Give the layer its own weight-quantization tier; None: follow ``METRALE_WEIGHT_QUANT``."""
+        self.own_weight_quant: WeightQuantTier | None = layer_tier(mode)
+
+    def weight_quant(self) -> WeightQuantTier:
+        """The tier this layer runs under: its own, else the process-wide one."""
+        return self.own_weight_quant or weight_quantization()
+
     def batchm_kernel(self, m: int) -> str | None:
         """The ``w4a16_gemv_batch{M}`` kernel for m rows over the gate weight; None if none."""
         gate = self.weights.gate_proj if self.weights else None
@@ -255,11 +267,15 @@ class DenseFfnLayer:
 
     def small_batch_w4a4(self) -> bool:
         """Whether the 2- and 3-row steps go through ``forward_km`` (A4 where admitted)."""
-        return weight_quantization().ffn_small_batch_w4a4(self.declares_a4())
+        return self.weight_quant().ffn_small_batch_w4a4(self.declares_a4())
 
     def single_row_w4a4(self) -> bool:
         """Whether the single decode row goes through ``forward_km``."""
-        return weight_quantization().ffn_single_row_w4a4(self.declares_a4())
+        return self.weight_quant().ffn_single_row_w4a4(self.declares_a4())
+
+    def prefill_w4a4(self) -> bool:
+        """Whether ``forward_prefill`` runs the NVFP4 projections A4 (``w4a4-all``)."""
+        return self.weight_quant().ffn_prefill_w4a4(self.declares_a4())
 
     def narrow_rows(self) -> int:
         """Row edge of the dense FFN's narrow arms."""
@@ -412,20 +428,21 @@ class DenseFfnLayer:
         b, bufs = ctx.backend, ctx.buffers
         kh = self.batchm_kernel(m)
         gate_out, up_out = bufs.gate_out(), bufs.up_out()
-        scratch = bufs.scratch
+        scratch, tier = bufs.scratch, self.weight_quant()
         scratch.clear()
-        nvfp4_proj_small_m(b, kh, x, w.gate_proj, gate_out, m, scratch)
+        nvfp4_proj_small_m(b, kh, x, w.gate_proj, gate_out, m, scratch, tier=tier)
         # Same `input` as gate: the W4A4 path reuses gate's quantisation.
-        nvfp4_proj_small_m(b, kh, x, w.up_proj, up_out, m, scratch, same_input=True)
+        nvfp4_proj_small_m(b, kh, x, w.up_proj, up_out, m, scratch, same_input=True, tier=tier)
         self.apply_lora_gate_up(ctx, x, m)
         self._act_mul(ctx, m)
         scratch.clear()
-        nvfp4_proj_small_m(b, kh, gate_out, w.down_proj, bufs.output(), m, scratch)
+        nvfp4_proj_small_m(b, kh, gate_out, w.down_proj, bufs.output(), m, scratch, tier=tier)
         self.apply_lora_down(ctx, m)
 
     def forward_prefill(self, input: Any, m: int, ctx: ForwardContext) -> None:
         """FFN for m rows through the GEMMs: W8A8 arm (chunked by its row cap for a W8A8-only
-        layer); BF16 overlay, then FP8 overlay, then packed Q2, then NVFP4 (A16)."""
+        layer); BF16 overlay, then FP8 overlay, then packed Q2, then NVFP4 (A16; A4 where
+        ``prefill_w4a4``, through ``_prefill_a4``)."""
         x = self._rows(input, m, ctx, "forward_prefill")
         if self.forward_w8a8(x, m, ctx):
             return
@@ -444,11 +461,30 @@ class DenseFfnLayer:
             ws = self.weights
         if ws is None:
             return self._w8a8_chunked(x, m, ctx)
+        if ws is self.weights and self.prefill_w4a4():
+            return self._prefill_a4(x, m, ctx)
         quant_gemm(b, x, ws.gate_proj, gate_out)
         quant_gemm(b, x, ws.up_proj, up_out)
         self.apply_lora_gate_up(ctx, x, m)
         self._act_mul(ctx, m)
         quant_gemm(b, gate_out, ws.down_proj, output)
+        self.apply_lora_down(ctx, m)
+
+    def _prefill_a4(self, x: Any, m: int, ctx: ForwardContext) -> None:
+        """NVFP4 prefill under ``w4a4-all``: gate and up on one ``w4a4_quantize`` of x, then
+        ``act_mul``, then down on the quantized h, as ``forward_km`` at every m (a projection
+        whose weight declares no input_scale runs ``w4a16_gemm``)."""
+        w = self._need_nvfp4("forward_prefill")
+        b, bufs, tier = ctx.backend, ctx.buffers, self.weight_quant()
+        gate_out, up_out = bufs.gate_out()[:m], bufs.up_out()[:m]
+        scratch = bufs.scratch
+        scratch.clear()
+        nvfp4_proj_prefill(b, x, w.gate_proj, gate_out, m, scratch, tier=tier)
+        nvfp4_proj_prefill(b, x, w.up_proj, up_out, m, scratch, tier=tier, same_input=True)
+        self.apply_lora_gate_up(ctx, x, m)
+        self._act_mul(ctx, m)
+        scratch.clear()
+        nvfp4_proj_prefill(b, gate_out, w.down_proj, bufs.output()[:m], m, scratch, tier=tier)
         self.apply_lora_down(ctx, m)
 
     def _w8a8_chunked(self, x: Any, m: int, ctx: ForwardContext) -> None:

@@ -234,15 +234,16 @@ def w8a8_output(s: np.ndarray, a_scale: np.ndarray, w: W8a8Weight) -> np.ndarray
 
 def infer_mode(weight: QuantWeight, m: int) -> Mode:
     """The activation mode the layer's rules give an m-row projection of ``weight``: A8 for
-    W8A8; A4 for NVFP4 declaring ``input_scale`` when the weight-quantization tier admits m
-    rows (up to W4A4_MAX_ROWS); A16 otherwise."""
+    W8A8; A4 for NVFP4 declaring ``input_scale`` when the process-wide weight-quantization
+    tier admits m rows (up to W4A4_MAX_ROWS; any m under ``w4a4-all``); A16 otherwise."""
     if isinstance(weight, W8a8Weight):
         return "A8"
+    tier = weight_quantization()
     if (
         isinstance(weight, Nvfp4Weight)
         and weight.declares_a4
-        and m <= W4A4_MAX_ROWS
-        and weight_quantization().admits(m, True)
+        and (m <= W4A4_MAX_ROWS or tier.all_rows)
+        and tier.admits(m, True)
     ):
         return "A4"
     return "A16"

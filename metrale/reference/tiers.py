@@ -1,7 +1,7 @@
 """Kernel tiers and the weight-quantization tier (arithmetic.md § tier).
 
 ``W4a16BatchmTiers`` picks the ``w4a16_gemv_batch{M}`` kernel for m rows; ``WeightQuantTier``
-(process-wide, from ``METRALE_WEIGHT_QUANT``) decides which rows run A4.
+(process-wide from ``METRALE_WEIGHT_QUANT``, or a layer's own) decides which rows run A4.
 """
 
 from __future__ import annotations
@@ -56,7 +56,9 @@ class W4a16BatchmTiers:
         return name if self.backend.has(name) else None
 
 
-WEIGHT_QUANT_CHOICES = ("w4a4", "w4a4-batch", "w4a16")
+WEIGHT_QUANT_CHOICES = ("w4a4", "w4a4-batch", "w4a16", "w4a4-all")
+#: The tier MetraleFfn (and so ``replace_mlps``) gives its layers: A4 at every row count.
+ALL_ROWS_TIER = "w4a4-all"
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,8 @@ class WeightQuantTier:
     """Which rows of a layer declaring FP4 activations run A4.
 
     ``w4a4`` (default): every decode row (1..64); ``w4a4-batch``: verify batches (2..64) only,
-    the single decode row runs A16; ``w4a16``: never A4.
+    the single decode row runs A16; ``w4a16``: never A4; ``w4a4-all``: every row count,
+    prefill included (the one tier besides ``w4a16`` whose rows do not depend on m).
     """
 
     mode: str = "w4a4"
@@ -77,17 +80,39 @@ class WeightQuantTier:
 
     def ffn_small_batch_w4a4(self, declares_a4: bool) -> bool:
         """Whether 2..64-row steps of a layer run A4."""
-        return declares_a4 and self.mode in ("w4a4", "w4a4-batch")
+        return declares_a4 and self.mode in ("w4a4", "w4a4-batch", "w4a4-all")
 
     def ffn_single_row_w4a4(self, declares_a4: bool) -> bool:
         """Whether the single decode row runs A4."""
-        return declares_a4 and self.mode == "w4a4"
+        return declares_a4 and self.mode in ("w4a4", "w4a4-all")
+
+    @property
+    def all_rows(self) -> bool:
+        """Whether A4 holds for every row count (``w4a4-all``: prefill too, no 64-row edge)."""
+        return self.mode == ALL_ROWS_TIER
+
+    def ffn_prefill_w4a4(self, declares_a4: bool) -> bool:
+        """Whether ``forward_prefill`` runs the NVFP4 projections A4."""
+        return declares_a4 and self.all_rows
 
     def admits(self, m: int, declares_a4: bool) -> bool:
-        """Whether an m-row projection runs A4."""
+        """Whether an m-row projection runs A4 (beyond W4A4_MAX_ROWS rows the seed tiers admit
+        by their small-batch flag and the launcher refuses the rows; ``w4a4-all`` serves them)."""
         if m == 1:
             return self.ffn_single_row_w4a4(declares_a4)
         return self.ffn_small_batch_w4a4(declares_a4)
+
+
+def layer_tier(mode: str | None) -> WeightQuantTier | None:
+    """A layer's own tier from its ``weight_quant`` argument; None: the process-wide one."""
+    if mode is None:
+        return None
+    if not isinstance(mode, str):
+        raise MetraleError(f"weight_quant={mode!r}: want one of {', '.join(WEIGHT_QUANT_CHOICES)} or None")
+    t = mode.strip().lower()
+    if t not in WEIGHT_QUANT_CHOICES:
+        raise MetraleError(f"weight_quant={mode!r} unknown: want one of {', '.join(WEIGHT_QUANT_CHOICES)}")
+    return WeightQuantTier(t)
 
 
 @cache
