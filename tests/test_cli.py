@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -125,7 +126,7 @@ def test_cli_errors_leave_filesystem_unchanged(src: Path, tmp_path: Path) -> Non
     r = run("convert", str(src), str(tmp_path / "o"), "--format", "int3")
     assert r.exit_code == 1 and "error: --format 'int3': unknown format" in r.stderr
     r = run("convert", str(src), str(tmp_path / "o"), "--bogus")
-    assert r.exit_code == 2 and "No such option: --bogus" in r.output
+    assert r.exit_code == 2 and re.search(r"No such option:? '?--bogus\b", r.output)
     r = run("convert", str(tmp_path / "nothing"), str(tmp_path / "o"))
     assert r.exit_code == 1 and "SRC is not a folder" in r.stderr
     (tmp_path / "o").mkdir()
@@ -208,7 +209,7 @@ def test_default_every_linear_and_ffn_only(src: Path, converted: dict[str, Path]
     assert fmts["model.layers.1.self_attn.o_proj"] == "bf16"
     assert fmts["model.layers.1.mlp.down_proj"] == "fp8"
     r = run("convert", str(src), str(tmp_path / "g"), "--all-linear")
-    assert r.exit_code == 2 and "No such option: --all-linear" in r.output
+    assert r.exit_code == 2 and re.search(r"No such option:? '?--all-linear\b", r.output)
 
 
 def test_inspect_flags_what_verify_rejects(converted: dict[str, Path], tmp_path: Path) -> None:

@@ -262,7 +262,7 @@ FAMILIES: dict[str, Family] = {
     "fp8-gemm": Family(("fp8", "bf16"), (8, 16, 64, 512, 4096), _gate_down, "A16", _fp8_gemm),
     "q2-dec": Family(("q2_0",), (1, 2, 3), _gate_down, "A16", _q2_dec),
     "nvfp4-gemm": Family(
-        ("nvfp4-w4a16",),
+        ("nvfp4",),
         (64, 512, 2048),
         lambda h, i: (("gate+up", i, h, 2), ("down", h, i, 1)),
         "A16",
