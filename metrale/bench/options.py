@@ -68,7 +68,7 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--formats", default=",".join(FORMATS), help="comma-separated: " + ", ".join(FORMATS))
     ap.add_argument(
-        "--peers", default=",".join(PEERS), help="comma-separated: " + ", ".join(PEERS) + ", or none"
+        "--peers", default="all", help="comma-separated: " + ", ".join(PEERS) + "; all; or none"
     )
     ap.add_argument(
         "--kernels",
@@ -206,7 +206,7 @@ def parse(argv: list[str] | None = None) -> Options:
         shapes=shapes,
         ms=ms,
         formats=_list(a.formats, tuple(FORMATS), "--formats", FORMAT_ALIASES),
-        peers=_list(a.peers, tuple(PEERS), "--peers"),
+        peers=list(PEERS) if a.peers == "all" else _list(a.peers, tuple(PEERS), "--peers"),
         kernels=_list(a.kernels, FAMILIES, "--kernels"),
         plan=Plan(a.target_ms, a.samples, a.cell_seconds),
         seed=a.seed,
