@@ -70,10 +70,13 @@ def test_recorded_amax_equals_a_direct_hook(src: Path, text: Path) -> None:
         p = f"model.layers.{layer}"
         assert got[f"{p}.mlp.gate_proj"] == got[f"{p}.mlp.up_proj"]
         assert got[f"{p}.self_attn.q_proj"] == got[f"{p}.self_attn.k_proj"] == got[f"{p}.self_attn.v_proj"]
-    # the fourth non-empty line is read with samples=4, and it changes what is seen
+    # the fourth non-empty line is read with samples=4 (whether it raises a maximum depends on the
+    # tiny model's random weights, which differ between transformers versions)
     four = [ln for ln in TEXT.splitlines() if ln.strip()][:4]
     got4 = collect_amax(src, text, mods, samples=4)
-    assert got4 == {m: direct_amax(src, four)[m] for m in mods} and got4 != got
+    want4 = direct_amax(src, four)
+    assert got4 == {m: want4[m] for m in mods}
+    assert (got4 != got) == any(want4[m] != want[m] for m in mods)
 
 
 def test_convert_writes_input_scale_from_the_measured_amax(src: Path, text: Path, tmp_path: Path) -> None:
