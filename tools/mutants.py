@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -414,7 +415,15 @@ def main() -> int:
     table = markdown(results)
     if args.markdown:
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        args.markdown.write_text(f"Run {stamp}, {len(results)} mutants.\n\n{table}")
+        import ml_dtypes
+        import numpy
+
+        py = platform.python_version()
+        env = f"Python {py}, numpy {numpy.__version__}, ml_dtypes {ml_dtypes.__version__}"
+        mode = "whole CPU suite" if args.full else "targeted, then the whole CPU suite for survivors"
+        args.markdown.write_text(
+            f"Run {stamp} ({platform.machine()}, {env}; {mode}), {len(results)} mutants.\n\n{table}"
+        )
     survived = [r["name"] for r in results if r["verdict"] == "SURVIVED"]
     print(
         f"{len(results)} mutants: {len(survived)} survived"
