@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 from helpers import BF16, E2M1_VALUES, F32, torch_e4m3_bits, torch_e4m3_decode, torch_to_bf16_bits
 
+from metrale.reference.formats import DenseWeight  # a container only: its weight is read here
+
 BLOCK = 16
 _E2M1 = np.array(E2M1_VALUES)
 
@@ -222,29 +224,25 @@ def project(x: np.ndarray, w: object, mode: str) -> np.ndarray:
 
 
 def silu_f32(g: np.ndarray) -> np.ndarray:
-    """silu of bf16 values, float64 then one rounding to f32 (finite inputs)."""
+    """silu of bf16 values, x / (1 + e^−x) in float64 rounded once to f32; the limits at ±Inf
+    (+Inf, −0.0), NaN stays NaN."""
     x = g.astype(np.float64)
-    with np.errstate(over="ignore"):
-        return f32(x / (1.0 + np.exp(-x)))
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = x / (1.0 + np.exp(-x))
+    return f32(np.where(np.isneginf(x), -0.0, np.where(np.isposinf(x), np.inf, y)))
 
 
 def lora_delta(x: np.ndarray, base: np.ndarray, a: np.ndarray, b: np.ndarray, scale: float) -> np.ndarray:
     """to_bf16(f32(base) + f32(scale)·p): t = bf16(x @ Aᵀ) (BF16 × A16), r padded to 16 with
     zeros, p the f32 root of t @ Bᵀ."""
 
-    class _W:
-        format = "bf16"
-
-        def __init__(self, w: np.ndarray) -> None:
-            self.weight = w
-
     r = a.shape[0]
     rp = -(-r // 16) * 16
     t = np.zeros((x.shape[0], rp), dtype=BF16)
-    t[:, :r] = to_bf16(root(x, _W(a), "A16"))
+    t[:, :r] = to_bf16(root(x, DenseWeight(weight=a), "A16"))
     bp = np.zeros((b.shape[0], rp), dtype=BF16)
     bp[:, :r] = b
-    p = root(t, _W(bp), "A16")
+    p = root(t, DenseWeight(weight=bp), "A16")
     return to_bf16(add(base.astype(F32), mul(F32(scale), p)))
 
 

@@ -11,7 +11,10 @@ from typing import Any
 import numpy as np
 import oracle
 import pytest
+from edge_inputs import edge_rows
 from helpers import BF16, F32, bits
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from layer_cases import ffn_sources, lora_adapters
 
 from metrale.reference.context import FfnConfig
@@ -105,3 +108,36 @@ def test_lora_expand_rounds_once() -> None:
     delta = oracle.lora_delta(x, zero, a, b, 0.3)  # bf16(scale·p)
     twice = oracle.to_bf16(oracle.add(base.astype(F32), delta.astype(F32)))
     assert (bits(twice) != bits(want)).any()
+
+
+_LAYERS: dict[str, tuple[DenseFfnLayer, FfnWeights[Any], FfnLora | None]] = {}
+
+
+def _layer(kind: str) -> tuple[DenseFfnLayer, FfnWeights[Any], FfnLora | None]:
+    """The property test's layers, built once: NVFP4 with LoRA, NVFP4 declaring A4, BF16 overlay."""
+    if kind not in _LAYERS:
+        cfg = FfnConfig(HIDDEN, INTER)
+        if kind == "nvfp4_lora":
+            ws, lora = weights("nvfp4", 9), odd_rank_lora(10)
+            layer = DenseFfnLayer(cfg, weights=ws, lora=lora, backend="reference")
+        elif kind == "nvfp4_a4":
+            ws, lora = weights("nvfp4_a4", 11), None
+            layer = DenseFfnLayer(cfg, weights=ws, backend="reference")
+        else:
+            ws, lora = weights("bf16", 12), odd_rank_lora(13)
+            layer = DenseFfnLayer(cfg, bf16_weights=ws, lora=lora, backend="reference")
+        _LAYERS[kind] = (layer, ws, lora)
+    return _LAYERS[kind]
+
+
+@settings(max_examples=20, deadline=None, print_blob=True)
+@given(kind=st.sampled_from(["nvfp4_lora", "nvfp4_a4", "bf16"]), x=edge_rows(HIDDEN))
+def test_layer_matches_oracle_property(kind: str, x: np.ndarray) -> None:
+    """Rows with NaN, ±Inf, ±0, subnormals, ties, saturation and tiny blocks; m in 1..70, so
+    the A4 layer crosses its 64-row edge (A4 up to 64 rows, A16 prefill beyond)."""
+    layer, ws, lora = _layer(kind)
+    mode = "A4" if kind == "nvfp4_a4" and x.shape[0] <= 64 else "A16"
+    with np.errstate(all="ignore"):
+        got = layer(x)
+        want = oracle.ffn(x, ws.gate_proj, ws.up_proj, ws.down_proj, lora, mode)
+    assert np.array_equal(bits(got), bits(want)), f"m={x.shape[0]}"
