@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_require_gpu_fails_without_a_backend() -> None:
     env = {**os.environ, "METRALE_REQUIRE_GPU": "1"}
     p = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_mutants_list.py"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--co", "tests/test_readme.py"],
         cwd=ROOT,
         env=env,
         capture_output=True,
