@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import os
 import zlib
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
+from metrale.cuda import cuda_unavailable_reason
 from metrale.reference.tiers import weight_quantization
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """With METRALE_REQUIRE_GPU=1 (set by tools/gpu_check.py) a missing CUDA backend (CuPy
+    failing to import, no device) fails the run instead of skipping every CUDA test."""
+    if os.environ.get("METRALE_REQUIRE_GPU") == "1":
+        reason = cuda_unavailable_reason()
+        if reason is not None:
+            raise pytest.UsageError(f"METRALE_REQUIRE_GPU=1 but the CUDA backend is unavailable: {reason}")
 
 
 @pytest.fixture

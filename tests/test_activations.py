@@ -283,3 +283,47 @@ def test_activations_do_not_modify_input(rng: np.random.Generator) -> None:
     quantize_a4(x, F32(0.5))
     quantize_a8(x)
     assert_bits_equal(x, before, "x")
+
+
+# --------------------------------------------------------------------------- order-sensitive edges
+
+
+def test_a4_scale_multiplies_by_f32_one_sixth() -> None:
+    """input_scale f32(1/3) (g = 3) and amax 1.5625: g·(amax·f32(1/6)) = 0.78125000… rounds up
+    to the e4m3 0.8125, while g·(amax/6) lands just below the midpoint and gives 0.75."""
+    x = bf16([[1.5625] + [0.0] * 15])
+    a = quantize_a4(x, F32(1.0 / 3.0))
+    assert a.scales.astype(F32).tolist() == [[0.8125]]
+    _check_a4(x, F32(1.0 / 3.0))
+
+
+def test_a4_scales_x_by_the_reciprocal() -> None:
+    """input_scale 1, amax 0.171875: scale d = 0.029296875; x = 1.25·d exactly. x·f32(1/d) is
+    just above the 1.25 midpoint (code 2·1.5), x/d is the midpoint itself (code 2·1.0)."""
+    x = bf16([[0.171875, 0.03662109375] + [0.0] * 14])
+    a = quantize_a4(x, F32(1.0))
+    assert a.scales.astype(F32).tolist() == [[0.029296875]]
+    assert a.codes[0, 1] == 3
+    _check_a4(x, F32(1.0))
+
+
+def test_a4_tiny_d_beside_zero_gives_code_zero() -> None:
+    """input_scale 2^-126 and amax 6·2^-129: scale 0.125, d = 2^-129, 1/d = +Inf; the zero
+    elements give 0·Inf = NaN, which the sequence defines as code 0; the amax element x·Inf
+    clamps to 6 (code 12), its negative twin to −6."""
+    x = bf16([[6 * 2.0**-129, -6 * 2.0**-129] + [0.0] * 13 + [-0.0]])
+    a = quantize_a4(x, F32(2.0**-126))
+    assert a.scales.astype(F32).tolist() == [[0.125]]
+    assert a.codes[0].tolist() == [12, -12] + [0] * 14
+    _check_a4(x, F32(2.0**-126))
+
+
+def test_a8_tiny_amax_beside_zero_gives_code_zero() -> None:
+    """amax 2^-130 (a bf16 subnormal): inv = 127/amax overflows to +Inf; x·Inf saturates to
+    127 / −128 and the zeros' 0·Inf = NaN is defined as code 0 (cvt.rni.sat.s8's NaN -> 0)."""
+    x = bf16([[2.0**-130, -(2.0**-130)] + [0.0] * 13 + [-0.0]])
+    a = quantize_a8(x)
+    assert a.q[0].tolist() == [127, -128] + [0] * 14
+    want_q, want_s = vllm_per_token_int8(torch_bf16(x))
+    assert_bits_equal(a.q, want_q, "A8 q")
+    assert_bits_equal(a.scale, want_s, "A8 scale")

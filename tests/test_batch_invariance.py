@@ -25,7 +25,7 @@ Q2_DIMS = st.tuples(st.sampled_from((64, 128, 192)), st.sampled_from((64, 128, 1
 SETTINGS = settings(
     max_examples=20,
     deadline=None,
-    derandomize=True,
+    print_blob=True,  # fresh examples every run; a failure prints its reproduction blob
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 #: Formats × A4 declaration under test (kind, env modes that matter).

@@ -90,7 +90,11 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     skip = set(args.skip.split(","))
     seed = os.environ.get("METRALE_TEST_SEED") or str(int.from_bytes(os.urandom(4), "little"))
-    env = {"METRALE_TEST_SEED": seed, "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"}
+    env = {
+        "METRALE_TEST_SEED": seed,
+        "METRALE_REQUIRE_GPU": "1",  # a CuPy import error fails the run instead of skipping it
+        "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}",
+    }
     summary = [f"date {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; METRALE_TEST_SEED={seed}"]
     rc_all = 0
     summary.append(build(out))
