@@ -183,8 +183,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "w4a4-batch-single-row-a4",
         "metrale/reference/tiers.py",
-        'return declares_a4 and self.mode == "w4a4"',
-        'return declares_a4 and self.mode in ("w4a4", "w4a4-batch")',
+        'return declares_a4 and self.mode in ("w4a4", "w4a4-all")',
+        'return declares_a4 and self.mode in ("w4a4", "w4a4-all", "w4a4-batch")',
         ("tests/test_layer_routing.py",),
     ),
     Mutant(

@@ -67,9 +67,7 @@ def parser() -> argparse.ArgumentParser:
         + " (default both)",
     )
     ap.add_argument("--formats", default=",".join(FORMATS), help="comma-separated: " + ", ".join(FORMATS))
-    ap.add_argument(
-        "--peers", default="all", help="comma-separated: " + ", ".join(PEERS) + "; all; or none"
-    )
+    ap.add_argument("--peers", default="all", help="comma-separated: " + ", ".join(PEERS) + "; all; or none")
     ap.add_argument(
         "--kernels",
         default="nvfp4",
