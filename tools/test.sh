@@ -39,5 +39,10 @@ echo "== $label, installed in $(( $(date +%s) - start )) s:"
     grep -iE '^(numpy|ml.dtypes|safetensors|typer|rich|gguf|torch|transformers|compressed.tensors|hypothesis|pytest)==' |
     tr '\n' ' '
 echo
-[ "$lowest" = 1 ] || "$py" -m ruff check metrale tests tools
-"$py" -m pytest -q -n 2 "$@"
+if [ "$lowest" = 1 ]; then
+    # nvcc builds of the kernel files do not depend on Python package versions: the newest run has them
+    "$py" -m pytest -q -n 2 --ignore=tests/test_cuda_compile.py "$@"
+else
+    "$py" -m ruff check metrale tests tools
+    "$py" -m pytest -q -n 2 "$@"
+fi
