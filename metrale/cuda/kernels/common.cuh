@@ -143,6 +143,7 @@ __device__ __forceinline__ void a16_block(const unsigned short* xb, int (&c)[16]
 //   a16_block_int(xb, c, E, finite)  A16 codes by exact integer arithmetic on the bf16 bits
 //   a16_code_int(x, F)               one element's code of that rule
 //   a16_codes8_f32(w, mx, c, E, fin) the same codes for half a block by exact f32 steps
+//   warp_tree_ieee / chunk_roots_tree / store_chunk_roots<R, NC>  the GEMVs' trees and epilogue
 // ---------------------------------------------------------------------------------------------
 __device__ __forceinline__ float ieee_mul(float a, float b) {
     float d;
