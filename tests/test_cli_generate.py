@@ -8,8 +8,8 @@ pytest.importorskip("transformers")
 
 from typer.testing import CliRunner
 
+from metrale.checkpoint.example import TINY, tiny_model
 from metrale.cli import app
-from tests.torch_models import TINY, tiny_model
 
 WORDS = ["the", "capital", "of", "france", "is", "paris", "a", "city"]
 

@@ -31,6 +31,17 @@ def test_forward_context_too_many_rows() -> None:
         metrale.ForwardContext(cfg, max_rows=10**12, backend="reference")
 
 
+def test_seed_buffer_names_are_aliases() -> None:
+    """docs/arithmetic.md § layer: the seed engine's buffer names hand back the same arrays."""
+    b = metrale.ForwardContext(metrale.FfnConfig(16, 32), max_rows=2, backend="reference").buffers
+    assert (
+        b.moe_output() is b.output()
+        and b.expert_gate_out() is b.gate_out()
+        and b.expert_up_out() is b.up_out()
+    )
+    assert b.output().shape == (2, 16) and b.gate_out().shape == (2, 32) and b.gate_out() is not b.up_out()
+
+
 def test_nvfp4_scale_of_the_wrong_type() -> None:
     w = _nv()
     with pytest.raises(

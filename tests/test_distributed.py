@@ -18,7 +18,7 @@ from metrale.distributed import block_ranges
 from metrale.errors import MetraleError
 from metrale.reference.tree import finish_tree, subtree_roots, subtree_spans, tree_sum
 
-#: transformers' model modules of tests/torch_models.py, imported once by the forkserver.
+#: transformers' model modules of metrale.checkpoint.example.tiny_model, imported once by the forkserver.
 HF_MODELS = tuple(f"transformers.models.{f}.modeling_{f}" for f in ("llama", "qwen3", "gemma"))
 
 
@@ -448,9 +448,8 @@ def test_tp_module_state_copy_and_refusals(one_rank_world: Any) -> None:
 
 def test_replace_mlps_tp_checks_the_checkpoint_shape(one_rank_world: Any, tmp_path) -> None:
     """A checkpoint read slice by slice is checked against the model like a whole one."""
-    from metrale.checkpoint.example import make_example_checkpoint
+    from metrale.checkpoint.example import make_example_checkpoint, tiny_model
     from metrale.hf import replace_mlps
-    from tests.torch_models import tiny_model
 
     src = make_example_checkpoint(tmp_path / "llama", hidden=64, intermediate=128, layers=2, seed=5)
     model = tiny_model("llama", hidden_size=128, intermediate_size=320)

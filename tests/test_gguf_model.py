@@ -13,7 +13,12 @@ import numpy as np
 import pytest
 
 from metrale.checkpoint.convert import ConvertOptions, convert_checkpoint
-from metrale.checkpoint.example import make_example_checkpoint, make_hf_model, write_example_tokenizer
+from metrale.checkpoint.example import (
+    make_example_checkpoint,
+    make_hf_model,
+    tiny_model,
+    write_example_tokenizer,
+)
 from metrale.checkpoint.gguf_q2 import GGUF_NAME
 from metrale.errors import MetraleError
 
@@ -256,25 +261,13 @@ def test_gguf_package_lacks_q2_0_and_inspect_reads_it(models: dict[str, tuple[Pa
 def test_mistral_and_qwen2_families(tmp_path: Path, family: str) -> None:
     """Mistral is written as llama.cpp's llama architecture (q/k rows permuted, as
     convert_hf_to_gguf.py registers MistralForCausalLM); Qwen2 keeps its q/k/v biases (F32)."""
-    import torch
-
-    common = dict(
-        vocab_size=320,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-    )
+    sizes = dict(vocab_size=320, num_hidden_layers=1, max_position_embeddings=256, rope_theta=1e6)
     if family == "mistral":
-        cfg = transformers.MistralConfig(head_dim=16, sliding_window=None, rope_theta=1e6, **common)
-        model = transformers.MistralForCausalLM(cfg)
+        model = tiny_model("mistral", sliding_window=None, **sizes)
     else:
-        cfg = transformers.Qwen2Config(rope_theta=1e6, tie_word_embeddings=True, **common)
-        model = transformers.Qwen2ForCausalLM(cfg)
+        model = tiny_model("qwen2", tie_word_embeddings=True, **sizes)
     src = tmp_path / family
-    model.to(torch.bfloat16).save_pretrained(src)
+    model.save_pretrained(src)
     write_example_tokenizer(src, style="qwen2", vocab_size=300)
     convert_checkpoint(src, tmp_path / "q", ConvertOptions("q2_0"))
     f = fields(tmp_path / "q")

@@ -8,11 +8,11 @@ import torch
 pytest.importorskip("transformers")
 
 from metrale.checkpoint.convert import ConvertOptions, convert_checkpoint
+from metrale.checkpoint.example import TINY, tiny_model
 from metrale.errors import MetraleError
 from metrale.hf import replace_mlps
 from metrale.torch import MetraleFfn
 from tests.layer_cases import A4_FFN
-from tests.torch_models import TINY, tiny_model
 
 
 def _ids(n: int, seed: int) -> torch.Tensor:

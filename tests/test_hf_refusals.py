@@ -8,9 +8,10 @@ import pytest
 import torch
 from torch import nn
 
+from metrale.checkpoint.example import tiny_model
 from metrale.errors import MetraleError
 from metrale.hf import replace_mlps
-from tests.torch_models import tiny_model, unsupported_model
+from tests.torch_models import unsupported_model
 
 SUPPORTED = r"supported: Llama, Mistral, Qwen2, Qwen3 \(SiLU\) and Gemma"
 
@@ -50,3 +51,10 @@ def test_bad_calibration_ids() -> None:
     for ids, pattern in cases:
         _one_line(lambda ids=ids: replace_mlps(model, "w4a4", calibration=ids), pattern)
     assert all(not hasattr(layer.mlp, "format") for layer in model.model.layers)  # left as it was
+
+
+def test_tiny_model_refuses_an_unknown_family() -> None:
+    with pytest.raises(
+        MetraleError, match=r"tiny model family 'gpt2': want one of llama, qwen3, gemma, mistral, qwen2"
+    ):
+        tiny_model("gpt2")

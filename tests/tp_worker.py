@@ -223,8 +223,8 @@ def _hf_runs(groups: dict[int, tuple[tuple[int, ...], Any]], rank: int, out: dic
     every group of this rank (``hf|size|case``)."""
     import torch
 
+    from metrale.checkpoint.example import tiny_model
     from metrale.hf import replace_mlps
-    from tests.torch_models import tiny_model
 
     ids = hf_ids()
     for c, (family, fmt) in enumerate(HF_CASES):
@@ -337,8 +337,8 @@ def run_load(rank: int, size: int, port: int, out_dir: str, paths: list[str]) ->
                     out[f"mod|{split}|{j}|{m}"] = raw(mod(xt))
                 out[f"mod|{split}|{j}|bytes"] = np.array(sum(t.nbytes for t in mod.buffers()))
         # a tiny Llama of the checkpoints' sizes with the NVFP4 folder's MLPs, read slice by slice
+        from metrale.checkpoint.example import tiny_model
         from metrale.hf import replace_mlps
-        from tests.torch_models import tiny_model
 
         for g in (None, dist.group.WORLD):
             model = replace_mlps(tiny_model("llama", seed=3), paths[1], tp_group=g)
@@ -428,10 +428,10 @@ def run_cuda_module(rank: int, size: int, port: int, out_dir: str, transport: st
     import torch
     import torch.distributed as dist
 
+    from metrale.checkpoint.example import tiny_model
     from metrale.hf import replace_mlps
     from metrale.reference.context import FfnConfig
     from metrale.torch import MetraleFfn
-    from tests.torch_models import tiny_model
 
     dev = _cuda_world(rank, size, port, transport)
     out: dict[str, np.ndarray] = {}

@@ -1,4 +1,5 @@
-"""A small Llama-style Hugging Face checkpoint, generated (no downloads).
+"""A small Llama-style Hugging Face checkpoint, generated (no downloads), and the tiny seeded
+transformers models the tests build (``tiny_model``, ``make_hf_model``).
 
 Used by the tests, the README's demo and the converter benchmark. Tensors are written one at
 a time (streaming), so a large example costs no more memory than its largest tensor.
@@ -9,12 +10,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from metrale.checkpoint.io import DTYPES, INDEX_NAME, SINGLE_NAME, SafetensorsWriter, write_index
 from metrale.errors import MetraleError
+
+if TYPE_CHECKING:
+    import torch
 
 
 def example_config(
@@ -220,6 +224,60 @@ def write_example_tokenizer(
     return out
 
 
+#: The sizes of ``tiny_model``'s transformers models: 2 layers, 4 heads of 16 (2 KV), vocab 96.
+TINY: dict[str, int] = dict(
+    vocab_size=96,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=64,
+)
+
+#: family: transformers' config class, model class and activation option for ``tiny_model``.
+TINY_FAMILIES: dict[str, tuple[str, str, dict[str, str]]] = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {"hidden_act": "silu"}),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"hidden_act": "silu"}),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", {"hidden_activation": "gelu_pytorch_tanh"}),
+    "mistral": ("MistralConfig", "MistralForCausalLM", {}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),
+}
+
+
+def seeded_model(
+    model_cls: Any, config: Any, *, seed: int, std: float, norm_std: float | None = None
+) -> torch.nn.Module:
+    """``model_cls(config)`` in bf16 eval mode with seeded random weights: after
+    ``torch.manual_seed(seed)``, every parameter in ``named_parameters`` order drawn N(0, std) in
+    place, or 1 + norm_std N(0, 1) for the norm weights where ``norm_std`` is given."""
+    import torch
+
+    torch.manual_seed(seed)
+    model = model_cls(config).to(torch.bfloat16).eval()
+    with torch.no_grad():  # weights large enough that the FFN's quantization steps matter
+        for name, p in model.named_parameters():
+            if norm_std is not None and name.endswith("norm.weight"):
+                p.copy_(1.0 + norm_std * torch.randn_like(p))
+            else:
+                p.normal_(0.0, std)
+    return model
+
+
+def tiny_model(family: str, seed: int = 0, **options: Any) -> torch.nn.Module:
+    """A tiny bf16 eval-mode transformers model of ``family`` (TINY_FAMILIES) with SDPA attention
+    and every weight N(0, 0.08), seeded (``seeded_model``); ``options`` override TINY's sizes or
+    set other config fields. Needs torch and transformers (no downloads)."""
+    import transformers as tf
+
+    if family not in TINY_FAMILIES:
+        raise MetraleError(f"tiny model family {family!r}: want one of {', '.join(TINY_FAMILIES)}")
+    config_name, model_name, act = TINY_FAMILIES[family]
+    config = getattr(tf, config_name)(**(TINY | options), **act, attn_implementation="sdpa")
+    return seeded_model(getattr(tf, model_name), config, seed=seed, std=0.08)
+
+
 def make_hf_model(
     path: str | os.PathLike[str], family: str = "qwen3", *, seed: int = 0, std: float = 0.08
 ) -> Path:
@@ -231,7 +289,6 @@ def make_hf_model(
     ``llama3`` scaling; ``qwen3``: hidden 64, 2 heads of 128 (head_dim != hidden/heads, 1 KV),
     q/k norms, RoPE theta 1e6, tied embeddings, Qwen2 tokenizer. Both: 2 layers, intermediate 2 x
     hidden, vocab 320 (the tokenizer has 304 tokens: ids 304..319 are padding)."""
-    import torch
     import transformers as tf
 
     vocab = 320
@@ -279,14 +336,7 @@ def make_hf_model(
         model_cls, style = tf.Qwen3ForCausalLM, "qwen2"
     else:
         raise MetraleError(f"example family {family!r}: want llama or qwen3")
-    torch.manual_seed(seed)
-    model = model_cls(cfg).to(torch.bfloat16).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(1.0 + 0.1 * torch.randn_like(p))
-            else:
-                p.normal_(0.0, std)
+    model = seeded_model(model_cls, cfg, seed=seed, std=std, norm_std=0.1)
     out = Path(path)
     model.save_pretrained(out)
     write_example_tokenizer(out, style=style, vocab_size=vocab - 16)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from metrale.checkpoint.example import TINY, tiny_model
 from metrale.errors import MetraleError
 from metrale.reference.context import FfnConfig
 from metrale.torch import MetraleFfn
 from tests.test_torch_ffn import _weights
-from tests.torch_models import TINY, tiny_model
 
 if not torch.cuda.is_available():  # pragma: no cover - the GPU machine has CUDA torch
     pytest.skip("torch has no CUDA here (install a CUDA build of torch)", allow_module_level=True)

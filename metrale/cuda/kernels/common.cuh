@@ -11,6 +11,7 @@
 //   pow2f(e)                 2^e as f32 for e in [-149, 127] (subnormal included)
 //   nib8_codes(w, c0, c1)    8 NVFP4 nibbles -> 8 int8 codes 2*e2m1 (byte n = element n)
 //   dp4a_su / dp4a_ss        int32 += 4 x (s8 * u8) / (s8 * s8)
+//   dp4a_su4 / dp4a_ss4      16 products: words c0..c3 against v.x..v.w, chained from 0 in that order
 //   warp_sum_tree(v)         shfl_xor 1,2,4,8,16: lane l's value is leaf l of a 32-leaf tree
 //   a16_block(...)           A16 codes of one 16-element block (E, c_j, finite)
 //   pdl_trigger / pdl_wait   programmatic dependent launch (metrale/cuda/pdl.py; no-ops below sm_90)
@@ -87,6 +88,18 @@ __device__ __forceinline__ int dp4a_ss(unsigned int a_s8, unsigned int b_s8, int
     return d;
 }
 
+// The dot of four signed code words c0..c3 with the four words of v (u8 bytes: dp4a_su4, s8:
+// dp4a_ss4), one dp4a chain from 0 in the order c0.v.x, c1.v.y, c2.v.z, c3.v.w.
+__device__ __forceinline__ int dp4a_su4(unsigned int c0, unsigned int c1, unsigned int c2, unsigned int c3,
+                                        uint4 v) {
+    return dp4a_su(c3, v.w, dp4a_su(c2, v.z, dp4a_su(c1, v.y, dp4a_su(c0, v.x, 0))));
+}
+
+__device__ __forceinline__ int dp4a_ss4(unsigned int c0, unsigned int c1, unsigned int c2, unsigned int c3,
+                                        uint4 v) {
+    return dp4a_ss(c3, v.w, dp4a_ss(c2, v.z, dp4a_ss(c1, v.y, dp4a_ss(c0, v.x, 0))));
+}
+
 // The contract's tree over 32 leaves, leaf l in lane l: adjacent pairs first (xor 1), then
 // pairs of pairs... Every lane ends with the root (fp32 add is commutative, so a+b == b+a).
 __device__ __forceinline__ float warp_sum_tree(float v) {
@@ -130,6 +143,7 @@ __device__ __forceinline__ void a16_block(const unsigned short* xb, int (&c)[16]
 //   a16_block_int(xb, c, E, finite)  A16 codes by exact integer arithmetic on the bf16 bits
 //   a16_code_int(x, F)               one element's code of that rule
 //   a16_codes8_f32(w, mx, c, E, fin) the same codes for half a block by exact f32 steps
+//   warp_tree_ieee / chunk_roots_tree / store_chunk_roots<R, NC>  the GEMVs' trees and epilogue
 // ---------------------------------------------------------------------------------------------
 __device__ __forceinline__ float ieee_mul(float a, float b) {
     float d;
@@ -166,6 +180,29 @@ __device__ __forceinline__ float chunk_roots_tree(const float* sr, int C, int la
     const float a = 2 * lane < C ? sr[2 * lane] : -0.0f;
     const float b = 2 * lane + 1 < C ? sr[2 * lane + 1] : -0.0f;
     return warp_tree_ieee(ieee_add(a, b));
+}
+
+// The epilogue of the warp GEMVs (fp8_bf16_gemv.cu, q2_0_gemv.cu): for each row r0 + r < m of
+// the R-row tile and each column n = n0 + c < N, the tree over its C chunk roots
+// sroot[(c R + r) 64 + ch] (chunk_roots_tree), times scale[n] where scale is given, to bf16 in
+// out[row ldo + n] by lane 0.
+template <int R, int NC>
+__device__ __forceinline__ void store_chunk_roots(const float* sroot, int C, int lane, int r0, int m, int n0,
+                                                  int N, const float* __restrict__ scale,
+                                                  unsigned short* __restrict__ out, long long ldo) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const int row = r0 + r;
+        if (row >= m) continue;
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+            const float* sr = sroot + (c * R + r) * 64;
+            const float t = chunk_roots_tree(sr, C, lane);
+            const int n = n0 + c;
+            if (lane == 0 && n < N)
+                out[(long long)row * ldo + n] = f32_to_bf16(scale ? ieee_mul(t, scale[n]) : t);
+        }
+    }
 }
 
 // A16 (arithmetic.md § a16) without floating point: with F = max(field, 1) and f_j = max(field_j, 1),

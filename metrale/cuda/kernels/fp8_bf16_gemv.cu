@@ -143,19 +143,7 @@ __device__ __forceinline__ void fp8_bf16_gemv_warp(const uint4* __restrict__ w, 
         }
     }
     __syncwarp();
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-        const int row = r0 + r;
-        if (row >= m) continue;
-#pragma unroll
-        for (int c = 0; c < NC; ++c) {
-            const float* sr = sroot + (c * R + r) * 64;
-            const float t = chunk_roots_tree(sr, C, lane);
-            const int n = n0 + c;
-            if (lane == 0 && n < N)
-                out[(long long)row * ldo + n] = f32_to_bf16(scale ? ieee_mul(t, scale[n]) : t);
-        }
-    }
+    store_chunk_roots<R, NC>(sroot, C, lane, r0, m, n0, N, scale, out, ldo);
 }
 
 #define FP8_BF16_GEMV(NAME, BF, R, NC)                                                                 \

@@ -332,6 +332,23 @@ __device__ __forceinline__ void counter_push(float (&p)[D + 1][NT][4], int nt, c
     }
 }
 
+// The root of the padded tree over n leaves from a binary counter's levels (level(L): the
+// aligned subtree parked at level L, L < LEVELS): the right-nested sum over the set bits of n
+// from the lowest level up, the earlier (higher) subtree on the left.
+template <int LEVELS, class Level>
+__device__ __forceinline__ float counter_fold(int n, Level&& level) {
+    float acc = 0.0f;
+    bool have = false;
+#pragma unroll
+    for (int L = 0; L < LEVELS; ++L) {
+        if ((n >> L) & 1) {
+            acc = have ? ieee_add(level(L), acc) : level(L);
+            have = true;
+        }
+    }
+    return acc;
+}
+
 // Split K (parts > 1): blockIdx.z = part * gz + set; the part covers steps [part kp8, part kp8 +
 // kp8) ∩ [0, S8), kp8 a power of two, an aligned subtree of the padded tree; its root goes to
 // partial [parts][gz][m][N] (f32) and mma_finish sums the parts' tree. parts = 1: y directly,
@@ -375,15 +392,7 @@ __device__ __forceinline__ void gemm_body(const uint4* __restrict__ act, const f
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            float acc = 0.0f;
-            bool have = false;
-#pragma unroll
-            for (int L = 0; L <= D; ++L) {
-                if ((Sl >> L) & 1) {
-                    acc = have ? ieee_add(p[L][nt][j], acc) : p[L][nt][j];
-                    have = true;
-                }
-            }
+            const float acc = counter_fold<D + 1>(Sl, [&](int L) { return p[L][nt][j]; });
             const int c = n0 + g + 8 * (j >> 1), rr = 8 * (tile0 + nt) + 2 * t + (j & 1);
             if (c >= N || rr >= m) continue;
             if (partial == nullptr)
@@ -416,14 +425,7 @@ extern "C" __global__ void __launch_bounds__(256) mma_finish(const float* __rest
         }
         lv[L] = v;
     }
-    float acc = 0.0f;
-    bool have = false;
-    for (int L = 0; L < 7; ++L) {
-        if ((parts >> L) & 1) {
-            acc = have ? ieee_add(lv[L], acc) : lv[L];
-            have = true;
-        }
-    }
+    const float acc = counter_fold<7>(parts, [&](int L) { return lv[L]; });
     const float* cs = zs == 0 ? cs0 : cs1;
     const float sc = cs ? __ldg(cs + c) : (zs == 0 ? rs0 : rs1);
     if (zs == 0) out0[(size_t)r * ldo0 + c] = f32_to_bf16(ieee_mul(acc, sc));

@@ -85,10 +85,7 @@ __device__ __forceinline__ float a16_factor(int E, bool fin) {
 // activation code words a (element n in byte n), both signed 2*e2m1.
 __device__ __forceinline__ int a4_dot(unsigned int c0, unsigned int c1, unsigned int c2, unsigned int c3,
                                       uint4 a) {
-    int s = dp4a_ss(c0, a.x, 0);
-    s = dp4a_ss(c1, a.y, s);
-    s = dp4a_ss(c2, a.z, s);
-    return dp4a_ss(c3, a.w, s);
+    return dp4a_ss4(c0, c1, c2, c3, a);
 }
 
 // The A4 block value (arithmetic.md § a4): ((f32(S) * f32(wscale)) * afac) * 0.25, afac = f32(ascale)
@@ -217,22 +214,8 @@ __device__ __forceinline__ void nvfp4_body(const void* act, long long lda, const
                         if (MODE == 0) {
                             const uint4 le = limbs[p], lo = limbs[P + p];
                             const uint4 he = limbs[2 * P + p], ho = limbs[3 * P + p];
-                            int sle = dp4a_su(ce0, le.x, 0);
-                            sle = dp4a_su(ce1, le.y, sle);
-                            sle = dp4a_su(ce2, le.z, sle);
-                            sle = dp4a_su(ce3, le.w, sle);
-                            int she = dp4a_ss(ce0, he.x, 0);
-                            she = dp4a_ss(ce1, he.y, she);
-                            she = dp4a_ss(ce2, he.z, she);
-                            she = dp4a_ss(ce3, he.w, she);
-                            int slo = dp4a_su(co0, lo.x, 0);
-                            slo = dp4a_su(co1, lo.y, slo);
-                            slo = dp4a_su(co2, lo.z, slo);
-                            slo = dp4a_su(co3, lo.w, slo);
-                            int sho = dp4a_ss(co0, ho.x, 0);
-                            sho = dp4a_ss(co1, ho.y, sho);
-                            sho = dp4a_ss(co2, ho.z, sho);
-                            sho = dp4a_ss(co3, ho.w, sho);
+                            const int sle = dp4a_su4(ce0, ce1, ce2, ce3, le), she = dp4a_ss4(ce0, ce1, ce2, ce3, he);
+                            const int slo = dp4a_su4(co0, co1, co2, co3, lo), sho = dp4a_ss4(co0, co1, co2, co3, ho);
                             const int se = she * 256 + sle, so = sho * 256 + slo;
                             ve = ((float)se * wse) * f.x;
                             vo = ((float)so * wso) * f.y;
@@ -371,15 +354,8 @@ __device__ __forceinline__ void fast_issue(unsigned char* slot, const unsigned c
 // S of one block from its code words c0..c3 (elements 0-3, 4-7, 8-11, 12-15) and its limbs.
 __device__ __forceinline__ int block_dot_codes(unsigned int c0, unsigned int c1, unsigned int c2,
                                                unsigned int c3, uint4 lo, uint4 hi) {
-    int sl = dp4a_su(c0, lo.x, 0);
-    sl = dp4a_su(c1, lo.y, sl);
-    sl = dp4a_su(c2, lo.z, sl);
-    sl = dp4a_su(c3, lo.w, sl);
-    int sh = dp4a_ss(c0, hi.x, 0);
-    sh = dp4a_ss(c1, hi.y, sh);
-    sh = dp4a_ss(c2, hi.z, sh);
-    sh = dp4a_ss(c3, hi.w, sh);
-    return sh * 256 + sl;
+    const int sl = dp4a_su4(c0, c1, c2, c3, lo);
+    return dp4a_ss4(c0, c1, c2, c3, hi) * 256 + sl;
 }
 
 // P/Q block dot: the same S as block_dot_codes from the raw weight words w0 (elements 0-7) and
@@ -396,22 +372,8 @@ __device__ __forceinline__ int block_dot_pq(unsigned int w0, unsigned int w1, ui
     const unsigned int p2 = prmt(T0, T1, w1), p3 = prmt(T0, T1, w1 >> 16);
     const unsigned int q0 = prmt(T0, T1, x0), q1 = prmt(T0, T1, x0 >> 16);
     const unsigned int q2 = prmt(T0, T1, x1), q3 = prmt(T0, T1, x1 >> 16);
-    int lp = dp4a_su(p0, lo.x, 0);
-    lp = dp4a_su(p1, lo.y, lp);
-    lp = dp4a_su(p2, lo.z, lp);
-    lp = dp4a_su(p3, lo.w, lp);
-    int lq = dp4a_su(q0, lo.x, 0);
-    lq = dp4a_su(q1, lo.y, lq);
-    lq = dp4a_su(q2, lo.z, lq);
-    lq = dp4a_su(q3, lo.w, lq);
-    int hp = dp4a_ss(p0, hi.x, 0);
-    hp = dp4a_ss(p1, hi.y, hp);
-    hp = dp4a_ss(p2, hi.z, hp);
-    hp = dp4a_ss(p3, hi.w, hp);
-    int hq = dp4a_ss(q0, hi.x, 0);
-    hq = dp4a_ss(q1, hi.y, hq);
-    hq = dp4a_ss(q2, hi.z, hq);
-    hq = dp4a_ss(q3, hi.w, hq);
+    const int lp = dp4a_su4(p0, p1, p2, p3, lo), lq = dp4a_su4(q0, q1, q2, q3, lo);
+    const int hp = dp4a_ss4(p0, p1, p2, p3, hi), hq = dp4a_ss4(q0, q1, q2, q3, hi);
     return (hp - hq) * 256 + (lp - lq);
 }
 

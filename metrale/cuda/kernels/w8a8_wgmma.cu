@@ -56,70 +56,47 @@ __device__ __forceinline__ void wg_cp16(u32 dst, const void* src, int nbytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(nbytes));
 }
 
+// The asm text of one wgmma m64n{N}k32 s32.s8.s8: accumulator operands REGS, then the A and B
+// shared-memory descriptors as operands DA and DB; WG_REGS{n} names operands %0 .. %n-1.
+#define WG_TEXT(N, REGS, DA, DB) \
+    "{\n" "wgmma.mma_async.sync.aligned.m64n" #N "k32.s32.s8.s8 " "{" REGS "}, %" #DA ", %" #DB ", 1;\n" "}\n"
+#define WG_REGS8 "%0, %1, %2, %3, %4, %5, %6, %7"
+#define WG_REGS16 WG_REGS8 ", %8, %9, %10, %11, %12, %13, %14, %15"
+#define WG_REGS32 WG_REGS16 ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define WG_REGS64 \
+    WG_REGS32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+              "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+
+// The eight accumulator operands d[i] .. d[i + 7] of a wgmma (read and written: "+r").
+#define WG_D8(i)                                                                                     \
+    "+r"(d[i]), "+r"(d[i + 1]), "+r"(d[i + 2]), "+r"(d[i + 3]), "+r"(d[i + 4]), "+r"(d[i + 5]),     \
+        "+r"(d[i + 6]), "+r"(d[i + 7])
+
 // D[64 x 128] s32 += A[64 x 32] s8 (smem, K-major) * B[128 x 32] s8 (smem, K-major).
 __device__ __forceinline__ void wgmma_n128(int (&d)[64], unsigned long long da, unsigned long long db) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, %64, %65, 1;\n"
-        "}\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
-          "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
-          "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
-          "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]),
-          "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]),
-          "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]),
-          "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]),
-          "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
+    asm volatile(WG_TEXT(128, WG_REGS64, 64, 65)
+        : WG_D8(0), WG_D8(8), WG_D8(16), WG_D8(24), WG_D8(32), WG_D8(40), WG_D8(48), WG_D8(56)
         : "l"(da), "l"(db));
 }
 
 // D[64 x 64] s32 += A[64 x 32] s8 (smem, K-major) * B[64 x 32] s8 (smem, K-major).
 __device__ __forceinline__ void wgmma_n64(int (&d)[32], unsigned long long da, unsigned long long db) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-        "}, %32, %33, 1;\n"
-        "}\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
-          "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
-          "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
-          "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
+    asm volatile(WG_TEXT(64, WG_REGS32, 32, 33)
+        : WG_D8(0), WG_D8(8), WG_D8(16), WG_D8(24)
         : "l"(da), "l"(db));
 }
 
 // D[64 x 32] s32 += A[64 x 32] s8 (smem, K-major) * B[32 x 32] s8 (smem, K-major).
 __device__ __forceinline__ void wgmma_n32(int (&d)[16], unsigned long long da, unsigned long long db) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n32k32.s32.s8.s8 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-        "}, %16, %17, 1;\n"
-        "}\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
-          "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15])
+    asm volatile(WG_TEXT(32, WG_REGS16, 16, 17)
+        : WG_D8(0), WG_D8(8)
         : "l"(da), "l"(db));
 }
 
 // D[64 x 16] s32 += A[64 x 32] s8 (smem, K-major) * B[16 x 32] s8 (smem, K-major).
 __device__ __forceinline__ void wgmma_n16(int (&d)[8], unsigned long long da, unsigned long long db) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n16k32.s32.s8.s8 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7"
-        "}, %8, %9, 1;\n"
-        "}\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7])
+    asm volatile(WG_TEXT(16, WG_REGS8, 8, 9)
+        : WG_D8(0)
         : "l"(da), "l"(db));
 }
 
