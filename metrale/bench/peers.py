@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from metrale.bench.measure import rotation
@@ -186,8 +187,6 @@ def _gemlite(s: _Setup, kind: str) -> Built:
     weights quantized by gemlite's own helper (the FP8 and A8W8 kinds)."""
     t, inter, g, dev = s.torch, s.inter, s.gen, s.dev
     try:
-        from pathlib import Path
-
         import gemlite
         from gemlite import helper
     except Exception as exc:
