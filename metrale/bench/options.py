@@ -204,7 +204,7 @@ def parse(argv: list[str] | None = None) -> Options:
         shapes=shapes,
         ms=ms,
         formats=_list(a.formats, tuple(FORMATS), "--formats", FORMAT_ALIASES),
-        peers=list(PEERS) if a.peers == "all" else _list(a.peers, tuple(PEERS), "--peers"),
+        peers=_list(a.peers, tuple(PEERS), "--peers"),
         kernels=_list(a.kernels, FAMILIES, "--kernels"),
         plan=Plan(a.target_ms, a.samples, a.cell_seconds),
         seed=a.seed,
