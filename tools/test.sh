@@ -8,21 +8,16 @@
 # on the machine can hide nothing. Default: the newest versions the registry serves (torch: the
 # CPU build 2.13.0, which this machine keeps on disk; a plain `torch` would pull a multi-GB CUDA
 # build). --lowest: every runtime dependency pinned to the floor pyproject.toml declares
-# (tools/lowest_versions.py; the test tools stay at their newest). METRALE_TEST_VENV=DIR reuses
-# DIR instead (for repeated local runs; never in CI).
+# (tools/lowest_versions.py; the test tools stay at their newest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lowest=0
 if [ "${1:-}" = "--lowest" ]; then lowest=1; shift; fi
 
-if [ -n "${METRALE_TEST_VENV:-}" ]; then
-    venv=$METRALE_TEST_VENV
-else
-    tmp=$(mktemp -d "${TMPDIR:-/tmp}/metrale-test.XXXXXX")
-    trap 'rm -rf "$tmp"' EXIT
-    venv=$tmp/venv
-fi
-[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/metrale-test.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+venv=$tmp/venv
+python3 -m venv "$venv"
 py=$venv/bin/python
 start=$(date +%s)
 if [ "$lowest" = 1 ]; then
