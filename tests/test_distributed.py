@@ -510,3 +510,34 @@ def test_tp_ranks_and_sizes_refused_by_type(tmp_path) -> None:
         load_ffn_layer(tmp_path, tp_rank=0.5, tp_size=1)
     with pytest.raises(MetraleError, match=r"tp_size='1': want an int, got str"):
         load_ffn_layer(tmp_path, tp_rank=0, tp_size="1")
+
+
+_DESTROY_FREES_THE_GROUP = """
+import sys
+import torch.distributed as dist
+import metrale.torch  # what a TP script imports before init_process_group
+dist.init_process_group("gloo", init_method=sys.argv[1], rank=0, world_size=1)
+pg = dist.distributed_c10d._get_default_group()
+import torch._dynamo  # the first metrale::dense_ffn call (or torch.compile) imports it
+dist.destroy_process_group()
+print(sys.getrefcount(pg) - 1)  # references left besides ours (getrefcount counts its argument)
+"""
+
+
+def test_destroy_process_group_frees_the_world_after_the_first_operator_call() -> None:
+    """torch.distributed.nn.functional binds ``group.WORLD`` as default arguments when imported;
+    imported after init_process_group (torch._dynamo imports it) it keeps the group alive past
+    destroy_process_group, and gloo's worker threads then free Python-owned tensors during
+    interpreter exit (SIGABRT, "terminate called without an active exception", about 1 exit in
+    10). Importing metrale.torch first binds None."""
+    import subprocess
+    import sys
+
+    got = subprocess.run(
+        [sys.executable, "-c", _DESTROY_FREES_THE_GROUP, f"tcp://127.0.0.1:{_free_port()}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert got.stdout.split()[-1] == "1", f"the world group still referenced after destroy: {got.stdout}"

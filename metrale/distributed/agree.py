@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -102,6 +103,16 @@ def fingerprint(weights: list[Any], whole: bool) -> str:
     return h.hexdigest()
 
 
+def all_gather_into(out: Any, t: Any, group: Any) -> None:
+    """``dist.all_gather_into_tensor(out, t, group)``, the collective the contract names, without
+    the FutureWarning torch versions that prefer ``all_gather_single`` print on every call."""
+    import torch.distributed as dist
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        dist.all_gather_into_tensor(out, t, group=group)
+
+
 def agree_rows(group: Any, m: int, where: str) -> None:
     """All-gather this rank's row count ``m`` (a CPU int64, gloo) and raise the same
     TpDisagreement on every rank when they differ."""
@@ -110,7 +121,7 @@ def agree_rows(group: Any, m: int, where: str) -> None:
 
     size = dist.get_world_size(group)
     out = torch.empty(size, dtype=torch.int64)
-    dist.all_gather_into_tensor(out, torch.tensor([m], dtype=torch.int64), group=group)
+    all_gather_into(out, torch.tensor([m], dtype=torch.int64), group)
     rows = [int(v) for v in out.tolist()]
     if any(r != rows[0] for r in rows):
         each = ", ".join(f"rank {r}: {v}" for r, v in enumerate(rows))

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from metrale.distributed.agree import WHERE, agree_rows
+from metrale.distributed.agree import WHERE, agree_rows, all_gather_into
 from metrale.distributed.shard import (
     BLOCK,
     SPLITS,
@@ -266,7 +265,6 @@ class TpBackend(Backend):
         """all_gather_into_tensor of equal-shaped arrays (numpy or CuPy): [size, *a.shape], the
         bytes moved as uint8 (exact for every element type)."""
         import torch
-        import torch.distributed as dist
 
         dev = self.device is not None and not self.staged
         if self.staged and torch.cuda.is_current_stream_capturing():
@@ -282,9 +280,7 @@ class TpBackend(Backend):
         if self.trace is not None:
             self.trace.append(int(t.numel()))
         out = torch.empty(self.size * t.numel(), dtype=torch.uint8, device=t.device)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)  # the collective the contract names
-            dist.all_gather_into_tensor(out, t, group=self.group)
+        all_gather_into(out, t, self.group)
         shape = (self.size, *a.shape)
         if self.device is None:
             return out.numpy().view(np.dtype(a.dtype)).reshape(shape)

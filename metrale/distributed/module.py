@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.distributed.nn.functional  # before any process group: see below
 
 from metrale.distributed.agree import WHERE, failing_together, fingerprint, process_group
 from metrale.distributed.layer import sliced_tp_layer
@@ -35,6 +36,12 @@ from metrale.errors import MetraleError
 from metrale.ffn_module import MetraleFfn, check_weights, set_tensor_parallel
 from metrale.reference.context import FfnConfig
 from metrale.reference.layer import DenseFfnLayer, FfnActivation
+
+# torch.distributed.nn.functional binds ``group.WORLD`` as default arguments when it is first
+# imported, and torch._dynamo (which the first metrale::dense_ffn call imports) imports it:
+# imported after init_process_group, it would keep the world group alive past
+# destroy_process_group, and gloo's worker threads would then free Python-owned tensors while
+# the interpreter exits (SIGABRT). Imported here, before a TP script creates its group, it binds None.
 
 _NO_COPY = (
     "TpMetraleFfn: a rank's module holds a process group and cannot be copied or pickled "
