@@ -218,26 +218,33 @@ def _nvfp4_gemm(fmt: str, n: int, k: int, m: int) -> list[Candidate]:
 
 
 def _w8a8_gemm(fmt: str, n: int, k: int, m: int) -> list[Candidate]:
+    out: list[Candidate] = []
+    if m <= max(configs.W8A8_SK_TIERS):
+        sk = configs.W8A8_SK_TIERS[_tier(m, dict.fromkeys(configs.W8A8_SK_TIERS, 0))]
+        routed_sk = configs.W8A8_SK_MIN_ROWS <= m <= configs.W8A8_SK_MAX_ROWS
+        out += [
+            Candidate(
+                f"split-K {c} CTAs/SM",
+                (("w8a8_wgmma.cu", sk.name),),
+                ((W8, "SK_MIN_ROWS", 1), (W8, "SK_MAX_ROWS", m), (W8, "SK_CTAS_PER_SM", c)),
+                routed=c == configs.W8A8_SK_CTAS_PER_SM and routed_sk,
+            )
+            for c in (1, 2)
+        ]
     if m > DECODE_MAX:
         mine = [(t.name, "w8a8.cu") for t in configs.W8A8_GEMM_TILES]
         mine += [(t.name, "w8a8_wgmma.cu") for t in configs.W8A8_WGMMA_TILES]
-        return [Candidate(name, ((cu, name),), call=(("gemm", name),)) for name, cu in mine]
-    sk = configs.W8A8_SK_TIERS[_tier(m, dict.fromkeys(configs.W8A8_SK_TIERS, 0))]
-    out = [
-        Candidate(
-            f"split-K {c} CTAs/SM",
-            (("w8a8_wgmma.cu", sk.name),),
-            ((W8, "SK_MIN_ROWS", 1), (W8, "SK_CTAS_PER_SM", c)),
-            routed=c == configs.W8A8_SK_CTAS_PER_SM and m >= configs.W8A8_SK_MIN_ROWS,
-        )
-        for c in (1, 2)
-    ]
+        return [*out, *(Candidate(name, ((cu, name),), call=(("gemm", name),)) for name, cu in mine)]
     if m <= max(configs.W8A8_GEMV_TIERS):
         plain: tuple[tuple[str, str], ...] = (("w8a8.cu", f"w8a8_gemv_r{_tier(m, configs.W8A8_GEMV_TIERS)}"),)
     else:  # the tensor-core tier; its warps (4 or 8) follow the grid on the device
         r = _tier(m, dict.fromkeys(configs.W8A8_MMA_TIERS, 0))
         plain = tuple(("w8a8.cu", f"w8a8_mma_r{r}_w{w}") for w in configs.W8A8_MMA_WARPS)
-    out.append(Candidate("without split-K", plain, ((W8, "SK_MIN_ROWS", 1 << 30),)))
+    out.append(
+        Candidate(
+            "without split-K", plain, ((W8, "SK_MIN_ROWS", 1 << 30),), routed=m > configs.W8A8_SK_MAX_ROWS
+        )
+    )
     return out
 
 
@@ -268,7 +275,9 @@ FAMILIES: dict[str, Family] = {
         "A16",
         _nvfp4_gemm,
     ),
-    "w8a8-gemm": Family(("w8a8",), (1, 2, 3, 16, 32, 64, 128, 512, 2048, 4096), _gate_down, "A8", _w8a8_gemm),
+    "w8a8-gemm": Family(
+        ("w8a8",), (1, 2, 3, 16, 32, 64, 96, 128, 512, 2048, 4096), _gate_down, "A8", _w8a8_gemm
+    ),
 }
 
 
@@ -436,7 +445,13 @@ TABLES: dict[str, tuple[str, ...]] = {
     ),
     "q2-dec": ("Q2_0_DEC_VARIANTS", "Q2_0_DEC_ROUTE", "Q2_0_TIERS"),
     "nvfp4-gemm": ("NVFP4_GEMM_TILES", "NVFP4_GEMM_SMALL_TILES", "NVFP4_GEMM_VARIANTS"),
-    "w8a8-gemm": ("W8A8_GEMM_TILES", "W8A8_WGMMA_TILES", "W8A8_SK_TIERS", "W8A8_SK_CTAS_PER_SM"),
+    "w8a8-gemm": (
+        "W8A8_GEMM_TILES",
+        "W8A8_WGMMA_TILES",
+        "W8A8_SK_TIERS",
+        "W8A8_SK_CTAS_PER_SM",
+        "W8A8_SK_MAX_ROWS",
+    ),
 }
 
 

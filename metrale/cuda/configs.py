@@ -287,8 +287,15 @@ W8A8_WGMMA_TILES: tuple[W8a8WgmmaTile, ...] = (
 #: slower on both; the dp4a kernel (m = 1) and the mma.sync tiers 2.4-2.9 TB/s and 1.6-1.8 TB/s.
 #: 128 weight rows per CTA (two warpgroups) for n32/n64 was slower (m = 32: gate 22.5 against
 #: 19.4 us, down 22.4 against 18.7).
-W8A8_SK_TIERS: dict[int, W8a8WgmmaTile] = {nb: W8a8WgmmaTile(64, nb, 6, split_k=True) for nb in (16, 32, 64)}
+#: The n128 tier serves m = 65..128 where W8A8_SK_MAX_ROWS admits them: the tiled GEMM's
+#: grid at m = 128 is 96 CTAs for gate/up (12288 columns of 128) and 32 for down (4096), fewer
+#: than the 132 multiprocessors, while the split K keeps every one streaming.
+W8A8_SK_TIERS: dict[int, W8a8WgmmaTile] = {
+    nb: W8a8WgmmaTile(64, nb, 6, split_k=True) for nb in (16, 32, 64, 128)
+}
 W8A8_SK_MIN_ROWS = 1
+#: The most rows the split-K kernels take (<= max(W8A8_SK_TIERS)); from one more, the tiled GEMM.
+W8A8_SK_MAX_ROWS = 64
 W8A8_SK_CTAS_PER_SM = 1
 
 

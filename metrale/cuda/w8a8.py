@@ -19,6 +19,7 @@ point graph-capturable; two streams running it at once on one device would share
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -60,7 +61,7 @@ GEMM_TILES = {t.name: t for t in configs.W8A8_GEMM_TILES}
 #: mma.sync tiles above do (the same bits: S is an exact int32 sum).
 WGMMA_FILE = "w8a8_wgmma.cu"
 WGMMA_TILES = {t.name: t for t in configs.W8A8_WGMMA_TILES}
-#: Split-K wgmma kernels for SK_MIN_ROWS .. max(SK_TIERS) rows: activation rows nb -> the
+#: Split-K wgmma kernels for SK_MIN_ROWS .. SK_MAX_ROWS rows: activation rows nb -> the
 #: kernel ``w8a8_wgmma_sk_n{nb}`` (configs.W8a8WgmmaTile). The weights are streamed once by
 #: about SK_CTAS_PER_SM CTAs per multiprocessor; int32 partial sums are added with atomics into
 #: a zeroed per-device workspace that the last CTA of a column tile reads and clears.
@@ -68,6 +69,15 @@ SK_TIERS = configs.W8A8_SK_TIERS
 SK_BY_NAME = {t.name: t for t in SK_TIERS.values()}
 SK_MIN_ROWS = configs.W8A8_SK_MIN_ROWS
 SK_CTAS_PER_SM = configs.W8A8_SK_CTAS_PER_SM
+#: The most rows the split-K kernels take (METRALE_W8A8_SK_MAX_ROWS moves it, for benchmarks of
+#: the routing; at most the largest tier).
+_SK_MAX_ENV = os.environ.get("METRALE_W8A8_SK_MAX_ROWS", str(configs.W8A8_SK_MAX_ROWS))
+if not _SK_MAX_ENV.isdigit() or int(_SK_MAX_ENV) > max(SK_TIERS):
+    raise MetraleError(
+        f"METRALE_W8A8_SK_MAX_ROWS={_SK_MAX_ENV!r}: want an int in 0 .. {max(SK_TIERS)} "
+        "(the largest split-K tier)"
+    )
+SK_MAX_ROWS = int(_SK_MAX_ENV)
 #: Rows from which ``w8a8_gemv`` runs the tiled GEMM (below: the GEMV tiers, which stream the
 #: weights once per 32 rows; 65 = past the W8A8 arm's row cap, i.e. prefill only).
 GEMM_MIN_ROWS = 65
@@ -179,7 +189,7 @@ def _gemv_launch(
     gemm: str | None = None,
 ) -> None:
     """One launch over the m rows of codes ``q``/``scale``: the dp4a kernels below
-    ``SK_MIN_ROWS``, the split-K wgmma kernels up to ``max(SK_TIERS)`` rows where they built
+    ``SK_MIN_ROWS``, the split-K wgmma kernels up to ``SK_MAX_ROWS`` rows where they built
     (else the mma.sync GEMV tiers up to ``max(MMA_TIERS)``), the tiled GEMM (wgmma where built)
     beyond (``warps`` / ``gemm`` force a GEMV CTA shape / a kernel by name)."""
     m, k = q.shape
@@ -196,7 +206,7 @@ def _gemv_launch(
         np.int64(ldo),
     )
     sk = SK_BY_NAME.get(gemm) if gemm is not None else None
-    if gemm is None and warps is None and SK_MIN_ROWS <= m <= max(SK_TIERS) and wgmma_built():
+    if gemm is None and warps is None and SK_MIN_ROWS <= m <= SK_MAX_ROWS and wgmma_built():
         sk = SK_TIERS[tier(m, SK_TIERS)]
     if sk is not None:
         if m > sk.bn:
