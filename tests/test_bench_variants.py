@@ -49,9 +49,7 @@ def test_the_routings_choice_is_a_candidate() -> None:
     for family, cells in ALL.items():
         for cell in cells:
             routed = [c.name for c in cell.candidates if c.routed]
-            device_decides = family == "w8a8-gemm" and cell.m > max(
-                variants.DECODE_MAX, configs.W8A8_SK_MAX_ROWS
-            )
+            device_decides = family == "w8a8-gemm" and cell.m > variants.DECODE_MAX
             assert len(routed) == (0 if device_decides else 1), (family, cell.proj, cell.m, routed)
 
 

@@ -57,3 +57,49 @@ def test_every_wgmma_kernel_fits_in_shared_memory() -> None:
         assert t.bn == nb and t.name == f"w8a8_wgmma_sk_n{nb}", t
         assert t.stages * (t.bm + nb) * 128 + 1024 <= SM90_SMEM, t
         assert t.bm % 64 == 0 and (t.bm + nb) * 8 % (2 * t.bm) == 0, t
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "want"),
+    [
+        (1, 12288, "w8a8_wgmma_sk_n16"),
+        (17, 4096, "w8a8_wgmma_sk_n32"),
+        (64, 12288, "w8a8_wgmma_sk_n64"),  # below GEMM_MIN_ROWS: always split
+        (65, 4096, "w8a8_wgmma_sk_n128"),  # down: 1 x 32 CTAs of 128x128 < 66
+        (128, 4096, "w8a8_wgmma_sk_n128"),
+        (96, 14336, None),  # gate/up: 112 CTAs >= 66, the tile
+        (128, 12288, None),  # 96 CTAs
+        (129, 4096, None),  # past SK_MAX_ROWS
+        (2048, 4096, None),
+    ],
+)
+def test_split_k_routing_by_rows_and_grid(
+    monkeypatch: pytest.MonkeyPatch, m: int, n: int, want: str | None
+) -> None:
+    """The measured rule (configs.W8A8_SK_MAX_ROWS, W8A8_SK_GEMM_FILL = 0.5) on 132 SMs."""
+    monkeypatch.setattr(w8a8, "sm_count", lambda dev=None: 132)
+    monkeypatch.setattr(w8a8, "wgmma_built", lambda: True)
+    got = w8a8.split_k_tier(m, n)
+    assert (got.name if got else None) == want
+
+
+def test_split_k_needs_the_wgmma_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(w8a8, "sm_count", lambda dev=None: 132)
+    monkeypatch.setattr(w8a8, "wgmma_built", lambda: False)
+    assert w8a8.split_k_tier(8, 4096) is None and w8a8.split_k_tier(128, 4096) is None
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "129", "1.5"])
+def test_sk_max_rows_environment_refused(value: str) -> None:
+    import subprocess
+    import sys
+
+    got = subprocess.run(
+        [sys.executable, "-c", "import metrale.cuda.w8a8"],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "METRALE_W8A8_SK_MAX_ROWS": value},
+        timeout=60,
+    )
+    assert got.returncode != 0
+    assert f"METRALE_W8A8_SK_MAX_ROWS='{value}': want an int in 0 .. 128" in got.stderr

@@ -221,7 +221,8 @@ def _w8a8_gemm(fmt: str, n: int, k: int, m: int) -> list[Candidate]:
     out: list[Candidate] = []
     if m <= max(configs.W8A8_SK_TIERS):
         sk = configs.W8A8_SK_TIERS[_tier(m, dict.fromkeys(configs.W8A8_SK_TIERS, 0))]
-        routed_sk = configs.W8A8_SK_MIN_ROWS <= m <= configs.W8A8_SK_MAX_ROWS
+        # from 65 rows the device's grid decides between split K and the tile (w8a8.split_k_tier)
+        routed_sk = configs.W8A8_SK_MIN_ROWS <= m <= min(configs.W8A8_SK_MAX_ROWS, DECODE_MAX)
         out += [
             Candidate(
                 f"split-K {c} CTAs/SM",
@@ -231,10 +232,12 @@ def _w8a8_gemm(fmt: str, n: int, k: int, m: int) -> list[Candidate]:
             )
             for c in (1, 2)
         ]
-    if m > DECODE_MAX:
+    if m > max(configs.W8A8_MMA_TIERS):
         mine = [(t.name, "w8a8.cu") for t in configs.W8A8_GEMM_TILES]
         mine += [(t.name, "w8a8_wgmma.cu") for t in configs.W8A8_WGMMA_TILES]
-        return [*out, *(Candidate(name, ((cu, name),), call=(("gemm", name),)) for name, cu in mine)]
+        out += [Candidate(name, ((cu, name),), call=(("gemm", name),)) for name, cu in mine]
+    if m > DECODE_MAX:
+        return out
     if m <= max(configs.W8A8_GEMV_TIERS):
         plain: tuple[tuple[str, str], ...] = (("w8a8.cu", f"w8a8_gemv_r{_tier(m, configs.W8A8_GEMV_TIERS)}"),)
     else:  # the tensor-core tier; its warps (4 or 8) follow the grid on the device

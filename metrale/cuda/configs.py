@@ -30,6 +30,9 @@ VARIANT_MEASUREMENTS: dict[str, tuple[str, ...]] = {
         "docs/bench/runs-2026-12-01b/w8a8_small2.json",
         "docs/bench/runs-2026-12-01b/w8a8_small3.json",
         "docs/bench/runs-2026-12-01b/w8a8_small4.json",
+        "docs/bench/runs-2026-12-02b/w8a8_sk128_m96_128.json",
+        "docs/bench/runs-2026-12-02b/w8a8_sk_tiles_m48_64.json",
+        "docs/bench/runs-2026-12-02b/w8a8_sk_stages_m64_128.json",
     ),
 }
 #: mma_gemm.cuh's launch shape (its ``// @defines MMA_GEMM`` line becomes these ``#define``s at
@@ -287,15 +290,21 @@ W8A8_WGMMA_TILES: tuple[W8a8WgmmaTile, ...] = (
 #: slower on both; the dp4a kernel (m = 1) and the mma.sync tiers 2.4-2.9 TB/s and 1.6-1.8 TB/s.
 #: 128 weight rows per CTA (two warpgroups) for n32/n64 was slower (m = 32: gate 22.5 against
 #: 19.4 us, down 22.4 against 18.7).
-#: The n128 tier serves m = 65..128 where W8A8_SK_MAX_ROWS admits them: the tiled GEMM's
-#: grid at m = 128 is 96 CTAs for gate/up (12288 columns of 128) and 32 for down (4096), fewer
-#: than the 132 multiprocessors, while the split K keeps every one streaming.
+#: The n128 tier (8 stages) serves m = 65..128 where the tiled GEMM's grid would leave most
+#: multiprocessors idle (W8A8_SK_GEMM_FILL). Measured on an H200 (VARIANT_MEASUREMENTS
+#: w8a8-gemm, docs/performance-log.md, Qwen3-8B): down (4096x12288, 32 CTAs of the 128x128
+#: wgmma tile) at m = 128 / 96 38.0 / 36.4 us split against 45.1 / 49.8 tiled; gate (12288x4096,
+#: 96 CTAs) 50.4 / 44.1 split against 25.8 / 24.9 tiled. 10 stages at n64 (one CTA per SM) were
+#: slower (m = 64: gate 33.2 against 25.6 us, down 27.0 against 25.0).
 W8A8_SK_TIERS: dict[int, W8a8WgmmaTile] = {
-    nb: W8a8WgmmaTile(64, nb, 6, split_k=True) for nb in (16, 32, 64, 128)
+    nb: W8a8WgmmaTile(64, nb, st, split_k=True) for nb, st in ((16, 6), (32, 6), (64, 6), (128, 8))
 }
 W8A8_SK_MIN_ROWS = 1
-#: The most rows the split-K kernels take (<= max(W8A8_SK_TIERS)); from one more, the tiled GEMM.
-W8A8_SK_MAX_ROWS = 64
+#: The most rows the split-K kernels take (<= max(W8A8_SK_TIERS)).
+W8A8_SK_MAX_ROWS = 128
+#: From w8a8.GEMM_MIN_ROWS to W8A8_SK_MAX_ROWS rows, K is split only where the tiled GEMM's grid
+#: would fill fewer than this fraction of the multiprocessors (else the tile, as measured above).
+W8A8_SK_GEMM_FILL = 0.5
 W8A8_SK_CTAS_PER_SM = 1
 
 

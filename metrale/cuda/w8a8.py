@@ -178,6 +178,19 @@ def gemm_tile(m: int, n: int) -> configs.W8a8GemmTile | configs.W8a8WgmmaTile:
     return tiles[-1]
 
 
+def split_k_tier(m: int, n: int) -> configs.W8a8WgmmaTile | None:
+    """The split-K kernel ``w8a8_gemv`` routes m rows times N = n to, or None: every m in
+    SK_MIN_ROWS .. GEMM_MIN_ROWS - 1, and m up to SK_MAX_ROWS where the tiled GEMM's grid would
+    fill fewer than SK_GEMM_FILL of the multiprocessors (the wgmma kernels only)."""
+    if not SK_MIN_ROWS <= m <= SK_MAX_ROWS or not wgmma_built():
+        return None
+    if m >= GEMM_MIN_ROWS:
+        t = gemm_tile(m, n)
+        if cdiv(m, t.bm) * cdiv(n, t.bn) >= configs.W8A8_SK_GEMM_FILL * sm_count():
+            return None
+    return SK_TIERS[tier(m, SK_TIERS)]
+
+
 def _gemv_launch(
     q: Any,
     scale: Any,
@@ -189,7 +202,7 @@ def _gemv_launch(
     gemm: str | None = None,
 ) -> None:
     """One launch over the m rows of codes ``q``/``scale``: the dp4a kernels below
-    ``SK_MIN_ROWS``, the split-K wgmma kernels up to ``SK_MAX_ROWS`` rows where they built
+    ``SK_MIN_ROWS``, the split-K wgmma kernels where ``split_k_tier`` says
     (else the mma.sync GEMV tiers up to ``max(MMA_TIERS)``), the tiled GEMM (wgmma where built)
     beyond (``warps`` / ``gemm`` force a GEMV CTA shape / a kernel by name)."""
     m, k = q.shape
@@ -205,9 +218,7 @@ def _gemv_launch(
         out,
         np.int64(ldo),
     )
-    sk = SK_BY_NAME.get(gemm) if gemm is not None else None
-    if gemm is None and warps is None and SK_MIN_ROWS <= m <= SK_MAX_ROWS and wgmma_built():
-        sk = SK_TIERS[tier(m, SK_TIERS)]
+    sk = SK_BY_NAME.get(gemm) if gemm is not None else split_k_tier(m, w.n) if warps is None else None
     if sk is not None:
         if m > sk.bn:
             raise MetraleError(f"w8a8_gemv: gemm={sk.name!r} takes at most {sk.bn} rows, got m={m}")
