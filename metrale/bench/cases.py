@@ -26,7 +26,7 @@ SHAPES: dict[str, tuple[int, int]] = {"qwen3-8b": (4096, 12288), "llama3-8b": (4
 #: The dry run's shape (reference backend on the CPU).
 DRY_SHAPE = ("tiny", (128, 256))
 DECODE_M = (1, 2, 3, 4, 8, 16, 32, 64)
-PREFILL_M = (128, 512, 2048, 4096, 8192)
+PREFILL_M = (128, 256, 512, 1024, 2048, 4096, 8192)
 DEFAULT_M = DECODE_M + PREFILL_M
 
 

@@ -19,34 +19,38 @@ from metrale.bench.gate import Cell
 from metrale.bench.measure import floor_us
 from metrale.reference.formats.spec import FORMAT_ALIASES
 
-#: Targets at the Qwen3-8B shape: a format over an m range against a multiple of a format's
-#: memory floor (``floor_ratio``, ``floor_of``) or of a peer's time at the same m
-#: (``peer_ratio``, ``peer``). Decode rows m = 1..3, verify batches 4..64, prefill above.
+#: Targets at the Qwen3-8B shape: a format over an m range against a multiple of a peer's time
+#: at the same m, measured in the same run (``peer_ratio``, ``peer``; bf16 = cuBLAS with gate
+#: and up fused, gl-* = gemlite), or of a format's memory floor (``floor_ratio``, ``floor_of``).
+#: The serving-speed targets: decode and verify rows up to 64, prefill above.
+_BLOCK_SCALED = ("nvfp4", "w4a4", "q2_0")
 TARGETS: list[dict[str, Any]] = [
-    {"format": "nvfp4", "m": (1, 1), "floor_ratio": 1.35, "floor_of": "nvfp4"},
-    {"format": "nvfp4", "m": (2, 3), "floor_ratio": 1.5, "floor_of": "nvfp4"},
-    {"format": "nvfp4", "m": (4, 16), "floor_ratio": 2.0, "floor_of": "nvfp4"},
-    {"format": "nvfp4", "m": (32, 32), "floor_ratio": 2.5, "floor_of": "nvfp4"},
-    {"format": "nvfp4", "m": (64, 64), "floor_ratio": 3.5, "floor_of": "nvfp4"},
-    {"format": "nvfp4", "m": (512, None), "peer_ratio": 3.0, "peer": "bf16"},
-    {"format": "w4a4", "m": (1, 3), "floor_ratio": 1.8, "floor_of": "nvfp4"},
-    {"format": "w4a4", "m": (4, 64), "floor_ratio": 2.5, "floor_of": "nvfp4"},
-    {"format": "w4a4", "m": (128, None), "peer_ratio": 2.5, "peer": "bf16"},
-    {"format": "w8a8", "m": (1, 3), "floor_ratio": 1.4, "floor_of": "w8a8"},
-    {"format": "w8a8", "m": (4, 32), "floor_ratio": 1.6, "floor_of": "w8a8"},
-    {"format": "w8a8", "m": (64, 64), "floor_ratio": 2.0, "floor_of": "w8a8"},
-    {"format": "w8a8", "m": (512, None), "peer_ratio": 1.0, "peer": "bf16"},
-    {"format": "w8a8", "m": (512, None), "peer_ratio": 1.0, "peer": "int8"},
-    {"format": "q2_0", "m": (1, 3), "floor_ratio": 2.0, "floor_of": "q2_0"},
-    {"format": "q2_0", "m": (4, 64), "floor_ratio": 3.0, "floor_of": "q2_0"},
-    {"format": "q2_0", "m": (128, None), "peer_ratio": 3.0, "peer": "bf16"},
-    {"format": "fp8", "m": (1, 3), "floor_ratio": 1.6, "floor_of": "fp8"},
-    {"format": "fp8", "m": (4, 64), "floor_ratio": 3.0, "floor_of": "fp8"},
-    {"format": "fp8", "m": (128, None), "peer_ratio": 4.0, "peer": "bf16"},
-    {"format": "bf16", "m": (1, 3), "floor_ratio": 1.6, "floor_of": "bf16"},
-    {"format": "bf16", "m": (4, 64), "floor_ratio": 3.0, "floor_of": "bf16"},
-    {"format": "bf16", "m": (128, None), "peer_ratio": 4.0, "peer": "bf16"},
+    *(
+        t
+        for f in _BLOCK_SCALED
+        for t in (
+            {"format": f, "m": (1, 64), "peer_ratio": 1.0, "peer": "bf16"},
+            {"format": f, "m": (65, 256), "peer_ratio": 1.5, "peer": "bf16"},
+            {"format": f, "m": (257, None), "peer_ratio": 2.5, "peer": "bf16"},
+            {"format": f, "m": (1, None), "peer_ratio": 1.0, "peer": "gl-w4"},
+            {"format": f, "m": (1, None), "peer_ratio": 1.0, "peer": "gl-w2"},
+        )
+    ),
+    *(
+        t
+        for f in ("fp8", "bf16")
+        for t in (
+            {"format": f, "m": (1, 64), "peer_ratio": 1.2, "peer": "bf16"},
+            {"format": f, "m": (65, None), "peer_ratio": 3.0, "peer": "bf16"},
+            {"format": f, "m": (1, None), "peer_ratio": 1.0, "peer": "gl-w8fp8"},
+        )
+    ),
+    {"format": "w8a8", "m": (1, None), "peer_ratio": 0.75, "peer": "bf16"},
+    {"format": "w8a8", "m": (1, None), "peer_ratio": 1.0, "peer": "gl-a8w8"},
 ]
+#: Formats whose FFN the epilogue-rate table reports: every output is a tree over 16-element
+#: blocks, 3 m H I / 16 block values per FFN.
+EPILOGUE_FORMATS = (*_BLOCK_SCALED, "fp8", "bf16")
 TARGET_SHAPE = "qwen3-8b"
 #: The performance page whose tables ``metrale bench --report`` regenerates, and the committed
 #: result it reads (paths from the checkout's root).
@@ -176,13 +180,12 @@ def load(path: Path) -> dict[str, Any]:
 def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
     """One document from several runs' documents: each (shape, format) and (shape, peer) from the
     last run that measured it, with that run's date, command and ceilings in its ``run`` (its
-    floors, ratios, speed-ups and targets stay those of its own run); the single-kernel timings
-    of every run."""
+    floors, ratios and speed-ups stay those of its own run; a target is judged where the format
+    and the peer it names come from one run); the single-kernel timings of every run."""
     if not docs:
         raise ValueError("merge: no documents")
     out = {k: v for k, v in docs[-1].items() if k not in ("shapes", "kernels", "targets", "failed")}
     out["shapes"], out["kernels"], out["merged_from"] = {}, [], []
-    targets: dict[tuple[str, str], dict[str, Any]] = {}
     for d in docs:
         for shape, sd in d["shapes"].items():
             tgt = out["shapes"].setdefault(
@@ -194,7 +197,6 @@ def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
                     tgt[key][name] = {**entry, "run": sd.get("run", {})}
         out["kernels"] += d.get("kernels", [])
         out["merged_from"].append({"date": d["date"], "command": d["command"], "shapes": list(d["shapes"])})
-        targets.update({(t["format"], t["target"]): t for t in d.get("targets", [])})
     for sd in out["shapes"].values():
         fastest: dict[int, float] = {}
         for p in sd["peers"].values():
@@ -204,7 +206,7 @@ def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
         sd["fastest_peer_us"] = fastest
     out["gpu"] = " / ".join(dict.fromkeys(d["gpu"] for d in docs))
     out["command"] = " ; ".join(d["command"] for d in docs)
-    out["targets"] = list(targets.values())
+    out["targets"] = evaluate_targets(out)
     out["skipped"] = [x for d in docs for x in d.get("skipped", [])]
     out["failed"] = [
         f"{shape} {fd['label']} m={m}: {r.get('error', 'not exact')}"
@@ -214,6 +216,11 @@ def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
         if "us" not in r
     ]
     return out
+
+
+def _run_date(entry: dict[str, Any]) -> str | None:
+    """The date of the run a merged document took a format or peer from (None: unmerged)."""
+    return (entry.get("run") or {}).get("date")
 
 
 def _in(m: int, span: tuple[int, int | None]) -> bool:
@@ -232,7 +239,10 @@ def evaluate_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         rows = {m: r for m, r in fd["rows"].items() if _in(int(m), t["m"])}
         if "peer" in t:
-            peer = sd["peers"].get(t["peer"], {}).get("times", {})
+            pd = sd["peers"].get(t["peer"], {})
+            if _run_date(pd) != _run_date(fd):
+                continue  # a merged document: the format and the peer come from different runs
+            peer = pd.get("times", {})
             rows = {m: r for m, r in rows.items() if peer.get(m, {}).get("us")}
         if not rows:
             continue
@@ -253,7 +263,7 @@ def evaluate_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
         what = (
             f"≤ {t['floor_ratio']}× the {FORMATS[t['floor_of']].label} floor"
             if "floor_ratio" in t
-            else f"≤ {t['peer_ratio']}× the time of {t['peer']} peer"
+            else f"≤ {t['peer_ratio']}× the time of {sd['peers'][t['peer']].get('label', t['peer'])}"
         )
         out.append(
             {
@@ -347,6 +357,27 @@ def _shape_tables(shape: str, sd: dict[str, Any], merged: bool, full_max: int) -
         lines.append(f"| {fd['label']} | " + " | ".join(cells) + " |")
     fp = sd.get("fastest_peer_us", {})
     lines.append("| fastest peer µs | " + " | ".join(f"{fp[m]:,.1f}" if m in fp else "–" for m in ms) + " |")
+    rated = [fd for f, fd in sd["formats"].items() if f in EPILOGUE_FORMATS]
+    if rated:
+        values = 3 * sd["hidden"] * sd["intermediate"] // 16
+        lines += [
+            "",
+            f"Epilogue rate, T block values per second: 3 m H I / 16 = m × {values:,} block values per FFN "
+            "(each a block dot converted, scaled and added into the tree) over the FFN's time, its other "
+            "launches included:",
+            "",
+            head,
+            sep,
+        ]
+        for fd in rated:
+            cells = []
+            for m in ms:
+                r = fd["rows"].get(m)
+                ok = r is not None and "us" in r
+                cells.append(
+                    f"{m * values / (r['us'] * 1e-6) / 1e12:.2f}" if ok else "" if r is None else "FAILED"
+                )
+            lines.append(f"| {fd['label']} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -373,7 +404,8 @@ def markdown(res: dict[str, Any]) -> str:
     for shape, sd in res["shapes"].items():
         full_max = res.get("options", {}).get("full_max", 64)
         lines += _shape_tables(shape, sd, bool(res.get("merged_from")), full_max)
-    if res.get("targets"):
+    targets = evaluate_targets(res)
+    if targets:
         lines += [
             "",
             f"Targets ({TARGET_SHAPE}):",
@@ -381,7 +413,7 @@ def markdown(res: dict[str, Any]) -> str:
             "| target | met | worst | per m |",
             "| --- | --- | ---: | --- |",
         ]
-        for t in res["targets"]:
+        for t in targets:
             per = ", ".join(f"{m}: {v}" for m, v in t["per_m"].items())
             lines.append(f"| {t['target']} | {'yes' if t['met'] else 'no'} | {t['worst']} | {per} |")
     if res.get("skipped"):
