@@ -1,6 +1,6 @@
-"""The arithmetic behind an f16-MMA block dot (performance.md, "What bounds the serving-speed
-targets"): NVFP4 weight codes and A16 activation codes are exact f16 values, so every product
-and every partial sum of a 16-element block dot is exact in f32. CPU checks of those facts;
+"""The arithmetic behind the f16-MMA block dot (nvfp4_mma.cu's w4a16h kernels): NVFP4 weight
+codes and A16 activation codes are exact f16 values, so every product and every partial sum of
+a 16-element block dot is an integer exact in f32. CPU checks of those facts;
 tests/gpu/test_f16_mma_block_dot.py checks that the H200's f16 MMA keeps them."""
 
 from __future__ import annotations
@@ -14,21 +14,15 @@ from metrale.reference.activations import quantize_a16
 from metrale.reference.elements import E2M1_CODE2
 
 
-def nibble_f16_bits(n: np.ndarray) -> np.ndarray:
-    """The f16 bits of 2^-15 · 2·e2m1(n): the sign bit moved to bit 15, the magnitude to 9-11."""
-    n = n.astype(np.uint16)
-    return ((n & 8) << 12) | ((n & 7) << 9)
-
-
-def test_every_nibble_is_its_weight_code_times_two_to_minus_15() -> None:
-    n = np.arange(16)
-    got = nibble_f16_bits(n).view(np.float16).astype(np.float64)
-    want = E2M1_CODE2.astype(np.float64) * 2.0**-15  # 0, 1, 2, 3, 4, 6, 8, 12, then negated
-    assert np.array_equal(got, want)
-    # -0 (nibble 8) is f16 -0: a product with it is -0, never a nonzero
-    assert nibble_f16_bits(np.array([8]))[0] == 0x8000
-    # code 1 (nibble 1) is the f16 subnormal 2^-15
-    assert nibble_f16_bits(np.array([1]))[0] == 0x0200
+def test_every_weight_code_is_an_exact_f16_the_kernels_bytes_give() -> None:
+    """The f16 mode's weight decode: the s8 code's byte biased by 128 (c + 128) under the f16
+    exponent of 1024 is 1024 + 128 + c; minus 1152 (f16 0x6480) it is c, exact for |c| <= 12."""
+    codes = E2M1_CODE2.astype(np.int64)
+    biased = (0x6400 | (codes + 128)).astype(np.uint16).view(np.float16)
+    assert np.float16(1152).view(np.uint16) == 0x6480
+    got = (biased - np.float16(1152)).astype(np.float64)
+    assert np.array_equal(got, codes)
+    assert np.array_equal(codes.astype(np.float16).astype(np.int64), codes)
 
 
 def _bf16_blocks(bits: list[int]) -> np.ndarray:
@@ -55,16 +49,15 @@ def test_a16_codes_exact_in_f16_for_every_bf16_against_every_block_maximum() -> 
 
 
 def test_block_dot_partial_sums_are_exact_in_f32() -> None:
-    """|2·e2m1| ≤ 12, |c| ≤ 32640: each partial sum of 16 products is an integer below 2^23, so
-    scaled by 2^-15 it is a multiple of 2^-15 below 2^8: 23 significant bits, exact in f32 in
-    any order. The worst case by hand: 16 · 12 · 32640 = 6,266,880 < 2^23."""
+    """|2·e2m1| ≤ 12, |c| ≤ 32640: each partial sum of 16 products is an integer below 2^23,
+    exact in f32 in any order. The worst case by hand: 16 · 12 · 32640 = 6,266,880 < 2^23."""
     assert 16 * 12 * 32640 < 2**23
     rng = np.random.default_rng(7)
     w = E2M1_CODE2[rng.integers(0, 16, (4096, 16))].astype(np.int64)
     c = rng.integers(-32640, 32641, (4096, 16)).astype(np.int64)
-    prods = (w * c).astype(np.float64) * 2.0**-15
+    prods = (w * c).astype(np.float64)
     for order in (np.arange(16), np.arange(16)[::-1], rng.permutation(16)):
         acc = np.zeros(4096, dtype=np.float32)
         for j in order:
             acc = (acc + prods[:, j].astype(np.float32)).astype(np.float32)
-        assert np.array_equal(acc.astype(np.float64), (w * c).sum(axis=1) * 2.0**-15)
+        assert np.array_equal(acc.astype(np.float64), (w * c).sum(axis=1))

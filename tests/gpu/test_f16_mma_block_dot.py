@@ -1,10 +1,9 @@
 """Does the f16 MMA form NVFP4 × A16 block dots exactly? ``mma.sync.m16n8k16.f32.f16.f16.f32``
-with the weights as f16 ``2^-15 · 2·e2m1`` (tests/test_f16_block_dot.py: a shift and a mask of
-the nibble) and the A16 codes as f16 (exact): every product is exact in f32 and every partial sum
-of a block a multiple of 2^-15 below 2^8, so an accumulator that keeps 24 bits below its largest
-addend gives ``S_b · 2^-15`` exactly. This checks the device keeps those bits (sums at the
-bound, cancellations, one large product beside unit ones) and gives +0.0 for a zero sum, before
-any kernel's block values may rely on it (performance.md, "What bounds the serving-speed targets")."""
+with the weight codes 2·e2m1 and the A16 codes as f16 (both exact, tests/test_f16_block_dot.py):
+every product is an integer exact in f32 and every partial sum of a block an integer below
+2^23, so an accumulator that keeps 24 bits below its largest addend gives f32(S_b) exactly. This
+checks the device keeps those bits (sums at the bound, cancellations, one large product beside
+unit ones) and gives +0.0 for a zero sum: what nvfp4_mma.cu's w4a16h kernels rely on."""
 
 from __future__ import annotations
 
@@ -15,7 +14,6 @@ cp = pytest.importorskip("cupy")
 
 from metrale.reference.activations import quantize_a16  # noqa: E402
 from metrale.reference.elements import E2M1_CODE2  # noqa: E402
-from tests.test_f16_block_dot import nibble_f16_bits  # noqa: E402
 
 _SRC = r"""
 extern "C" __global__ void f16_block_dots(const unsigned short* __restrict__ W,
@@ -50,7 +48,7 @@ def _dots(nibbles: np.ndarray, codes: np.ndarray) -> np.ndarray:
     """The device's f32 D [tiles, 16, 8] for nibbles [tiles, 16, 16] and codes [tiles, 8, 16]."""
     fn = cp.RawModule(code=_SRC, options=("-std=c++17",)).get_function("f16_block_dots")
     tiles = nibbles.shape[0]
-    w = cp.asarray(nibble_f16_bits(nibbles.reshape(-1)).reshape(tiles, 16, 16))
+    w = cp.asarray(E2M1_CODE2[nibbles].astype(np.float16).view(np.uint16))
     x = cp.asarray(codes.astype(np.float16).view(np.uint16))
     d = cp.empty((tiles, 16, 8), dtype=cp.float32)
     fn(((tiles * 32 + 255) // 256,), (256,), (w, x, d, np.int32(tiles)))
@@ -59,8 +57,8 @@ def _dots(nibbles: np.ndarray, codes: np.ndarray) -> np.ndarray:
 
 def _check(nibbles: np.ndarray, codes: np.ndarray, what: str) -> None:
     s = np.einsum("tik,tjk->tij", E2M1_CODE2[nibbles].astype(np.int64), codes.astype(np.int64))
-    want = (s.astype(np.float64) * 2.0**-15).astype(np.float32)  # exact: |s| < 2^23
-    assert np.array_equal(want.astype(np.float64) * 2.0**15, s)
+    want = s.astype(np.float32)  # exact: |s| < 2^23
+    assert np.array_equal(want.astype(np.int64), s)
     got = _dots(nibbles, codes)
     bad = np.argwhere(got.view(np.uint32) != want.view(np.uint32))
     assert bad.size == 0, (
@@ -101,13 +99,15 @@ def test_sums_at_the_bound_and_cancellations(fresh_rng: np.random.Generator) -> 
 
 
 def test_zero_sums_are_plus_zero() -> None:
-    """S_b = 0 must be +0.0 (the contract's f32(0)): all-(-0) weights, codes of 0, x - x."""
+    """S_b = 0 must be +0.0 (the contract's f32(0)) with the accumulator starting at +0.0: every
+    product -0 (negative weights against zero codes, as padding rows give), +0 products (zero
+    codes, and the -0 nibble, which decodes to +0), and 12 c - 12 c."""
     nib = np.zeros((3, 16, 16), dtype=np.int64)
     codes = np.zeros((3, 8, 16), dtype=np.int64)
-    nib[0] = 8  # -0 weights against positive codes: products -0
-    codes[0] = 32640
-    nib[1] = 7  # weights 12 against zero codes
-    nib[2, :, :8], nib[2, :, 8:] = 7, 15  # 12 x c - 12 x c
+    nib[0] = 15  # -12 against zero codes: every product -0
+    nib[1] = 8  # the -0 nibble (code 0) against positive codes
+    codes[1] = 32640
+    nib[2, :, :8], nib[2, :, 8:] = 7, 15  # 12 c - 12 c
     codes[2] = 4096
     got = _dots(nib, codes)
     assert (got.view(np.uint32) == 0).all(), f"zero sums: bits {np.unique(got.view(np.uint32))}"

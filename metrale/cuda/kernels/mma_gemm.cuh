@@ -13,7 +13,8 @@
 // blk0, B, t) (AL: every step whole, B % 8 == 0; blocks past B may load anything finite: their
 // activation codes are zero and their factor -0.0); decode(Load, t, Consts, Ops&). The step
 // roots come from the step_roots overload of Ops: MODE 0 (A16) and 1 (A4) for StepOps, MODE 2
-// (A16 x 24-bit weight codes, arithmetic.md § codes24) for WideOps.
+// (A16 x 24-bit weight codes, arithmetic.md § codes24) for WideOps, MODE 3 (A16 on the f16
+// MMA) for HalfOps.
 #pragma once
 #include "nvfp4.cuh"
 
@@ -36,7 +37,9 @@ __device__ __forceinline__ WeightRows weight_rows(const WeightSet& set, int n0, 
 // else 4t .. 4t+3; the factor is 2^(E - eoff) (NaN for a non-finite block) as an f32, or with
 // HIWORD the high word of that double (NaN: 0x7FF80000; padding: 0x80000000, the high word of
 // -0.0, the same bits as the f32 -0.0) stored in the f32 slot.
-template <bool PERM, bool HIWORD = false>
+// F16: the words hold the codes as f16 pairs (a16_f16_words: elements 4t, 4t + 1 in the first,
+// 4t + 2, 4t + 3 in the second) for the f16 mode (MODE 3), instead of the limbs.
+template <bool PERM, bool HIWORD = false, bool F16 = false>
 __device__ __forceinline__ void a16_mma_prep_body(const unsigned short* __restrict__ x, long long ldx, int m,
                                                   int rows8, int B, int NB, int eoff,
                                                   unsigned int* __restrict__ act, float* __restrict__ fac) {
@@ -54,7 +57,9 @@ __device__ __forceinline__ void a16_mma_prep_body(const unsigned short* __restri
         int E;
         bool fin;
         a16_block_int(xs, c, E, fin);
-        if (PERM) {
+        if (F16) {
+            a16_f16_words(c, lo, hi);
+        } else if (PERM) {
             int cp[16];
 #pragma unroll
             for (int t = 0; t < 4; ++t)
@@ -161,6 +166,58 @@ __device__ __forceinline__ void step_roots(const StepOps& o, const uint4* __rest
                 v[bb][2] = ieee_mul(ieee_mul((float)d[2], o.ws1[bb]), f0);
                 v[bb][3] = ieee_mul(ieee_mul((float)d[3], o.ws1[bb]), f1);
             }
+        }
+    }
+    step_tree(v, sr);
+}
+
+// ---- the f16 mode (MODE 3): NVFP4 weight codes x A16 codes on the f16 MMA ----
+// A step's operands: per block the weight codes 2 e2m1 as f16 pairs (h0: row g, h1: row g + 8;
+// [0]: elements 4t, 4t + 1, [1]: 4t + 2, 4t + 3, the k slots 2t, 2t + 1 and 2t + 8, 2t + 9 of
+// the f16 A fragment) and the f32 weight scales. Every code and product is an exact f16 / f32
+// integer and every partial sum an integer below 2^23, so the f32 accumulator is f32(S_b)
+// exactly, as the s8 MMAs' int32 (tests/gpu/test_f16_mma_block_dot.py checks the device).
+struct HalfOps {
+    unsigned int h0[8][2], h1[8][2];
+    float ws0[8], ws1[8];
+};
+
+__device__ __forceinline__ void mma_f16(float (&d)[4], unsigned int a0, unsigned int a1, unsigned int a2,
+                                        unsigned int a3, unsigned int b0, unsigned int b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Four biased codes (bytes c + 128, |c| <= 12) as the f16 pairs (c0, c1) and (c2, c3): each byte
+// under the f16 exponent of 1024 is 1024 + 128 + c, and 1152 subtracted leaves c (exact).
+__device__ __forceinline__ void biased_codes_f16(unsigned int u, unsigned int& lo, unsigned int& hi) {
+    const unsigned int l = prmt(u, 0x64646464u, 0x5140u), h = prmt(u, 0x64646464u, 0x7362u);
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(lo) : "r"(l), "r"(0x64806480u));
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(hi) : "r"(h), "r"(0x64806480u));
+}
+
+template <int MODE>
+__device__ __forceinline__ void step_roots(const HalfOps& o, const uint4* __restrict__ ap,
+                                           const float4* __restrict__ fp, float (&sr)[4]) {
+    static_assert(MODE == 3, "HalfOps serve the f16 mode only");
+    float v[8][4];
+#pragma unroll
+    for (int pr = 0; pr < 4; ++pr) {
+        const uint4 bv = __ldg(ap + pr * 32);  // blocks 2 pr (x, y), 2 pr + 1 (z, w): f16 pairs
+        const float4 ff = __ldg(fp + pr);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int bb = 2 * pr + e;
+            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            mma_f16(d, o.h0[bb][0], o.h1[bb][0], o.h0[bb][1], o.h1[bb][1], e ? bv.z : bv.x, e ? bv.w : bv.y);
+            const float f0 = e ? ff.z : ff.x, f1 = e ? ff.w : ff.y;
+            v[bb][0] = ieee_mul(ieee_mul(d[0], o.ws0[bb]), f0);
+            v[bb][1] = ieee_mul(ieee_mul(d[1], o.ws0[bb]), f1);
+            v[bb][2] = ieee_mul(ieee_mul(d[2], o.ws1[bb]), f0);
+            v[bb][3] = ieee_mul(ieee_mul(d[3], o.ws1[bb]), f1);
         }
     }
     step_tree(v, sr);

@@ -65,6 +65,22 @@ __device__ __forceinline__ void a16_limbs(const int c[16], unsigned int lo[4], u
     }
 }
 
+// The A16 codes c[4q] .. c[4q + 3] as f16 pairs (c[4q], c[4q + 1]) in w0[q] and (c[4q + 2],
+// c[4q + 3]) in w1[q] (low half first): exact, |c| < 2^15 with at most 8 significant bits.
+__device__ __forceinline__ unsigned int f16x2_of(int a, int b) {
+    unsigned short ha, hb;
+    asm("cvt.rn.f16.s32 %0, %1;" : "=h"(ha) : "r"(a));
+    asm("cvt.rn.f16.s32 %0, %1;" : "=h"(hb) : "r"(b));
+    return (unsigned int)ha | ((unsigned int)hb << 16);
+}
+__device__ __forceinline__ void a16_f16_words(const int c[16], unsigned int w0[4], unsigned int w1[4]) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        w0[q] = f16x2_of(c[4 * q], c[4 * q + 1]);
+        w1[q] = f16x2_of(c[4 * q + 2], c[4 * q + 3]);
+    }
+}
+
 // a16_limbs for 8 codes by byte permutes (|c| < 2^15: byte 0 the low limb, byte 1 the high).
 __device__ __forceinline__ void a16_limbs8_prmt(const int c[8], unsigned int lo[2], unsigned int hi[2]) {
 #pragma unroll
@@ -301,6 +317,17 @@ __device__ __forceinline__ void nib8_codes_k(unsigned int w, const NibConsts& k,
     const unsigned int mag1 = mag >> 16, sel1 = sel >> 16;
     c0 = prmt(prmt(k.p0, k.p1, mag), prmt(k.n0, k.n1, mag), sel);
     c1 = prmt(prmt(k.p0, k.p1, mag1), prmt(k.n0, k.n1, mag1), sel1);
+}
+
+// The constants of nib8_codes_k for biased codes (byte 2 e2m1 + 128, the f16 mode's input).
+__device__ __forceinline__ NibConsts nib_consts_biased() {
+    NibConsts kc;
+    asm volatile("mov.b32 %0, 0x83828180;" : "=r"(kc.p0));
+    asm volatile("mov.b32 %0, 0x8C888684;" : "=r"(kc.p1));
+    asm volatile("mov.b32 %0, 0x7D7E7F80;" : "=r"(kc.n0));
+    asm volatile("mov.b32 %0, 0x74787A7C;" : "=r"(kc.n1));
+    asm volatile("mov.b32 %0, 0x32103210;" : "=r"(kc.base));
+    return kc;
 }
 
 // The constants of nib8_codes_k in registers (mov, so the compiler keeps them live).

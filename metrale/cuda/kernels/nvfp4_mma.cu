@@ -13,13 +13,16 @@
 //             .x .y, odd: .z .w) hold elements 4t..4t+3 of row 8 nt + g;
 //         fac f32 [rows8/8][NB/8][4 t][8 blocks][2 h] of row 8 nt + 2t + h: A16 2^(E-15), A4
 //             f32(ascale) / 4 (NaN for a non-finite block; -0.0 for rows >= m and blocks >= B).
-//   {w4a16,w4a4}_mma_nt{1,2,3,4}_{a,u}(act, fac, m, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1,
+//   w4a16h_mma_prep(x, ldx, m, rows8, B, NB, act, fac)
+//       w4a16_mma_prep's grid, layout and factors; the words (lo, hi) hold the codes as f16
+//       pairs (elements 4t, 4t+1 and 4t+2, 4t+3) for the f16 mode (MODE 3, prefix w4a16h).
+//   {w4a16,w4a4,w4a16h}_mma_nt{1,2,3,4}_{a,u}(act, fac, m, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1,
 //                                    ldo1, N, B, NB)
 //       NT = ceil(m / 8) tiles of 8 rows; _a: B % 8 == 0 (16-byte weight, 8-byte scale loads),
 //       _u: any B (8-byte weight loads, byte scale loads). grid (ceil(N / 16), 1, gz), block
 //       32 MMA_WARPS; gz = 2 takes weight set 1 on blockIdx.z = 1 (gate and up). K is split
 //       across the warps in runs of 64 blocks. Dynamic shared memory 16 * 8 NT * (NB / 64) floats.
-//   {w4a16,w4a4}_gemm_nt{NT}_d{D}_b{MINB}_{a,u}(same arguments), the prefill GEMM: grid
+//   {w4a16,w4a4,w4a16h}_gemm_nt{NT}_d{D}_b{MINB}_{a,u}(same arguments), the prefill GEMM: grid
 //       (ceil(N / (16 GEMM_WARPS)), ceil(m / (8 NT)), gz), block 32 GEMM_WARPS; every warp one
 //       tile of 16 columns x 8 NT rows over all of K (NB = 8 ceil(B / 8), S8 = NB / 8 <= 2^D).
 //       No shared memory.
@@ -41,6 +44,12 @@
 // v = (0 * 0) * -0.0 = -0.0, the contract's padding leaf. y = f32_to_bf16(root * rowscale)
 // (A4: rowscale = f32(input_scale * weight_scale_2)).
 //
+// The f16 mode (w4a16h, MODE 3) forms the same S_b with one mma.sync.m16n8k16.f32.f16.f16.f32:
+// the weight codes 2 e2m1 and the A16 codes as f16 (both exact), every product an integer below
+// 2^19 and every partial sum below 2^23, exact in the f32 accumulator whatever its order (the
+// device's behaviour on such sums is what tests/gpu/test_f16_mma_block_dot.py checks); then
+// the same v_b, tree and output, so the same bits as w4a16.
+//
 // Weight loads. Lane (g, t) loads 16 bytes of weight rows n0 + g and n0 + g + 8 at byte 16 t of
 // each 64-byte step (blocks 2t, 2t+1); a 4 x 4 transpose of 16-bit pieces across the 4 lanes
 // of a group (two shfl_xor stages) gives lane t the elements 4t..4t+3 of each of the 8 blocks,
@@ -53,6 +62,14 @@ extern "C" __global__ void __launch_bounds__(256) w4a16_mma_prep(const unsigned 
                                                                  int NB, unsigned int* __restrict__ act,
                                                                  float* __restrict__ fac) {
     a16_mma_prep_body<false>(x, ldx, m, rows8, B, NB, 15, act, fac);
+}
+
+// The f16 mode's prologue: the same layout and factors, the words holding f16 code pairs.
+extern "C" __global__ void __launch_bounds__(256) w4a16h_mma_prep(const unsigned short* __restrict__ x,
+                                                                  long long ldx, int m, int rows8, int B,
+                                                                  int NB, unsigned int* __restrict__ act,
+                                                                  float* __restrict__ fac) {
+    a16_mma_prep_body<false, false, true>(x, ldx, m, rows8, B, NB, 15, act, fac);
 }
 
 // ---- prologue of the A4 path: w4a4_quantize's codes and factors in the same fragment order ----
@@ -179,18 +196,58 @@ struct Nvfp4W {
         step_pieces(s.wv[1], t, u);
 #pragma unroll
         for (int q = 0; q < 4; ++q) nib8_codes_k(u[q], kc, o.a1[2 * q], o.a1[2 * q + 1]);
+        scales(s, o.ws0, o.ws1);
+    }
+    // The step's 8 e4m3 block scales of rows g (ws0) and g + 8 (ws1) as f32 (exact).
+    static __device__ __forceinline__ void scales(const Load& s, float (&ws0)[8], float (&ws1)[8]) {
 #pragma unroll
         for (int q = 0; q < 2; ++q) {
-            e4m3x2_to_f32(s.sc[0][q] & 0xffffu, o.ws0[4 * q], o.ws0[4 * q + 1]);
-            e4m3x2_to_f32(s.sc[0][q] >> 16, o.ws0[4 * q + 2], o.ws0[4 * q + 3]);
-            e4m3x2_to_f32(s.sc[1][q] & 0xffffu, o.ws1[4 * q], o.ws1[4 * q + 1]);
-            e4m3x2_to_f32(s.sc[1][q] >> 16, o.ws1[4 * q + 2], o.ws1[4 * q + 3]);
+            e4m3x2_to_f32(s.sc[0][q] & 0xffffu, ws0[4 * q], ws0[4 * q + 1]);
+            e4m3x2_to_f32(s.sc[0][q] >> 16, ws0[4 * q + 2], ws0[4 * q + 3]);
+            e4m3x2_to_f32(s.sc[1][q] & 0xffffu, ws1[4 * q], ws1[4 * q + 1]);
+            e4m3x2_to_f32(s.sc[1][q] >> 16, ws1[4 * q + 2], ws1[4 * q + 3]);
         }
     }
 };
 
-#define NVFP4_MMA(PREFIX, MODE, NT, AL, SUFFIX) MMA_KERNEL(Nvfp4W, PREFIX, MODE, NT, AL, SUFFIX)
+// The f16 mode's policy (MODE 3, mma_gemm.cuh HalfOps): Nvfp4W's loads, the codes decoded
+// biased (nib_consts_biased) and turned into f16 pairs once per step, for every row tile.
+struct Nvfp4HW : Nvfp4W {
+    typedef HalfOps Ops;
+    static __device__ __forceinline__ Consts consts() { return nib_consts_biased(); }
+    static __device__ __forceinline__ void decode(const Load& s, int t, const Consts& kc, HalfOps& o) {
+        unsigned int u[4], c0, c1;
+        step_pieces(s.wv[0], t, u);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            nib8_codes_k(u[q], kc, c0, c1);
+            biased_codes_f16(c0, o.h0[2 * q][0], o.h0[2 * q][1]);
+            biased_codes_f16(c1, o.h0[2 * q + 1][0], o.h0[2 * q + 1][1]);
+        }
+        step_pieces(s.wv[1], t, u);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            nib8_codes_k(u[q], kc, c0, c1);
+            biased_codes_f16(c0, o.h1[2 * q][0], o.h1[2 * q][1]);
+            biased_codes_f16(c1, o.h1[2 * q + 1][0], o.h1[2 * q + 1][1]);
+        }
+        scales(s, o.ws0, o.ws1);
+    }
+};
+
+// The weight policy of an activation mode: MODE 3 (f16) decodes to f16 pairs, the others to s8.
+template <int MODE>
+struct Nvfp4Policy {
+    typedef Nvfp4W type;
+};
+template <>
+struct Nvfp4Policy<3> {
+    typedef Nvfp4HW type;
+};
+
+#define NVFP4_MMA(PREFIX, MODE, NT, AL, SUFFIX) MMA_KERNEL(Nvfp4Policy<MODE>::type, PREFIX, MODE, NT, AL, SUFFIX)
 // @instances NVFP4_MMA   (lines generated from metrale/cuda/configs.py)
 
-#define NVFP4_GEMM(PREFIX, MODE, NT, D, MINB, AL, SUFFIX) GEMM_KERNEL(Nvfp4W, PREFIX, MODE, NT, D, MINB, AL, SUFFIX)
+#define NVFP4_GEMM(PREFIX, MODE, NT, D, MINB, AL, SUFFIX) \
+    GEMM_KERNEL(Nvfp4Policy<MODE>::type, PREFIX, MODE, NT, D, MINB, AL, SUFFIX)
 // @instances NVFP4_GEMM   (lines generated from metrale/cuda/configs.py)
