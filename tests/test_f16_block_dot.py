@@ -61,3 +61,18 @@ def test_block_dot_partial_sums_are_exact_in_f32() -> None:
         for j in order:
             acc = (acc + prods[:, j].astype(np.float32)).astype(np.float32)
         assert np.array_equal(acc.astype(np.float64), (w * c).sum(axis=1))
+
+
+def test_a16_family_environment_refused() -> None:
+    import os
+    import subprocess
+    import sys
+
+    got = subprocess.run(
+        [sys.executable, "-c", "import metrale.cuda.nvfp4"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "METRALE_NVFP4_A16_MMA": "f32"},
+        timeout=60,
+    )
+    assert got.returncode != 0 and "METRALE_NVFP4_A16_MMA='f32': want one of s8, f16" in got.stderr
