@@ -75,8 +75,8 @@ def test_launch_constants_come_from_the_configuration() -> None:
     """The constants a kernel file and its launcher share are stated once, in configs.py: every
     built source holds configs.defines(GROUP) where its text (headers inlined) had
     ``// @defines GROUP``, no kernel file ``#define``s one of those names itself, and
-    metrale/cuda/mma.py launches with the same values."""
-    from metrale.cuda import mma
+    metrale/cuda/mma.py and metrale/cuda/fp8_bf16.py launch with the same values."""
+    from metrale.cuda import fp8_bf16, mma
 
     names: set[str] = set()
     users = []
@@ -87,12 +87,13 @@ def test_launch_constants_come_from_the_configuration() -> None:
             assert [ln for ln in built.splitlines() if ln in want] == want, (cu, group)
             names |= {ln.split()[1] for ln in want}
             users.append(cu)
-    assert {"nvfp4_mma.cu", "q2_0_mma.cu", "fp8_bf16_mma.cu"} <= set(users)
+    assert {"nvfp4_mma.cu", "q2_0_mma.cu", "fp8_bf16_mma.cu", "fp8_bf16_gemv.cu"} <= set(users)
     for f in KERNEL_DIR.iterdir():
         hand = [n for n in names if re.search(rf"^\s*#\s*define\s+{n}\b", f.read_text(), re.MULTILINE)]
         assert not hand, f"{f.name}: #define {hand} (configs.py states it)"
     shared = (mma.MMA_WARPS, mma.MMA_RUN, mma.GEMM_WARPS)
     assert shared == (configs.MMA_WARPS, configs.MMA_RUN, configs.GEMM_WARPS)
+    assert fp8_bf16.MMA_WARPS == configs.FP8_BF16_MMA_WARPS
 
 
 def runtime_text(cu: str) -> str:

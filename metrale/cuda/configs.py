@@ -41,6 +41,10 @@ VARIANT_MEASUREMENTS: dict[str, tuple[str, ...]] = {
 MMA_WARPS = 4
 MMA_RUN = 64
 GEMM_WARPS = 8
+#: fp8_bf16_gemv.cu's integer tensor-core GEMM ``{fp8,bf16}_mma_nt{NT}``: warps per CTA (they
+#: split K into 64-block runs; its ``// @defines FP8_BF16_MMA`` line, metrale/cuda/fp8_bf16.py
+#: launches with the same value).
+FP8_BF16_MMA_WARPS = 4
 #: nvfp4_gemv.cu generic kernels ``nvfp4_a16_r{R}_{e,o}``: activation rows per pass.
 NVFP4_A16_ROWS: tuple[int, ...] = (1, 2, 3, 4)
 #: nvfp4_a4.cu kernels ``nvfp4_a4_r{R}_{e,o}``: activation rows per pass.
@@ -414,6 +418,7 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
 
 _DEFINES: dict[str, dict[str, int]] = {
     "MMA_GEMM": {"MMA_WARPS": MMA_WARPS, "MMA_RUN": MMA_RUN, "GEMM_WARPS": GEMM_WARPS},
+    "FP8_BF16_MMA": {"FP8_BF16_MMA_WARPS": FP8_BF16_MMA_WARPS},
 }
 
 
