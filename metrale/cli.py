@@ -547,9 +547,15 @@ def _bench_options() -> list[_inspect.Parameter]:
             default = None
         else:
             kind = a.type or str
+            metavar = a.metavar or a.dest.upper()
             ann = Annotated[
                 kind if a.default is not None else kind | None,
-                typer.Option(flag, help=helptext, metavar=a.metavar or (a.dest.upper()), show_default=True),
+                typer.Option(
+                    flag,
+                    help=helptext,
+                    metavar=f"[{metavar}]" if a.nargs == "?" else metavar,
+                    show_default=True,
+                ),
             ]
             default = a.default
         params.append(
@@ -576,6 +582,29 @@ def _bench_argv(values: dict[str, Any]) -> list[str]:
     return argv
 
 
+def _bench_optional_values() -> dict[str, str]:
+    """The options whose value may be left out (argparse ``nargs="?"``, e.g. ``--report``) and
+    the value they then take (their ``const``)."""
+    from metrale.bench.options import parser
+
+    return {
+        a.option_strings[-1]: str(a.const) for a in parser()._actions if a.nargs == "?" and a.option_strings
+    }
+
+
+class _BenchCommand(_Command):
+    """``metrale bench``: a bare ``--report`` (last, or followed by another option) takes its
+    default page, as ``python -m metrale.bench --report`` does (typer has no optional values)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        optional, out = _bench_optional_values(), []
+        for i, a in enumerate(args):
+            out.append(a)
+            if a in optional and (i + 1 == len(args) or args[i + 1].startswith("-")):
+                out.append(optional[a])
+        return super().parse_args(ctx, out)
+
+
 def bench(**values: Any) -> None:
     """Time the FFN of every format on the GPU, bit-exact against the reference.
 
@@ -591,7 +620,7 @@ def bench(**values: Any) -> None:
 
 
 bench.__signature__ = _inspect.Signature(_bench_options(), return_annotation=None)  # type: ignore[attr-defined]
-app.command(cls=_Command)(bench)
+app.command(cls=_BenchCommand)(bench)
 
 
 def main() -> None:  # pragma: no cover - console entry for `python -m metrale.cli`

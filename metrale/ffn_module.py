@@ -103,7 +103,7 @@ def _weights_of(layer: DenseFfnLayer) -> list[Any]:
         for ws in (layer.weights, layer.bf16_weights, layer.fp8_weights, layer.q2_weights)
     ]
     if layer.w8a8 is not None:
-        slots.append((layer.w8a8.gate, layer.w8a8.up, layer.w8a8.down))
+        slots.append(layer.w8a8.all())
     held = [s for s in slots if s is not None]
     if len(held) != 1:
         raise MetraleError(f"MetraleFfn: the layer holds {len(held)} weight sets, want exactly one format")

@@ -286,14 +286,7 @@ def test_compressed_tensors_folder_from_another_tool(tmp_path: Path, kind: str) 
     }
     (d / "config.json").write_text(json.dumps(llama_config({"quantization_config": qc})))
     layer = DenseFfnLayer.from_checkpoint(d, layer=0, backend="reference")
-    got = [
-        w
-        for w in (
-            layer.fp8_weights.all()
-            if kind.startswith("fp8")
-            else (layer.w8a8.gate, layer.w8a8.up, layer.w8a8.down)
-        )
-    ]
+    got = [w for w in (layer.fp8_weights.all() if kind.startswith("fp8") else layer.w8a8.all())]
     for w, ref in zip(got, want, strict=True):
         assert isinstance(w, Fp8Weight if kind.startswith("fp8") else W8a8Weight)
         assert np.array_equal(w.dequantize(), ref.astype(np.float32))

@@ -188,6 +188,30 @@ def test_bench_options_through_the_cli() -> None:
     assert r.stderr.strip() == "error: --m 0: '0' is not a row count >= 1 (or decode, prefill)"
 
 
+def test_bench_report_without_a_page_regenerates_the_default_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`metrale bench --report` (no PAGE, alone or before another option) regenerates the
+    default page from the default JSON, as `python -m metrale.bench --report` does: a page whose
+    generated block is stale comes back as the committed one."""
+    from metrale.bench import report
+
+    root = Path(__file__).resolve().parent.parent
+    committed = (root / report.REPORT_PAGE).read_text(encoding="utf-8")
+    begin = committed.index("<!-- begin generated tables")
+    begin = committed.index("\n", begin) + 1
+    stale = committed[:begin] + "stale table\n" + committed[committed.index(report.BLOCK_END) :]
+    assert stale != committed
+    (tmp_path / report.REPORT_JSON).parent.mkdir(parents=True)
+    (tmp_path / report.REPORT_JSON).write_bytes((root / report.REPORT_JSON).read_bytes())
+    monkeypatch.chdir(tmp_path)
+    for args in (["--report"], ["--report", "--json", str(report.REPORT_JSON)]):
+        (tmp_path / report.REPORT_PAGE).write_text(stale, encoding="utf-8")
+        r = run("bench", *args)
+        assert r.exit_code == 0, r.output
+        assert (tmp_path / report.REPORT_PAGE).read_text(encoding="utf-8") == committed
+
+
 def test_version_and_format_choices_in_help() -> None:
     from metrale.checkpoint.layouts import metrale_version
 

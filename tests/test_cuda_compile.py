@@ -75,8 +75,8 @@ def test_launch_constants_come_from_the_configuration() -> None:
     """The constants a kernel file and its launcher share are stated once, in configs.py: every
     built source holds configs.defines(GROUP) where its text (headers inlined) had
     ``// @defines GROUP``, no kernel file ``#define``s one of those names itself, and
-    metrale/cuda/mma.py launches with the same values."""
-    from metrale.cuda import mma
+    the launchers (metrale/cuda/mma.py, fp8_bf16.py, nvfp4.py, q2_0.py) use the same values."""
+    from metrale.cuda import fp8_bf16, mma, nvfp4, q2_0
 
     names: set[str] = set()
     users = []
@@ -87,12 +87,17 @@ def test_launch_constants_come_from_the_configuration() -> None:
             assert [ln for ln in built.splitlines() if ln in want] == want, (cu, group)
             names |= {ln.split()[1] for ln in want}
             users.append(cu)
-    assert {"nvfp4_mma.cu", "q2_0_mma.cu", "fp8_bf16_mma.cu"} <= set(users)
+    assert {"nvfp4_mma.cu", "q2_0_mma.cu", "fp8_bf16_mma.cu", "fp8_bf16_gemv.cu"} <= set(users)
+    assert {"nvfp4_gemv.cu", "nvfp4_a4.cu", "q2_0_dec.cu"} <= set(users)
     for f in KERNEL_DIR.iterdir():
         hand = [n for n in names if re.search(rf"^\s*#\s*define\s+{n}\b", f.read_text(), re.MULTILINE)]
         assert not hand, f"{f.name}: #define {hand} (configs.py states it)"
     shared = (mma.MMA_WARPS, mma.MMA_RUN, mma.GEMM_WARPS)
     assert shared == (configs.MMA_WARPS, configs.MMA_RUN, configs.GEMM_WARPS)
+    assert fp8_bf16.MMA_WARPS == configs.FP8_BF16_MMA_WARPS
+    assert (nvfp4.WARPS, nvfp4.THREADS) == (configs.NVFP4_WARPS, 32 * configs.NVFP4_WARPS)
+    assert (nvfp4.FAST_THREADS, nvfp4.FAST_SLOT) == (configs.NVFP4_FAST_THREADS, configs.NVFP4_FAST_SLOT)
+    assert q2_0.DEC_WARPS == configs.Q2_0_DEC_WARPS
 
 
 def runtime_text(cu: str) -> str:

@@ -82,7 +82,7 @@ def test_w8a8_shapes() -> None:
     w = p.w8a8
     layer = DenseFfnLayer(p.config, weights=p.weights, backend="reference")
     with pytest.raises(MetraleError) as e:
-        layer.set_w8a8_decode_weights(W8a8Ffn(w.gate, w.up, w.gate), HID, INTER)
+        layer.set_w8a8_decode_weights(W8a8Ffn(w.gate_proj, w.up_proj, w.gate_proj), HID, INTER)
     assert (
         str(e.value)
         == "W8A8 FFN shapes [(80, 48), (80, 48), (80, 48)], want gate/up [80, 48] and down [48, 80]"
@@ -384,6 +384,38 @@ def test_mixed_formats_in_one_slot_refused() -> None:
         match=r"^DenseFfnLayer\(weights=\.\.\.\): up_proj is a Q2_0 weight; Q2_0 weights go in q2_weights=$",
     ):
         DenseFfnLayer(FfnConfig(256, 256), weights=FfnWeights(nv[0], q2, nv[1]), backend="reference")
+
+
+def test_the_seed_names_stand_only_as_aliases() -> None:
+    """The library, its tools and tests read ``W8a8Ffn`` as ``gate_proj`` / ``up_proj`` /
+    ``down_proj`` (the names of ``FfnWeights``) and the buffers as ``output`` / ``gate_out`` /
+    ``up_out``: the seed engine's names appear only where they are defined and where the tests
+    of the aliases use them."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    allowed = {
+        "metrale/reference/w8a8_arm.py",  # the W8a8Ffn aliases
+        "metrale/reference/context.py",  # the buffer aliases
+        "tests/test_constructors.py",  # the buffer aliases' test
+        "tests/test_layer_errors.py",  # the W8a8Ffn aliases' test, and this one
+    }
+    attr = re.compile(r"\.(gate|up|down)\b(?![_.(])")
+    seed = re.compile(r"\b(moe_output|expert_gate_out|expert_up_out)\b")
+    found = []
+    for sub in ("metrale", "tools", "tests"):
+        for f in sorted((root / sub).rglob("*.py")):
+            rel = f.relative_to(root).as_posix()
+            if rel in allowed:
+                continue
+            for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
+                code = line.split("#", 1)[0]
+                if re.match(r"\s*(from|import)\s", code):
+                    continue
+                if attr.search(code) or seed.search(code):
+                    found.append(f"{rel}:{n}: {line.strip()}")
+    assert found == [], "the seed engine's names used:\n" + "\n".join(found)
 
 
 def test_w8a8_ffn_names_and_aliases() -> None:

@@ -294,7 +294,7 @@ def test_gate_out_holds_h_after_every_route(
     x = rows(m, h, seed=m)
     lc.run_entry(layer, entry, x, ctx)
     if parts.w8a8 is not None:
-        g, u, mode = parts.w8a8.gate, parts.w8a8.up, "A8"
+        g, u, mode = parts.w8a8.gate_proj, parts.w8a8.up_proj, "A8"
     else:
         ws = parts.weights or parts.q2_weights or parts.fp8_weights
         assert ws is not None

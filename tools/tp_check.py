@@ -168,7 +168,7 @@ def weight_bytes(layer: Any) -> int:
     slots = [layer.weights, layer.bf16_weights, layer.fp8_weights, layer.q2_weights]
     parts = [p for ws in slots if ws is not None for p in ws.all()]
     if layer.w8a8 is not None:
-        parts += [layer.w8a8.gate, layer.w8a8.up, layer.w8a8.down]
+        parts += layer.w8a8.all()
     return int(sum(p.nbytes for p in parts))
 
 

@@ -25,9 +25,10 @@ Families:
   cores, m = 1..3;
 * ``nvfp4-gemm``: the NVFP4 A16 prefill GEMM builds (``nvfp4_gemm_builds``) on any grid and the
   K-split MMA kernels, gate and up in one launch and down;
-* ``w8a8-gemm``: the W8A8 prefill tiles (``W8A8_GEMM_TILES``, ``W8A8_WGMMA_TILES``) above 64 rows;
-  up to 64 rows the split-K wgmma kernels at 1 and 2 CTAs per multiprocessor and the kernels
-  without split K. The A8 codes are made once per cell (the GEMM alone is timed).
+* ``w8a8-gemm``: up to 128 rows (the largest ``W8A8_SK_TIERS``) the split-K wgmma kernels at 1
+  and 2 CTAs per multiprocessor; above 32 rows (the largest ``W8A8_MMA_TIERS``) the prefill tiles
+  (``W8A8_GEMM_TILES``, ``W8A8_WGMMA_TILES``); up to 64 rows the kernels without split K. The A8
+  codes are made once per cell (the GEMM alone is timed).
 """
 
 from __future__ import annotations

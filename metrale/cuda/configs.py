@@ -41,6 +41,19 @@ VARIANT_MEASUREMENTS: dict[str, tuple[str, ...]] = {
 MMA_WARPS = 4
 MMA_RUN = 64
 GEMM_WARPS = 8
+#: nvfp4.cuh's launch shapes (its ``// @defines NVFP4``, ``NVFP4_FAST`` and ``NVFP4_FAST_SLOT`` lines;
+#: metrale/cuda/nvfp4.py launches with the same values): warps per CTA of the generic A16 / A4
+#: kernels, threads per CTA of the fast decode kernels, bytes of one slot of their rings.
+NVFP4_WARPS = 8
+NVFP4_FAST_THREADS = 512
+NVFP4_FAST_SLOT = 2304
+#: q2_0_dec.cu's most warps per CTA (its ``// @defines Q2_0_DEC``; metrale/cuda/q2_0.py starts
+#: from it and halves it while the grid would leave multiprocessors idle).
+Q2_0_DEC_WARPS = 8
+#: fp8_bf16_gemv.cu's integer tensor-core GEMM ``{fp8,bf16}_mma_nt{NT}``: warps per CTA (they
+#: split K into 64-block runs; its ``// @defines FP8_BF16_MMA`` line, metrale/cuda/fp8_bf16.py
+#: launches with the same value).
+FP8_BF16_MMA_WARPS = 4
 #: nvfp4_gemv.cu generic kernels ``nvfp4_a16_r{R}_{e,o}``: activation rows per pass.
 NVFP4_A16_ROWS: tuple[int, ...] = (1, 2, 3, 4)
 #: nvfp4_a4.cu kernels ``nvfp4_a4_r{R}_{e,o}``: activation rows per pass.
@@ -418,6 +431,11 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
 
 _DEFINES: dict[str, dict[str, int]] = {
     "MMA_GEMM": {"MMA_WARPS": MMA_WARPS, "MMA_RUN": MMA_RUN, "GEMM_WARPS": GEMM_WARPS},
+    "FP8_BF16_MMA": {"FP8_BF16_MMA_WARPS": FP8_BF16_MMA_WARPS},
+    "NVFP4": {"NVFP4_WARPS": NVFP4_WARPS},
+    "NVFP4_FAST": {"FAST_THREADS": NVFP4_FAST_THREADS},
+    "NVFP4_FAST_SLOT": {"FAST_SLOT": NVFP4_FAST_SLOT},
+    "Q2_0_DEC": {"Q2D_WARPS": Q2_0_DEC_WARPS},
 }
 
 

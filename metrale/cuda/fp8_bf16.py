@@ -44,9 +44,9 @@ BLOCK = 16
 ROW_CHUNK = 1024
 _UPLOAD_ROWS = 2048
 #: Integer tensor-core GEMM: row tiers (rows per CTA, 8·NT) -> NT; warps per CTA (they split K
-#: into 64-block runs; FP8_BF16_MMA_WARPS in the kernel file).
+#: into 64-block runs; the kernel file's FP8_BF16_MMA_WARPS, from configs.py).
 MMA_TIERS = configs.FP8_BF16_MMA_TILES
-MMA_WARPS = 4
+MMA_WARPS = configs.FP8_BF16_MMA_WARPS
 #: The tensor-core GEMM serves w8a16_gemm / dense_gemm from this many rows; fewer rows run
 #: the decode kernels (DECODE "dec", up to 3 rows, configuration per row count in DEC_TIERS)
 #: or the GEMV tiers. Module attributes so ``metrale bench --variants fp8-dec`` can switch them.

@@ -24,8 +24,8 @@ from metrale.reference.elements import E4M3
 
 A16_FILE = "nvfp4_gemv.cu"
 A4_FILE = "nvfp4_a4.cu"
-THREADS = 256
-WARPS = THREADS // 32
+WARPS = configs.NVFP4_WARPS
+THREADS = 32 * WARPS
 #: K up to 64 chunks of 64 blocks (two 2048-block slots of the tree).
 MAX_K = 65536
 A16_ROWS = configs.NVFP4_A16_ROWS
@@ -121,9 +121,9 @@ def _set(w: Any, out: Any, rowscale: np.float32, rows: int) -> tuple[Any, ...]:
 #: 512 threads, one CTA per SM, work items of 256 blocks (4 chunks of 64); shared memory: one
 #: FAST_SLOT-byte activation record per chunk and row, then each of the 16 warps' rings of
 #: depths[r] item slots (FAST_DEPTH for A16, A4F_DEPTH for A4).
-FAST_THREADS = 512
+FAST_THREADS = configs.NVFP4_FAST_THREADS
 FAST_ITEM_BLOCKS = 256
-FAST_SLOT = 2304
+FAST_SLOT = configs.NVFP4_FAST_SLOT
 FAST_DEPTH = configs.NVFP4_FAST_DEPTH
 A4F_DEPTH = configs.NVFP4_A4F_DEPTH
 

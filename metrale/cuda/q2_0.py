@@ -40,7 +40,7 @@ DEC_VARIANTS = configs.Q2_0_DEC_VARIANTS
 DEC_VARIANT: str | None = os.environ.get("METRALE_Q2_DEC") or None
 DEC_ROUTE = configs.Q2_0_DEC_ROUTE
 #: Warps per decode CTA (fewer where the column groups would not give every multiprocessor a CTA).
-DEC_WARPS = 8
+DEC_WARPS = configs.Q2_0_DEC_WARPS
 DEC_PREP_THREADS = 128
 #: Bytes of act per row and Q2 block: lo and hi planes (4 x 16) and the aux plane (4 x 8).
 DEC_ACT_BYTES = 160

@@ -79,7 +79,7 @@ def tp_layer(
                 raise MetraleError(f"tp_layer: {nm}={v!r}, want an int (got {type(v).__name__})")
         held = [ws for ws in (weights, bf16_weights, fp8_weights, q2_weights) if ws is not None]
         if w8a8 is not None:
-            held.append(FfnWeights(w8a8.gate, w8a8.up, w8a8.down))
+            held.append(FfnWeights(*w8a8.all()))
         layer = _rank_layer(
             config,
             int(rank),
@@ -161,11 +161,7 @@ def _rank_layer(
         backend=tb,
     )
     if w8a8 is not None:
-        w = (
-            w8a8
-            if sliced
-            else W8a8Ffn(*_ffn(FfnWeights(w8a8.gate, w8a8.up, w8a8.down), b0, b1, down_rows).all())
-        )
+        w = w8a8 if sliced else W8a8Ffn(*_ffn(FfnWeights(*w8a8.all()), b0, b1, down_rows).all())
         layer.set_w8a8_decode_weights(w, local.hidden_size, local.intermediate_size)
     return layer
 

@@ -178,7 +178,7 @@ class TpMetraleFfn(MetraleFfn):
         slots = (layer.weights, layer.bf16_weights, layer.fp8_weights, layer.q2_weights)
         held = [ws.all() for ws in slots if ws is not None]
         if layer.w8a8 is not None:
-            held.append((layer.w8a8.gate, layer.w8a8.up, layer.w8a8.down))
+            held.append(layer.w8a8.all())
         if len(held) != 1:
             raise MetraleError(f"TpMetraleFfn: the layer holds {len(held)} weight sets, want one format")
         total = layer.config.hidden_size, BLOCK * held[0][2].total_blocks

@@ -426,7 +426,7 @@ __device__ __forceinline__ void dec_body(const uint4* __restrict__ w, const floa
 //       32 FP8_BF16_MMA_WARPS; the CTA computes 16 columns x 8 NT rows, its warps split K by runs.
 //       Dynamic shared memory: runs * NT * 4 * 32 floats.
 
-#define FP8_BF16_MMA_WARPS 4
+// @defines FP8_BF16_MMA (FP8_BF16_MMA_WARPS from metrale/cuda/configs.py)
 #define FP8_BF16_MMA_LEVELS 8
 
 extern "C" __global__ void __launch_bounds__(256) fp8_bf16_mma_prep(

@@ -20,7 +20,7 @@
 #pragma once
 #include "common.cuh"
 
-#define NVFP4_WARPS 8
+// @defines NVFP4 (NVFP4_WARPS from metrale/cuda/configs.py)
 #define NVFP4_THREADS (NVFP4_WARPS * 32)
 #define NVFP4_UNROLL 4
 
@@ -290,7 +290,7 @@ __device__ __forceinline__ void nvfp4_body(const void* act, long long lda, const
 // offset inside an item is an immediate.
 // R * 72 * P bytes of records, P = 128 * items, then the 16 rings (16 * DEPTH * 2304 bytes).
 // ---------------------------------------------------------------------------------------------
-#define FAST_THREADS 512
+// @defines NVFP4_FAST (FAST_THREADS from metrale/cuda/configs.py)
 #define FAST_WARPS (FAST_THREADS / 32)
 #define FAST_REC 2304
 #define FAST_PRE 3  // prologue units (half or whole blocks) per thread whose x is requested first
@@ -362,7 +362,7 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src) {
 // chunk j, the bytes it decodes) and, for l < 16, scale bytes l*16..l*16+15. nvalid: chunks of
 // 64 blocks present (4 = a full item; 0 = past the last column: zeros, no reads). One
 // cp.async group per call.
-#define FAST_SLOT 2304
+// @defines NVFP4_FAST_SLOT (FAST_SLOT from metrale/cuda/configs.py)
 // wi, si: the item's first weight / scale byte.
 __device__ __forceinline__ void fast_issue(unsigned char* slot, const unsigned char* wi, const unsigned char* si,
                                            int lane, int nvalid) {

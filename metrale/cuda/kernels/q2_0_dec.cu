@@ -58,7 +58,7 @@
 typedef unsigned short u16;
 typedef unsigned int u32;
 
-#define Q2D_WARPS 8  // the most warps per CTA
+// @defines Q2_0_DEC (Q2D_WARPS, the most warps per CTA, from metrale/cuda/configs.py)
 #define Q2D_LEVELS 7  // binary counter over at most 64 chunk roots
 
 // f16 bits (low half of h) -> f32, exact.
