@@ -130,6 +130,7 @@ def test_launchers_ask_for_kernels_the_files_define() -> None:
             for p, _ in configs.NVFP4_MMA_MODES
             for d, (nt, b) in [*configs.NVFP4_GEMM_TILES.items(), *configs.NVFP4_GEMM_SMALL_TILES.items()]
         ]
+        + [("q2_0_mma.cu", f"{p}_mma_nt{nt}_a") for p in ("q2", "q2h") for nt in configs.NVFP4_MMA_TILES]
         + [("q2_0_gemv.cu", f"q2_0_gemv_r{r}") for r in configs.Q2_0_TIERS]
         + [
             ("q2_0_dec.cu", dec_kernel_name(v, r, k)[0])
@@ -157,14 +158,15 @@ def instantiation_of(cu: str, name: str) -> str:
     for macro in re.findall(r"^// @instances ([A-Z0-9_]+)", (KERNEL_DIR / cu).read_text(), re.MULTILINE):
         for ln in configs.instances(macro):
             args = [a.strip() for a in ln[ln.index("(") + 1 : -1].split(",")]
-            if _pasted(macro, args) == name:
+            if name in _pasted(macro, args):
                 return ln
     return f"<no instantiation of {name}>"
 
 
-def _pasted(macro: str, a: list[str]) -> str:
-    """The kernel name a macro's token pasting makes from its arguments (as the .cu defines)."""
-    return {
+def _pasted(macro: str, a: list[str]) -> tuple[str, ...]:
+    """The kernel names a macro's token pasting makes from its arguments (as the .cu defines):
+    one, or the Q2_0 macros' two (the s8 and f16 families)."""
+    named = {
         "NVFP4_A16": lambda: f"nvfp4_a16_r{a[0]}_{a[2]}",
         "NVFP4_A16F": lambda: f"nvfp4_a16f_r{a[0]}",
         "NVFP4_A4": lambda: f"nvfp4_a4_r{a[0]}_{a[2]}",
@@ -177,8 +179,11 @@ def _pasted(macro: str, a: list[str]) -> str:
         "FP8_BF16_DEC": lambda: f"{a[0]}_dec_r{a[2]}_c{a[3]}_w{a[4]}_p{a[5]}_{a[7]}",
         "W8A8_GEMV": lambda: f"w8a8_gemv_r{a[0]}",
         "W8A8_MMA": lambda: f"w8a8_mma_r{a[0]}_w{a[3]}",
-        "Q2_MMA": lambda: f"q2_mma_nt{a[0]}_{a[2]}",
-        "Q2_GEMM": lambda: f"q2_gemm_nt{a[0]}_d{a[1]}_b{a[2]}_{a[4]}",
+        "Q2_MMA": lambda: (f"q2_mma_nt{a[0]}_{a[2]}", f"q2h_mma_nt{a[0]}_{a[2]}"),
+        "Q2_GEMM": lambda: (
+            f"q2_gemm_nt{a[0]}_d{a[1]}_b{a[2]}_{a[4]}",
+            f"q2h_gemm_nt{a[0]}_d{a[1]}_b{a[2]}_{a[4]}",
+        ),
         "FP8_BF16_MMA": lambda: f"{a[0]}_nt{a[2]}",
         "FP8_BF16_GEMM": lambda: f"fp8_bf16_gemm_nt{a[0]}_d{a[1]}_b{a[2]}_p",
         "FP8_BF16_GEMM_LATE": lambda: f"fp8_bf16_gemm_nt{a[0]}_d{a[1]}_b{a[2]}_l",
@@ -186,6 +191,7 @@ def _pasted(macro: str, a: list[str]) -> str:
         "W8A8_WGMMA": lambda: f"w8a8_wgmma_{a[0]}x{a[1]}",
         "W8A8_WGMMA_SK": lambda: f"w8a8_wgmma_sk_n{a[1]}",
     }.get(macro, lambda: f"<{macro}: naming not stated here>")()
+    return named if isinstance(named, tuple) else (named,)
 
 
 def test_arch_specific_files_build_only_for_their_chip() -> None:

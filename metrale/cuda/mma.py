@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from metrale.cuda import configs, runtime
+from metrale.errors import MetraleError
 
 #: METRALE_CUDA_MMA=0 turns the tensor-core paths off (the CUDA-core kernels give the same bits).
 ENABLED = os.environ.get("METRALE_CUDA_MMA", "1") != "0"
@@ -38,6 +39,20 @@ GEMM_SMALL_TILES = configs.NVFP4_GEMM_SMALL_TILES
 #: (8 blocks each) while the grid has fewer than two CTAs per multiprocessor.
 GEMM_MAX_PARTS = 64
 GEMM_MIN_PART_STEPS = 4
+#: The A16 family the NVFP4 and Q2_0 launchers take (configs.A16_MMA; METRALE_A16_MMA moves
+#: it, for benchmarks of the two): "s8" (``w4a16_*``, ``q2_*``) or "f16" (``w4a16h_*``,
+#: ``q2h_*``: one f16 MMA per block, the same bits).
+A16_FAMILIES = ("s8", "f16")
+A16_MMA = os.environ.get("METRALE_A16_MMA", configs.A16_MMA)
+if A16_MMA not in A16_FAMILIES:
+    raise MetraleError(f"METRALE_A16_MMA={A16_MMA!r}: want one of {', '.join(A16_FAMILIES)}")
+
+
+def a16_prefix(s8: str) -> str:
+    """The kernel prefix of the A16 family in use for the s8 family's ``s8`` (+ "h" for f16)."""
+    return s8 if A16_MMA == "s8" else f"{s8}h"
+
+
 #: Dynamic shared memory a launch may ask for (of the H200's 227 KB per CTA, with headroom).
 SMEM_LIMIT = 220 * 1024
 #: Threads per CTA of the prologues (one per row and block).

@@ -46,13 +46,6 @@ FAST_ENABLED = os.environ.get("METRALE_CUDA_FAST", "1") != "0"
 #: the MMA path.
 MMA_FILE = "nvfp4_mma.cu"
 MMA_MIN_ROWS = int(os.environ.get("METRALE_NVFP4_MMA_MIN_ROWS", "4"))
-#: The tensor-core kernels of the A16 mode: "s8" (``w4a16_*``: two s8 MMAs per block, the A16
-#: limbs) or "f16" (``w4a16h_*``: one f16 MMA, the codes as f16; the same bits), by kernel
-#: prefix. METRALE_NVFP4_A16_MMA moves it (benchmarks of the two).
-A16_MMA_PREFIX = {"s8": "w4a16", "f16": "w4a16h"}
-A16_MMA = os.environ.get("METRALE_NVFP4_A16_MMA", configs.NVFP4_A16_MMA)
-if A16_MMA not in A16_MMA_PREFIX:
-    raise MetraleError(f"METRALE_NVFP4_A16_MMA={A16_MMA!r}: want one of {', '.join(A16_MMA_PREFIX)}")
 FAST_ONE_PASS_ROWS = 4
 #: The A4 kernels take the tensor-core path from 2 rows (the CUDA-core A4 kernels make one
 #: pass per row below 4 rows and per 4 rows above) where the fast A4 kernels do not apply.
@@ -190,7 +183,7 @@ def nvfp4_a16(x: Any, sets: list[tuple[Any, Any]], rows: int, r_want: int) -> No
     tail = (np.int32(w0.n), np.int32(k))
     fast = _fast_rows(min(r_want, rows), k) if FAST_ENABLED else None
     if mma.ENABLED and rows >= MMA_MIN_ROWS and not fast_one_pass(rows, k, r_want):
-        prefix = A16_MMA_PREFIX[A16_MMA]
+        prefix = mma.a16_prefix("w4a16")
         prep = mma.a16_prep(MMA_FILE, f"{prefix}_mma_prep", x, ldx, b)
         if mma.launch(MMA_FILE, prefix, prep, rows, b, args0, args1, len(sets), w0.n):
             return

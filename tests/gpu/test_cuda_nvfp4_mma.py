@@ -26,9 +26,9 @@ SHAPES = ((37, 48), (19, 144), (50, 1040), (33, 2080), (16, 1024), (45, 4096), (
 @pytest.fixture(params=["s8", "f16"])
 def a16_mma(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Both A16 tensor-core families: the s8 limbs (w4a16_*) and the f16 MMA (w4a16h_*)."""
-    from metrale.cuda import nvfp4
+    from metrale.cuda import mma
 
-    monkeypatch.setattr(nvfp4, "A16_MMA", request.param)
+    monkeypatch.setattr(mma, "A16_MMA", request.param)
     return request.param
 
 

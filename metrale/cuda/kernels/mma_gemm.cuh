@@ -37,8 +37,8 @@ __device__ __forceinline__ WeightRows weight_rows(const WeightSet& set, int n0, 
 // else 4t .. 4t+3; the factor is 2^(E - eoff) (NaN for a non-finite block) as an f32, or with
 // HIWORD the high word of that double (NaN: 0x7FF80000; padding: 0x80000000, the high word of
 // -0.0, the same bits as the f32 -0.0) stored in the f32 slot.
-// F16: the words hold the codes as f16 pairs (a16_f16_words: elements 4t, 4t + 1 in the first,
-// 4t + 2, 4t + 3 in the second) for the f16 mode (MODE 3), instead of the limbs.
+// F16: the words hold lane t's four codes as f16 pairs (a16_f16_words: the first two in the first
+// word, the last two in the second) for the f16 mode (MODE 3), instead of the limbs.
 template <bool PERM, bool HIWORD = false, bool F16 = false>
 __device__ __forceinline__ void a16_mma_prep_body(const unsigned short* __restrict__ x, long long ldx, int m,
                                                   int rows8, int B, int NB, int eoff,
@@ -57,18 +57,13 @@ __device__ __forceinline__ void a16_mma_prep_body(const unsigned short* __restri
         int E;
         bool fin;
         a16_block_int(xs, c, E, fin);
-        if (F16) {
-            a16_f16_words(c, lo, hi);
-        } else if (PERM) {
-            int cp[16];
+        int cp[16];
 #pragma unroll
-            for (int t = 0; t < 4; ++t)
+        for (int t = 0; t < 4; ++t)
 #pragma unroll
-                for (int j = 0; j < 4; ++j) cp[4 * t + j] = c[t + 4 * j];
-            a16_limbs(cp, lo, hi);
-        } else {
-            a16_limbs(c, lo, hi);
-        }
+            for (int j = 0; j < 4; ++j) cp[4 * t + j] = PERM ? c[t + 4 * j] : c[4 * t + j];
+        if (F16) a16_f16_words(cp, lo, hi);
+        else a16_limbs(cp, lo, hi);
         if (HIWORD) f = __int_as_float(fin ? (E - eoff + 1023) << 20 : 0x7FF80000);
         else f = fin ? pow2f(E - eoff) : __uint_as_float(0x7fc00000u);
     }

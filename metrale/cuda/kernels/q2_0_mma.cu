@@ -7,9 +7,11 @@
 //       as nvfp4_mma.cu's w4a16_mma_prep, with lane t's limb words holding elements t, t+4,
 //       t+8, t+12 of the block (byte j: element t + 4j; the order of the 2-bit fields) and the
 //       factor 2^(E - 14).
-//   q2_mma_nt{1,2,3,4}_{a,u}(act, fac, m, qs0, d0, rs0, out0, ldo0, qs1, d1, rs1, out1, ldo1,
+//   q2h_mma_prep(same arguments): the same layout and factors, the words holding the codes as
+//       f16 pairs (lane t's elements t, t+4 in the first, t+8, t+12 in the second).
+//   {q2,q2h}_mma_nt{1,2,3,4}_{a,u}(act, fac, m, qs0, d0, rs0, out0, ldo0, qs1, d1, rs1, out1, ldo1,
 //                           N, B, NB)
-//   q2_gemm_nt{NT}_d{D}_b{MINB}_{a,u}(same arguments)
+//   {q2,q2h}_gemm_nt{NT}_d{D}_b{MINB}_{a,u}(same arguments)
 //       launch shapes, tiles and tree as nvfp4_mma.cu states; weights qs uint8 [N, K/4] and
 //       d uint16 [N, K/64] (f16 bits) as metrale/cuda/q2_0.py uploads them; rs = 1.0 (Q2_0 has
 //       no row scale: root * 1.0 = root); _a: B % 8 == 0, _u: B % 8 == 4.
@@ -19,9 +21,20 @@
 // the codes q of elements t + 4j, and q - 1 in [-1, 2] as s8 bytes by (q + 0x7F) ^ 0x80 per
 // byte (no carry between bytes). S_b = sum (q - 1) c: two MMAs (A16 limbs) exact in int32
 // (|S_b| < 2^20); v_b = (f32(S_b) * f32(d)) * 2^(E_b - 14), f32(d) by cvt.f32.f16 (exact).
+// q2h (the f16 mode, MODE 3): one mma.sync.m16n8k16.f32.f16.f16.f32 per block with q - 1 and the
+// A16 codes as f16 (exact; integer products and partial sums below 2^20, exact in f32 in any
+// order: nvfp4_mma.cu, the f16 mode), the same v_b: the same bits as q2.
 // Blocks past B: their activation codes are zero and their factor -0.0, so v_b = -0.0 whatever
 // the weight bytes.
 #include "mma_gemm.cuh"
+
+// The f16 mode's prologue: the same layout and factors, the words holding f16 code pairs.
+extern "C" __global__ void __launch_bounds__(256) q2h_mma_prep(const unsigned short* __restrict__ x, long long ldx,
+                                                               int m, int rows8, int B, int NB,
+                                                               unsigned int* __restrict__ act,
+                                                               float* __restrict__ fac) {
+    a16_mma_prep_body<true, false, true>(x, ldx, m, rows8, B, NB, 14, act, fac);
+}
 
 extern "C" __global__ void __launch_bounds__(256) q2_mma_prep(const unsigned short* __restrict__ x, long long ldx,
                                                               int m, int rows8, int B, int NB,
@@ -76,20 +89,51 @@ struct Q2W {
                 const unsigned int c = (q + 0x7F7F7F7Fu) ^ 0x80808080u;
                 if (h == 0) o.a0[k] = c; else o.a1[k] = c;
             }
+        }
+        scales(s, o.ws0, o.ws1);
+    }
+    // The f32 d of the step's blocks (0-3: the first f16, 4-7: the second) of rows g and g + 8.
+    static __device__ __forceinline__ void scales(const Load& s, float (&ws0)[8], float (&ws1)[8]) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
             float lo, hi;
             asm("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;\n\t}"
                 : "=f"(lo), "=f"(hi)
                 : "r"(s.d[h]));
 #pragma unroll
             for (int k = 0; k < 8; ++k) {
-                if (h == 0) o.ws0[k] = k < 4 ? lo : hi; else o.ws1[k] = k < 4 ? lo : hi;
+                if (h == 0) ws0[k] = k < 4 ? lo : hi; else ws1[k] = k < 4 ? lo : hi;
             }
         }
     }
 };
 
-#define Q2_MMA(NT, AL, SUFFIX) MMA_KERNEL(Q2W, q2, 0, NT, AL, SUFFIX)
+// The f16 mode's policy (MODE 3, mma_gemm.cuh HalfOps): Q2W's loads; q - 1 biased by 128 is
+// q + 127 per byte, turned into f16 pairs once per step.
+struct Q2HW : Q2W {
+    typedef HalfOps Ops;
+    static __device__ __forceinline__ void decode(const Load& s, int t, const Consts&, HalfOps& o) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const unsigned int X[8] = {s.q[h][0].x, s.q[h][0].y, s.q[h][0].z, s.q[h][0].w,
+                                       s.q[h][1].x, s.q[h][1].y, s.q[h][1].z, s.q[h][1].w};
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const unsigned int biased = ((X[k] >> (2 * t)) & 0x03030303u) + 0x7F7F7F7Fu;
+                if (h == 0) biased_codes_f16(biased, o.h0[k][0], o.h0[k][1]);
+                else biased_codes_f16(biased, o.h1[k][0], o.h1[k][1]);
+            }
+        }
+        scales(s, o.ws0, o.ws1);
+    }
+};
+
+#define Q2_MMA(NT, AL, SUFFIX) \
+    MMA_KERNEL(Q2W, q2, 0, NT, AL, SUFFIX)   \
+    MMA_KERNEL(Q2HW, q2h, 3, NT, AL, SUFFIX)
 // @instances Q2_MMA   (lines generated from metrale/cuda/configs.py)
 
-#define Q2_GEMM(NT, D, MINB, AL, SUFFIX) GEMM_KERNEL(Q2W, q2, 0, NT, D, MINB, AL, SUFFIX)
+#define Q2_GEMM(NT, D, MINB, AL, SUFFIX)          \
+    GEMM_KERNEL(Q2W, q2, 0, NT, D, MINB, AL, SUFFIX) \
+    GEMM_KERNEL(Q2HW, q2h, 3, NT, D, MINB, AL, SUFFIX)
 // @instances Q2_GEMM   (lines generated from metrale/cuda/configs.py)
