@@ -44,7 +44,16 @@ def _plain_flags(params: list[Any]) -> list[Any]:
     return params
 
 
+def _reflow(text: str | None) -> str | None:
+    """A docstring's paragraphs each on one line: rich keeps the line breaks of every paragraph
+    after the first, which at 80 columns leaves lines broken half-way."""
+    return None if text is None else "\n\n".join(" ".join(p.split()) for p in text.split("\n\n"))
+
+
 class _Command(typer.core.TyperCommand):
+    def __init__(self, *args: Any, help: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, help=_reflow(help), **kwargs)
+
     def get_params(self, ctx: Any) -> list[Any]:
         return _plain_flags(super().get_params(ctx))
 

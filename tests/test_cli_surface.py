@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import subprocess
 import sys
@@ -47,6 +48,30 @@ def test_help_at_80_columns(cmd: str | None) -> None:
     for text in _texts(cmd):
         for w in text.split():
             assert w in words, f"{w!r} of {text!r} is cut in:\n{out}"
+
+
+def _early_breaks(out: str, width: int = 80) -> list[str]:
+    """Lines of the help's prose (outside the boxes) broken before the width was used: the next
+    line's first word would have fitted (rich keeps a docstring's own line breaks)."""
+    prose = [ln.rstrip() for ln in out.splitlines()]
+    prose = [ln if ln.strip() and not any(ch in BOX for ch in ln) else "" for ln in prose]
+    return [
+        f"{a!r} / {b!r}"
+        for a, b in itertools.pairwise(prose)
+        if a and b and len(a) + 1 + len(b.split()[0]) <= width - 1
+    ]
+
+
+@pytest.mark.parametrize("cmd", [None, *COMMANDS])
+def test_help_prose_fills_its_lines(cmd: str | None) -> None:
+    out = _help(*([cmd] if cmd else []))
+    assert not _early_breaks(out), "\n".join(_early_breaks(out)) + "\n" + out
+
+
+def test_an_early_break_is_seen() -> None:
+    """The property above can fail: a paragraph broken short of the width is found."""
+    assert _early_breaks(" Torch peers are measured; --dry-run runs on the\n CPU with tiny shapes.\n")
+    assert not _early_breaks(" " + "word " * 15 + "\n last line.\n")
 
 
 def test_a_cut_word_is_seen() -> None:

@@ -83,7 +83,7 @@ def test_load_ffn_layer_argument_types(tmp_path: Path) -> None:
         metrale.load_ffn_layer(None)  # type: ignore[arg-type]
     a = metrale.load_ffn_layer(src, layer=np.int64(1), backend="reference")  # type: ignore[arg-type]
     b = metrale.load_ffn_layer(src, layer=1, backend="reference")
-    x = RNG.standard_normal((2, 64)).astype(metrale.BF16)
+    x = RNG.standard_normal((2, 64), dtype=np.float32).astype(metrale.BF16)
     assert (a(x).view(np.uint16) == b(x).view(np.uint16)).all()
 
 

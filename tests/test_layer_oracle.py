@@ -28,7 +28,7 @@ HIDDEN, INTER = 64, 96
 
 def rows(seed: int, m: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
-    return (rng.standard_normal((m, HIDDEN)) * np.exp2(rng.uniform(-2, 2, (m, 1)))).astype(BF16)
+    return (rng.standard_normal((m, HIDDEN)) * np.exp2(rng.uniform(-2, 2, (m, 1)))).astype(F32).astype(BF16)
 
 
 def odd_rank_lora(seed: int) -> FfnLora:
@@ -97,9 +97,9 @@ def test_lora_expand_rounds_once() -> None:
     gives different bits for these rows (so the comparison can fail)."""
     rng = np.random.default_rng(7)
     x = rows(8, 6)
-    a = (rng.standard_normal((5, HIDDEN)) * 0.25).astype(BF16)
-    b = (rng.standard_normal((INTER, 5)) * 0.25).astype(BF16)
-    base = (rng.standard_normal((6, INTER))).astype(BF16)
+    a = (rng.standard_normal((5, HIDDEN)) * 0.25).astype(F32).astype(BF16)
+    b = (rng.standard_normal((INTER, 5)) * 0.25).astype(F32).astype(BF16)
+    base = rng.standard_normal((6, INTER)).astype(F32).astype(BF16)
     ad = LoraAdapter(a=a, b=b, scale=F32(0.3))
     got = lora_expand(lora_shrink(x, ad), ad, base)
     want = oracle.lora_delta(x, base, a, b, 0.3)

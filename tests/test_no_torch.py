@@ -27,7 +27,7 @@ SCRIPT = textwrap.dedent(
     src = make_example_checkpoint(out / "src")
     rng = np.random.default_rng(0)
     w = metrale.Nvfp4Weight.quantize(rng.standard_normal((128, 64), dtype=np.float32))
-    y = metrale.project(rng.standard_normal((3, 64)).astype(metrale.BF16), w)
+    y = metrale.project(rng.standard_normal((3, 64), dtype=np.float32).astype(metrale.BF16), w)
     assert y.shape == (3, 128), y.shape
     runner = CliRunner()
     for fmt in ("nvfp4", "fp8", "w8a8", "q2_0"):

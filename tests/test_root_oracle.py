@@ -65,7 +65,7 @@ def check(x: np.ndarray, w: Any, mode: str) -> None:
 
 def seeded_rows(seed: int, m: int, k: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
-    x = (rng.standard_normal((m, k)) * np.exp2(rng.uniform(-6, 6, (m, 1)))).astype(BF16)
+    x = (rng.standard_normal((m, k)) * np.exp2(rng.uniform(-6, 6, (m, 1)))).astype(F32).astype(BF16)
     edges = [edge_row(name, k, rng) for name in EDGE_ROWS]
     return np.concatenate([x, np.stack(edges)])
 

@@ -48,9 +48,13 @@ def build_layer(seed: int = 0, progress: Progress | None = None) -> DenseFfnLaye
     return DenseFfnLayer(FfnConfig(HIDDEN, INTER), weights=weights, backend=get_backend("reference"))
 
 
-def time_rows(layer: DenseFfnLayer, m: int, repeats: int, seed: int = 1) -> tuple[list[float], str]:
-    """Wall times (s) of ``repeats`` calls on m random rows, after one warm-up call; and the
-    entry point's kernels (from the launch log)."""
+def time_rows(
+    layer: DenseFfnLayer, m: int, repeats: int, seed: int = 1
+) -> tuple[list[float], list[float], str]:
+    """Wall and CPU times (s, ``time.process_time``: every thread of the process) of
+    ``repeats`` calls on m random rows, after one warm-up call; and the entry point's kernels
+    (from the launch log). On a shared machine the CPU time is the wall time the call would
+    take with a core to itself."""
     x = np.random.default_rng(seed).standard_normal((m, HIDDEN), dtype=np.float32).astype(BF16)
     ctx = ForwardContext(layer.config, backend=layer.backend, max_rows=max(64, m))
     layer(x, ctx)  # warm-up (table load, BLAS threads)
@@ -58,12 +62,13 @@ def time_rows(layer: DenseFfnLayer, m: int, repeats: int, seed: int = 1) -> tupl
     layer(x, ctx)
     groups = [(k, len(list(g))) for k, g in itertools.groupby(layer.backend.launches)]
     kernels = ", ".join(f"{k} ×{c}" if c > 1 else k for k, c in groups)
-    times = []
+    times, cpu = [], []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         layer(x, ctx)
         times.append(time.perf_counter() - t0)
-    return times, kernels
+        cpu.append(time.process_time() - c0)
+    return times, cpu, kernels
 
 
 def main() -> None:
@@ -85,12 +90,15 @@ def main() -> None:
         f"quantized 3 NVFP4 weights ({HIDDEN}x{INTER}) in {time.perf_counter() - t0:.1f} s (not timed); "
         f"{os.cpu_count()} CPUs, load average {load} (1, 5, 15 min)\n"
     )
-    print("| m | kernels launched | median (s) | min (s) | ms per row |")
-    print("| ---: | --- | ---: | ---: | ---: |")
+    print("| m | kernels launched | median (s) | min (s) | ms per row | CPU median (s) |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: |")
     for m in args.rows:
-        times, kernels = time_rows(layer, m, args.repeats)
+        times, cpu, kernels = time_rows(layer, m, args.repeats)
         med = statistics.median(times)
-        print(f"| {m} | {kernels} | {med:.3f} | {min(times):.3f} | {1e3 * med / m:.1f} |")
+        print(
+            f"| {m} | {kernels} | {med:.3f} | {min(times):.3f} | {1e3 * med / m:.1f} "
+            f"| {statistics.median(cpu):.3f} |"
+        )
 
 
 if __name__ == "__main__":
