@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.distributed.nn.functional  # before any process group: see below
 
-from metrale.distributed.agree import WHERE, failing_together, fingerprint, process_group
+from metrale.distributed.agree import WHERE, agree_rows, failing_together, fingerprint, process_group
 from metrale.distributed.layer import sliced_tp_layer
 from metrale.distributed.shard import (
     BLOCK,
@@ -33,7 +33,7 @@ from metrale.distributed.shard import (
     rows_slice,
 )
 from metrale.errors import MetraleError
-from metrale.ffn_module import MetraleFfn, check_weights, set_tensor_parallel
+from metrale.ffn_module import MetraleFfn, check_input, check_weights, set_tensor_parallel
 from metrale.reference.context import FfnConfig
 from metrale.reference.layer import DenseFfnLayer, FfnActivation
 
@@ -235,6 +235,13 @@ class TpMetraleFfn(MetraleFfn):
                 f"TpMetraleFfn: input on cpu, the group's backend {dist.get_backend(self.group)} moves "
                 "CUDA tensors only (use a gloo group, or move the module to cuda)"
             )
+        check_input(x, self.config.hidden_size, "MetraleFfn input")
+        if x.numel() == 0 and (x.device.type == "cpu" or dist.get_backend(self.group) == "gloo"):
+            # No rows: no launch, so no row agreement inside the backend. Build the layer (its
+            # agreement, as any rank's first call does) and agree on the rows here, so a rank
+            # with none fails with the others instead of leaving them in a collective.
+            self.layer_for(x.device, 1)
+            agree_rows(self.group, 0, WHERE)
         return super().run(x)
 
     # ---- state: which rank's slices ----
