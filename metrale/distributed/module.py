@@ -227,6 +227,35 @@ class TpMetraleFfn(MetraleFfn):
             facts={"the whole weights' fingerprint": self._whole_fingerprint},
         )
 
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.compiler.is_compiling():  # compiled: the operator's body (run) checks x
+            self._check_input_with_the_group(x)
+        return torch.ops.metrale.dense_ffn(x, self._handle)
+
+    def _check_input_with_the_group(self, x: Any) -> bool:
+        """check_input, and x on the weights' device; returns whether the group agrees on row
+        counts on the host (gloo). Host groups agree on every call's row count inside the
+        backend: a rank that refuses its input (or, in ``run``, has no rows) launches nothing,
+        so it builds the layer (the agreement any rank's first call runs) and agrees here:
+        every rank then fails alike instead of leaving the others in a collective."""
+        import torch.distributed as dist
+
+        dev = self._buffer_device()
+        name = dist.get_backend(self.group)
+        synced = "gloo" in name if dev.type == "cpu" else name == "gloo"  # the backend's rule
+        try:
+            check_input(x, self.config.hidden_size, "MetraleFfn input")
+            if x.device != dev:
+                raise MetraleError(
+                    f"MetraleFfn: input on {x.device}, the module's weights on {dev} (use .to())"
+                )
+        except MetraleError as e:
+            if synced:
+                self.layer_for(dev, 1)
+                agree_rows(self.group, -1, WHERE, error=str(e))
+            raise
+        return synced
+
     def run(self, x: torch.Tensor) -> torch.Tensor:
         import torch.distributed as dist
 
@@ -235,11 +264,8 @@ class TpMetraleFfn(MetraleFfn):
                 f"TpMetraleFfn: input on cpu, the group's backend {dist.get_backend(self.group)} moves "
                 "CUDA tensors only (use a gloo group, or move the module to cuda)"
             )
-        check_input(x, self.config.hidden_size, "MetraleFfn input")
-        if x.numel() == 0 and (x.device.type == "cpu" or dist.get_backend(self.group) == "gloo"):
-            # No rows: no launch, so no row agreement inside the backend. Build the layer (its
-            # agreement, as any rank's first call does) and agree on the rows here, so a rank
-            # with none fails with the others instead of leaving them in a collective.
+        synced = self._check_input_with_the_group(x)
+        if x.numel() == 0 and synced:
             self.layer_for(x.device, 1)
             agree_rows(self.group, 0, WHERE)
         return super().run(x)
