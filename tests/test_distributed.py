@@ -460,7 +460,9 @@ def test_replace_mlps_tp_checks_the_checkpoint_shape(one_rank_world: Any, tmp_pa
 
 
 def test_ranks_that_disagree_fail_alike(tmp_path) -> None:
-    """Two gloo ranks given different configs, splits, weights or row counts, or one failing
+    """Two gloo ranks given different configs, splits, weights or row counts (zero rows on one
+    rank included: a fresh module, so its first call builds the layer), one rank's input
+    refused (float32), or one failing
     its construction (tp_layer(cfg, 1, 3) in a group of 2, split 'x'), all raise the same
     TpDisagreement on both ranks, within the collective timeout (no hang); the group then
     still runs an agreeing module with the single-device bits."""
@@ -477,6 +479,9 @@ def test_ranks_that_disagree_fail_alike(tmp_path) -> None:
         "split": r"disagree on split \(rank 0: k; rank 1: n\)",
         "weights": r"disagree on .*fingerprint",
         "rows": r"different row counts \(rank 0: 2, rank 1: 3\)",
+        "zero rows": r"different row counts \(rank 0: 0, rank 1: 3\)",
+        "bad input": r"rank 0 of 2 refused its input: MetraleFfn input: dtype torch\.float32, "
+        r"want torch\.bfloat16",
         "build": r"rank 1 of 2 failed to build its part: tensor parallel: rank 1 of 3 given, "
         r"the process group says 1 of 2",
         "bad split": r"rank 1 of 2 failed to build its part: TpMetraleFfn: split='x', want one of k, n",

@@ -511,6 +511,10 @@ def run_hostile(rank: int, size: int, port: int, out_dir: str) -> None:
             cfg, ws if rank == 0 else module_weights("nvfp4", seed=41)
         ),
         "rows": lambda: good(module_input("nvfp4", 2 + rank)),
+        "zero rows": lambda: TpMetraleFfn.from_weights(cfg, ws)(module_input("nvfp4", 3)[: 3 * rank]),
+        "bad input": lambda: good(
+            module_input("nvfp4", 3).to(torch.float32 if rank == 0 else torch.bfloat16)
+        ),
         "build": lambda: tp_layer(cfg, rank, size + rank, weights=FfnWeights(*ws)),
         "bad split": lambda: TpMetraleFfn.from_weights(cfg, ws, split="n" if rank == 0 else "x"),
     }

@@ -113,16 +113,25 @@ def all_gather_into(out: Any, t: Any, group: Any) -> None:
         dist.all_gather_into_tensor(out, t, group=group)
 
 
-def agree_rows(group: Any, m: int, where: str) -> None:
+def agree_rows(group: Any, m: int, where: str, error: str | None = None) -> None:
     """All-gather this rank's row count ``m`` (a CPU int64, gloo) and raise the same
-    TpDisagreement on every rank when they differ."""
+    TpDisagreement on every rank when they differ. A rank whose input was refused passes its
+    ``error`` (sent as row count -1); every rank then gathers the errors (one more collective,
+    on the error path only) and raises the same TpDisagreement naming that rank and its error."""
     import torch
     import torch.distributed as dist
 
     size = dist.get_world_size(group)
     out = torch.empty(size, dtype=torch.int64)
-    all_gather_into(out, torch.tensor([m], dtype=torch.int64), group)
+    all_gather_into(out, torch.tensor([-1 if error is not None else m], dtype=torch.int64), group)
     rows = [int(v) for v in out.tolist()]
+    if any(r < 0 for r in rows):
+        got: list[Any] = [None] * size
+        dist.all_gather_object(got, error, group=group)
+        bad = [r for r, v in enumerate(rows) if v < 0]
+        raise TpDisagreement(
+            f"{where}: rank {', '.join(map(str, bad))} of {size} refused its input: {got[bad[0]]}"
+        )
     if any(r != rows[0] for r in rows):
         each = ", ".join(f"rank {r}: {v}" for r, v in enumerate(rows))
         raise TpDisagreement(

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.distributed.nn.functional  # before any process group: see below
 
-from metrale.distributed.agree import WHERE, failing_together, fingerprint, process_group
+from metrale.distributed.agree import WHERE, agree_rows, failing_together, fingerprint, process_group
 from metrale.distributed.layer import sliced_tp_layer
 from metrale.distributed.shard import (
     BLOCK,
@@ -33,7 +33,7 @@ from metrale.distributed.shard import (
     rows_slice,
 )
 from metrale.errors import MetraleError
-from metrale.ffn_module import MetraleFfn, check_weights, set_tensor_parallel
+from metrale.ffn_module import MetraleFfn, check_input, check_weights, set_tensor_parallel
 from metrale.reference.context import FfnConfig
 from metrale.reference.layer import DenseFfnLayer, FfnActivation
 
@@ -227,6 +227,35 @@ class TpMetraleFfn(MetraleFfn):
             facts={"the whole weights' fingerprint": self._whole_fingerprint},
         )
 
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.compiler.is_compiling():  # compiled: the operator's body (run) checks x
+            self._check_input_with_the_group(x)
+        return torch.ops.metrale.dense_ffn(x, self._handle)
+
+    def _check_input_with_the_group(self, x: Any) -> bool:
+        """check_input, and x on the weights' device; returns whether the group agrees on row
+        counts on the host (gloo). Host groups agree on every call's row count inside the
+        backend: a rank that refuses its input (or, in ``run``, has no rows) launches nothing,
+        so it builds the layer (the agreement any rank's first call runs) and agrees here:
+        every rank then fails alike instead of leaving the others in a collective."""
+        import torch.distributed as dist
+
+        dev = self._buffer_device()
+        name = dist.get_backend(self.group)
+        synced = "gloo" in name if dev.type == "cpu" else name == "gloo"  # the backend's rule
+        try:
+            check_input(x, self.config.hidden_size, "MetraleFfn input")
+            if x.device != dev:
+                raise MetraleError(
+                    f"MetraleFfn: input on {x.device}, the module's weights on {dev} (use .to())"
+                )
+        except MetraleError as e:
+            if synced:
+                self.layer_for(dev, 1)
+                agree_rows(self.group, -1, WHERE, error=str(e))
+            raise
+        return synced
+
     def run(self, x: torch.Tensor) -> torch.Tensor:
         import torch.distributed as dist
 
@@ -235,6 +264,10 @@ class TpMetraleFfn(MetraleFfn):
                 f"TpMetraleFfn: input on cpu, the group's backend {dist.get_backend(self.group)} moves "
                 "CUDA tensors only (use a gloo group, or move the module to cuda)"
             )
+        synced = self._check_input_with_the_group(x)
+        if x.numel() == 0 and synced:
+            self.layer_for(x.device, 1)
+            agree_rows(self.group, 0, WHERE)
         return super().run(x)
 
     # ---- state: which rank's slices ----
