@@ -21,3 +21,19 @@ def test_a4_block_value_order_is_exact_for_every_dot_and_scale_pair() -> None:
         got = sw * (a * F32(0.25))
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"ascale {a}"
         assert np.all(np.abs(want[want != 0]) >= F32(2.0**-20))  # never subnormal
+
+
+def test_a4_block_value_order_is_associative_for_every_dot_and_scale_pair() -> None:
+    """((f32(S)·ws)·as) equals f32(S)·(ws·as) bit for bit over every |S| ≤ 2304 and every pair
+    of non-negative finite e4m3 scales: S has at most 12 significant bits and each scale 4, so
+    every product is exact in f32 in either order (none underflows). This is why the mutation
+    ``a4-block-value-order`` in tools/mutants.py is equivalent: no input can tell the orders
+    apart."""
+    codes = np.arange(0x00, 0x7F, dtype=np.uint8)
+    scales = codes.view(ml_dtypes.float8_e4m3fn).astype(F32)
+    s = np.arange(-2304, 2305, dtype=np.int32).astype(F32)[:, None]
+    sw = s * scales[None, :]  # [dots, weight scales]
+    for a in scales:
+        want = sw * a
+        got = s * (scales[None, :] * a)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"ascale {a}"

@@ -26,6 +26,7 @@ from helpers import (
 
 from metrale.errors import MetraleError
 from metrale.reference.activations import quantize_a4, quantize_a8, quantize_a16
+from metrale.reference.elements import e2m1_rne
 
 # --------------------------------------------------------------------------- A16
 
@@ -327,3 +328,32 @@ def test_a8_tiny_amax_beside_zero_gives_code_zero() -> None:
     want_q, want_s = vllm_per_token_int8(torch_bf16(x))
     assert_bits_equal(a.q, want_q, "A8 q")
     assert_bits_equal(a.scale, want_s, "A8 scale")
+
+
+def test_a8_zero_inf_rule_leaves_no_nan_to_the_int8_cast() -> None:
+    """The zeros' 0·Inf = NaN beside a tiny amax becomes code 0 by the sequence's own rule, not
+    by numpy's NaN -> int8 cast (C's undefined float -> int conversion, 0 on x86-64 only through
+    cvttss2si's 0x80000000): that cast raises under errstate(invalid="raise"), the rule does not."""
+    x = bf16([[2.0**-130, -(2.0**-130)] + [0.0] * 13 + [-0.0], [1.0, np.nan] + [0.0] * 14])
+    with np.errstate(invalid="raise"):
+        a = quantize_a8(x)
+    assert a.q[0].tolist() == [127, -128] + [0] * 14
+    assert a.q[1].tolist() == [0] * 16 and np.isnan(a.scale[1])
+
+
+def test_a4_zero_inf_rule_gives_e2m1_no_nan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """e2m1_rne's NaN input is the caller's error (e2m1 has no NaN; what ml_dtypes makes of one
+    is no contract): A4 maps the zeros' 0·Inf = NaN beside a tiny d to 0 before the cast."""
+    import metrale.reference.activations as act
+
+    seen: list[np.ndarray] = []
+
+    def checked(v: np.ndarray) -> np.ndarray:
+        seen.append(np.asarray(v, dtype=F32).copy())
+        return e2m1_rne(v)
+
+    monkeypatch.setattr(act, "e2m1_rne", checked)
+    x = bf16([[6 * 2.0**-129, -6 * 2.0**-129] + [0.0] * 13 + [-0.0]])
+    a = act.quantize_a4(x, F32(2.0**-126))
+    assert len(seen) == 1 and not np.isnan(seen[0]).any(), seen
+    assert a.codes[0].tolist() == [12, -12] + [0] * 14

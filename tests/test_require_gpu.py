@@ -11,12 +11,15 @@ from pathlib import Path
 from metrale.cuda import cuda_unavailable_reason
 
 ROOT = Path(__file__).resolve().parent.parent
+#: A small test file that exists: on a GPU machine collecting it must succeed (rc 0).
+TARGET = "tests/test_elements.py"
 
 
 def test_require_gpu_fails_without_a_backend() -> None:
+    assert (ROOT / TARGET).is_file(), TARGET
     env = {**os.environ, "METRALE_REQUIRE_GPU": "1"}
     p = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--co", "tests/test_readme.py"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--co", TARGET],
         cwd=ROOT,
         env=env,
         capture_output=True,
