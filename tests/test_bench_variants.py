@@ -163,6 +163,18 @@ def test_document_schema_and_verdicts(tmp_path: Path) -> None:
         assert {"name", "kernels", "routed", "bits_equal_routed", "us", "GBps", "x_floor", "spread"} <= set(
             first
         )
+        # tiny (128, 256): gate N = 256, K = 128 and down N = 128, K = 256, one set: m * 256 * 8
+        # block values either way; at 50 µs (routing) and 1 µs (the first candidate)
+        values = rec["m"] * 256 * 8
+        assert rec["routing"]["T_block_values_per_s"] == round(values / 50e-6 / 1e12, 3)
+        assert first["T_block_values_per_s"] == round(values / 1e-6 / 1e12, 3)
+
+
+def test_w8a8_has_no_epilogue_rate() -> None:
+    cell = variants.plan("w8a8-gemm", {"tiny": (128, 256)}, [4], ["w8a8"])[0]
+    assert variants.block_values(cell) is None
+    nv = variants.plan("nvfp4-gemm", {"tiny": (128, 256)}, [64], ["nvfp4"])[0]  # gate+up: 2 sets
+    assert nv.sets == 2 and variants.block_values(nv) == 64 * 256 * (128 // 16) * 2
 
 
 def test_a_candidate_with_other_bits_fails_the_run_and_is_not_timed(tmp_path: Path) -> None:

@@ -409,9 +409,23 @@ def measure_cell(cell: Cell, runner: Runner, largest: np.ndarray | None) -> tupl
     return rec, routed
 
 
+def block_values(cell: Cell) -> int | None:
+    """The block values a cell's launch forms (m N K / 16 per weight set: one per output and
+    16-element block), or None for the families without blocks (W8A8's one int32 dot)."""
+    if FAMILIES[cell.family].mode == "A8":
+        return None
+    return cell.m * cell.n * (cell.k // 16) * cell.sets
+
+
 def _timed(runner: Runner, cell: Cell, cand: Candidate | None, wb: int, fl: float) -> dict[str, Any]:
+    """A candidate's timing, bandwidth, × floor and, for block formats, its epilogue rate
+    (T block values per second)."""
     t = runner.time(cell, cand)
-    return {**t.js(), "GBps": round(wb / (t.us * 1e-6) / 1e9, 1), "x_floor": round(t.us / fl, 3)}
+    out = {**t.js(), "GBps": round(wb / (t.us * 1e-6) / 1e9, 1), "x_floor": round(t.us / fl, 3)}
+    bv = block_values(cell)
+    if bv is not None:
+        out["T_block_values_per_s"] = round(bv / (t.us * 1e-6) / 1e12, 3)
+    return out
 
 
 def measure(cells: list[Cell], runner: Runner, meta: dict[str, Any]) -> dict[str, Any]:
@@ -479,7 +493,11 @@ TABLES: dict[str, tuple[str, ...]] = {
 
 
 def _line(rec: dict[str, Any]) -> str:
-    head = f"{rec['shape']} {rec['format']} {rec['proj']} m={rec['m']}: routing {rec['routing']['us']:.2f} us"
+    rate = rec["routing"].get("T_block_values_per_s")
+    head = (
+        f"{rec['shape']} {rec['format']} {rec['proj']} m={rec['m']}: routing {rec['routing']['us']:.2f} us"
+        + (f" ({rate:.2f} T block values/s)" if rate is not None else "")
+    )
     cells = [
         f"{c['name']} {c['us']:.2f}" if "us" in c else f"{c['name']} {c.get('error', 'BITS DIFFER')}"
         for c in rec["candidates"]
