@@ -171,7 +171,8 @@ __device__ __forceinline__ void step_roots(const StepOps& o, const uint4* __rest
 // [0]: elements 4t, 4t + 1, [1]: 4t + 2, 4t + 3, the k slots 2t, 2t + 1 and 2t + 8, 2t + 9 of
 // the f16 A fragment) and the f32 weight scales. Every code and product is an exact f16 / f32
 // integer and every partial sum an integer below 2^23, so the f32 accumulator is f32(S_b)
-// exactly, as the s8 MMAs' int32 (tests/gpu/test_f16_mma_block_dot.py checks the device).
+// exactly, as the s8 MMAs' int32 (arithmetic.md § kernel-notes; tests/gpu/test_f16_mma_block_dot.py
+// checks the device).
 struct HalfOps {
     unsigned int h0[8][2], h1[8][2];
     float ws0[8], ws1[8];
