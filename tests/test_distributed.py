@@ -465,7 +465,8 @@ def test_ranks_that_disagree_fail_alike(tmp_path) -> None:
     refused (float32), or one failing
     its construction (tp_layer(cfg, 1, 3) in a group of 2, split 'x'), all raise the same
     TpDisagreement on both ranks, within the collective timeout (no hang); the group then
-    still runs an agreeing module with the single-device bits."""
+    still runs an agreeing module with the single-device bits, and a module one rank alone
+    rebuilt (load_state_dict) gives them too."""
     from metrale.reference.context import FfnConfig
     from metrale.torch import MetraleFfn
     from tests import tp_worker as w
@@ -495,6 +496,10 @@ def test_ranks_that_disagree_fail_alike(tmp_path) -> None:
     y = w.raw(whole(w.module_input("nvfp4", 3)))
     for r in range(2):
         assert np.array_equal(np.load(tmp_path / f"hostile{r}.npy"), y), r
+    # one rank reloading its state (its layer rebuilt alone) runs on with the others
+    assert got[0]["rebuild on one rank"] == got[1]["rebuild on one rank"] == "no error", got
+    for r in range(2):
+        assert np.array_equal(np.load(tmp_path / f"rebuild{r}.npy"), y), r
 
 
 def test_tp_ranks_and_sizes_refused_by_type(tmp_path) -> None:

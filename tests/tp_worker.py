@@ -481,6 +481,15 @@ def run_cuda_module(rank: int, size: int, port: int, out_dir: str, transport: st
 HOSTILE_TIMEOUT = datetime.timedelta(seconds=20)
 
 
+def _rebuild_on_one_rank(tp: Any, rank: int, out_dir: str) -> None:
+    """A forward on both ranks, then rank 1 alone reloads its own state (its layer dropped, to be
+    rebuilt), then a forward on both: its bits saved (``rebuild{rank}.npy``)."""
+    tp(module_input("nvfp4", 3))
+    if rank == 1:
+        tp.load_state_dict(tp.state_dict())
+    np.save(Path(out_dir) / f"rebuild{rank}.npy", raw(tp(module_input("nvfp4", 3))))
+
+
 def run_hostile(rank: int, size: int, port: int, out_dir: str) -> None:
     """Two ranks that disagree, case by case (different configs, splits, weights, row counts;
     one rank's failed construction, a bad split on one rank): each rank records the error it
@@ -517,6 +526,9 @@ def run_hostile(rank: int, size: int, port: int, out_dir: str) -> None:
         ),
         "build": lambda: tp_layer(cfg, rank, size + rank, weights=FfnWeights(*ws)),
         "bad split": lambda: TpMetraleFfn.from_weights(cfg, ws, split="n" if rank == 0 else "x"),
+        "rebuild on one rank": lambda: _rebuild_on_one_rank(
+            TpMetraleFfn.from_weights(cfg, ws), rank, out_dir
+        ),
     }
     got: dict[str, str] = {}
     try:

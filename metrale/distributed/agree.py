@@ -5,7 +5,8 @@ is (``facts``: the whole config, TP size, split, formats, activation, a weights 
 or, if its own construction failed, the error; every rank then raises the same
 ``TpDisagreement`` when a rank failed or a fact differs, so no rank is left waiting in a
 collective for one that gave up. Per call, host (gloo) groups all-gather the row count
-(``agree_rows``) before the first collective of a forward.
+(``agree_rows``) before the first collective of a forward (and ``TpMetraleFfn`` whether each
+rank holds its built layer, before that).
 """
 
 from __future__ import annotations

@@ -19,7 +19,14 @@ from typing import Any
 import torch
 import torch.distributed.nn.functional  # before any process group: see below
 
-from metrale.distributed.agree import WHERE, agree_rows, failing_together, fingerprint, process_group
+from metrale.distributed.agree import (
+    WHERE,
+    agree_rows,
+    all_gather_into,
+    failing_together,
+    fingerprint,
+    process_group,
+)
 from metrale.distributed.layer import sliced_tp_layer
 from metrale.distributed.shard import (
     BLOCK,
@@ -251,10 +258,26 @@ class TpMetraleFfn(MetraleFfn):
                 )
         except MetraleError as e:
             if synced:
+                self._agree_on_the_build(dev)
                 self.layer_for(dev, 1)
                 agree_rows(self.group, -1, WHERE, error=str(e))
             raise
         return synced
+
+    def _agree_on_the_build(self, dev: torch.device) -> None:
+        """Host groups, before a call's first collective: whether every rank holds its layer for
+        ``dev`` (one int64 all-gather). A rank that dropped its layer alone (``load_state_dict``,
+        ``.to()``) would enter the construction agreement while the others enter the forward's
+        collectives; where the ranks differ, every rank drops its layer and all build together
+        (the construction agreement then compares what each rank now holds)."""
+        import torch.distributed as dist
+
+        size = dist.get_world_size(self.group)
+        built = str(dev) in self._built
+        out = torch.empty(size, dtype=torch.int64)
+        all_gather_into(out, torch.tensor([int(built)], dtype=torch.int64), self.group)
+        if built and not all(int(v) for v in out.tolist()):
+            self._built.pop(str(dev))
 
     def run(self, x: torch.Tensor) -> torch.Tensor:
         import torch.distributed as dist
@@ -265,6 +288,8 @@ class TpMetraleFfn(MetraleFfn):
                 "CUDA tensors only (use a gloo group, or move the module to cuda)"
             )
         synced = self._check_input_with_the_group(x)
+        if synced:
+            self._agree_on_the_build(x.device)
         if x.numel() == 0 and synced:
             self.layer_for(x.device, 1)
             agree_rows(self.group, 0, WHERE)
