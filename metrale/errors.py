@@ -19,3 +19,9 @@ class BackendUnavailable(MetraleError, RuntimeError):
 class TpDisagreement(MetraleError):
     """The ranks of a tensor-parallel group disagree on a layer (config, split, format, sizes,
     weights, row count), or one failed to build its part: every rank raises the same message."""
+
+
+def a_kind(value: object) -> str:
+    """``value``'s type name with its article, for messages: "an int", "a str", "a NoneType"."""
+    name = type(value).__name__
+    return ("an " if name[:1].lower() in "aeiou" else "a ") + name

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from metrale.checkpoint.load import build_ffn_layer
-from metrale.errors import MetraleError
+from metrale.errors import MetraleError, a_kind
 from metrale.reference.context import FfnConfig, ForwardContext
 from metrale.reference.elements import BF16
 from metrale.reference.formats.spec import FORMATS, spec_of
@@ -77,7 +77,7 @@ def activation_of(activation: Any, where: str) -> FfnActivation:
 def check_weights(config: Any, weights: Any, where: str) -> None:
     """``config`` an FfnConfig and ``weights`` three metrale weight containers, else MetraleError."""
     if not isinstance(config, FfnConfig):
-        raise MetraleError(f"{where}: config is a {type(config).__name__}, want a metrale.FfnConfig")
+        raise MetraleError(f"{where}: config is {a_kind(config)}, want a metrale.FfnConfig")
     if not isinstance(weights, (list, tuple)) or len(weights) != 3:
         got = f"{len(weights)}" if isinstance(weights, (list, tuple)) else f"a {type(weights).__name__}"
         raise MetraleError(f"{where}: want 3 weights [gate, up, down], got {got}")
@@ -345,7 +345,7 @@ def dense_ffn(x: torch.Tensor, handle: int) -> torch.Tensor:
     """``metrale::dense_ffn(x, handle)``: the FFN of the ``MetraleFfn`` registered as ``handle``
     over bf16 ``x [..., hidden]``, arguments checked (MetraleError) before the dispatcher sees them."""
     if not isinstance(x, torch.Tensor):
-        raise MetraleError(f"metrale::dense_ffn: x is a {type(x).__name__}, want a torch tensor")
+        raise MetraleError(f"metrale::dense_ffn: x is {a_kind(x)}, want a torch tensor")
     if isinstance(handle, bool) or not isinstance(handle, int) or not 0 < handle <= _MAX_HANDLE:
         raise MetraleError(
             f"metrale::dense_ffn: handle {handle!r} is not a module handle (an int in 1..2**63-1)"

@@ -18,7 +18,7 @@ from torch import nn
 
 from metrale.checkpoint.fusion import abs_max
 from metrale.checkpoint.load import load_ffn_layer
-from metrale.errors import MetraleError
+from metrale.errors import MetraleError, a_kind
 from metrale.reference.context import FfnConfig
 from metrale.reference.elements import BF16
 from metrale.reference.formats.spec import FORMAT_NAMES, pick_format
@@ -129,7 +129,7 @@ def check_calibration(model: nn.Module, input_ids: Any) -> None:
     vocab = getattr(model.config, "vocab_size", None)
     lo, hi = int(input_ids.min()), int(input_ids.max())
     if lo < 0 or (isinstance(vocab, int) and hi >= vocab):
-        raise MetraleError(f"{where}: ids span {lo}..{hi}, outside the vocabulary 0..{vocab}")
+        raise MetraleError(f"{where}: ids span {lo}..{hi}, outside the vocabulary 0..{vocab - 1}")
 
 
 def calibrate(model: nn.Module, input_ids: torch.Tensor) -> list[tuple[float, float]]:
@@ -238,7 +238,7 @@ def replace_mlps(
             )
     if not isinstance(source, (str, os.PathLike)):
         raise MetraleError(
-            f"replace_mlps: source {source!r} is a {type(source).__name__}, want a format "
+            f"replace_mlps: source {source!r} is {a_kind(source)}, want a format "
             f"({', '.join(FORMATS)}) or a checkpoint path"
         )
     is_format = isinstance(source, str) and source in FORMATS

@@ -50,7 +50,7 @@ def test_nvfp4_scale_of_the_wrong_type() -> None:
         metrale.Nvfp4Weight(w.weight, w.weight_scale, "a")  # type: ignore[arg-type]
     with pytest.raises(MetraleError, match=r"^weight\.input_scale: must be a finite positive f32 scalar"):
         metrale.Nvfp4Weight(w.weight, w.weight_scale, w.weight_scale_2, [1.0])  # type: ignore[arg-type]
-    with pytest.raises(MetraleError, match=r"^Nvfp4Weight: name=3 is a int, want a str$"):
+    with pytest.raises(MetraleError, match=r"^Nvfp4Weight: name=3 is an int, want a str$"):
         metrale.Nvfp4Weight(w.weight, w.weight_scale, w.weight_scale_2, name=3)  # type: ignore[arg-type]
 
 

@@ -53,3 +53,16 @@ def test_walker_sees_a_stray_exception_class() -> None:
     classes = _exception_classes() | {"Stray": ["RuntimeError"], "Child": ["Stray"]}
     assert not _derives_from_metrale_error("Stray", classes)
     assert not _derives_from_metrale_error("Child", classes)
+
+
+def test_a_kind_takes_the_article_of_the_type_name() -> None:
+    from metrale.errors import a_kind
+
+    assert [a_kind(v) for v in (3, "x", None, 1.5, [], object())] == [
+        "an int",
+        "a str",
+        "a NoneType",
+        "a float",
+        "a list",
+        "an object",
+    ]

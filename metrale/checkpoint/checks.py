@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from metrale.checkpoint.io import CODES
-from metrale.errors import MetraleError
+from metrale.errors import MetraleError, a_kind
 from metrale.reference.formats import FORMATS
 
 #: config.json keys the loader reads as sizes, and the optional layer count.
@@ -41,7 +41,7 @@ def config_problems(cfg: Mapping[str, Any], where: str, *, required: Sequence[st
             continue
         v = cfg[key]
         if not _positive_int(v):
-            out.append(f"{where}: {key} {v!r} is a {type(v).__name__}, want a positive integer")
+            out.append(f"{where}: {key} {v!r} is {a_kind(v)}, want a positive integer")
     return out
 
 

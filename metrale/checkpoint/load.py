@@ -28,7 +28,7 @@ from metrale.checkpoint.checks import (
     weight_problems,
 )
 from metrale.checkpoint.io import HfFolder
-from metrale.errors import MetraleError
+from metrale.errors import MetraleError, a_kind
 from metrale.reference.backend import Backend
 from metrale.reference.context import FfnConfig
 from metrale.reference.formats import DenseWeight, spec_of, spec_of_tensors
@@ -187,12 +187,12 @@ def _load_gguf(path: Path, layer: int, backend: Backend | str | None) -> DenseFf
 def checkpoint_path(path: str | os.PathLike[str], layer: int) -> Path:
     """``path`` as a Path, refused unless it exists and ``layer`` is an int >= 0."""
     if not isinstance(path, (str, os.PathLike)):
-        raise MetraleError(f"load_ffn_layer: path is a {type(path).__name__}, want a str or os.PathLike")
+        raise MetraleError(f"load_ffn_layer: path is {a_kind(path)}, want a str or os.PathLike")
     p = Path(path)
     if not p.exists():
         raise MetraleError(f"{p}: no such checkpoint")
     if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)):
-        raise MetraleError(f"load_ffn_layer: layer={layer!r} is a {type(layer).__name__}, want an int >= 0")
+        raise MetraleError(f"load_ffn_layer: layer={layer!r} is {a_kind(layer)}, want an int >= 0")
     layer = int(layer)
     if layer < 0:
         raise MetraleError(f"layer={layer}: want >= 0")

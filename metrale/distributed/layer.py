@@ -27,7 +27,7 @@ from metrale.distributed.shard import (
     row_ranges,
     rows_slice,
 )
-from metrale.errors import MetraleError
+from metrale.errors import MetraleError, a_kind
 from metrale.reference.backend import Backend, resolve_backend
 from metrale.reference.context import FfnConfig
 from metrale.reference.formats.spec import spec_of
@@ -130,7 +130,7 @@ def _rank_layer(
 ) -> DenseFfnLayer:
     """``tp_layer``'s body: the rank's layer, before the ranks agree."""
     if not isinstance(config, FfnConfig):
-        raise MetraleError(f"tp_layer: config is a {type(config).__name__}, want a metrale.FfnConfig")
+        raise MetraleError(f"tp_layer: config is {a_kind(config)}, want a metrale.FfnConfig")
     inner = resolve_backend(backend, "tp_layer")
     tb = TpBackend(inner, group, split)
     if (tb.rank, tb.size) != (rank, size):

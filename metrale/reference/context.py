@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from metrale.errors import MetraleError
+from metrale.errors import MetraleError, a_kind
 from metrale.reference.backend import Backend, resolve_backend
 from metrale.reference.formats._checks import shown
 
@@ -23,7 +23,7 @@ class FfnConfig:
         for nm in ("hidden_size", "intermediate_size"):
             v = getattr(self, nm)
             if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-                raise MetraleError(f"FfnConfig.{nm}={shown(v)} is a {type(v).__name__}: want an int")
+                raise MetraleError(f"FfnConfig.{nm}={shown(v)} is {a_kind(v)}: want an int")
             if v <= 0 or v % 16:
                 raise MetraleError(f"FfnConfig.{nm}={v!r}: want a positive multiple of 16")
             object.__setattr__(self, nm, int(v))  # numpy integers become ints
@@ -79,7 +79,7 @@ class ForwardContext:
 
     def __post_init__(self) -> None:
         if not isinstance(self.config, FfnConfig):
-            raise MetraleError(f"ForwardContext: config is a {type(self.config).__name__}, want an FfnConfig")
+            raise MetraleError(f"ForwardContext: config is {a_kind(self.config)}, want an FfnConfig")
         if isinstance(self.max_rows, (bool, np.bool_)) or not isinstance(self.max_rows, (int, np.integer)):
             raise MetraleError(f"ForwardContext: max_rows={shown(self.max_rows)}, want an int >= 1")
         self.max_rows = int(self.max_rows)

@@ -14,7 +14,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from metrale.errors import KernelMissing, MetraleError
+from metrale.errors import KernelMissing, MetraleError, a_kind
 from metrale.reference.backend import W4A16_TIERS, Backend, resolve_backend
 from metrale.reference.context import FfnConfig, ForwardContext
 from metrale.reference.dispatch import nvfp4_proj_prefill, nvfp4_proj_small_m, quant_gemm, quant_gemv
@@ -58,9 +58,7 @@ class FfnWeights(Generic[W]):
             p = getattr(self, name)
             if not isinstance(getattr(p, "format", None), str) or p.format not in FORMATS:
                 kinds = ", ".join(f.weight_type.__name__ for f in FORMATS.values())
-                raise MetraleError(
-                    f"FfnWeights: {name} is a {type(p).__name__}, want a metrale weight ({kinds})"
-                )
+                raise MetraleError(f"FfnWeights: {name} is {a_kind(p)}, want a metrale weight ({kinds})")
 
     def all(self) -> tuple[W, W, W]:
         return (self.gate_proj, self.up_proj, self.down_proj)
@@ -106,7 +104,7 @@ def _check_slot(parts: tuple[Any, ...], slot: str, where: str) -> None:
         stem = getattr(p, "format", None)
         spec = FORMATS.get(stem) if isinstance(stem, str) else None
         if spec is None:
-            raise MetraleError(f"{where}: {name} is a {type(p).__name__}, not a metrale weight")
+            raise MetraleError(f"{where}: {name} is {a_kind(p)}, not a metrale weight")
         if spec.slot != slot:
             raise MetraleError(
                 f"{where}: {name} is a {spec.label} weight; {spec.label} weights go in {_SLOT_USE[spec.slot]}"
@@ -152,7 +150,7 @@ class DenseFfnLayer:
         weight_quant: str | None = None,
     ) -> None:
         if not isinstance(config, FfnConfig):
-            raise MetraleError(f"DenseFfnLayer: config is a {type(config).__name__}, want an FfnConfig")
+            raise MetraleError(f"DenseFfnLayer: config is {a_kind(config)}, want an FfnConfig")
         self.backend = resolve_backend(backend, "DenseFfnLayer")
         self.config = config
         self.activation = _activation(activation)
@@ -216,8 +214,7 @@ class DenseFfnLayer:
             raise MetraleError("W8A8 FFN arm fuses SiLU only")
         if not isinstance(w, W8a8Ffn):
             raise MetraleError(
-                f"set_w8a8_decode_weights: w is a {type(w).__name__}, "
-                "want W8a8Ffn(gate_proj, up_proj, down_proj)"
+                f"set_w8a8_decode_weights: w is {a_kind(w)}, want W8a8Ffn(gate_proj, up_proj, down_proj)"
             )
         _check_slot(w.all(), "w8a8", "set_w8a8_decode_weights")
         shapes = [(p.n, p.k) for p in w.all()]
@@ -291,7 +288,7 @@ class DenseFfnLayer:
     # ---- helpers ----
     def _rows(self, input: Any, m: int, ctx: ForwardContext, entry: str) -> Any:
         if not isinstance(ctx, ForwardContext):
-            raise MetraleError(f"{entry}: ctx is a {type(ctx).__name__}, want a ForwardContext")
+            raise MetraleError(f"{entry}: ctx is {a_kind(ctx)}, want a ForwardContext")
         if isinstance(m, bool) or not isinstance(m, (int, np.integer)):
             raise MetraleError(f"{entry}: m={m!r}, want an int row count")
         if ctx.backend is not self.backend:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from metrale.errors import MetraleError
+from metrale.errors import MetraleError, a_kind
 from metrale.reference.activations import (
     A4Codes,
     A8Codes,
@@ -263,7 +263,7 @@ def project(
     """
     if not isinstance(weight, QuantWeight):
         raise MetraleError(
-            f"project: weight is a {type(weight).__name__}, want one of "
+            f"project: weight is {a_kind(weight)}, want one of "
             "Nvfp4Weight, Fp8Weight, W8a8Weight, Q2_0Weight, DenseWeight"
         )
     if codes is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from metrale.errors import MetraleError
+from metrale.errors import MetraleError, a_kind
 
 
 def require(cond: bool, message: str) -> None:
@@ -92,4 +92,4 @@ def check_scalar(name: str, v: object, *, positive: bool = False) -> None:
 
 def check_name(cls: str, name: object) -> None:
     """A weight's ``name`` is a str (it names the tensors in every message)."""
-    require(isinstance(name, str), f"{cls}: name={shown(name)} is a {type(name).__name__}, want a str")
+    require(isinstance(name, str), f"{cls}: name={shown(name)} is {a_kind(name)}, want a str")
