@@ -72,7 +72,7 @@ def test_a16_family_environment_refused() -> None:
         [sys.executable, "-c", "import metrale.cuda.mma"],
         capture_output=True,
         text=True,
-        env={**os.environ, "METRALE_A16_MMA": "f32"},
+        env={**os.environ, "METRALE_BLOCK_DOT": "f32"},
         timeout=60,
     )
-    assert got.returncode != 0 and "METRALE_A16_MMA='f32': want one of s8, f16" in got.stderr
+    assert got.returncode != 0 and "METRALE_BLOCK_DOT='f32': want one of s8, f16" in got.stderr

@@ -201,7 +201,7 @@ def _q2_dec(fmt: str, n: int, k: int, m: int) -> list[Candidate]:
 
 def _nvfp4_gemm(fmt: str, n: int, k: int, m: int) -> list[Candidate]:
     """Every built A16 tensor-core kernel of the cell, in both families: the s8 limbs (names as
-    they were) and the f16 MMA ("f16 ..."; mma.A16_MMA)."""
+    they were) and the f16 MMA ("f16 ..."; mma.BLOCK_DOT)."""
     al = "a" if (k // 16) % 8 == 0 else "u"
     nt = -(-min(m, 8 * configs.NVFP4_MMA_TILES[-1]) // 8)
     from metrale.cuda.mma import GEMM_MIN_ROWS
@@ -211,8 +211,8 @@ def _nvfp4_gemm(fmt: str, n: int, k: int, m: int) -> list[Candidate]:
     out = []
     for fam, prefix in (("s8", "w4a16"), ("f16", "w4a16h")):
         tag = "" if fam == "s8" else "f16 "
-        mine = fam == configs.A16_MMA
-        pick = ((MMA, "A16_MMA", fam),)
+        mine = fam == configs.BLOCK_DOT
+        pick = ((MMA, "BLOCK_DOT", fam),)
         kern = ("nvfp4_mma.cu", f"{prefix}_mma_nt{nt}_{al}")
         out.append(
             Candidate(
@@ -481,7 +481,7 @@ TABLES: dict[str, tuple[str, ...]] = {
         "FP8_BF16_GEMM_MIN_ROWS",
     ),
     "q2-dec": ("Q2_0_DEC_VARIANTS", "Q2_0_DEC_ROUTE", "Q2_0_TIERS"),
-    "nvfp4-gemm": ("NVFP4_GEMM_TILES", "NVFP4_GEMM_SMALL_TILES", "NVFP4_GEMM_VARIANTS", "A16_MMA"),
+    "nvfp4-gemm": ("NVFP4_GEMM_TILES", "NVFP4_GEMM_SMALL_TILES", "NVFP4_GEMM_VARIANTS", "BLOCK_DOT"),
     "w8a8-gemm": (
         "W8A8_GEMM_TILES",
         "W8A8_WGMMA_TILES",

@@ -65,13 +65,13 @@ NVFP4_FAST_PQ: dict[int, bool] = {1: True, 2: True, 3: False, 4: False}
 #: nvfp4_a4.cu fast kernels ``nvfp4_a4f_r{R}`` (W4A4 decode, one pass of R = m rows): rows ->
 #: cp.async ring depth, as NVFP4_FAST_DEPTH.
 NVFP4_A4F_DEPTH: dict[int, int] = {1: 3, 2: 4, 3: 3, 4: 3}
-#: nvfp4_mma.cu kernel families: name prefix -> activation mode (0: A16 on the s8 MMA, 1: A4,
-#: 3: A16 on the f16 MMA, the same bits; A16_MMA picks the A16 family, "s8" until the f16 one
-#: is measured on the device).
-NVFP4_MMA_MODES: tuple[tuple[str, int], ...] = (("w4a16", 0), ("w4a4", 1), ("w4a16h", 3))
-#: The A16 family of the tensor-core engine (mma.A16_MMA; NVFP4 and Q2_0): "s8" (two s8 MMAs per
-#: block, the A16 limbs) or "f16" (one f16 MMA, the codes as f16; the same bits).
-A16_MMA = "s8"
+#: nvfp4_mma.cu kernel families: name prefix -> mode (0: A16 on the s8 MMA, 1: A4 on the s8 MMA,
+#: 3: A16 or A4 on the f16 MMA (the "h" prefixes), the same bits; BLOCK_DOT picks the family,
+#: "s8" until the f16 one is measured on the device).
+NVFP4_MMA_MODES: tuple[tuple[str, int], ...] = (("w4a16", 0), ("w4a4", 1), ("w4a16h", 3), ("w4a4h", 3))
+#: How the tensor-core engine forms block dots (mma.BLOCK_DOT; NVFP4 A16 and A4, Q2_0): "s8" (s8
+#: MMAs: two per A16 block, its limbs) or "f16" (one f16 MMA, the codes as f16; the same bits).
+BLOCK_DOT = "s8"
 #: nvfp4_mma.cu kernels ``{w4a16,w4a4}_mma_nt{NT}_{a,u}`` and q2_0_mma.cu ``q2_mma_nt{NT}_{a,u}``
 #: (mma_gemm.cuh): tiles of 8 rows per pass. The prefill GEMM tables below serve both files.
 NVFP4_MMA_TILES: tuple[int, ...] = (1, 2, 3, 4)

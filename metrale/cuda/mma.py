@@ -39,18 +39,19 @@ GEMM_SMALL_TILES = configs.NVFP4_GEMM_SMALL_TILES
 #: (8 blocks each) while the grid has fewer than two CTAs per multiprocessor.
 GEMM_MAX_PARTS = 64
 GEMM_MIN_PART_STEPS = 4
-#: The A16 family the NVFP4 and Q2_0 launchers take (configs.A16_MMA; METRALE_A16_MMA moves
-#: it, for benchmarks of the two): "s8" (``w4a16_*``, ``q2_*``) or "f16" (``w4a16h_*``,
-#: ``q2h_*``: one f16 MMA per block, the same bits).
-A16_FAMILIES = ("s8", "f16")
-A16_MMA = os.environ.get("METRALE_A16_MMA", configs.A16_MMA)
-if A16_MMA not in A16_FAMILIES:
-    raise MetraleError(f"METRALE_A16_MMA={A16_MMA!r}: want one of {', '.join(A16_FAMILIES)}")
+#: The block-dot family the NVFP4 (A16, A4) and Q2_0 launchers take (configs.BLOCK_DOT;
+#: METRALE_BLOCK_DOT moves it, for benchmarks of the two): "s8" (``w4a16_*``, ``w4a4_*``,
+#: ``q2_*``) or "f16" (``w4a16h_*``, ``w4a4h_*``, ``q2h_*``: one f16 MMA per block, the same bits).
+BLOCK_DOT_FAMILIES = ("s8", "f16")
+BLOCK_DOT = os.environ.get("METRALE_BLOCK_DOT", configs.BLOCK_DOT)
+if BLOCK_DOT not in BLOCK_DOT_FAMILIES:
+    raise MetraleError(f"METRALE_BLOCK_DOT={BLOCK_DOT!r}: want one of {', '.join(BLOCK_DOT_FAMILIES)}")
 
 
-def a16_prefix(s8: str) -> str:
-    """The kernel prefix of the A16 family in use for the s8 family's ``s8`` (+ "h" for f16)."""
-    return s8 if A16_MMA == "s8" else f"{s8}h"
+def family_prefix(s8: str) -> str:
+    """The kernel prefix of the block-dot family in use for the s8 family's prefix ``s8``
+    (+ "h" for the f16 one)."""
+    return s8 if BLOCK_DOT == "s8" else f"{s8}h"
 
 
 #: Dynamic shared memory a launch may ask for (of the H200's 227 KB per CTA, with headroom).

@@ -183,7 +183,7 @@ def nvfp4_a16(x: Any, sets: list[tuple[Any, Any]], rows: int, r_want: int) -> No
     tail = (np.int32(w0.n), np.int32(k))
     fast = _fast_rows(min(r_want, rows), k) if FAST_ENABLED else None
     if mma.ENABLED and rows >= MMA_MIN_ROWS and not fast_one_pass(rows, k, r_want):
-        prefix = mma.a16_prefix("w4a16")
+        prefix = mma.family_prefix("w4a16")
         prep = mma.a16_prep(MMA_FILE, f"{prefix}_mma_prep", x, ldx, b)
         if mma.launch(MMA_FILE, prefix, prep, rows, b, args0, args1, len(sets), w0.n):
             return
@@ -286,7 +286,7 @@ def w4a4_quantize(x: Any, input_scale: Any) -> DeviceA4Codes:
 
 
 def _a4_prep(codes: DeviceA4Codes, b: int) -> mma.Prep | None:
-    kern = runtime.get_kernel(MMA_FILE, "w4a4_mma_prep")
+    kern = runtime.get_kernel(MMA_FILE, f"{mma.family_prefix('w4a4')}_mma_prep")
     c, ldc = codes.codes, codes.codes.strides[0]
     if kern is None or ldc % 16 or c.data.ptr % 16:
         return None
@@ -327,7 +327,8 @@ def w4a4_gemv_small_m(codes: DeviceA4Codes, w: Any, out: Any) -> None:
         pdl.launch(kern, (_fast_grid_x(w.n, 1),), (FAST_THREADS,), a4_args, smem)
         return
     prep = _a4_prep(codes, b)
-    if mma.ENABLED and m >= A4_MMA_MIN_ROWS and mma.launch(MMA_FILE, "w4a4", prep, m, b, args, args, 1, w.n):
+    family = mma.family_prefix("w4a4")
+    if mma.ENABLED and m >= A4_MMA_MIN_ROWS and mma.launch(MMA_FILE, family, prep, m, b, args, args, 1, w.n):
         return
     r = _rows_per_pass(1, m, k)
     name = f"nvfp4_a4_r{r}_{'e' if b % 2 == 0 else 'o'}"

@@ -76,7 +76,7 @@ def _q2_project(x: Any, w: Any, out: Any, m: int, kernel: str) -> None:
         return
     nb = k // BLOCK
     if mma.ENABLED and m >= MMA_MIN_ROWS:
-        prefix = mma.a16_prefix("q2")
+        prefix = mma.family_prefix("q2")
         prep = mma.a16_prep(MMA_FILE, f"{prefix}_mma_prep", xa, xa.strides[0] // 2, nb)
         ws = (arr["qs"], arr["d"], np.float32(1.0), outa, np.int64(ldo))
         if mma.launch(MMA_FILE, prefix, prep, m, nb, ws, ws, 1, n):

@@ -24,11 +24,12 @@ SHAPES = ((37, 48), (19, 144), (50, 1040), (33, 2080), (16, 1024), (45, 4096), (
 
 
 @pytest.fixture(params=["s8", "f16"])
-def a16_mma(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Both A16 tensor-core families: the s8 limbs (w4a16_*) and the f16 MMA (w4a16h_*)."""
+def block_dot(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both tensor-core families: the s8 MMAs (w4a16_*, w4a4_*) and the f16 MMA (w4a16h_*,
+    w4a4h_*)."""
     from metrale.cuda import mma
 
-    monkeypatch.setattr(mma, "A16_MMA", request.param)
+    monkeypatch.setattr(mma, "BLOCK_DOT", request.param)
     return request.param
 
 
@@ -43,7 +44,7 @@ def dev_rows(x: np.ndarray) -> Any:
 
 @pytest.mark.parametrize("shape", SHAPES, ids=[f"N{n}-K{k}" for n, k in SHAPES])
 def test_mma_matches_reference_and_cuda_cores(
-    a16_mma: str, cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, shape: tuple
+    block_dot: str, cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, shape: tuple
 ) -> None:
     from metrale.cuda import mma as mma_mod
     from metrale.cuda import nvfp4
@@ -80,7 +81,7 @@ def test_mma_matches_reference_and_cuda_cores(
             gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"mma={mma} gemm m={m} {shape}")
 
 
-def test_mma_edge_rows_every_kind(a16_mma: str, cuda: Any, fresh_rng: np.random.Generator) -> None:
+def test_mma_edge_rows_every_kind(block_dot: str, cuda: Any, fresh_rng: np.random.Generator) -> None:
     """Each edge kind in every row position of an 8-row tile, one call per kind."""
     n, k = 29, 1040
     w = gen.nvfp4(fresh_rng, n, k)
@@ -99,7 +100,7 @@ GEMM_SHAPES = ((37, 48), (50, 2080), (133, 12288), (9, 16512), (16, 1040))
 
 @pytest.mark.parametrize("shape", GEMM_SHAPES, ids=[f"N{n}-K{k}" for n, k in GEMM_SHAPES])
 def test_gemm_matches_reference(
-    a16_mma: str, cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, shape: tuple
+    block_dot: str, cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, shape: tuple
 ) -> None:
     """The prefill GEMM at every m around its tiles (8 NT rows, chunks of GEMM_ROWS lowered to
     48 rows), single and dual (gate and up in one launch), against the reference."""
@@ -128,7 +129,7 @@ def test_gemm_matches_reference(
 
 
 def test_gemm_edge_rows_every_kind(
-    a16_mma: str, cuda: Any, fresh_rng: np.random.Generator, monkeypatch
+    block_dot: str, cuda: Any, fresh_rng: np.random.Generator, monkeypatch
 ) -> None:
     """Each edge kind (NaN/Inf blocks, subnormals, zeros, ties, huge) in every row of a tile."""
     from metrale.cuda import mma as mma_mod
@@ -147,7 +148,7 @@ def test_gemm_edge_rows_every_kind(
 
 @pytest.mark.parametrize("shape", GEMM_SHAPES, ids=[f"N{n}-K{k}" for n, k in GEMM_SHAPES])
 def test_a4_mma_and_gemm_match_reference(
-    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, shape: tuple
+    block_dot: str, cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, shape: tuple
 ) -> None:
     """W4A4 on the tensor cores (w4a4_mma_prep, the MMA kernels and the GEMM) against the
     reference's A4 projection of the same codes, every m around the tiles, rows of every kind."""

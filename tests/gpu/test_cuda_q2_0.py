@@ -92,16 +92,16 @@ MMA_SHAPES = [(37, 192), (50, 2048), (133, 12288), (9, 16512)]
 
 
 @pytest.mark.parametrize(("n", "k"), MMA_SHAPES)
-@pytest.mark.parametrize("a16_mma", ["s8", "f16"])
+@pytest.mark.parametrize("block_dot", ["s8", "f16"])
 def test_q2_tensor_cores_match_reference(
-    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, n: int, k: int, a16_mma: str
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, n: int, k: int, block_dot: str
 ) -> None:
     """The MMA kernels and the prefill GEMM (forced at every m, chunks of 48 rows) against the
     reference, with rows of every edge kind (NaN/Inf blocks, subnormals, zeros, ties, huge), in
-    both A16 families (q2_*: s8 limbs, q2h_*: the f16 MMA)."""
+    both block-dot families (q2_*: s8 limbs, q2h_*: the f16 MMA)."""
     from metrale.cuda import mma
 
-    monkeypatch.setattr(mma, "A16_MMA", a16_mma)
+    monkeypatch.setattr(mma, "BLOCK_DOT", block_dot)
     from tests.gpu import gen
 
     host = q2_weight(fresh_rng, n, k)

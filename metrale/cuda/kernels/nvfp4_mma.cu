@@ -14,15 +14,16 @@
 //         fac f32 [rows8/8][NB/8][4 t][8 blocks][2 h] of row 8 nt + 2t + h: A16 2^(E-15), A4
 //             f32(ascale) / 4 (NaN for a non-finite block; -0.0 for rows >= m and blocks >= B).
 //   w4a16h_mma_prep(x, ldx, m, rows8, B, NB, act, fac)
-//       w4a16_mma_prep's grid, layout and factors; the words (lo, hi) hold the codes as f16
-//       pairs (elements 4t, 4t+1 and 4t+2, 4t+3) for the f16 mode (MODE 3, prefix w4a16h).
-//   {w4a16,w4a4,w4a16h}_mma_nt{1,2,3,4}_{a,u}(act, fac, m, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1,
+//   w4a4h_mma_prep(codes, ldc, afac, m, rows8, B, NB, act, fac)
+//       w4a16_mma_prep's / w4a4_mma_prep's grid, layout and factors; the words (lo, hi) hold the
+//       codes as f16 pairs (elements 4t, 4t+1 and 4t+2, 4t+3) for the f16 mode (MODE 3).
+//   {w4a16,w4a4,w4a16h,w4a4h}_mma_nt{1,2,3,4}_{a,u}(act, fac, m, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1,
 //                                    ldo1, N, B, NB)
 //       NT = ceil(m / 8) tiles of 8 rows; _a: B % 8 == 0 (16-byte weight, 8-byte scale loads),
 //       _u: any B (8-byte weight loads, byte scale loads). grid (ceil(N / 16), 1, gz), block
 //       32 MMA_WARPS; gz = 2 takes weight set 1 on blockIdx.z = 1 (gate and up). K is split
 //       across the warps in runs of 64 blocks. Dynamic shared memory 16 * 8 NT * (NB / 64) floats.
-//   {w4a16,w4a4,w4a16h}_gemm_nt{NT}_d{D}_b{MINB}_{a,u}(same arguments), the prefill GEMM: grid
+//   {w4a16,w4a4,w4a16h,w4a4h}_gemm_nt{NT}_d{D}_b{MINB}_{a,u}(same arguments), the prefill GEMM: grid
 //       (ceil(N / (16 GEMM_WARPS)), ceil(m / (8 NT)), gz), block 32 GEMM_WARPS; every warp one
 //       tile of 16 columns x 8 NT rows over all of K (NB = 8 ceil(B / 8), S8 = NB / 8 <= 2^D).
 //       No shared memory.
@@ -44,11 +45,12 @@
 // v = (0 * 0) * -0.0 = -0.0, the contract's padding leaf. y = f32_to_bf16(root * rowscale)
 // (A4: rowscale = f32(input_scale * weight_scale_2)).
 //
-// The f16 mode (w4a16h, MODE 3) forms the same S_b with one mma.sync.m16n8k16.f32.f16.f16.f32:
-// the weight codes 2 e2m1 and the A16 codes as f16 (both exact), every product an integer below
-// 2^19 and every partial sum below 2^23, exact in the f32 accumulator whatever its order (the
-// device's behaviour on such sums is what tests/gpu/test_f16_mma_block_dot.py checks); then
-// the same v_b, tree and output, so the same bits as w4a16.
+// The f16 mode (w4a16h, w4a4h: MODE 3) forms the same S_b with one mma.sync.m16n8k16.f32.f16.f16.f32:
+// the weight codes 2 e2m1 and the A16 or A4 codes as f16 (all exact), every product an integer
+// below 2^19 and every partial sum below 2^23, exact in the f32 accumulator whatever its order
+// (arithmetic.md § kernel-notes; tests/gpu/test_f16_mma_block_dot.py checks the device); then the
+// same v_b (the prep's factor: 2^(E-15) or ascale / 4), tree and output: the same bits as w4a16 /
+// w4a4.
 //
 // Weight loads. Lane (g, t) loads 16 bytes of weight rows n0 + g and n0 + g + 8 at byte 16 t of
 // each 64-byte step (blocks 2t, 2t+1); a 4 x 4 transpose of 16-bit pieces across the 4 lanes
@@ -74,12 +76,12 @@ extern "C" __global__ void __launch_bounds__(256) w4a16h_mma_prep(const unsigned
 
 // ---- prologue of the A4 path: w4a4_quantize's codes and factors in the same fragment order ----
 // codes int8 [m, K] (row stride ldc bytes), afac f32 [m, B] (f32(ascale), NaN: non-finite block);
-// the low-limb words hold the codes, the high-limb words zeros; fac = afac (-0.0 for padding).
-extern "C" __global__ void __launch_bounds__(256) w4a4_mma_prep(const unsigned int* __restrict__ codes,
-                                                                long long ldc, const float* __restrict__ afac,
-                                                                int m, int rows8, int B, int NB,
-                                                                unsigned int* __restrict__ act,
-                                                                float* __restrict__ fac) {
+// the low-limb words hold the codes, the high-limb words zeros (F16: the words hold the codes as
+// f16 pairs, the f16 mode's); fac = afac / 4 (-0.0 for padding).
+template <bool F16>
+__device__ __forceinline__ void a4_mma_prep_body(const unsigned int* __restrict__ codes, long long ldc,
+                                                 const float* __restrict__ afac, int m, int rows8, int B, int NB,
+                                                 unsigned int* __restrict__ act, float* __restrict__ fac) {
     const int it = blockIdx.x * blockDim.x + threadIdx.x;
     if (it >= NB * rows8) return;
     const int r = it / NB, b = it - r * NB;
@@ -89,16 +91,35 @@ extern "C" __global__ void __launch_bounds__(256) w4a4_mma_prep(const unsigned i
         c = *(const uint4*)((const unsigned char*)codes + (size_t)r * ldc + (size_t)b * 16);
         f = ieee_mul(afac[(size_t)r * B + b], 0.25f);  // exact: ascale / 4 (see Exactness)
     }
-    const unsigned int lo[4] = {c.x, c.y, c.z, c.w};
+    const unsigned int w[4] = {c.x, c.y, c.z, c.w};
     const int nt = r >> 3, g = r & 7;
 #pragma unroll
     for (int t = 0; t < 4; ++t) {
         const size_t base = (((size_t)nt * (NB >> 1) + (b >> 1)) * 32 + (4 * g + t)) * 4 + 2 * (b & 1);
-        act[base] = lo[t];
-        act[base + 1] = 0u;
+        if (F16) {  // the four codes (elements 4t .. 4t + 3) as f16 pairs, biased by 128 first
+            biased_codes_f16(w[t] ^ 0x80808080u, act[base], act[base + 1]);
+        } else {
+            act[base] = w[t];
+            act[base + 1] = 0u;
+        }
     }
     const int tt = (r & 7) >> 1, h = r & 1;
     fac[((((size_t)nt * (NB >> 3) + (b >> 3)) * 4 + tt) * 8 + (b & 7)) * 2 + h] = f;
+}
+
+extern "C" __global__ void __launch_bounds__(256) w4a4_mma_prep(const unsigned int* __restrict__ codes,
+                                                                long long ldc, const float* __restrict__ afac,
+                                                                int m, int rows8, int B, int NB,
+                                                                unsigned int* __restrict__ act,
+                                                                float* __restrict__ fac) {
+    a4_mma_prep_body<false>(codes, ldc, afac, m, rows8, B, NB, act, fac);
+}
+extern "C" __global__ void __launch_bounds__(256) w4a4h_mma_prep(const unsigned int* __restrict__ codes,
+                                                                 long long ldc, const float* __restrict__ afac,
+                                                                 int m, int rows8, int B, int NB,
+                                                                 unsigned int* __restrict__ act,
+                                                                 float* __restrict__ fac) {
+    a4_mma_prep_body<true>(codes, ldc, afac, m, rows8, B, NB, act, fac);
 }
 
 // ---- the NVFP4 weight policy ----
