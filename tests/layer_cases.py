@@ -602,3 +602,16 @@ def run_act_mul(
     out = g if in_place else _guarded_buffer(b, m, n)
     b.launch(f"act_mul_{activation}", g[:m], u, out[:m])
     return _check_guard(b, out, m, f"act_mul_{activation}")
+
+
+def small_nvfp4_layer(seed: int = 0) -> DenseFfnLayer:
+    """An NVFP4 FFN of hidden 64, intermediate 128 on the reference backend, from seeded normal
+    f32 weights (quantized by Nvfp4Weight.quantize)."""
+    rng = np.random.default_rng(seed)
+
+    def w(n: int, k: int) -> Nvfp4Weight:
+        return Nvfp4Weight.quantize(rng.standard_normal((n, k), dtype=np.float32))
+
+    return DenseFfnLayer(
+        FfnConfig(64, 128), weights=FfnWeights(w(128, 64), w(128, 64), w(64, 128)), backend="reference"
+    )

@@ -10,15 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import typer
 from typer.testing import CliRunner
 
-import metrale
 from metrale.checkpoint.example import make_example_checkpoint
 from metrale.cli import app
 from metrale.cuda import cuda_unavailable_reason
+from tests.layer_cases import small_nvfp4_layer
 
 COMMANDS = ["convert", "inspect", "verify", "demo", "generate", "bench"]
 BOX = "│╭╮╰╯─┃━┏┓┗┛"
@@ -135,13 +134,7 @@ def test_verify_says_when_nothing_is_quantized(tmp_path: Path) -> None:
 
 
 def test_reprs() -> None:
-    rng = np.random.default_rng(0)
-    w = lambda n, k: metrale.Nvfp4Weight.quantize(rng.standard_normal((n, k), dtype=np.float32))  # noqa: E731
-    layer = metrale.DenseFfnLayer(
-        metrale.FfnConfig(64, 128),
-        weights=metrale.FfnWeights(w(128, 64), w(128, 64), w(64, 128)),
-        backend="reference",
-    )
+    layer = small_nvfp4_layer()
     assert (
         repr(layer) == "DenseFfnLayer(hidden=64, intermediate=128, silu, weights=NVFP4, backend='reference')"
     )

@@ -63,7 +63,7 @@ def test_block_dot_partial_sums_are_exact_in_f32() -> None:
         assert np.array_equal(acc.astype(np.float64), (w * c).sum(axis=1))
 
 
-def test_a16_family_environment_refused() -> None:
+def test_block_dot_environment_refused() -> None:
     import os
     import subprocess
     import sys

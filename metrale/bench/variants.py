@@ -204,12 +204,13 @@ def _nvfp4_gemm(fmt: str, n: int, k: int, m: int) -> list[Candidate]:
     they were) and the f16 MMA ("f16 ..."; mma.BLOCK_DOT)."""
     al = "a" if (k // 16) % 8 == 0 else "u"
     nt = -(-min(m, 8 * configs.NVFP4_MMA_TILES[-1]) // 8)
-    from metrale.cuda.mma import GEMM_MIN_ROWS
+    from metrale.cuda.mma import BLOCK_DOT_FAMILIES, GEMM_MIN_ROWS, family_prefix
 
     table = configs.NVFP4_GEMM_SMALL_TILES if m <= 8 else configs.NVFP4_GEMM_TILES
     d_routed = _depth(k, table)
     out = []
-    for fam, prefix in (("s8", "w4a16"), ("f16", "w4a16h")):
+    for fam in BLOCK_DOT_FAMILIES:
+        prefix = family_prefix("w4a16", fam)
         tag = "" if fam == "s8" else "f16 "
         mine = fam == configs.BLOCK_DOT
         pick = ((MMA, "BLOCK_DOT", fam),)

@@ -48,10 +48,10 @@ if BLOCK_DOT not in BLOCK_DOT_FAMILIES:
     raise MetraleError(f"METRALE_BLOCK_DOT={BLOCK_DOT!r}: want one of {', '.join(BLOCK_DOT_FAMILIES)}")
 
 
-def family_prefix(s8: str) -> str:
-    """The kernel prefix of the block-dot family in use for the s8 family's prefix ``s8``
-    (+ "h" for the f16 one)."""
-    return s8 if BLOCK_DOT == "s8" else f"{s8}h"
+def family_prefix(s8: str, family: str | None = None) -> str:
+    """The kernel prefix of block-dot ``family`` (None: BLOCK_DOT, the one in use) for the s8
+    family's prefix ``s8`` (+ "h" for the f16 one)."""
+    return s8 if (family or BLOCK_DOT) == "s8" else f"{s8}h"
 
 
 #: Dynamic shared memory a launch may ask for (of the H200's 227 KB per CTA, with headroom).

@@ -285,8 +285,10 @@ def w4a4_quantize(x: Any, input_scale: Any) -> DeviceA4Codes:
     return DeviceA4Codes(codes, scales, finite, afac, s)
 
 
-def _a4_prep(codes: DeviceA4Codes, b: int) -> mma.Prep | None:
-    kern = runtime.get_kernel(MMA_FILE, f"{mma.family_prefix('w4a4')}_mma_prep")
+def _a4_prep(codes: DeviceA4Codes, b: int, prefix: str) -> mma.Prep | None:
+    """The A4 prologue of kernel family ``prefix`` (``w4a4`` or ``w4a4h``) as a Prep; None where
+    it did not build or the codes' rows are off 16-byte boundaries."""
+    kern = runtime.get_kernel(MMA_FILE, f"{prefix}_mma_prep")
     c, ldc = codes.codes, codes.codes.strides[0]
     if kern is None or ldc % 16 or c.data.ptr % 16:
         return None
@@ -326,8 +328,8 @@ def w4a4_gemv_small_m(codes: DeviceA4Codes, w: Any, out: Any) -> None:
         a4_args = (c, np.int64(ldc), codes.afac, np.int32(m), *args, *args, *tail)
         pdl.launch(kern, (_fast_grid_x(w.n, 1),), (FAST_THREADS,), a4_args, smem)
         return
-    prep = _a4_prep(codes, b)
     family = mma.family_prefix("w4a4")
+    prep = _a4_prep(codes, b, family)
     if mma.ENABLED and m >= A4_MMA_MIN_ROWS and mma.launch(MMA_FILE, family, prep, m, b, args, args, 1, w.n):
         return
     r = _rows_per_pass(1, m, k)

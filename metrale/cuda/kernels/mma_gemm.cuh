@@ -128,6 +128,16 @@ __device__ __forceinline__ void step_tree(const float (&v)[8][4], float (&sr)[4]
     }
 }
 
+// A block's 4 values of this lane (accumulators c0..c3, see below) from its dots s (f32, exact):
+// v = (s * wscale of the column) * factor of the activation row, each an IEEE multiply.
+__device__ __forceinline__ void block_values(float (&v)[4], const float (&s)[4], float ws0, float ws1, float f0,
+                                             float f1) {
+    v[0] = ieee_mul(ieee_mul(s[0], ws0), f0);
+    v[1] = ieee_mul(ieee_mul(s[1], ws0), f1);
+    v[2] = ieee_mul(ieee_mul(s[2], ws1), f0);
+    v[3] = ieee_mul(ieee_mul(s[3], ws1), f1);
+}
+
 // The 8-block step's subtree roots sr[j] of this lane's 4 accumulator values (c0: column g,
 // row 2t; c1: g, 2t+1; c2: g+8, 2t; c3: g+8, 2t+1). ap, fp: this lane's limbs and factors of
 // the tile's step (prep layout).
@@ -149,18 +159,12 @@ __device__ __forceinline__ void step_roots(const StepOps& o, const uint4* __rest
 #pragma unroll
                 for (int j = 0; j < 4; ++j) d[j] = d[j] << 8;
                 mma_s8u8(d, o.a0[bb], o.a1[bb], e ? bv.z : bv.x);
-                v[bb][0] = ieee_mul(ieee_mul((float)d[0], o.ws0[bb]), f0);
-                v[bb][1] = ieee_mul(ieee_mul((float)d[1], o.ws0[bb]), f1);
-                v[bb][2] = ieee_mul(ieee_mul((float)d[2], o.ws1[bb]), f0);
-                v[bb][3] = ieee_mul(ieee_mul((float)d[3], o.ws1[bb]), f1);
             } else {  // A4: the 2 e2m1 codes in the low-limb slot, one MMA; f = ascale / 4 from
                       // the prep, every product exact (nvfp4_mma.cu, Exactness)
                 mma_s8s8(d, o.a0[bb], o.a1[bb], e ? bv.z : bv.x);
-                v[bb][0] = ieee_mul(ieee_mul((float)d[0], o.ws0[bb]), f0);
-                v[bb][1] = ieee_mul(ieee_mul((float)d[1], o.ws0[bb]), f1);
-                v[bb][2] = ieee_mul(ieee_mul((float)d[2], o.ws1[bb]), f0);
-                v[bb][3] = ieee_mul(ieee_mul((float)d[3], o.ws1[bb]), f1);
             }
+            const float sf[4] = {(float)d[0], (float)d[1], (float)d[2], (float)d[3]};
+            block_values(v[bb], sf, o.ws0[bb], o.ws1[bb], f0, f1);
         }
     }
     step_tree(v, sr);
@@ -209,11 +213,7 @@ __device__ __forceinline__ void step_roots(const HalfOps& o, const uint4* __rest
             const int bb = 2 * pr + e;
             float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             mma_f16(d, o.h0[bb][0], o.h1[bb][0], o.h0[bb][1], o.h1[bb][1], e ? bv.z : bv.x, e ? bv.w : bv.y);
-            const float f0 = e ? ff.z : ff.x, f1 = e ? ff.w : ff.y;
-            v[bb][0] = ieee_mul(ieee_mul(d[0], o.ws0[bb]), f0);
-            v[bb][1] = ieee_mul(ieee_mul(d[1], o.ws0[bb]), f1);
-            v[bb][2] = ieee_mul(ieee_mul(d[2], o.ws1[bb]), f0);
-            v[bb][3] = ieee_mul(ieee_mul(d[3], o.ws1[bb]), f1);
+            block_values(v[bb], d, o.ws0[bb], o.ws1[bb], e ? ff.z : ff.x, e ? ff.w : ff.y);
         }
     }
     step_tree(v, sr);

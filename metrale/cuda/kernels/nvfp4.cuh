@@ -319,24 +319,16 @@ __device__ __forceinline__ void nib8_codes_k(unsigned int w, const NibConsts& k,
     c1 = prmt(prmt(k.p0, k.p1, mag1), prmt(k.n0, k.n1, mag1), sel1);
 }
 
-// The constants of nib8_codes_k for biased codes (byte 2 e2m1 + 128, the f16 mode's input).
-__device__ __forceinline__ NibConsts nib_consts_biased() {
-    NibConsts kc;
-    asm volatile("mov.b32 %0, 0x83828180;" : "=r"(kc.p0));
-    asm volatile("mov.b32 %0, 0x8C888684;" : "=r"(kc.p1));
-    asm volatile("mov.b32 %0, 0x7D7E7F80;" : "=r"(kc.n0));
-    asm volatile("mov.b32 %0, 0x74787A7C;" : "=r"(kc.n1));
-    asm volatile("mov.b32 %0, 0x32103210;" : "=r"(kc.base));
-    return kc;
-}
-
-// The constants of nib8_codes_k in registers (mov, so the compiler keeps them live).
+// The constants of nib8_codes_k in registers (mov, so the compiler keeps them live). BIASED: the
+// tables of the codes + 128 (each byte XOR 0x80), the f16 mode's input.
+template <bool BIASED = false>
 __device__ __forceinline__ NibConsts nib_consts() {
+    constexpr unsigned int X = BIASED ? 0x80808080u : 0u;
     NibConsts kc;
-    asm volatile("mov.b32 %0, 0x03020100;" : "=r"(kc.p0));
-    asm volatile("mov.b32 %0, 0x0C080604;" : "=r"(kc.p1));
-    asm volatile("mov.b32 %0, 0xFDFEFF00;" : "=r"(kc.n0));
-    asm volatile("mov.b32 %0, 0xF4F8FAFC;" : "=r"(kc.n1));
+    asm volatile("mov.b32 %0, %1;" : "=r"(kc.p0) : "n"(0x03020100u ^ X));
+    asm volatile("mov.b32 %0, %1;" : "=r"(kc.p1) : "n"(0x0C080604u ^ X));
+    asm volatile("mov.b32 %0, %1;" : "=r"(kc.n0) : "n"(0xFDFEFF00u ^ X));
+    asm volatile("mov.b32 %0, %1;" : "=r"(kc.n1) : "n"(0xF4F8FAFCu ^ X));
     asm volatile("mov.b32 %0, 0x32103210;" : "=r"(kc.base));
     return kc;
 }

@@ -232,10 +232,10 @@ struct Nvfp4W {
 };
 
 // The f16 mode's policy (MODE 3, mma_gemm.cuh HalfOps): Nvfp4W's loads, the codes decoded
-// biased (nib_consts_biased) and turned into f16 pairs once per step, for every row tile.
+// biased (nib_consts<true>) and turned into f16 pairs once per step, for every row tile.
 struct Nvfp4HW : Nvfp4W {
     typedef HalfOps Ops;
-    static __device__ __forceinline__ Consts consts() { return nib_consts_biased(); }
+    static __device__ __forceinline__ Consts consts() { return nib_consts<true>(); }
     static __device__ __forceinline__ void decode(const Load& s, int t, const Consts& kc, HalfOps& o) {
         unsigned int u[4], c0, c1;
         step_pieces(s.wv[0], t, u);

@@ -78,17 +78,17 @@ struct Q2W {
             s.d[1] = (ok0 ? (unsigned int)__ldg(h1) : 0u) | ((ok1 ? (unsigned int)__ldg(h1 + 1) : 0u) << 16);
         }
     }
+    // Lane t's codes q of block k (0-7) of row g (h = 0) or g + 8: elements t + 4j in byte j.
+    static __device__ __forceinline__ unsigned int codes(const Load& s, int h, int k, int t) {
+        const uint4 v = s.q[h][k >> 2];
+        const unsigned int X = (k & 3) == 0 ? v.x : (k & 3) == 1 ? v.y : (k & 3) == 2 ? v.z : v.w;
+        return (X >> (2 * t)) & 0x03030303u;
+    }
     static __device__ __forceinline__ void decode(const Load& s, int t, const Consts&, StepOps& o) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const unsigned int X[8] = {s.q[h][0].x, s.q[h][0].y, s.q[h][0].z, s.q[h][0].w,
-                                       s.q[h][1].x, s.q[h][1].y, s.q[h][1].z, s.q[h][1].w};
-#pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const unsigned int q = (X[k] >> (2 * t)) & 0x03030303u;
-                const unsigned int c = (q + 0x7F7F7F7Fu) ^ 0x80808080u;
-                if (h == 0) o.a0[k] = c; else o.a1[k] = c;
-            }
+        for (int k = 0; k < 8; ++k) {
+            o.a0[k] = (codes(s, 0, k, t) + 0x7F7F7F7Fu) ^ 0x80808080u;
+            o.a1[k] = (codes(s, 1, k, t) + 0x7F7F7F7Fu) ^ 0x80808080u;
         }
         scales(s, o.ws0, o.ws1);
     }
@@ -114,15 +114,9 @@ struct Q2HW : Q2W {
     typedef HalfOps Ops;
     static __device__ __forceinline__ void decode(const Load& s, int t, const Consts&, HalfOps& o) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const unsigned int X[8] = {s.q[h][0].x, s.q[h][0].y, s.q[h][0].z, s.q[h][0].w,
-                                       s.q[h][1].x, s.q[h][1].y, s.q[h][1].z, s.q[h][1].w};
-#pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const unsigned int biased = ((X[k] >> (2 * t)) & 0x03030303u) + 0x7F7F7F7Fu;
-                if (h == 0) biased_codes_f16(biased, o.h0[k][0], o.h0[k][1]);
-                else biased_codes_f16(biased, o.h1[k][0], o.h1[k][1]);
-            }
+        for (int k = 0; k < 8; ++k) {
+            biased_codes_f16(codes(s, 0, k, t) + 0x7F7F7F7Fu, o.h0[k][0], o.h0[k][1]);
+            biased_codes_f16(codes(s, 1, k, t) + 0x7F7F7F7Fu, o.h1[k][0], o.h1[k][1]);
         }
         scales(s, o.ws0, o.ws1);
     }
