@@ -58,6 +58,7 @@ Setting = tuple[str, str, Any]
 FP8 = "metrale.cuda.fp8_bf16"
 Q2 = "metrale.cuda.q2_0"
 MMA = "metrale.cuda.mma"
+TILE = "metrale.cuda.tile"
 W8 = "metrale.cuda.w8a8"
 CFG = "metrale.cuda.configs"
 
@@ -200,20 +201,31 @@ def _q2_dec(fmt: str, n: int, k: int, m: int) -> list[Candidate]:
 
 
 def _nvfp4_gemm(fmt: str, n: int, k: int, m: int) -> list[Candidate]:
-    """Every built A16 tensor-core kernel of the cell, in both families: the s8 limbs (names as
-    they were) and the f16 MMA ("f16 ..."; mma.BLOCK_DOT)."""
+    """Every built A16 tensor-core kernel of the cell: the tiled GEMM ("tile f{NF}", where B % 8
+    == 0) and the mma.py kernels in both families, the s8 limbs (names as they were) and the f16
+    MMA ("f16 ..."; mma.BLOCK_DOT), each with the tiled GEMM off."""
+    from metrale.cuda import tile
+
+    out = []
+    if (k // 16) % 8 == 0:
+        for nf in configs.NVFP4_TILE_FRAGS:
+            sets = ((TILE, "ENABLED", True), (TILE, "MIN_ROWS", 1), (TILE, "FRAGS", (nf,)))
+            routed = tile.ENABLED and m >= tile.MIN_ROWS and nf == tile.frags_for(m)
+            kern = ("nvfp4_tile.cu", f"w4a16b_gemm_f{nf}")
+            out.append(Candidate(f"tile f{nf}", (kern,), sets, routed=routed))
+    tiled = bool(out) and tile.ENABLED and m >= tile.MIN_ROWS
+    off = ((TILE, "ENABLED", False),)
     al = "a" if (k // 16) % 8 == 0 else "u"
     nt = -(-min(m, 8 * configs.NVFP4_MMA_TILES[-1]) // 8)
     from metrale.cuda.mma import BLOCK_DOT_FAMILIES, GEMM_MIN_ROWS, family_prefix
 
     table = configs.NVFP4_GEMM_SMALL_TILES if m <= 8 else configs.NVFP4_GEMM_TILES
     d_routed = _depth(k, table)
-    out = []
     for fam in BLOCK_DOT_FAMILIES:
         prefix = family_prefix("w4a16", fam)
         tag = "" if fam == "s8" else "f16 "
-        mine = fam == configs.BLOCK_DOT
-        pick = ((MMA, "BLOCK_DOT", fam),)
+        mine = fam == configs.BLOCK_DOT and not tiled
+        pick = (*off, (MMA, "BLOCK_DOT", fam))
         kern = ("nvfp4_mma.cu", f"{prefix}_mma_nt{nt}_{al}")
         out.append(
             Candidate(

@@ -24,7 +24,10 @@ VARIANT_MEASUREMENTS: dict[str, tuple[str, ...]] = {
         "docs/bench/runs-2026-12-01c/0609_fp8_gemm_small_m.json",
     ),
     "q2-dec": ("docs/bench/runs-2026-12-01b/q2dec.json",),
-    "nvfp4-gemm": ("docs/bench/nvfp4_gemm_variants.json",),
+    "nvfp4-gemm": (
+        "docs/bench/nvfp4_gemm_variants.json",
+        "docs/bench/runs-2026-12-03/variants_nvfp4-gemm.json",
+    ),
     "w8a8-gemm": (
         "docs/bench/runs-2026-12-01b/w8a8_tiles3.json",
         "docs/bench/runs-2026-12-01b/w8a8_small2.json",
@@ -66,12 +69,14 @@ NVFP4_FAST_PQ: dict[int, bool] = {1: True, 2: True, 3: False, 4: False}
 #: cp.async ring depth, as NVFP4_FAST_DEPTH.
 NVFP4_A4F_DEPTH: dict[int, int] = {1: 3, 2: 4, 3: 3, 4: 3}
 #: nvfp4_mma.cu kernel families: name prefix -> mode (0: A16 on the s8 MMA, 1: A4 on the s8 MMA,
-#: 3: A16 or A4 on the f16 MMA (the "h" prefixes), the same bits; BLOCK_DOT picks the family,
-#: "s8" until the f16 one is measured on the device).
+#: 3: A16 or A4 on the f16 MMA (the "h" prefixes), the same bits; BLOCK_DOT picks the family).
 NVFP4_MMA_MODES: tuple[tuple[str, int], ...] = (("w4a16", 0), ("w4a4", 1), ("w4a16h", 3), ("w4a4h", 3))
 #: How the tensor-core engine forms block dots (mma.BLOCK_DOT; NVFP4 A16 and A4, Q2_0): "s8" (s8
 #: MMAs: two per A16 block, its limbs) or "f16" (one f16 MMA, the codes as f16; the same bits).
-BLOCK_DOT = "s8"
+#: Measured on an H200 (VARIANT_MEASUREMENTS nvfp4-gemm, Qwen3-8B, docs/performance-log.md): the
+#: f16 candidates faster in every cell, gate+up m = 64 / 512 / 2048 188.6 / 1428 / 5524 us against
+#: 217.8 / 1660 / 6469 (s8 routed), down 103.3 / 815 / 3263 against 120.9 / 973 / 3714.
+BLOCK_DOT = "f16"
 #: nvfp4_mma.cu kernels ``{w4a16,w4a4}_mma_nt{NT}_{a,u}`` and q2_0_mma.cu ``q2_mma_nt{NT}_{a,u}``
 #: (mma_gemm.cuh): tiles of 8 rows per pass. The prefill GEMM tables below serve both files.
 NVFP4_MMA_TILES: tuple[int, ...] = (1, 2, 3, 4)
@@ -87,6 +92,9 @@ NVFP4_GEMM_TILES: dict[int, tuple[int, int]] = {5: (4, 1), 7: (2, 2), 9: (2, 1)}
 #: parts where the grid is small (metrale/cuda/mma.py).
 NVFP4_GEMM_SMALL_TILES: dict[int, tuple[int, int]] = {5: (1, 2), 7: (1, 2), 9: (1, 2)}
 NVFP4_GEMM_VARIANTS: tuple[tuple[int, int, int], ...] = ((5, 2, 2), (7, 3, 1))
+#: nvfp4_tile.cu tiled bf16 GEMM ``w4a16b_gemm_f{NF}``: CTA tiles of 8 NF activation rows x 128
+#: columns (NF 8-row fragments per warp).
+NVFP4_TILE_FRAGS: tuple[int, ...] = (2, 4, 8)
 #: q2_0_gemv.cu kernels ``q2_0_gemv_r{R}``: rows per warp -> columns per warp.
 Q2_0_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 4, 8: 2}
 #: q2_0_dec.cu decode kernels ``q2_dec_r{R}_c{NC}_d{D}_{s,l}``, one pass for m <= Q2_0_DEC_MAX_ROWS
@@ -380,6 +388,7 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         for d, nt, b in nvfp4_gemm_builds()
         for al in (True, False)
     ],
+    "NVFP4_TILE": lambda: [f"NVFP4_TILE({nf})" for nf in NVFP4_TILE_FRAGS],
     "Q2_MMA": lambda: [
         f"Q2_MMA({nt}, {_bool(al)}, {'a' if al else 'u'})" for nt in NVFP4_MMA_TILES for al in (True, False)
     ],

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from metrale.cuda import configs, mma, pdl, runtime
+from metrale.cuda import configs, mma, pdl, runtime, tile
 from metrale.cuda.launch_args import mat
 from metrale.cuda.weights import upload_generic
 from metrale.errors import MetraleError
@@ -182,6 +182,8 @@ def nvfp4_a16(x: Any, sets: list[tuple[Any, Any]], rows: int, r_want: int) -> No
     args1 = _set(sets[-1][0], sets[-1][1], F32(sets[-1][0].weight_scale_2), rows)
     tail = (np.int32(w0.n), np.int32(k))
     fast = _fast_rows(min(r_want, rows), k) if FAST_ENABLED else None
+    if rows >= tile.MIN_ROWS and tile.gemm(x, ldx, rows, b, args0, args1, len(sets), w0.n):
+        return
     if mma.ENABLED and rows >= MMA_MIN_ROWS and not fast_one_pass(rows, k, r_want):
         prefix = mma.family_prefix("w4a16")
         prep = mma.a16_prep(MMA_FILE, f"{prefix}_mma_prep", x, ldx, b)

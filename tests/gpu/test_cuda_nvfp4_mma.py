@@ -27,9 +27,10 @@ SHAPES = ((37, 48), (19, 144), (50, 1040), (33, 2080), (16, 1024), (45, 4096), (
 def block_dot(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Both tensor-core families: the s8 MMAs (w4a16_*, w4a4_*) and the f16 MMA (w4a16h_*,
     w4a4h_*)."""
-    from metrale.cuda import mma
+    from metrale.cuda import mma, tile
 
     monkeypatch.setattr(mma, "BLOCK_DOT", request.param)
+    monkeypatch.setattr(tile, "ENABLED", False)  # tests/gpu/test_cuda_nvfp4_tile.py tests that GEMM
     return request.param
 
 

@@ -1,0 +1,373 @@
+// nvfp4_tile.cu -- the tiled NVFP4 x A16 prefill GEMM on bf16 tensor cores: shared-memory tiles
+// of 8 NF activation rows x 128 weight columns, one mma.sync.m16n8k16 bf16 per 16-element block
+// whose f32 accumulator is the block dot already times 2^(E_b - 15), so a block value costs one
+// multiply (arithmetic.md § projection, § kernel-notes "scaled A16 operands"; the other NVFP4
+// kernels are in nvfp4_gemv.cu, nvfp4_a4.cu and nvfp4_mma.cu).
+//
+// Kernels (extern "C"):
+//   w4a16b_prep(x, ldx, m, rows_pad, B, xh, fac, slow)
+//       grid rows_pad, block 256: one CTA per row r < rows_pad (zeros past m; x 16-byte aligned,
+//       ldx a multiple of 8). Row r
+//       is fast when every block b is finite and either all zero or has -102 <= E_b <= 110: its
+//       operand is xh = c 2^(E_b - 15) (the A16 codes scaled, exact bf16: at most 8 significant
+//       bits, normal) and fac = 1; otherwise (slow) xh = c and fac = 2^(E_b - 15), NaN for a
+//       non-finite block. slow[r] = 1 marks a slow row.
+//         xh bf16 [rows_pad][16 B], the 16 elements of each block in the order of the weight
+//             decode: position 8h + 2t holds element 8h + t, 8h + 2t + 1 element 8h + t + 4;
+//         fac f32 [rows_pad][B]; slow u8 [rows_pad].
+//   w4a16b_gemm_f{NF}(xh, fac, slow, m, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1, N, B,
+//                     gz, kp8, dlog, partial)
+//       B % 8 == 0. grid (rows_pad / (8 NF), ceil(N / 128), gz parts), block 256 (8 warps, warp
+//       w: columns 16 w .. 16 w + 15 of the CTA's 128, all 8 NF rows); blockIdx.z = part gz + set.
+//       The part covers steps (8 blocks) [part kp8, part kp8 + kp8) of S8 = B / 8, kp8 = 2^dlog
+//       <= 32: an aligned subtree. parts = 1 (partial null): y = bf16(root * rowscale); else the
+//       part roots go to partial [parts][gz][m][N] and mma_finish (nvfp4_mma.cu) sums them.
+//       Dynamic shared memory: 3 stages of (8 NF rows x 256 bytes of xh, XOR-swizzled 16-byte
+//       chunks | 128 weight rows x 80 bytes (64 used) | 128 x 8 scale bytes), then the step
+//       counter's levels 1 .. dlog - 1: float4 [dlog - 1][NF][256 threads].
+//
+// Exactness. Weights are the A operand (16 columns): lane (g, t) decodes nibbles t and t + 4 of
+// each 32-bit word of its rows' blocks into one bf16 pair (2 e2m1, exact: w4b_pair), so its k
+// slots 2t, 2t+1 / 2t+8, 2t+9 hold elements t, t+4 / 8+t, 12+t; the prep writes the activation
+// rows in that order (any k order inside a block is exact). The products wc_j xh_j are exact
+// and every partial sum a multiple of 2^(E_b - 15) below 2^(E_b + 8) in magnitude (|S_b| <
+// 2^23), so the f32 accumulator is P_b = S_b 2^(E_b - 15) exactly (normal: E_b >= -102), and
+// v_b = P_b * f32(wscale_b), one IEEE multiply, equals the contract's
+// (f32(S_b) * f32(wscale_b)) * 2^(E_b - 15): scaling by a power of two commutes with rounding
+// while no result is subnormal or infinite, which -102 <= E_b <= 110 guarantees (|S_b wscale_b|
+// lies in [2^-9, 2^32)); an all-zero block gives +0 * wscale both ways. A CTA that holds a slow
+// row runs the slow epilogue for all its rows: P_b = S_b (xh = c, integers) or S_b 2^(E_b - 15)
+// (a fast row, fac 1), v_b = (P_b * f32(wscale_b)) * fac: the contract's sequence.
+// tests/gpu/test_cuda_nvfp4_tile.py checks the device (every code, the window's edges, slow rows).
+//
+// Tree. A step is 8 aligned blocks: its 8-leaf subtree forms in registers (levels p0, p1, p2 of
+// the mma_gemm.cuh step order); the step roots enter a binary counter whose level 0 is in
+// registers and levels 1 .. dlog - 1 in shared memory; the last step of a full part (2^dlog
+// steps) leaves the part root in level 0; a shorter part folds the levels of the set bits of its
+// step count, right-nested from the lowest (mma_gemm.cuh counter_fold).
+#include "mma_gemm.cuh"
+
+#define W4B_THREADS 256
+#define W4B_COLS 128
+#define W4B_WROW 80
+#define W4B_STAGES 3
+
+// ---- prologue ----
+// One CTA per row: thread i takes blocks i, i + 256, ...; the row is slow where any block is.
+extern "C" __global__ void __launch_bounds__(256) w4a16b_prep(const unsigned short* __restrict__ x, long long ldx,
+                                                              int m, int rows_pad, int B,
+                                                              unsigned short* __restrict__ xh,
+                                                              float* __restrict__ fac,
+                                                              unsigned char* __restrict__ slow) {
+    const int r = blockIdx.x;
+    const bool live = r < m;
+    const unsigned short* src = x + (size_t)r * ldx;
+    int bad = 0;
+    if (live) {
+        for (int b = threadIdx.x; b < B; b += blockDim.x) {
+            const uint4* p = (const uint4*)(src + (size_t)b * 16);
+            const uint4 u = __ldg(p), v = __ldg(p + 1);
+            const unsigned int w[8] = {u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w};
+            int F = 1, nf = 0;
+            unsigned int nz = 0u;
+#pragma unroll
+            for (int q = 0; q < 8; ++q) {
+                const int f0 = (w[q] >> 7) & 0xFF, f1 = (w[q] >> 23) & 0xFF;
+                F = max(F, max(f0, f1));
+                nf |= (f0 == 255) | (f1 == 255);
+                nz |= w[q] & 0x7FFF7FFFu;
+            }
+            const int E = F - 127;
+            bad |= nf || (nz != 0u && (E < -102 || E > 110));
+        }
+    }
+    const bool sl = __syncthreads_or(bad) != 0;
+    for (int b = threadIdx.x; b < B; b += blockDim.x) {
+        int c[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+        int E = 0;
+        bool fin = true;
+        if (live) {
+            const uint4* p = (const uint4*)(src + (size_t)b * 16);
+            const uint4 u = __ldg(p), v = __ldg(p + 1);
+            const unsigned int w[8] = {u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w};
+            unsigned short xs[16];
+#pragma unroll
+            for (int q = 0; q < 8; ++q) {
+                xs[2 * q] = (unsigned short)(w[q] & 0xFFFFu);
+                xs[2 * q + 1] = (unsigned short)(w[q] >> 16);
+            }
+            a16_block_int(xs, c, E, fin);
+        }
+        const float p = live ? pow2f(E - 15) : 1.0f;
+        unsigned int w[8];
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {  // slot pair q: elements 8h + t, 8h + t + 4 (h = q / 4, t = q % 4)
+            const int e = 8 * (q >> 2) + (q & 3);
+            const float lo = sl ? (float)c[e] : ieee_mul((float)c[e], p);
+            const float hi = sl ? (float)c[e + 4] : ieee_mul((float)c[e + 4], p);
+            w[q] = (unsigned int)f32_to_bf16(lo) | ((unsigned int)f32_to_bf16(hi) << 16);
+        }
+        uint4* dst = (uint4*)(xh + ((size_t)r * B + b) * 16);
+        dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
+        dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
+        fac[(size_t)r * B + b] = !sl ? 1.0f : (fin ? p : __uint_as_float(0x7fc00000u));
+    }
+    if (threadIdx.x == 0) slow[r] = sl ? 1 : 0;
+}
+
+// ---- the GEMM ----
+__device__ __forceinline__ void w4b_cp16(unsigned int dst, const void* src, int nbytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(nbytes));
+}
+__device__ __forceinline__ void w4b_cp8(unsigned int dst, const void* src, int nbytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src), "r"(nbytes));
+}
+
+// Nibbles t and t + 4 of W (rotations rm = 6 - 4t, rs = 12 - 4t, mod 32) as the bf16 pair
+// (2 e2m1 of nibble t, of nibble t + 4): the magnitude bits at 6..8 are e2m1 2^-126 (a bf16
+// subnormal for the code 0.5), times 2^127 by one exact fma, and the sign bit moved to 15.
+__device__ __forceinline__ unsigned int w4b_pair(unsigned int W, unsigned int rm, unsigned int rs) {
+    const unsigned int mag = __funnelshift_l(W, W, rm) & 0x01C001C0u;
+    unsigned int v;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(mag), "r"(0x7F007F00u), "r"(0x80008000u));
+    return v ^ (__funnelshift_l(W, W, rs) & 0x80008000u);
+}
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned int a0, unsigned int a1, unsigned int a2,
+                                         unsigned int a3, unsigned int b0, unsigned int b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void w4b_ldsm4(unsigned int addr, unsigned int& r0, unsigned int& r1, unsigned int& r2,
+                                          unsigned int& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+
+// Stage s (blocks 8 s .. 8 s + 7) of the CTA's rows and columns into shared memory at base.
+template <int NF>
+__device__ __forceinline__ void w4b_load(unsigned int base, const unsigned char* __restrict__ xh, int row0, int K,
+                                         const WeightSet& set, int n0, int N, int B, int s) {
+    constexpr int ACT = 8 * NF * 256;
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < NF / 2; ++i) {  // 8 NF rows x 16 chunks of 16 bytes
+        const int q = tid + W4B_THREADS * i, r = q >> 4, c = q & 15;
+        const unsigned char* src = xh + ((size_t)(row0 + r) * K + (size_t)s * 128) * 2 + c * 16;
+        w4b_cp16(base + r * 256 + ((c ^ (r & 7)) << 4), src, 16);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {  // 128 weight rows x 4 chunks
+        const int q = tid + W4B_THREADS * i, col = q >> 2, p = q & 3, n = n0 + col;
+        const bool ok = n < N;
+        const unsigned char* src = set.w + (size_t)(ok ? n : 0) * ((size_t)B * 8) + (size_t)s * 64 + p * 16;
+        w4b_cp16(base + ACT + col * W4B_WROW + p * 16, src, ok ? 16 : 0);
+    }
+    if (tid < W4B_COLS) {  // 128 x 8 scale bytes
+        const int n = n0 + tid;
+        const bool ok = n < N;
+        w4b_cp8(base + ACT + W4B_COLS * W4B_WROW + tid * 8, set.ws + (size_t)(ok ? n : 0) * B + (size_t)s * 8,
+                ok ? 8 : 0);
+    }
+}
+
+// The block values of one block (e: which of the pair in A0/A1) into v[nf][j] (accumulator j of
+// row fragment nf: column wc0 + 8 (j >> 1), row 8 nf + 2t + (j & 1)).
+template <int NF, bool SLOW>
+__device__ __forceinline__ void w4b_block(float (&v)[NF][4], unsigned int W0, unsigned int W1, unsigned int W2,
+                                          unsigned int W3, float ws0, float ws1, unsigned int rm, unsigned int rs,
+                                          const unsigned int (&abase)[NF / 2], unsigned int chunk,
+                                          const float* __restrict__ facp, int B) {
+    const unsigned int a0 = w4b_pair(W0, rm, rs), a1 = w4b_pair(W1, rm, rs);
+    const unsigned int a2 = w4b_pair(W2, rm, rs), a3 = w4b_pair(W3, rm, rs);
+#pragma unroll
+    for (int np = 0; np < NF / 2; ++np) {
+        unsigned int b00, b01, b10, b11;
+        w4b_ldsm4(abase[np] + (chunk << 4), b00, b01, b10, b11);
+        float d[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+        mma_bf16(d[0], a0, a1, a2, a3, b00, b01);
+        mma_bf16(d[1], a0, a1, a2, a3, b10, b11);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                float x = ieee_mul(d[h][j], (j & 2) ? ws1 : ws0);
+                if (SLOW) x = ieee_mul(x, __ldg(facp + (size_t)(8 * (2 * np + h) + (j & 1)) * B));
+                v[2 * np + h][j] = x;
+            }
+    }
+}
+
+template <int NF, bool SLOW>
+__device__ __forceinline__ void w4b_body(const unsigned char* __restrict__ xh, const float* __restrict__ fac, int m,
+                                         int row0, const WeightSet& set, int n0, int N, int B, int s_begin, int Sl,
+                                         int dlog, float* __restrict__ partial, int part_i, int gz, int zs,
+                                         unsigned char* smem) {
+    constexpr int ACT = 8 * NF * 256;
+    constexpr int STAGE = ACT + W4B_COLS * W4B_WROW + W4B_COLS * 8;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int K = B * 16;
+    const unsigned int sbase = (unsigned int)__cvta_generic_to_shared(smem);
+    float4* ctr = (float4*)(smem + W4B_STAGES * STAGE);  // levels 1 .. dlog - 1
+    const unsigned int rm = (6u - 4u * t) & 31u, rs = (12u - 4u * t) & 31u;
+    const int wc0 = 16 * warp + g;  // this lane's weight rows wc0, wc0 + 8 within the CTA
+    const unsigned int mi = lane >> 3, mr = lane & 7;  // ldmatrix: matrix and row this lane addresses
+    unsigned int arow[NF / 2];  // byte offsets of this lane's ldmatrix rows in a stage
+#pragma unroll
+    for (int np = 0; np < NF / 2; ++np) arow[np] = (8 * (2 * np + (mi >> 1)) + mr) * 256;
+    // the slow epilogue's factors of this lane's rows 8 nf + 2t + (j & 1)
+    const float* facl = fac + (size_t)(row0 + 2 * t) * B;
+
+    float L0[NF][4];  // counter level 0
+    float q[NF][4], r[NF][4], e0[NF][4], sr[NF][4];
+
+#pragma unroll
+    for (int i = 0; i < W4B_STAGES - 1; ++i) {
+        if (i < Sl) w4b_load<NF>(sbase + i * STAGE, xh, row0, K, set, n0, N, B, s_begin + i);
+        asm volatile("cp.async.commit_group;");
+    }
+    for (int ls = 0; ls < Sl; ++ls) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(W4B_STAGES - 2));
+        __syncthreads();
+        if (ls + W4B_STAGES - 1 < Sl)
+            w4b_load<NF>(sbase + ((ls + W4B_STAGES - 1) % W4B_STAGES) * STAGE, xh, row0, K, set, n0, N, B,
+                         s_begin + ls + W4B_STAGES - 1);
+        asm volatile("cp.async.commit_group;");
+        const int buf = ls % W4B_STAGES;
+        const unsigned char* sp = smem + buf * STAGE;
+        unsigned int abase[NF / 2];
+#pragma unroll
+        for (int np = 0; np < NF / 2; ++np) abase[np] = sbase + buf * STAGE + arow[np];
+        const unsigned char* wr0 = sp + ACT + wc0 * W4B_WROW;
+        const unsigned char* wr1 = wr0 + 8 * W4B_WROW;
+        const uint2 sc0 = *(const uint2*)(sp + ACT + W4B_COLS * W4B_WROW + wc0 * 8);
+        const uint2 sc1 = *(const uint2*)(sp + ACT + W4B_COLS * W4B_WROW + (wc0 + 8) * 8);
+        const int blk0 = 8 * (s_begin + ls);
+        // the step's 8-leaf subtree over block pairs i: leaves 2i, 2i + 1 added (level 1), then
+        // level 1 pairs (q: pair 0 / 2 parked) and level 2 (r: pairs 0-1 parked), root sr
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const uint4 A0 = *(const uint4*)(wr0 + 16 * i), A1 = *(const uint4*)(wr1 + 16 * i);
+            // scales of blocks 2i, 2i + 1: column wc0 (ws0), wc0 + 8 (ws1)
+            const unsigned int s0w = (i < 2 ? sc0.x : sc0.y) >> (16 * (i & 1));
+            const unsigned int s1w = (i < 2 ? sc1.x : sc1.y) >> (16 * (i & 1));
+            float ws0[2], ws1[2];
+            e4m3x2_to_f32(s0w & 0xffffu, ws0[0], ws0[1]);
+            e4m3x2_to_f32(s1w & 0xffffu, ws1[0], ws1[1]);
+            const unsigned int ch = 4u * i + (mi & 1);
+            float v[NF][4];
+            w4b_block<NF, SLOW>(e0, A0.x, A1.x, A0.y, A1.y, ws0[0], ws1[0], rm, rs, abase, ch ^ mr,
+                                facl + blk0 + 2 * i, B);
+            w4b_block<NF, SLOW>(v, A0.z, A1.z, A0.w, A1.w, ws0[1], ws1[1], rm, rs, abase, (ch + 2u) ^ mr,
+                                facl + blk0 + 2 * i + 1, B);
+#pragma unroll
+            for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const float l1 = ieee_add(e0[nf][j], v[nf][j]);
+                    if ((i & 1) == 0) {
+                        q[nf][j] = l1;
+                    } else {
+                        const float l2 = ieee_add(q[nf][j], l1);
+                        if (i == 1) r[nf][j] = l2;
+                        else sr[nf][j] = ieee_add(r[nf][j], l2);
+                    }
+                }
+        }
+        // the step root into the counter: add into levels 0 .. lvl - 1, park at lvl
+        const int lvl = __ffs(~ls) - 1;
+        if (lvl == 0) {
+#pragma unroll
+            for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) L0[nf][j] = sr[nf][j];
+        } else {
+#pragma unroll
+            for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) sr[nf][j] = ieee_add(L0[nf][j], sr[nf][j]);
+            for (int L = 1; L < lvl; ++L) {
+#pragma unroll
+                for (int nf = 0; nf < NF; ++nf) {
+                    const float4 c = ctr[((L - 1) * NF + nf) * W4B_THREADS + tid];
+                    sr[nf][0] = ieee_add(c.x, sr[nf][0]);
+                    sr[nf][1] = ieee_add(c.y, sr[nf][1]);
+                    sr[nf][2] = ieee_add(c.z, sr[nf][2]);
+                    sr[nf][3] = ieee_add(c.w, sr[nf][3]);
+                }
+            }
+            if (lvl < dlog) {
+#pragma unroll
+                for (int nf = 0; nf < NF; ++nf)
+                    ctr[((lvl - 1) * NF + nf) * W4B_THREADS + tid] =
+                        make_float4(sr[nf][0], sr[nf][1], sr[nf][2], sr[nf][3]);
+            } else {
+#pragma unroll
+                for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) L0[nf][j] = sr[nf][j];
+            }
+        }
+    }
+    asm volatile("cp.async.wait_group 0;");
+    // the part root: level 0 after a full part, else the fold of the set bits of Sl (the lowest
+    // first, each earlier subtree on the left)
+    if (Sl != (1 << dlog)) {
+        bool have = (Sl & 1) != 0;
+        for (int L = 1; L < dlog; ++L) {
+            if (((Sl >> L) & 1) == 0) continue;
+#pragma unroll
+            for (int nf = 0; nf < NF; ++nf) {
+                const float4 c = ctr[((L - 1) * NF + nf) * W4B_THREADS + tid];
+                L0[nf][0] = have ? ieee_add(c.x, L0[nf][0]) : c.x;
+                L0[nf][1] = have ? ieee_add(c.y, L0[nf][1]) : c.y;
+                L0[nf][2] = have ? ieee_add(c.z, L0[nf][2]) : c.z;
+                L0[nf][3] = have ? ieee_add(c.w, L0[nf][3]) : c.w;
+            }
+            have = true;
+        }
+    }
+#pragma unroll
+    for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int col = n0 + wc0 + 8 * (j >> 1), row = row0 + 8 * nf + 2 * t + (j & 1);
+            if (col >= N || row >= m) continue;
+            if (partial == nullptr)
+                set.out[(size_t)row * set.ldo + col] = f32_to_bf16(ieee_mul(L0[nf][j], set.rowscale));
+            else
+                partial[(((size_t)part_i * gz + zs) * m + row) * N + col] = L0[nf][j];
+        }
+}
+
+template <int NF>
+__device__ __forceinline__ void w4b_gemm(const unsigned char* __restrict__ xh, const float* __restrict__ fac,
+                                         const unsigned char* __restrict__ slow, int m, const WeightSet& set, int N,
+                                         int B, int gz, int kp8, int dlog, float* __restrict__ partial) {
+    extern __shared__ __align__(16) unsigned char w4b_smem[];
+    const int row0 = blockIdx.x * 8 * NF, n0 = blockIdx.y * W4B_COLS;
+    const int part_i = blockIdx.z / gz, zs = blockIdx.z % gz;
+    const int S8 = B >> 3, s_begin = part_i * kp8, Sl = min(S8 - s_begin, kp8);
+    const int any_slow = __syncthreads_or(threadIdx.x < 8 * NF ? slow[row0 + threadIdx.x] : 0);
+    if (any_slow)
+        w4b_body<NF, true>(xh, fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, w4b_smem);
+    else
+        w4b_body<NF, false>(xh, fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, w4b_smem);
+}
+
+#define NVFP4_TILE(NF)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(W4B_THREADS, 1) w4a16b_gemm_f##NF(                        \
+        const unsigned char* __restrict__ xh, const float* __restrict__ fac,                               \
+        const unsigned char* __restrict__ slow, int m, const unsigned char* w0, const unsigned char* s0,   \
+        float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, const unsigned char* s1, \
+        float rs1, unsigned short* out1, long long ldo1, int N, int B, int gz, int kp8, int dlog,          \
+        float* __restrict__ partial) {                                                                     \
+        const WeightSet set = weight_set_at(blockIdx.z % gz, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1); \
+        w4b_gemm<NF>(xh, fac, slow, m, set, N, B, gz, kp8, dlog, partial);                                 \
+    }
+// @instances NVFP4_TILE   (lines generated from metrale/cuda/configs.py)

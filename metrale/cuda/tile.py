@@ -1,0 +1,145 @@
+"""Launcher of the tiled NVFP4 × A16 GEMM (``kernels/nvfp4_tile.cu``): the prologue writes the
+scaled A16 operand, the per-block factors and the slow-row marks of a chunk of rows into the
+mma.py workspace, then ``w4a16b_gemm_f{NF}`` runs CTA tiles of 8·NF rows × 128 columns over K
+(split into aligned parts where the grid would not fill the GPU; ``mma_finish`` sums their
+roots). The same bits as every other NVFP4 × A16 path (arithmetic.md § tree, § kernel-notes).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from metrale.cuda import configs, mma, runtime
+
+FILE = "nvfp4_tile.cu"
+#: METRALE_NVFP4_TILE=0 turns the tiled GEMM off (the mma.py paths give the same bits).
+ENABLED = os.environ.get("METRALE_NVFP4_TILE", "1") != "0"
+#: Rows from which the NVFP4 × A16 projections take the tiled GEMM (METRALE_NVFP4_TILE_MIN_ROWS
+#: moves it: tests and benchmarks).
+MIN_ROWS = int(os.environ.get("METRALE_NVFP4_TILE_MIN_ROWS", "33"))
+FRAGS = configs.NVFP4_TILE_FRAGS
+THREADS = 256
+COLS = 128
+STAGES = 3
+#: Rows per prologue + GEMM pass (the workspace holds 2 K + 4 B + 1 bytes per row).
+CHUNK_ROWS = 4096
+#: Steps (8 blocks) per K part at most: the counter keeps levels 1 .. dlog - 1 in shared memory.
+MAX_PART_STEPS = 32
+MIN_PART_STEPS = 4
+
+
+def frags_for(rows: int) -> int:
+    """NF of the CTA tile for a chunk of ``rows`` rows: the smallest that covers them, else the largest."""
+    return next((nf for nf in FRAGS if 8 * nf >= rows), FRAGS[-1])
+
+
+def smem_bytes(nf: int, dlog: int) -> int:
+    """Dynamic shared memory of ``w4a16b_gemm_f{nf}`` for parts of 2^dlog steps."""
+    stage = 8 * nf * 256 + COLS * 80 + COLS * 8
+    return STAGES * stage + max(0, dlog - 1) * nf * THREADS * 16
+
+
+def plan_parts(s8: int, ctas_per_part: int, sms: int) -> tuple[int, int]:
+    """(dlog, parts): K of ``s8`` steps in aligned parts of 2^dlog <= MAX_PART_STEPS steps, halved
+    (down to MIN_PART_STEPS) while the grid would hold fewer CTAs than ``sms`` multiprocessors."""
+    dlog = min(max(0, (s8 - 1).bit_length()), MAX_PART_STEPS.bit_length() - 1)
+    while (1 << dlog) > MIN_PART_STEPS and ctas_per_part * -(-s8 // (1 << dlog)) < sms:
+        dlog -= 1
+    return dlog, -(-s8 // (1 << dlog))
+
+
+def gemm(x: Any, ldx: int, rows: int, b: int, args0: tuple, args1: tuple, gz: int, n: int) -> bool:
+    """``rows`` bf16 rows ``x`` (row stride ``ldx``) times one weight set or two (gz = 2) of N =
+    ``n`` columns and B = ``b`` blocks; ``args0``/``args1`` the sets' (codes, scales, rowscale,
+    out, ldo). False (nothing launched) where it does not apply: B % 8, rows not 16-byte aligned
+    (the prologue's vector loads), kernels not built."""
+    if not ENABLED or b % 8 != 0 or rows <= 0 or ldx % 8 != 0 or x.data.ptr % 16 != 0:
+        return False
+    chunk = min(rows, CHUNK_ROWS)
+    nf = frags_for(chunk)
+    prep = runtime.get_kernel(FILE, "w4a16b_prep")
+    kern = runtime.get_kernel(FILE, f"w4a16b_gemm_f{nf}")
+    finish = runtime.get_kernel(FILE, "mma_finish")
+    if prep is None or kern is None or finish is None:
+        return False
+    k = 16 * b
+    s8 = b // 8
+    tile_rows = 8 * nf
+    col_ctas = -(-n // COLS)
+    dlog, parts = plan_parts(s8, -(-chunk // tile_rows) * col_ctas * gz, runtime.sm_count())
+    smem = smem_bytes(nf, dlog)
+    if smem > mma.SMEM_LIMIT:
+        return False
+    rows_pad = tile_rows * -(-chunk // tile_rows)
+    xh_bytes = rows_pad * k * 2
+    fac_bytes = rows_pad * b * 4
+    part_bytes = parts * gz * chunk * n * 4 if parts > 1 else 0
+    ws = mma.workspace(xh_bytes + fac_bytes + rows_pad + part_bytes)
+    xh = ws[:xh_bytes]
+    fac = ws[xh_bytes : xh_bytes + fac_bytes].view(np.float32)
+    slow = ws[xh_bytes + fac_bytes : xh_bytes + fac_bytes + rows_pad]
+    o = xh_bytes + fac_bytes + rows_pad
+    partial = ws[o : o + part_bytes].view(np.float32) if parts > 1 else None
+    runtime.set_dynamic_smem(kern, smem)
+    (w0, s0, rs0, o0, ldo0), (w1, s1, rs1, o1, ldo1) = args0, args1
+    for r0 in range(0, rows, CHUNK_ROWS):
+        m = min(CHUNK_ROWS, rows - r0)
+        tiles = -(-m // tile_rows)
+        pad = tiles * tile_rows
+        prep(
+            (pad,),
+            (THREADS,),
+            (x[r0:], np.int64(ldx), np.int32(m), np.int32(pad), np.int32(b), xh, fac, slow),
+        )
+        kern(
+            (tiles, col_ctas, gz * parts),
+            (THREADS,),
+            (
+                xh,
+                fac,
+                slow,
+                np.int32(m),
+                w0,
+                s0,
+                rs0,
+                o0[r0:],
+                ldo0,
+                w1,
+                s1,
+                rs1,
+                o1[r0:],
+                ldo1,
+                np.int32(n),
+                np.int32(b),
+                np.int32(gz),
+                np.int32(1 << dlog),
+                np.int32(dlog),
+                np.uint64(0) if partial is None else partial,
+            ),
+            shared_mem=smem,
+        )
+        if parts > 1:
+            items = gz * m * n
+            finish(
+                (-(-items // 256),),
+                (256,),
+                (
+                    partial,
+                    np.int32(parts),
+                    np.int32(gz),
+                    np.int32(m),
+                    np.int32(n),
+                    rs0,
+                    o0[r0:],
+                    ldo0,
+                    rs1,
+                    o1[r0:],
+                    ldo1,
+                    np.uint64(0),
+                    np.uint64(0),
+                ),
+            )
+    return True

@@ -1,0 +1,180 @@
+"""The tiled NVFP4 × A16 GEMM (kernels/nvfp4_tile.cu, metrale/cuda/tile.py) against the numpy
+reference, bit for bit: its fast epilogue (scaled bf16 operands, one multiply per block value)
+at the edges of its exponent window, its slow epilogue (a tile holding any row outside the
+window), every CTA tile height, every K split (parts of 1 to 32 steps, full and short), gate and
+up in one launch, N past the last 128-column tile, and strided outputs whose guard bands must
+survive (arithmetic.md § kernel-notes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from metrale.reference.elements import BF16
+from metrale.reference.formats import Nvfp4Weight
+from metrale.reference.projection import project
+from tests.gpu import gen
+
+cp = pytest.importorskip("cupy")
+
+
+def ref(x: np.ndarray, w: Any) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return project(x, w, "A16").view(np.uint16)
+
+
+def dev_rows(x: np.ndarray) -> Any:
+    return cp.asarray(np.ascontiguousarray(x).view(np.uint16))
+
+
+@pytest.fixture
+def tiled(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The tiled GEMM from one row on; the other paths off, so a miss fails loudly."""
+    from metrale.cuda import mma, tile
+
+    monkeypatch.setattr(tile, "MIN_ROWS", 1)
+    monkeypatch.setattr(tile, "ENABLED", True)
+    calls = {"n": 0}
+    real = tile.gemm
+
+    def counted(*a: Any, **k: Any) -> bool:
+        ok = real(*a, **k)
+        calls["n"] += int(ok)
+        return ok
+
+    monkeypatch.setattr(tile, "gemm", counted)
+    monkeypatch.setattr(mma, "ENABLED", False)
+    return calls
+
+
+def window_rows(rng: np.random.Generator, m: int, k: int, exps: tuple[int, ...]) -> np.ndarray:
+    """Rows whose every block's largest exponent E is drawn from ``exps``, the other elements
+    spread below it (down to 2^-15 of the maximum, some rounded, some zero)."""
+    b = k // 16
+    e = rng.choice(np.array(exps), (m, b, 1))
+    mant = 1.0 + rng.integers(0, 128, (m, b, 16)) / 128
+    drop = rng.integers(0, 16, (m, b, 16))
+    drop[:, :, 0] = 0
+    sign = np.where(rng.random((m, b, 16)) < 0.5, -1.0, 1.0)
+    v = sign * np.ldexp(mant, (e - drop).astype(np.int64))
+    v[rng.random((m, b, 16)) < 0.05] = 0.0
+    return v.reshape(m, k).astype(np.float32).astype(BF16)
+
+
+#: (N, K): B = 8 (one step), 72 (9 steps: short parts), 256, 768 (three parts of 32 steps).
+SHAPES = ((37, 128), (200, 1152), (130, 4096), (45, 12288))
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"N{n}-K{k}" for n, k in SHAPES])
+def test_tile_fast_rows_match_reference(
+    cuda: Any, fresh_rng: np.random.Generator, tiled: Any, shape: tuple
+) -> None:
+    """Only in-window rows (every CTA on the fast epilogue), each tile height, single and dual."""
+    from metrale.cuda import nvfp4
+
+    n, k = shape
+    w, w1 = gen.nvfp4(fresh_rng, n, k), gen.nvfp4(fresh_rng, n, k, name="up")
+    dw, dw1 = cuda.upload(w), cuda.upload(w1)
+    x = np.concatenate(
+        [
+            window_rows(fresh_rng, 70, k, tuple(range(-20, 21))),
+            window_rows(fresh_rng, 60, k, (-102, -101, 109, 110)),
+        ]
+    )
+    x = x[fresh_rng.permutation(len(x))]
+    want, want1 = ref(x, w), ref(x, w1)
+    xd = dev_rows(x)
+    for m in (1, 5, 16, 17, 32, 33, 64, 65, 130):
+        buf, view, init = gen.guarded(cp, fresh_rng, m, n)
+        cuda.launch("w4a16_gemm", xd[:m], dw, view)
+        gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"tile m={m} {shape}")
+    for m in (3, 40):
+        b1, v1, i1 = gen.guarded(cp, fresh_rng, m, n)
+        b2, v2, i2 = gen.guarded(cp, fresh_rng, m, n)
+        nvfp4.nvfp4_a16(xd[:m], [(dw, v1), (dw1, v2)], m, 4)
+        gen.bits_equal(gen.check_guard(b1, i1, m, n), want[:m], f"tile dual m={m} gate {shape}")
+        gen.bits_equal(gen.check_guard(b2, i2, m, n), want1[:m], f"tile dual m={m} up {shape}")
+    assert tiled["n"] > 0, "the tiled GEMM never ran"
+
+
+@pytest.mark.parametrize("exp", [-126, -110, -103, 111, 120, 127])
+def test_tile_rows_outside_the_window(
+    cuda: Any, fresh_rng: np.random.Generator, tiled: Any, exp: int
+) -> None:
+    """One block past the window's edge makes its row slow and its CTA take the slow epilogue
+    (the tile's in-window rows too, with factor 1); the results still match bit for bit."""
+    n, k = 150, 1024
+    w = gen.nvfp4(fresh_rng, n, k)
+    dw = cuda.upload(w)
+    x = window_rows(fresh_rng, 80, k, (-102, -50, 0, 50, 110))
+    bad = window_rows(fresh_rng, 1, 16, (exp,))[0]
+    x[37, 16 * 5 : 16 * 6] = bad  # one block of one row of the first 64-row tile
+    want = ref(x, w)
+    buf, view, init = gen.guarded(cp, fresh_rng, 80, n)
+    cuda.launch("w4a16_gemm", dev_rows(x), dw, view)
+    gen.bits_equal(gen.check_guard(buf, init, 80, n), want, f"tile slow block E={exp}")
+    assert tiled["n"] > 0
+
+
+def test_tile_edge_rows_every_kind(cuda: Any, fresh_rng: np.random.Generator, tiled: Any) -> None:
+    """Every edge kind (NaN/Inf blocks, subnormals, zeros, ties, huge, tiny) among fast rows."""
+    n, k = 29, 2048
+    w = gen.nvfp4(fresh_rng, n, k)
+    dw = cuda.upload(w)
+    x = gen.rows(fresh_rng, 100, k)
+    want = ref(x, w)
+    for m in (8, 64, 100):
+        buf, view, init = gen.guarded(cp, fresh_rng, m, n)
+        cuda.launch("w4a16_gemm", dev_rows(x[:m]), dw, view)
+        gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"tile edge rows m={m}")
+    for kind in gen.ROW_KINDS:
+        xk = np.stack([gen.row(fresh_rng, k, kind) for _ in range(9)])
+        buf, view, init = gen.guarded(cp, fresh_rng, 9, n)
+        cuda.launch("w4a16_gemm", dev_rows(xk), dw, view)
+        gen.bits_equal(gen.check_guard(buf, init, 9, n), ref(xk, w), f"tile edge kind {kind}")
+
+
+@pytest.mark.parametrize("max_part", [1, 2, 8, 32])
+def test_tile_every_k_split(
+    cuda: Any, fresh_rng: np.random.Generator, tiled: Any, monkeypatch: pytest.MonkeyPatch, max_part: int
+) -> None:
+    """K split into aligned parts of 1 .. 32 steps (mma_finish sums the parts' tree), full and
+    short last parts (S8 = 9, 96), on both epilogues."""
+    from metrale.cuda import tile
+
+    monkeypatch.setattr(tile, "MAX_PART_STEPS", max_part)
+    monkeypatch.setattr(tile, "MIN_PART_STEPS", 1)
+    for n, k in ((70, 1152), (33, 12288)):
+        w = gen.nvfp4(fresh_rng, n, k)
+        dw = cuda.upload(w)
+        x = np.concatenate([window_rows(fresh_rng, 40, k, (-60, 0, 60)), gen.rows(fresh_rng, 30, k)])
+        want = ref(x, w)
+        for m in (40, 70):  # 40: fast tiles only; 70: the second tile slow
+            buf, view, init = gen.guarded(cp, fresh_rng, m, n)
+            cuda.launch("w4a16_gemm", dev_rows(x[:m]), dw, view)
+            gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"tile parts<={max_part} m={m} K={k}")
+
+
+def test_tile_weight_codes_and_scales_exhaustive(
+    cuda: Any, fresh_rng: np.random.Generator, tiled: Any
+) -> None:
+    """Every nibble in every k position of a block, against every finite e4m3 scale (the
+    weight decode w4b_pair and the scale decode), one-hot activations picking each element."""
+    n, k = 128, 256
+    w = gen.nvfp4(fresh_rng, n, k)
+    nib = np.zeros((n, k), dtype=np.uint8)
+    for c in range(n):
+        nib[c] = (np.arange(k) + c) % 16
+    packed = (nib[:, 0::2] | (nib[:, 1::2] << 4)).astype(np.uint8)
+    w = Nvfp4Weight(weight=packed, weight_scale=w.weight_scale, weight_scale_2=w.weight_scale_2, name="w")
+    dw = cuda.upload(w)
+    x = np.zeros((64, k), dtype=np.float32)
+    for r in range(64):
+        x[r, np.arange(r % 16, k, 16)] = 1.0 + (r // 16) / 4  # element r % 16 of every block
+    x = x.astype(BF16)
+    want = ref(x, w)
+    buf, view, init = gen.guarded(cp, fresh_rng, 64, n)
+    cuda.launch("w4a16_gemm", dev_rows(x), dw, view)
+    gen.bits_equal(gen.check_guard(buf, init, 64, n), want, "tile one-hot codes")
