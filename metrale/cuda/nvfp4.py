@@ -306,8 +306,9 @@ def w4a4_gemv_small_m(codes: DeviceA4Codes, w: Any, out: Any) -> None:
     """out[:m] = NVFP4 x A4 projection of the codes' m rows (reference project(..., "A4")).
 
     Routing (same bits on every path): the fast kernels ``nvfp4_a4f_r{m}`` where
-    ``a4_fast_smem`` admits them (m <= A4_FAST_MAX_ROWS), else the tensor-core kernels from
-    A4_MMA_MIN_ROWS rows, else the generic ``nvfp4_a4_r{1,4}_{e,o}``."""
+    ``a4_fast_smem`` admits them (m <= A4_FAST_MAX_ROWS), else (tile.A4_ENABLED) the tiled GEMM
+    from tile.MIN_ROWS rows, else the tensor-core kernels from A4_MMA_MIN_ROWS rows, else the
+    generic ``nvfp4_a4_r{1,4}_{e,o}``."""
     if not isinstance(codes, DeviceA4Codes):
         raise MetraleError(f"w4a4_gemv_small_m: want codes from w4a4_quantize, got {type(codes).__name__}")
     _check_weight(w, codes.k, "w4a4")
@@ -329,6 +330,8 @@ def w4a4_gemv_small_m(codes: DeviceA4Codes, w: Any, out: Any) -> None:
         runtime.set_dynamic_smem(kern, smem)
         a4_args = (c, np.int64(ldc), codes.afac, np.int32(m), *args, *args, *tail)
         pdl.launch(kern, (_fast_grid_x(w.n, 1),), (FAST_THREADS,), a4_args, smem)
+        return
+    if m >= tile.MIN_ROWS and tile.gemm_a4(c, ldc, codes.afac, m, b, args, w.n):
         return
     family = mma.family_prefix("w4a4")
     prep = _a4_prep(codes, b, family)

@@ -8,6 +8,7 @@ roots). The same bits as every other NVFP4 × A16 path (arithmetic.md § tree, �
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,9 @@ ENABLED = os.environ.get("METRALE_NVFP4_TILE", "1") != "0"
 #: Rows from which the NVFP4 × A16 projections take the tiled GEMM (METRALE_NVFP4_TILE_MIN_ROWS
 #: moves it: tests and benchmarks).
 MIN_ROWS = int(os.environ.get("METRALE_NVFP4_TILE_MIN_ROWS", "33"))
+#: NVFP4 × A4 on the tiled GEMM (``w4a4b_prep``): off until tests/gpu/test_cuda_nvfp4_tile.py's A4
+#: cases have passed on a device; METRALE_NVFP4_TILE_A4=1 turns it on.
+A4_ENABLED = os.environ.get("METRALE_NVFP4_TILE_A4", "0") == "1"
 FRAGS = configs.NVFP4_TILE_FRAGS
 THREADS = 256
 COLS = 128
@@ -51,19 +55,55 @@ def plan_parts(s8: int, ctas_per_part: int, sms: int) -> tuple[int, int]:
     return dlog, -(-s8 // (1 << dlog))
 
 
+#: rows -> launch the prologue of rows r0 .. r0 + m - 1 padded to pad: (r0, m, pad, xh, fac, slow).
+Prologue = Callable[[int, int, int, Any, Any, Any], None]
+
+
 def gemm(x: Any, ldx: int, rows: int, b: int, args0: tuple, args1: tuple, gz: int, n: int) -> bool:
     """``rows`` bf16 rows ``x`` (row stride ``ldx``) times one weight set or two (gz = 2) of N =
-    ``n`` columns and B = ``b`` blocks; ``args0``/``args1`` the sets' (codes, scales, rowscale,
-    out, ldo). False (nothing launched) where it does not apply: B % 8, rows not 16-byte aligned
-    (the prologue's vector loads), kernels not built."""
-    if not ENABLED or b % 8 != 0 or rows <= 0 or ldx % 8 != 0 or x.data.ptr % 16 != 0:
+    ``n`` columns and B = ``b`` blocks, A16; ``args0``/``args1`` the sets' (codes, scales,
+    rowscale, out, ldo). False (nothing launched) where it does not apply: B % 8, rows not
+    16-byte aligned (the prologue's vector loads), kernels not built."""
+    if not ENABLED or ldx % 8 != 0 or x.data.ptr % 16 != 0:
+        return False
+    kern = runtime.get_kernel(FILE, "w4a16b_prep")
+    if kern is None:
+        return False
+
+    def prologue(r0: int, m: int, pad: int, xh: Any, fac: Any, slow: Any) -> None:
+        args = (x[r0:], np.int64(ldx), np.int32(m), np.int32(pad), np.int32(b), xh, fac, slow)
+        kern((pad,), (THREADS,), args)
+
+    return _run(prologue, rows, b, args0, args1, gz, n)
+
+
+def gemm_a4(codes: Any, ldc: int, afac: Any, rows: int, b: int, args: tuple, n: int) -> bool:
+    """NVFP4 × A4: ``rows`` rows of w4a4_quantize's codes (int8, row stride ``ldc`` bytes) and
+    factors ``afac`` (f32 [rows, B]) times one weight set (``args``: its codes, scales, rowscale
+    f32(input_scale · weight_scale_2), out, ldo). False where it does not apply (A4_ENABLED, B % 8,
+    rows not 16-byte aligned, kernels not built)."""
+    if not (ENABLED and A4_ENABLED) or ldc % 16 != 0 or codes.data.ptr % 16 != 0:
+        return False
+    kern = runtime.get_kernel(FILE, "w4a4b_prep")
+    if kern is None:
+        return False
+
+    def prologue(r0: int, m: int, pad: int, xh: Any, fac: Any, slow: Any) -> None:
+        args_ = (codes[r0:], np.int64(ldc), afac[r0:], np.int32(m), np.int32(pad), np.int32(b), xh, fac, slow)
+        kern((pad,), (THREADS,), args_)
+
+    return _run(prologue, rows, b, args, args, 1, n)
+
+
+def _run(prologue: Prologue, rows: int, b: int, args0: tuple, args1: tuple, gz: int, n: int) -> bool:
+    """The prologue and the GEMM (and ``mma_finish`` where K is split) over chunks of rows."""
+    if b % 8 != 0 or rows <= 0:
         return False
     chunk = min(rows, CHUNK_ROWS)
     nf = frags_for(chunk)
-    prep = runtime.get_kernel(FILE, "w4a16b_prep")
     kern = runtime.get_kernel(FILE, f"w4a16b_gemm_f{nf}")
     finish = runtime.get_kernel(FILE, "mma_finish")
-    if prep is None or kern is None or finish is None:
+    if kern is None or finish is None:
         return False
     k = 16 * b
     s8 = b // 8
@@ -89,11 +129,7 @@ def gemm(x: Any, ldx: int, rows: int, b: int, args0: tuple, args1: tuple, gz: in
         m = min(CHUNK_ROWS, rows - r0)
         tiles = -(-m // tile_rows)
         pad = tiles * tile_rows
-        prep(
-            (pad,),
-            (THREADS,),
-            (x[r0:], np.int64(ldx), np.int32(m), np.int32(pad), np.int32(b), xh, fac, slow),
-        )
+        prologue(r0, m, pad, xh, fac, slow)
         kern(
             (tiles, col_ctas, gz * parts),
             (THREADS,),

@@ -178,3 +178,51 @@ def test_tile_weight_codes_and_scales_exhaustive(
     buf, view, init = gen.guarded(cp, fresh_rng, 64, n)
     cuda.launch("w4a16_gemm", dev_rows(x), dw, view)
     gen.bits_equal(gen.check_guard(buf, init, 64, n), want, "tile one-hot codes")
+
+
+@pytest.fixture
+def tiled_a4(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The tiled GEMM's A4 prologue from one row on (tile.A4_ENABLED), the fast A4 kernels and
+    the tensor-core A4 path off, so a miss fails loudly; counts the tiled launches."""
+    from metrale.cuda import mma, nvfp4, tile
+
+    monkeypatch.setattr(tile, "MIN_ROWS", 1)
+    monkeypatch.setattr(tile, "ENABLED", True)
+    monkeypatch.setattr(tile, "A4_ENABLED", True)
+    monkeypatch.setattr(nvfp4, "A4_FAST_MAX_ROWS", 0)
+    monkeypatch.setattr(mma, "ENABLED", False)
+    calls = {"n": 0}
+    real = tile.gemm_a4
+
+    def counted(*a: Any, **k: Any) -> bool:
+        ok = real(*a, **k)
+        calls["n"] += int(ok)
+        return ok
+
+    monkeypatch.setattr(tile, "gemm_a4", counted)
+    return calls
+
+
+@pytest.mark.parametrize(
+    "shape", [(37, 128), (130, 4096), (45, 12288)], ids=["N37-K128", "N130-K4096", "N45-K12288"]
+)
+def test_tile_a4_matches_reference(
+    cuda: Any, fresh_rng: np.random.Generator, tiled_a4: Any, shape: tuple
+) -> None:
+    """NVFP4 × A4 on the tiled GEMM (no window: only non-finite blocks make a row slow), edge rows
+    of every kind and m around the tile heights, against project(..., "A4")."""
+    from metrale.cuda import nvfp4
+
+    n, k = shape
+    w = gen.nvfp4(fresh_rng, n, k)
+    dw = cuda.upload(w)
+    x = gen.rows(fresh_rng, 130, k)
+    with np.errstate(all="ignore"):
+        want = project(x, w, "A4").view(np.uint16)
+    xd = dev_rows(x)
+    for m in (1, 16, 33, 64, 65, 130):
+        codes = nvfp4.w4a4_quantize(xd[:m], w.input_scale)
+        buf, view, init = gen.guarded(cp, fresh_rng, m, n)
+        nvfp4.w4a4_gemv_small_m(codes, dw, view)
+        gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"tile A4 m={m} {shape}")
+    assert tiled_a4["n"] > 0, "the tiled A4 GEMM never ran"

@@ -15,6 +15,10 @@
 //         xh bf16 [rows_pad][16 B], the 16 elements of each block in the order of the weight
 //             decode: position 8h + 2t holds element 8h + t, 8h + 2t + 1 element 8h + t + 4;
 //         fac f32 [rows_pad][B]; slow u8 [rows_pad].
+//   w4a4b_prep(codes, ldc, afac, m, rows_pad, B, xh, fac, slow)
+//       the same grid and layout from w4a4_quantize's codes and f32(ascale): the A4 operand
+//       code (ascale / 4) (at most 6 significant bits, an exact normal bf16 or zero), fac 1; a
+//       row with a non-finite block is slow (xh = code, fac = ascale / 4, NaN there).
 //   w4a16b_gemm_f{NF}(xh, fac, slow, m, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1, N, B,
 //                     gz, kp8, dlog, partial)
 //       B % 8 == 0. grid (rows_pad / (8 NF), ceil(N / 128), gz parts), block 256 (8 warps, warp
@@ -38,6 +42,9 @@
 // lies in [2^-9, 2^32)); an all-zero block gives +0 * wscale both ways. A CTA that holds a slow
 // row runs the slow epilogue for all its rows: P_b = S_b (xh = c, integers) or S_b 2^(E_b - 15)
 // (a fast row, fac 1), v_b = (P_b * f32(wscale_b)) * fac: the contract's sequence.
+// A4 (w4a4b_prep): P_b = S_b (ascale_b / 4) exactly (|S_b| <= 2304, 12 significant bits, times
+// 4), and v_b = P_b * f32(wscale_b) is the exact product ((S_b wscale_b) ascale_b) / 4 of the
+// contract (at most 20 significant bits, normal): no window.
 // tests/gpu/test_cuda_nvfp4_tile.py checks the device (every code, the window's edges, slow rows).
 //
 // Tree. A step is 8 aligned blocks: its 8-leaf subtree forms in registers (levels p0, p1, p2 of
@@ -52,8 +59,23 @@
 #define W4B_WROW 80
 #define W4B_STAGES 3
 
-// ---- prologue ----
-// One CTA per row: thread i takes blocks i, i + 256, ...; the row is slow where any block is.
+// ---- prologues ----
+// The 16 operand values of row r, block b (element order, each an exact bf16) into xh in the
+// weight decode's k order: position 8h + 2t holds element 8h + t, 8h + 2t + 1 element 8h + t + 4.
+__device__ __forceinline__ void w4b_store(unsigned short* __restrict__ xh, int r, int B, int b,
+                                          const float (&e)[16]) {
+    unsigned int w[8];
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {  // slot pair q: elements 8h + t, 8h + t + 4 (h = q / 4, t = q % 4)
+        const int j = 8 * (q >> 2) + (q & 3);
+        w[q] = (unsigned int)f32_to_bf16(e[j]) | ((unsigned int)f32_to_bf16(e[j + 4]) << 16);
+    }
+    uint4* dst = (uint4*)(xh + ((size_t)r * B + b) * 16);
+    dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
+}
+
+// A16. One CTA per row: thread i takes blocks i, i + 256, ...; the row is slow where any block is.
 extern "C" __global__ void __launch_bounds__(256) w4a16b_prep(const unsigned short* __restrict__ x, long long ldx,
                                                               int m, int rows_pad, int B,
                                                               unsigned short* __restrict__ xh,
@@ -99,18 +121,45 @@ extern "C" __global__ void __launch_bounds__(256) w4a16b_prep(const unsigned sho
             a16_block_int(xs, c, E, fin);
         }
         const float p = live ? pow2f(E - 15) : 1.0f;
-        unsigned int w[8];
+        float e[16];
 #pragma unroll
-        for (int q = 0; q < 8; ++q) {  // slot pair q: elements 8h + t, 8h + t + 4 (h = q / 4, t = q % 4)
-            const int e = 8 * (q >> 2) + (q & 3);
-            const float lo = sl ? (float)c[e] : ieee_mul((float)c[e], p);
-            const float hi = sl ? (float)c[e + 4] : ieee_mul((float)c[e + 4], p);
-            w[q] = (unsigned int)f32_to_bf16(lo) | ((unsigned int)f32_to_bf16(hi) << 16);
-        }
-        uint4* dst = (uint4*)(xh + ((size_t)r * B + b) * 16);
-        dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
-        dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
+        for (int j = 0; j < 16; ++j) e[j] = sl ? (float)c[j] : ieee_mul((float)c[j], p);
+        w4b_store(xh, r, B, b, e);
         fac[(size_t)r * B + b] = !sl ? 1.0f : (fin ? p : __uint_as_float(0x7fc00000u));
+    }
+    if (threadIdx.x == 0) slow[r] = sl ? 1 : 0;
+}
+
+// A4 (w4a4_quantize's codes int8 [m, K], row stride ldc bytes, 16-byte aligned; afac f32 [m, B]
+// = f32(ascale), NaN for a non-finite block). Every product is exact (nvfp4_mma.cu, Exactness),
+// so there is no window: a row is slow only where a block is non-finite. Fast: xh = code
+// (ascale / 4), fac 1; slow: xh = code, fac = ascale / 4 (NaN passes through).
+extern "C" __global__ void __launch_bounds__(256) w4a4b_prep(const signed char* __restrict__ codes, long long ldc,
+                                                             const float* __restrict__ afac, int m, int rows_pad,
+                                                             int B, unsigned short* __restrict__ xh,
+                                                             float* __restrict__ fac,
+                                                             unsigned char* __restrict__ slow) {
+    const int r = blockIdx.x;
+    const bool live = r < m;
+    int bad = 0;
+    if (live)
+        for (int b = threadIdx.x; b < B; b += blockDim.x) bad |= afac[(size_t)r * B + b] != afac[(size_t)r * B + b];
+    const bool sl = __syncthreads_or(bad) != 0;
+    for (int b = threadIdx.x; b < B; b += blockDim.x) {
+        float f = 1.0f;
+        signed char c[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+        if (live) {
+            const uint4 u = __ldg((const uint4*)(codes + (size_t)r * ldc + (size_t)b * 16));
+            const unsigned int w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int j = 0; j < 16; ++j) c[j] = (signed char)((w[j >> 2] >> (8 * (j & 3))) & 0xFF);
+            f = ieee_mul(afac[(size_t)r * B + b], 0.25f);  // exact: ascale / 4
+        }
+        float e[16];
+#pragma unroll
+        for (int j = 0; j < 16; ++j) e[j] = sl || !live ? (float)c[j] : ieee_mul((float)c[j], f);
+        w4b_store(xh, r, B, b, e);
+        fac[(size_t)r * B + b] = sl ? f : 1.0f;
     }
     if (threadIdx.x == 0) slow[r] = sl ? 1 : 0;
 }

@@ -1,0 +1,203 @@
+"""CPU replay of the tiled NVFP4 × A16 GEMM's arithmetic (``kernels/nvfp4_tile.cu``,
+arithmetic.md § kernel-notes "Scaled A16 operands"): the prologue's slow-row rule and its scaled
+bf16 operand, the block dot as the f32 accumulator of scaled products, one multiply per block
+value (the slow epilogue's two), the contract's tree, and the output -- bit for bit against
+``project``. Beside it, the window argument itself: inside −102 ≤ E ≤ 110 the one-multiply value
+equals the contract's two-multiply value for every e4m3 scale and block dots at the bounds, and
+below the window it does not (so the rule has a reason and the test can fail)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from metrale.reference.activations import quantize_a4, quantize_a16
+from metrale.reference.elements import E2M1_CODE2, to_bf16
+from metrale.reference.formats import Nvfp4Weight
+from metrale.reference.projection import project
+from metrale.reference.tree import tree_sum
+from tests.gpu.gen import BF16, E4M3, E4M3_FINITE, F32, nvfp4, row, rows
+
+#: The window of block exponents the fast epilogue takes (nvfp4_tile.cu w4a16b_prep).
+E_LO, E_HI = -102, 110
+#: The largest |S_b| of NVFP4 × A16: 16 elements, |2·e2m1| ≤ 12, |c| ≤ 32640.
+S_MAX = 16 * 12 * 32640
+E4M3_F32 = E4M3_FINITE.view(E4M3).astype(F32)
+
+
+def _p2(e: np.ndarray) -> np.ndarray:
+    """2^e as f32 (e ≥ −149), as the reference forms it."""
+    return np.ldexp(np.float64(1.0), e).astype(F32)
+
+
+def contract_v(s: np.ndarray, ws: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """(f32(S) · f32(wscale)) · 2^(E−15), each an f32 RNE multiply (§ projection)."""
+    return (s.astype(F32) * ws.astype(F32)) * _p2(e - 15)
+
+
+def one_multiply_v(s: np.ndarray, ws: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """P · f32(wscale), P = S · 2^(E−15) formed exactly (float64), then held as f32."""
+    p = np.ldexp(s.astype(np.float64), e - 15)
+    return p.astype(F32) * ws.astype(F32)
+
+
+def _dots() -> np.ndarray:
+    """Block dots at the bounds and between: ±1, ±(2^k ± 1), the largest, odd values."""
+    k = np.arange(1, 23)
+    mags = np.concatenate([[1, 3, 5, 7, S_MAX, S_MAX - 1], 2**k - 1, 2**k + 1, (2**k) * 3 + 1])
+    mags = mags[(mags >= 1) & (mags <= S_MAX)]
+    return np.concatenate([mags, -mags]).astype(np.int64)
+
+
+def test_one_multiply_equals_the_contract_inside_the_window() -> None:
+    """Every finite e4m3 scale (±0, subnormals, 448), dots at the bounds, every E of the window."""
+    s = _dots()[:, None]
+    ws = E4M3_F32[None, :]
+    for e in range(E_LO, E_HI + 1):
+        p = np.ldexp(s.astype(np.float64), e - 15)
+        assert np.array_equal(p.astype(F32).astype(np.float64), p), f"E={e}: P is not an exact f32"
+        want = contract_v(s, ws, np.int64(e)).view(np.uint32)
+        got = one_multiply_v(s, ws, np.int64(e)).view(np.uint32)
+        bad = np.argwhere(got != want)
+        assert bad.size == 0, f"E={e}: S={s[bad[0][0], 0]} ws={ws[0, bad[0][1]]}"
+
+
+def test_past_the_window_the_one_multiply_breaks() -> None:
+    """The window's top is needed: past it P = S · 2^(E−15) overflows f32 before the scale can
+    bring it back, and the one-multiply value leaves the contract's."""
+    s = _dots()[:, None]
+    ws = E4M3_F32[None, :]
+    with np.errstate(all="ignore"):
+        differ = [
+            e
+            for e in range(E_HI + 1, 128)
+            if not np.array_equal(
+                contract_v(s, ws, np.int64(e)).view(np.uint32),
+                one_multiply_v(s, ws, np.int64(e)).view(np.uint32),
+            )
+        ]
+    assert differ, "no E past the window where the sequences differ"
+
+
+def test_the_operand_stays_normal_inside_the_window() -> None:
+    """The lower bound keeps the tensor core's inputs and accumulator normal (what the device
+    check covers): the smallest nonzero operand c · 2^(E−15) and the smallest nonzero |P| are
+    normal from E = −102, and the smallest nonzero |S · wscale| · 2^(E−15) is too."""
+    tiny_ws = float(np.min(np.abs(E4M3_F32[E4M3_F32 != 0])))
+    for e in (E_LO, E_HI):
+        assert 2.0 ** (e - 15) >= 2.0**-126
+        assert tiny_ws * 2.0 ** (e - 15) >= 2.0**-126
+        assert S_MAX * 448 * 2.0 ** (e - 15) < 2.0**128
+    assert tiny_ws * 2.0 ** (E_LO - 1 - 15) < 2.0**-126  # one lower and a block value may be subnormal
+
+
+def replay_prep(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """w4a16b_prep: (operand f64 [m, B, 16], factor f32 [m, B], slow bool [m], finite [m, B])."""
+    a = quantize_a16(x)
+    c, e, fin = a.codes, a.exp.astype(np.int64), a.finite
+    nonzero = np.any(c != 0, axis=2)
+    in_window = fin & (~nonzero | ((e >= E_LO) & (e <= E_HI)))
+    slow = ~np.all(in_window, axis=1)
+    p = np.ldexp(np.float64(1.0), e - 15)
+    op = np.where(slow[:, None, None], c, c * p[:, :, None])
+    fac = np.where(slow[:, None], np.where(fin, p, np.nan), 1.0).astype(F32)
+    return op, fac, slow, fin
+
+
+def replay_tile(x: np.ndarray, w: Nvfp4Weight, tile_rows: int = 64) -> np.ndarray:
+    """The tiled GEMM's outputs (bf16 bits [m, N]) by its arithmetic: a CTA tile holding a slow
+    row runs (P · ws) · factor for all its rows, the others P · ws."""
+    op, fac, slow, _ = replay_prep(x)
+    m, nb, _ = op.shape
+    wc = E2M1_CODE2[w.nibbles()].astype(np.float64).reshape(w.weight.shape[0], nb, 16)
+    ws = w.weight_scale.view(np.uint8).view(E4M3).astype(F32)  # [N, B]
+    out = np.empty((m, wc.shape[0]), dtype=np.uint16)
+    for r0 in range(0, m, tile_rows):
+        r1 = min(m, r0 + tile_rows)
+        ob = op[r0:r1].astype(BF16).astype(np.float64)
+        assert np.array_equal(ob, op[r0:r1]), "the operand is not an exact bf16"
+        p64 = np.einsum("nbj,mbj->mnb", wc, ob)  # [m, N, B], exact in float64
+        p = p64.astype(F32)
+        fast_rows = ~slow[r0:r1]
+        assert np.array_equal(p[fast_rows].astype(np.float64), p64[fast_rows]), "P is not an exact f32"
+        v = p * ws[None, :, :]
+        if slow[r0:r1].any():
+            v = v * fac[r0:r1, None, :]
+        root = tree_sum(v, axis=2)
+        out[r0:r1] = to_bf16(root * F32(w.weight_scale_2)).view(np.uint16)
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_replay_matches_project(seed: int) -> None:
+    """Fast tiles, slow tiles (edge rows: NaN/Inf, subnormals, huge, tiny, spread), window edges."""
+    rng = np.random.default_rng(seed)
+    n, k = 21, 512
+    w = nvfp4(rng, n, k)
+    edge = rows(rng, 40, k)
+    b = k // 16
+    e = rng.choice(np.array([E_LO, E_LO + 1, -30, 0, 30, E_HI - 1, E_HI]), (70, b, 1))
+    mant = 1.0 + rng.integers(0, 128, (70, b, 16)) / 128
+    drop = rng.integers(0, 16, (70, b, 16))
+    drop[:, :, 0] = 0
+    sign = np.where(rng.random((70, b, 16)) < 0.5, -1.0, 1.0)
+    win = (sign * np.ldexp(mant, (e - drop).astype(np.int64))).reshape(70, k).astype(F32).astype(BF16)
+    x = np.concatenate([win, edge])  # rows 0..63 one fast tile, the rest mixed
+    with np.errstate(all="ignore"):
+        want = project(x, w, "A16").view(np.uint16)
+        got = replay_tile(x, w)
+    assert np.array_equal(got, want)
+    _, _, slow, _ = replay_prep(x)
+    assert not slow[:64].any() and slow[64:].any()  # both epilogues were replayed
+
+
+def test_slow_rule_names_each_edge_kind() -> None:
+    """Gaussian rows are fast; a block of subnormals, huge values or NaN/Inf makes its row slow."""
+    rng = np.random.default_rng(3)
+    k = 256
+    kinds = {"gauss": False, "subnormal": True, "specials": True, "tiny": True, "zeros": False}
+    x = np.stack([row(rng, k, kind) for kind in kinds])
+    _, _, slow, _ = replay_prep(x)
+    assert slow.tolist() == list(kinds.values())
+
+
+def replay_tile_a4(x: np.ndarray, w: Nvfp4Weight, tile_rows: int = 64) -> np.ndarray:
+    """w4a4b_prep and the tiled GEMM on A4 codes: operand code · (ascale / 4) (slow rows: the
+    code, factor ascale / 4 or NaN), v = P · ws (· factor in a tile holding a slow row)."""
+    a = quantize_a4(x, w.input_scale)
+    m, k = a.codes.shape
+    nb = k // 16
+    code = a.codes.reshape(m, nb, 16).astype(np.float64)
+    f = np.where(a.finite, a.scales.astype(F32).astype(np.float64), np.nan) / 4
+    slow = ~np.all(a.finite, axis=1)
+    op = np.where(slow[:, None, None], code, code * np.nan_to_num(f)[:, :, None])
+    fac = np.where(slow[:, None], f, 1.0).astype(F32)
+    wc = E2M1_CODE2[w.nibbles()].astype(np.float64).reshape(w.weight.shape[0], nb, 16)
+    ws = w.weight_scale.view(np.uint8).view(E4M3).astype(F32)
+    rowscale = F32(F32(w.input_scale) * F32(w.weight_scale_2))
+    out = np.empty((m, wc.shape[0]), dtype=np.uint16)
+    for r0 in range(0, m, tile_rows):
+        r1 = min(m, r0 + tile_rows)
+        ob = op[r0:r1].astype(BF16).astype(np.float64)
+        assert np.array_equal(ob, op[r0:r1]), "the A4 operand is not an exact bf16"
+        p64 = np.einsum("nbj,mbj->mnb", wc, ob)
+        p = p64.astype(F32)
+        assert np.array_equal(p.astype(np.float64), p64), "P is not an exact f32"
+        v = p * ws[None, :, :]
+        if slow[r0:r1].any():
+            v = v * fac[r0:r1, None, :]
+        out[r0:r1] = to_bf16(tree_sum(v, axis=2) * rowscale).view(np.uint16)
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_replay_a4_matches_project(seed: int) -> None:
+    """A4 has no window: every finite row is fast, a non-finite block makes its row slow."""
+    rng = np.random.default_rng(seed)
+    n, k = 19, 512
+    w = nvfp4(rng, n, k)
+    x = np.concatenate([rows(rng, 64, k, finite=True), rows(rng, 40, k)])
+    with np.errstate(all="ignore"):
+        want = project(x, w, "A4").view(np.uint16)
+        got = replay_tile_a4(x, w)
+    assert np.array_equal(got, want)
