@@ -29,6 +29,20 @@ def dev_rows(x: np.ndarray) -> Any:
     return cp.asarray(np.ascontiguousarray(x).view(np.uint16))
 
 
+def _count_launches(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> dict[str, int]:
+    """Wrap launcher ``module.name`` so the returned dict counts the calls that launched."""
+    calls = {"n": 0}
+    real = getattr(module, name)
+
+    def counted(*a: Any, **k: Any) -> bool:
+        ok = real(*a, **k)
+        calls["n"] += int(ok)
+        return ok
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
 @pytest.fixture
 def tiled(monkeypatch: pytest.MonkeyPatch) -> Any:
     """The tiled GEMM from one row on; the other paths off, so a miss fails loudly."""
@@ -36,17 +50,8 @@ def tiled(monkeypatch: pytest.MonkeyPatch) -> Any:
 
     monkeypatch.setattr(tile, "MIN_ROWS", 1)
     monkeypatch.setattr(tile, "ENABLED", True)
-    calls = {"n": 0}
-    real = tile.gemm
-
-    def counted(*a: Any, **k: Any) -> bool:
-        ok = real(*a, **k)
-        calls["n"] += int(ok)
-        return ok
-
-    monkeypatch.setattr(tile, "gemm", counted)
     monkeypatch.setattr(mma, "ENABLED", False)
-    return calls
+    return _count_launches(monkeypatch, tile, "gemm")
 
 
 def window_rows(rng: np.random.Generator, m: int, k: int, exps: tuple[int, ...]) -> np.ndarray:
@@ -191,16 +196,7 @@ def tiled_a4(monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setattr(tile, "A4_ENABLED", True)
     monkeypatch.setattr(nvfp4, "A4_FAST_MAX_ROWS", 0)
     monkeypatch.setattr(mma, "ENABLED", False)
-    calls = {"n": 0}
-    real = tile.gemm_a4
-
-    def counted(*a: Any, **k: Any) -> bool:
-        ok = real(*a, **k)
-        calls["n"] += int(ok)
-        return ok
-
-    monkeypatch.setattr(tile, "gemm_a4", counted)
-    return calls
+    return _count_launches(monkeypatch, tile, "gemm_a4")
 
 
 @pytest.mark.parametrize(

@@ -165,13 +165,6 @@ extern "C" __global__ void __launch_bounds__(256) w4a4b_prep(const signed char* 
 }
 
 // ---- the GEMM ----
-__device__ __forceinline__ void w4b_cp16(unsigned int dst, const void* src, int nbytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(nbytes));
-}
-__device__ __forceinline__ void w4b_cp8(unsigned int dst, const void* src, int nbytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src), "r"(nbytes));
-}
-
 // Nibbles t and t + 4 of W (rotations rm = 6 - 4t, rs = 12 - 4t, mod 32) as the bf16 pair
 // (2 e2m1 of nibble t, of nibble t + 4): the magnitude bits at 6..8 are e2m1 2^-126 (a bf16
 // subnormal for the code 0.5), times 2^127 by one exact fma, and the sign bit moved to 15.
@@ -180,15 +173,6 @@ __device__ __forceinline__ unsigned int w4b_pair(unsigned int W, unsigned int rm
     unsigned int v;
     asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(mag), "r"(0x7F007F00u), "r"(0x80008000u));
     return v ^ (__funnelshift_l(W, W, rs) & 0x80008000u);
-}
-
-__device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned int a0, unsigned int a1, unsigned int a2,
-                                         unsigned int a3, unsigned int b0, unsigned int b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ void w4b_ldsm4(unsigned int addr, unsigned int& r0, unsigned int& r1, unsigned int& r2,
@@ -200,7 +184,7 @@ __device__ __forceinline__ void w4b_ldsm4(unsigned int addr, unsigned int& r0, u
 
 // Stage s (blocks 8 s .. 8 s + 7) of the CTA's rows and columns into shared memory at base.
 template <int NF>
-__device__ __forceinline__ void w4b_load(unsigned int base, const unsigned char* __restrict__ xh, int row0, int K,
+__device__ __forceinline__ void w4b_load(unsigned char* base, const unsigned char* __restrict__ xh, int row0, int K,
                                          const WeightSet& set, int n0, int N, int B, int s) {
     constexpr int ACT = 8 * NF * 256;
     const int tid = threadIdx.x;
@@ -208,19 +192,19 @@ __device__ __forceinline__ void w4b_load(unsigned int base, const unsigned char*
     for (int i = 0; i < NF / 2; ++i) {  // 8 NF rows x 16 chunks of 16 bytes
         const int q = tid + W4B_THREADS * i, r = q >> 4, c = q & 15;
         const unsigned char* src = xh + ((size_t)(row0 + r) * K + (size_t)s * 128) * 2 + c * 16;
-        w4b_cp16(base + r * 256 + ((c ^ (r & 7)) << 4), src, 16);
+        cp_async16(base + r * 256 + ((c ^ (r & 7)) << 4), src, 16);
     }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {  // 128 weight rows x 4 chunks
         const int q = tid + W4B_THREADS * i, col = q >> 2, p = q & 3, n = n0 + col;
         const bool ok = n < N;
         const unsigned char* src = set.w + (size_t)(ok ? n : 0) * ((size_t)B * 8) + (size_t)s * 64 + p * 16;
-        w4b_cp16(base + ACT + col * W4B_WROW + p * 16, src, ok ? 16 : 0);
+        cp_async16(base + ACT + col * W4B_WROW + p * 16, src, ok ? 16 : 0);
     }
     if (tid < W4B_COLS) {  // 128 x 8 scale bytes
         const int n = n0 + tid;
         const bool ok = n < N;
-        w4b_cp8(base + ACT + W4B_COLS * W4B_WROW + tid * 8, set.ws + (size_t)(ok ? n : 0) * B + (size_t)s * 8,
+        cp_async8(base + ACT + W4B_COLS * W4B_WROW + tid * 8, set.ws + (size_t)(ok ? n : 0) * B + (size_t)s * 8,
                 ok ? 8 : 0);
     }
 }
@@ -239,8 +223,8 @@ __device__ __forceinline__ void w4b_block(float (&v)[NF][4], unsigned int W0, un
         unsigned int b00, b01, b10, b11;
         w4b_ldsm4(abase[np] + (chunk << 4), b00, b01, b10, b11);
         float d[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-        mma_bf16(d[0], a0, a1, a2, a3, b00, b01);
-        mma_bf16(d[1], a0, a1, a2, a3, b10, b11);
+        mma_f16<true>(d[0], a0, a1, a2, a3, b00, b01);
+        mma_f16<true>(d[1], a0, a1, a2, a3, b10, b11);
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -277,16 +261,16 @@ __device__ __forceinline__ void w4b_body(const unsigned char* __restrict__ xh, c
 
 #pragma unroll
     for (int i = 0; i < W4B_STAGES - 1; ++i) {
-        if (i < Sl) w4b_load<NF>(sbase + i * STAGE, xh, row0, K, set, n0, N, B, s_begin + i);
-        asm volatile("cp.async.commit_group;");
+        if (i < Sl) w4b_load<NF>(smem + i * STAGE, xh, row0, K, set, n0, N, B, s_begin + i);
+        cp_async_commit();
     }
     for (int ls = 0; ls < Sl; ++ls) {
-        asm volatile("cp.async.wait_group %0;" ::"n"(W4B_STAGES - 2));
+        cp_async_wait<W4B_STAGES - 2>();
         __syncthreads();
         if (ls + W4B_STAGES - 1 < Sl)
-            w4b_load<NF>(sbase + ((ls + W4B_STAGES - 1) % W4B_STAGES) * STAGE, xh, row0, K, set, n0, N, B,
+            w4b_load<NF>(smem + ((ls + W4B_STAGES - 1) % W4B_STAGES) * STAGE, xh, row0, K, set, n0, N, B,
                          s_begin + ls + W4B_STAGES - 1);
-        asm volatile("cp.async.commit_group;");
+        cp_async_commit();
         const int buf = ls % W4B_STAGES;
         const unsigned char* sp = smem + buf * STAGE;
         unsigned int abase[NF / 2];
@@ -363,7 +347,7 @@ __device__ __forceinline__ void w4b_body(const unsigned char* __restrict__ xh, c
             }
         }
     }
-    asm volatile("cp.async.wait_group 0;");
+    cp_async_wait<0>();
     // the part root: level 0 after a full part, else the fold of the set bits of Sl (the lowest
     // first, each earlier subtree on the left)
     if (Sl != (1 << dlog)) {
