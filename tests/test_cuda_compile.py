@@ -174,6 +174,7 @@ def _pasted(macro: str, a: list[str]) -> tuple[str, ...]:
         "NVFP4_MMA": lambda: f"{a[0]}_mma_nt{a[2]}_{a[4]}",
         "NVFP4_GEMM": lambda: f"{a[0]}_gemm_nt{a[2]}_d{a[3]}_b{a[4]}_{a[6]}",
         "NVFP4_TILE": lambda: f"w4a16b_gemm_f{a[0]}",
+        "Q2_TILE": lambda: f"q2a16b_gemm_f{a[0]}",
         "Q2_GEMV": lambda: f"q2_0_gemv_r{a[0]}",
         "Q2_DEC": lambda: f"q2_dec_r{a[0]}_c{a[1]}_d{a[2]}_{a[4]}",
         "FP8_BF16_GEMV": lambda: f"{a[0]}_r{a[2]}",

@@ -1,19 +1,21 @@
-"""CPU replay of the tiled NVFP4 × A16 GEMM's arithmetic (``kernels/nvfp4_tile.cu``,
+"""CPU replay of the tiled NVFP4 × A16 (and A4, and Q2_0 × A16) GEMM's arithmetic (``kernels/nvfp4_tile.cu``,
 arithmetic.md § kernel-notes "Scaled A16 operands"): the prologue's slow-row rule and its scaled
 bf16 operand, the block dot as the f32 accumulator of scaled products, one multiply per block
 value (the slow epilogue's two), the contract's tree, and the output -- bit for bit against
 ``project``. Beside it, the window argument itself: inside −102 ≤ E ≤ 110 the one-multiply value
 equals the contract's two-multiply value for every e4m3 scale and block dots at the bounds, and
-below the window it does not (so the rule has a reason and the test can fail)."""
+past the window it does not (so the rule has a reason and the test can fail); the same for
+Q2_0's window −88 ≤ E ≤ 105 and every finite f16 d."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from metrale.cuda import tile
 from metrale.reference.activations import quantize_a4, quantize_a16
 from metrale.reference.elements import E2M1_CODE2, to_bf16
-from metrale.reference.formats import Nvfp4Weight
+from metrale.reference.formats import Nvfp4Weight, Q2_0Weight
 from metrale.reference.projection import project
 from metrale.reference.tree import tree_sum
 from tests.gpu.gen import BF16, E4M3, E4M3_FINITE, F32, nvfp4, row, rows
@@ -91,12 +93,14 @@ def test_the_operand_stays_normal_inside_the_window() -> None:
     assert tiny_ws * 2.0 ** (E_LO - 1 - 15) < 2.0**-126  # one lower and a block value may be subnormal
 
 
-def replay_prep(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def replay_prep(
+    x: np.ndarray, window: tuple[int, int] = (E_LO, E_HI)
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """w4a16b_prep: (operand f64 [m, B, 16], factor f32 [m, B], slow bool [m], finite [m, B])."""
     a = quantize_a16(x)
     c, e, fin = a.codes, a.exp.astype(np.int64), a.finite
     nonzero = np.any(c != 0, axis=2)
-    in_window = fin & (~nonzero | ((e >= E_LO) & (e <= E_HI)))
+    in_window = fin & (~nonzero | ((e >= window[0]) & (e <= window[1])))
     slow = ~np.all(in_window, axis=1)
     p = np.ldexp(np.float64(1.0), e - 15)
     op = np.where(slow[:, None, None], c, c * p[:, :, None])
@@ -201,3 +205,131 @@ def test_replay_a4_matches_project(seed: int) -> None:
         want = project(x, w, "A4").view(np.uint16)
         got = replay_tile_a4(x, w)
     assert np.array_equal(got, want)
+
+
+# ---- Q2_0 × A16: operand c · 2^(E−15) against 2·(q − 1), v = P · f32(d) ----
+
+#: Q2_0's window (arithmetic.md § kernel-notes): |S · d| ∈ [2^−24, 2^36) for nonzero S, d.
+Q2_LO, Q2_HI = -88, 105
+#: The largest |S_b| of Q2_0 × A16: 16 elements, |q − 1| ≤ 2, |c| ≤ 32640.
+Q2_S_MAX = 16 * 2 * 32640
+#: Every finite f16 (±0, subnormals, ±65504).
+F16_FINITE = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+F16_FINITE = F16_FINITE[np.isfinite(F16_FINITE)].astype(F32)
+
+
+def q2_dots() -> np.ndarray:
+    k = np.arange(1, 20)
+    mags = np.concatenate([[1, 3, 5, 7, Q2_S_MAX, Q2_S_MAX - 1], 2**k - 1, 2**k + 1, (2**k) * 3 + 1])
+    mags = mags[(mags >= 1) & (mags <= Q2_S_MAX)]
+    return np.concatenate([mags, -mags]).astype(np.int64)
+
+
+def q2_contract_v(s: np.ndarray, d: np.ndarray, e: int) -> np.ndarray:
+    """(f32(S) · f32(d)) · 2^(E−14), each an f32 RNE multiply (§ projection)."""
+    return (s.astype(F32) * d) * _p2(np.int64(e - 14))
+
+
+def q2_one_multiply_v(s: np.ndarray, d: np.ndarray, e: int) -> np.ndarray:
+    """P · f32(d), P = 2·S · 2^(E−15) formed exactly (float64), then held as f32."""
+    return np.ldexp((2 * s).astype(np.float64), e - 15).astype(F32) * d
+
+
+def test_q2_window_is_the_kernels() -> None:
+    """The window argued here is the one the launcher gives the prologue."""
+    assert (tile.Q2_0.e_lo, tile.Q2_0.e_hi) == (Q2_LO, Q2_HI)
+    assert (tile.NVFP4.e_lo, tile.NVFP4.e_hi) == (E_LO, E_HI)
+
+
+def test_q2_one_multiply_equals_the_contract_inside_the_window() -> None:
+    """Every finite f16 d at the window's edges and the middle, a spread of d at every other E."""
+    s = q2_dots()[:, None]
+    every, some = F16_FINITE[None, :], F16_FINITE[None, ::97]
+    for e in range(Q2_LO, Q2_HI + 1):
+        d = every if e in (Q2_LO, Q2_LO + 1, 0, Q2_HI - 1, Q2_HI) else some
+        p = np.ldexp((2 * s).astype(np.float64), e - 15)
+        assert np.array_equal(p.astype(F32).astype(np.float64), p), f"E={e}: P is not an exact f32"
+        want = q2_contract_v(s, d, e).view(np.uint32)
+        got = q2_one_multiply_v(s, d, e).view(np.uint32)
+        bad = np.argwhere(got != want)
+        assert bad.size == 0, f"E={e}: S={s[bad[0][0], 0]} d={d[0, bad[0][1]]}"
+
+
+def test_q2_past_the_window_the_one_multiply_breaks() -> None:
+    """Past the top, P overflows f32 where the contract's value stays finite."""
+    s = q2_dots()[:, None]
+    with np.errstate(all="ignore"):
+        differ = [
+            e
+            for e in range(Q2_HI + 1, 128)
+            if not np.array_equal(
+                q2_contract_v(s, F16_FINITE[None, :], e).view(np.uint32),
+                q2_one_multiply_v(s, F16_FINITE[None, :], e).view(np.uint32),
+            )
+        ]
+    assert differ, "no E past the window where the sequences differ"
+
+
+def test_q2_operand_and_values_stay_normal_inside_the_window() -> None:
+    """The operand c · 2^(E−15) is normal from E = −111; the smallest nonzero |S · d| · 2^(E−14)
+    (S = 1, d = 2^−24) is normal from E = −88 and the largest finite up to E = 105."""
+    tiny_d = float(np.min(np.abs(F16_FINITE[F16_FINITE != 0])))
+    assert tiny_d == 2.0**-24
+    assert 2.0 ** (Q2_LO - 15) >= 2.0**-126
+    assert tiny_d * 2.0 ** (Q2_LO - 14) >= 2.0**-126 > tiny_d * 2.0 ** (Q2_LO - 1 - 14)
+    assert Q2_S_MAX * 65504.0 * 2.0 ** (Q2_HI - 14) < 2.0**127
+
+
+def replay_tile_q2(x: np.ndarray, w: Q2_0Weight, tile_rows: int = 32) -> np.ndarray:
+    """q2a16b_gemm: operand and factors of w4a16b_prep with Q2_0's window against 2·(q − 1);
+    v = P · f32(d) (· factor in a tile holding a slow row); y = bf16(root)."""
+    op, fac, slow, _ = replay_prep(x, (Q2_LO, Q2_HI))
+    m, nb, _ = op.shape
+    wc = (2.0 * (w.q().astype(np.float64) - 1.0)).reshape(w.n, nb, 16)
+    d = np.repeat(w.d().astype(F32), 4, axis=1)  # [N, B]: one d per 4 blocks
+    out = np.empty((m, w.n), dtype=np.uint16)
+    for r0 in range(0, m, tile_rows):
+        r1 = min(m, r0 + tile_rows)
+        ob = op[r0:r1].astype(BF16).astype(np.float64)
+        assert np.array_equal(ob, op[r0:r1]), "the operand is not an exact bf16"
+        p64 = np.einsum("nbj,mbj->mnb", wc, ob)
+        p = p64.astype(F32)
+        fast_rows = ~slow[r0:r1]
+        assert np.array_equal(p[fast_rows].astype(np.float64), p64[fast_rows]), "P is not an exact f32"
+        v = p * d[None, :, :]
+        if slow[r0:r1].any():
+            v = v * fac[r0:r1, None, :]
+        out[r0:r1] = to_bf16(tree_sum(v, axis=2)).view(np.uint16)
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_replay_q2_matches_project(seed: int) -> None:
+    """Fast tiles at the window's edges, slow tiles (edge rows and blocks just past the window)."""
+    rng = np.random.default_rng(seed)
+    n, k = 17, 512
+    q = rng.integers(0, 4, (n, k), dtype=np.uint8)
+    d = (rng.standard_normal((n, k // 64)) * np.exp2(rng.integers(-24, 15, (n, k // 64)))).astype(np.float16)
+    d.flat[:4] = [0.0, -0.0, 2.0**-24, 65504.0]
+    w = Q2_0Weight.from_parts(q, d, name="q2")
+    b = k // 16
+
+    def block_rows(count: int, exps: np.ndarray) -> np.ndarray:
+        """Rows whose block b has largest exponent exps[..., b] (the others up to 15 below)."""
+        drop = rng.integers(0, 16, (count, b, 16))
+        drop[:, :, 0] = 0
+        mant = 1.0 + rng.integers(0, 128, (count, b, 16)) / 128
+        sign = np.where(rng.random((count, b, 16)) < 0.5, -1.0, 1.0)
+        return (sign * np.ldexp(mant, (exps - drop).astype(np.int64))).reshape(count, k)
+
+    win = block_rows(32, rng.choice(np.array([Q2_LO, Q2_LO + 1, 0, Q2_HI - 1, Q2_HI]), (32, b, 1)))
+    edge_e = np.zeros((4, b, 1), dtype=np.int64)
+    edge_e[:, 3, 0] = [Q2_LO - 1, Q2_HI + 1, -100, 120]  # one block past the window: a slow row
+    past = block_rows(4, edge_e)
+    x = np.concatenate([win, past, rows(rng, 28, k)]).astype(F32).astype(BF16)
+    with np.errstate(all="ignore"):
+        want = project(x, w, "A16").view(np.uint16)
+        got = replay_tile_q2(x, w)
+    assert np.array_equal(got, want)
+    _, _, slow, _ = replay_prep(x, (Q2_LO, Q2_HI))
+    assert not slow[:32].any() and slow[32:36].all()  # both epilogues were replayed

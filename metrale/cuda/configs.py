@@ -95,6 +95,9 @@ NVFP4_GEMM_VARIANTS: tuple[tuple[int, int, int], ...] = ((5, 2, 2), (7, 3, 1))
 #: nvfp4_tile.cu tiled bf16 GEMM ``w4a16b_gemm_f{NF}``: CTA tiles of 8 NF activation rows x 128
 #: columns (NF 8-row fragments per warp).
 NVFP4_TILE_FRAGS: tuple[int, ...] = (2, 4, 8)
+#: Its Q2_0 kernels ``q2a16b_gemm_f{NF}``: NF = 8 spills registers there and measured slower
+#: than NF = 4 (3.2 against 3.8 T block values/s at 4096 rows on an H200).
+Q2_0_TILE_FRAGS: tuple[int, ...] = (2, 4)
 #: q2_0_gemv.cu kernels ``q2_0_gemv_r{R}``: rows per warp -> columns per warp.
 Q2_0_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 4, 8: 2}
 #: q2_0_dec.cu decode kernels ``q2_dec_r{R}_c{NC}_d{D}_{s,l}``, one pass for m <= Q2_0_DEC_MAX_ROWS
@@ -389,6 +392,7 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         for al in (True, False)
     ],
     "NVFP4_TILE": lambda: [f"NVFP4_TILE({nf})" for nf in NVFP4_TILE_FRAGS],
+    "Q2_TILE": lambda: [f"Q2_TILE({nf})" for nf in Q2_0_TILE_FRAGS],
     "Q2_MMA": lambda: [
         f"Q2_MMA({nt}, {_bool(al)}, {'a' if al else 'u'})" for nt in NVFP4_MMA_TILES for al in (True, False)
     ],

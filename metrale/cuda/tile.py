@@ -1,14 +1,16 @@
-"""Launcher of the tiled NVFP4 × A16 GEMM (``kernels/nvfp4_tile.cu``): the prologue writes the
-scaled A16 operand, the per-block factors and the slow-row marks of a chunk of rows into the
-mma.py workspace, then ``w4a16b_gemm_f{NF}`` runs CTA tiles of 8·NF rows × 128 columns over K
-(split into aligned parts where the grid would not fill the GPU; ``mma_finish`` sums their
-roots). The same bits as every other NVFP4 × A16 path (arithmetic.md § tree, § kernel-notes).
+"""Launcher of the tiled NVFP4 and Q2_0 × A16 GEMM (``kernels/nvfp4_tile.cu``): the prologue
+writes the scaled A16 operand, the per-block factors and the slow-row marks of a chunk of rows
+into the mma.py workspace, then ``w4a16b_gemm_f{NF}`` (NVFP4) or ``q2a16b_gemm_f{NF}`` (Q2_0) runs
+CTA tiles of 8·NF rows × 128 columns over K (split into aligned parts where the grid would not
+fill the GPU; ``mma_finish`` sums their roots). The same bits as every other path of the format
+(arithmetic.md § tree, § kernel-notes).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,13 +20,33 @@ from metrale.cuda import configs, mma, runtime
 FILE = "nvfp4_tile.cu"
 #: METRALE_NVFP4_TILE=0 turns the tiled GEMM off (the mma.py paths give the same bits).
 ENABLED = os.environ.get("METRALE_NVFP4_TILE", "1") != "0"
-#: Rows from which the NVFP4 × A16 projections take the tiled GEMM (METRALE_NVFP4_TILE_MIN_ROWS
-#: moves it: tests and benchmarks).
+#: Rows from which the NVFP4 × A16 / A4 and Q2_0 × A16 projections take the tiled GEMM
+#: (METRALE_NVFP4_TILE_MIN_ROWS moves it: tests and benchmarks).
 MIN_ROWS = int(os.environ.get("METRALE_NVFP4_TILE_MIN_ROWS", "33"))
-#: NVFP4 × A4 on the tiled GEMM (``w4a4b_prep``): off until tests/gpu/test_cuda_nvfp4_tile.py's A4
-#: cases have passed on a device; METRALE_NVFP4_TILE_A4=1 turns it on.
-A4_ENABLED = os.environ.get("METRALE_NVFP4_TILE_A4", "0") == "1"
+#: NVFP4 × A4 on the tiled GEMM (``w4a4b_prep``); METRALE_NVFP4_TILE_A4=0 keeps A4 on the mma.py
+#: kernels (same bits).
+A4_ENABLED = os.environ.get("METRALE_NVFP4_TILE_A4", "1") != "0"
 FRAGS = configs.NVFP4_TILE_FRAGS
+
+
+@dataclass(frozen=True)
+class TileFormat:
+    """A weight format of the tiled GEMM: its kernels' prefix, the bytes of codes and of scales per
+    column and 8-block step (``WB``/``SB`` of nvfp4_tile.cu, codes at a ``wrow``-byte stride in
+    shared memory), and the block exponents E_b its fast epilogue takes (arithmetic.md
+    § kernel-notes, scaled A16 operands)."""
+
+    prefix: str
+    wrow: int
+    sb: int
+    e_lo: int
+    e_hi: int
+    #: Its kernels' NF (None: ``FRAGS``, the NVFP4 kernels', which benchmarks may narrow).
+    frags: tuple[int, ...] | None = None
+
+
+NVFP4 = TileFormat("w4a16b", 80, 8, -102, 110)
+Q2_0 = TileFormat("q2a16b", 48, 4, -88, 105, configs.Q2_0_TILE_FRAGS)
 THREADS = 256
 COLS = 128
 STAGES = 3
@@ -35,14 +57,16 @@ MAX_PART_STEPS = 32
 MIN_PART_STEPS = 4
 
 
-def frags_for(rows: int) -> int:
-    """NF of the CTA tile for a chunk of ``rows`` rows: the smallest that covers them, else the largest."""
-    return next((nf for nf in FRAGS if 8 * nf >= rows), FRAGS[-1])
+def frags_for(rows: int, frags: tuple[int, ...] | None = None) -> int:
+    """NF of the CTA tile for a chunk of ``rows`` rows among ``frags`` (default ``FRAGS``, the
+    NVFP4 kernels'): the smallest that covers them, else the largest."""
+    frags = FRAGS if frags is None else frags
+    return next((nf for nf in frags if 8 * nf >= rows), frags[-1])
 
 
-def smem_bytes(nf: int, dlog: int) -> int:
-    """Dynamic shared memory of ``w4a16b_gemm_f{nf}`` for parts of 2^dlog steps."""
-    stage = 8 * nf * 256 + COLS * 80 + COLS * 8
+def smem_bytes(nf: int, dlog: int, fmt: TileFormat = NVFP4) -> int:
+    """Dynamic shared memory of the format's GEMM ``{prefix}_gemm_f{nf}`` for parts of 2^dlog steps."""
+    stage = 8 * nf * 256 + COLS * fmt.wrow + COLS * fmt.sb
     return STAGES * stage + max(0, dlog - 1) * nf * THREADS * 16
 
 
@@ -59,22 +83,25 @@ def plan_parts(s8: int, ctas_per_part: int, sms: int) -> tuple[int, int]:
 Prologue = Callable[[int, int, int, Any, Any, Any], None]
 
 
-def gemm(x: Any, ldx: int, rows: int, b: int, args0: tuple, args1: tuple, gz: int, n: int) -> bool:
+def gemm(
+    x: Any, ldx: int, rows: int, b: int, args0: tuple, args1: tuple, gz: int, n: int, fmt: TileFormat = NVFP4
+) -> bool:
     """``rows`` bf16 rows ``x`` (row stride ``ldx``) times one weight set or two (gz = 2) of N =
     ``n`` columns and B = ``b`` blocks, A16; ``args0``/``args1`` the sets' (codes, scales,
-    rowscale, out, ldo). False (nothing launched) where it does not apply: B % 8, rows not
-    16-byte aligned (the prologue's vector loads), kernels not built."""
+    rowscale, out, ldo) in the layout of ``fmt``. False (nothing launched) where it does not
+    apply: B % 8, rows not 16-byte aligned (the prologue's vector loads), kernels not built."""
     if not ENABLED or ldx % 8 != 0 or x.data.ptr % 16 != 0:
         return False
     kern = runtime.get_kernel(FILE, "w4a16b_prep")
     if kern is None:
         return False
+    window = (np.int32(fmt.e_lo), np.int32(fmt.e_hi))
 
     def prologue(r0: int, m: int, pad: int, xh: Any, fac: Any, slow: Any) -> None:
-        args = (x[r0:], np.int64(ldx), np.int32(m), np.int32(pad), np.int32(b), xh, fac, slow)
+        args = (x[r0:], np.int64(ldx), np.int32(m), np.int32(pad), np.int32(b), *window, xh, fac, slow)
         kern((pad,), (THREADS,), args)
 
-    return _run(prologue, rows, b, args0, args1, gz, n)
+    return _run(prologue, rows, b, args0, args1, gz, n, fmt)
 
 
 def gemm_a4(codes: Any, ldc: int, afac: Any, rows: int, b: int, args: tuple, n: int) -> bool:
@@ -95,13 +122,22 @@ def gemm_a4(codes: Any, ldc: int, afac: Any, rows: int, b: int, args: tuple, n: 
     return _run(prologue, rows, b, args, args, 1, n)
 
 
-def _run(prologue: Prologue, rows: int, b: int, args0: tuple, args1: tuple, gz: int, n: int) -> bool:
+def _run(
+    prologue: Prologue,
+    rows: int,
+    b: int,
+    args0: tuple,
+    args1: tuple,
+    gz: int,
+    n: int,
+    fmt: TileFormat = NVFP4,
+) -> bool:
     """The prologue and the GEMM (and ``mma_finish`` where K is split) over chunks of rows."""
     if b % 8 != 0 or rows <= 0:
         return False
     chunk = min(rows, CHUNK_ROWS)
-    nf = frags_for(chunk)
-    kern = runtime.get_kernel(FILE, f"w4a16b_gemm_f{nf}")
+    nf = frags_for(chunk, fmt.frags)
+    kern = runtime.get_kernel(FILE, f"{fmt.prefix}_gemm_f{nf}")
     finish = runtime.get_kernel(FILE, "mma_finish")
     if kern is None or finish is None:
         return False
@@ -110,7 +146,7 @@ def _run(prologue: Prologue, rows: int, b: int, args0: tuple, args1: tuple, gz: 
     tile_rows = 8 * nf
     col_ctas = -(-n // COLS)
     dlog, parts = plan_parts(s8, -(-chunk // tile_rows) * col_ctas * gz, runtime.sm_count())
-    smem = smem_bytes(nf, dlog)
+    smem = smem_bytes(nf, dlog, fmt)
     if smem > mma.SMEM_LIMIT:
         return False
     rows_pad = tile_rows * -(-chunk // tile_rows)

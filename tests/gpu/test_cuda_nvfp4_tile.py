@@ -1,9 +1,10 @@
-"""The tiled NVFP4 × A16 GEMM (kernels/nvfp4_tile.cu, metrale/cuda/tile.py) against the numpy
-reference, bit for bit: its fast epilogue (scaled bf16 operands, one multiply per block value)
-at the edges of its exponent window, its slow epilogue (a tile holding any row outside the
-window), every CTA tile height, every K split (parts of 1 to 32 steps, full and short), gate and
-up in one launch, N past the last 128-column tile, and strided outputs whose guard bands must
-survive (arithmetic.md § kernel-notes)."""
+"""The tiled NVFP4 × A16 / A4 and Q2_0 × A16 GEMM (kernels/nvfp4_tile.cu, metrale/cuda/tile.py)
+against the numpy reference, bit for bit: its fast epilogue (scaled bf16 operands, one multiply
+per block value) at the edges of each format's exponent window, its slow epilogue (a tile
+holding any row outside the window), every CTA tile height, every K split (parts of 1 to 32
+steps, full and short), gate and up in one launch, N past the last 128-column tile, every code
+of both weight formats, and strided outputs whose guard bands must survive (arithmetic.md
+§ kernel-notes)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 from metrale.reference.elements import BF16
-from metrale.reference.formats import Nvfp4Weight
+from metrale.reference.formats import Nvfp4Weight, Q2_0Weight
 from metrale.reference.projection import project
 from tests.gpu import gen
 
@@ -222,3 +223,92 @@ def test_tile_a4_matches_reference(
         nvfp4.w4a4_gemv_small_m(codes, dw, view)
         gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"tile A4 m={m} {shape}")
     assert tiled_a4["n"] > 0, "the tiled A4 GEMM never ran"
+
+
+# ---- Q2_0 × A16 on the tiled GEMM (q2a16b_gemm_f{NF}: window -88 <= E_b <= 105) ----
+
+
+def q2_weight(rng: np.random.Generator, n: int, k: int) -> Q2_0Weight:
+    """Uniform 2-bit codes; f16 d of random sign over the whole f16 range, the edges by name:
+    ±0, the smallest subnormal, the largest finite (a non-finite d is refused by Q2_0Weight)."""
+    q = rng.integers(0, 4, (n, k), dtype=np.uint8)
+    d = (rng.standard_normal((n, k // 64)) * np.exp2(rng.integers(-24, 15, (n, k // 64)))).astype(np.float16)
+    edges = np.array([0.0, -0.0, 2.0**-24, -(2.0**-24), 65504.0, -65504.0], np.float16)
+    d.flat[rng.choice(d.size, size=min(d.size, edges.size), replace=False)] = edges[: min(d.size, edges.size)]
+    return Q2_0Weight.from_parts(q, d, name="q2")
+
+
+@pytest.fixture
+def tiled_q2(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Q2_0 on the tiled GEMM from one row on; the decode kernels and the tensor-core paths off."""
+    from metrale.cuda import mma, q2_0, tile
+
+    monkeypatch.setattr(tile, "MIN_ROWS", 1)
+    monkeypatch.setattr(tile, "ENABLED", True)
+    monkeypatch.setattr(q2_0, "DEC_VARIANT", "off")
+    monkeypatch.setattr(mma, "ENABLED", False)
+    return _count_launches(monkeypatch, tile, "gemm")
+
+
+def q2_run(cuda: Any, rng: np.random.Generator, x: np.ndarray, dw: Any, n: int) -> np.ndarray:
+    m = x.shape[0]
+    buf, view, init = gen.guarded(cp, rng, m, n)
+    cuda.launch("q2_0_gemm", dev_rows(x), dw, view)
+    return gen.check_guard(buf, init, m, n)
+
+
+#: (N, K): S8 = 1, 9 (short parts), 32, 96 steps.
+Q2_SHAPES = ((37, 128), (200, 1152), (130, 4096), (45, 12288))
+
+
+@pytest.mark.parametrize("shape", Q2_SHAPES, ids=[f"N{n}-K{k}" for n, k in Q2_SHAPES])
+def test_tile_q2_matches_reference(
+    cuda: Any, fresh_rng: np.random.Generator, tiled_q2: Any, shape: tuple
+) -> None:
+    """In-window rows (their edges -88, 105 included) on the fast epilogue, and rows of every edge
+    kind (a slow CTA), each tile height, against project(..., "A16")."""
+    n, k = shape
+    host = q2_weight(fresh_rng, n, k)
+    dw = cuda.upload(host)
+    fast = np.concatenate(
+        [
+            window_rows(fresh_rng, 70, k, tuple(range(-20, 21))),
+            window_rows(fresh_rng, 60, k, (-88, -87, 104, 105)),
+        ]
+    )
+    fast = fast[fresh_rng.permutation(len(fast))]
+    want = ref(fast, host)
+    for m in (1, 5, 16, 17, 33, 64, 65, 130):
+        gen.bits_equal(q2_run(cuda, fresh_rng, fast[:m], dw, n), want[:m], f"tile q2 m={m} {shape}")
+    edge = gen.rows(fresh_rng, 70, k)
+    gen.bits_equal(q2_run(cuda, fresh_rng, edge, dw, n), ref(edge, host), f"tile q2 edge rows {shape}")
+    assert tiled_q2["n"] > 0, "the tiled Q2_0 GEMM never ran"
+
+
+@pytest.mark.parametrize("exp", [-126, -112, -89, 106, 110, 127])
+def test_tile_q2_rows_outside_the_window(
+    cuda: Any, fresh_rng: np.random.Generator, tiled_q2: Any, exp: int
+) -> None:
+    """One block just past the Q2_0 window (E = -89 or 106; NVFP4's window would take both) makes
+    its row and CTA slow; every row still matches."""
+    n, k = 150, 1024
+    host = q2_weight(fresh_rng, n, k)
+    dw = cuda.upload(host)
+    x = window_rows(fresh_rng, 80, k, (-88, -50, 0, 50, 105))
+    x[37, 16 * 5 : 16 * 6] = window_rows(fresh_rng, 1, 16, (exp,))[0]
+    gen.bits_equal(q2_run(cuda, fresh_rng, x, dw, n), ref(x, host), f"tile q2 slow block E={exp}")
+    assert tiled_q2["n"] > 0
+
+
+def test_tile_q2_codes_exhaustive(cuda: Any, fresh_rng: np.random.Generator, tiled_q2: Any) -> None:
+    """Every 2-bit code in every k position of a block (the decode q2b_pair and the xh order),
+    one-hot activations picking each element, d of every edge kind."""
+    n, k = 128, 256
+    q = ((np.arange(k)[None, :] + np.arange(n)[:, None] + np.arange(k)[None, :] // 16) % 4).astype(np.uint8)
+    host = Q2_0Weight.from_parts(q, q2_weight(fresh_rng, n, k).d(), name="q2")
+    dw = cuda.upload(host)
+    x = np.zeros((64, k), dtype=np.float32)
+    for r in range(64):
+        x[r, np.arange(r % 16, k, 16)] = 1.0 + (r // 16) / 4
+    x = x.astype(BF16)
+    gen.bits_equal(q2_run(cuda, fresh_rng, x, dw, n), ref(x, host), "tile q2 one-hot codes")

@@ -99,9 +99,10 @@ def test_q2_tensor_cores_match_reference(
     """The MMA kernels and the prefill GEMM (forced at every m, chunks of 48 rows) against the
     reference, with rows of every edge kind (NaN/Inf blocks, subnormals, zeros, ties, huge), in
     both block-dot families (q2_*: s8 limbs, q2h_*: the f16 MMA)."""
-    from metrale.cuda import mma
+    from metrale.cuda import mma, tile
 
     monkeypatch.setattr(mma, "BLOCK_DOT", block_dot)
+    monkeypatch.setattr(tile, "ENABLED", False)  # tests/gpu/test_cuda_nvfp4_tile.py tests that GEMM
     from tests.gpu import gen
 
     host = q2_weight(fresh_rng, n, k)

@@ -296,12 +296,21 @@ __device__ __forceinline__ void nvfp4_body(const void* act, long long lda, const
 #define FAST_PRE 3  // prologue units (half or whole blocks) per thread whose x is requested first
 
 // Two e4m3 scales (low byte, high byte of v) -> f32, exactly (e4m3 is a subset of f16).
-__device__ __forceinline__ void e4m3x2_to_f32(unsigned int v, float& lo, float& hi) {
-    unsigned int h2;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"((unsigned short)v));
+// f16 bits as f32, exact; the two f16 of h2 (low half first).
+__device__ __forceinline__ float f16_to_f32(unsigned short h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ void f16x2_to_f32(unsigned int h2, float& lo, float& hi) {
     asm("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;\n\t}"
         : "=f"(lo), "=f"(hi)
         : "r"(h2));
+}
+__device__ __forceinline__ void e4m3x2_to_f32(unsigned int v, float& lo, float& hi) {
+    unsigned int h2;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"((unsigned short)v));
+    f16x2_to_f32(h2, lo, hi);
 }
 
 // The nibble decode of common.cuh's nib8_codes with its constants held in registers (k: the
@@ -352,6 +361,11 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 __device__ __forceinline__ void cp_async4(void* dst, const void* src) {
     const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
+}
+// The same with a source size of 0 (zeros, nothing read) or 4.
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_bytes) {
+    const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
 }
 
 // One work item (256 blocks of one column: 2048 weight bytes, then 256 scale bytes) into a

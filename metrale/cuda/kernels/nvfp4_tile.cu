@@ -1,14 +1,15 @@
-// nvfp4_tile.cu -- the tiled NVFP4 x A16 prefill GEMM on bf16 tensor cores: shared-memory tiles
-// of 8 NF activation rows x 128 weight columns, one mma.sync.m16n8k16 bf16 per 16-element block
-// whose f32 accumulator is the block dot already times 2^(E_b - 15), so a block value costs one
-// multiply (arithmetic.md § projection, § kernel-notes "scaled A16 operands"; the other NVFP4
-// kernels are in nvfp4_gemv.cu, nvfp4_a4.cu and nvfp4_mma.cu).
+// nvfp4_tile.cu -- the tiled NVFP4 and Q2_0 x A16 prefill GEMM on bf16 tensor cores:
+// shared-memory tiles of 8 NF activation rows x 128 weight columns, one mma.sync.m16n8k16 bf16
+// per 16-element block whose f32 accumulator is the block dot already times 2^(E_b - 15), so a
+// block value costs one multiply (arithmetic.md § projection, § kernel-notes "scaled A16
+// operands"; the other NVFP4 kernels are in nvfp4_gemv.cu, nvfp4_a4.cu and nvfp4_mma.cu, the
+// other Q2_0 ones in q2_0_gemv.cu, q2_0_dec.cu and q2_0_mma.cu).
 //
 // Kernels (extern "C"):
-//   w4a16b_prep(x, ldx, m, rows_pad, B, xh, fac, slow)
+//   w4a16b_prep(x, ldx, m, rows_pad, B, elo, ehi, xh, fac, slow)
 //       grid rows_pad, block 256: one CTA per row r < rows_pad (zeros past m; x 16-byte aligned,
-//       ldx a multiple of 8). Row r
-//       is fast when every block b is finite and either all zero or has -102 <= E_b <= 110: its
+//       ldx a multiple of 8). Row r is fast when every block b is finite and either all zero or
+//       has elo <= E_b <= ehi (the format's window: NVFP4 -102 .. 110, Q2_0 -88 .. 105): its
 //       operand is xh = c 2^(E_b - 15) (the A16 codes scaled, exact bf16: at most 8 significant
 //       bits, normal) and fac = 1; otherwise (slow) xh = c and fac = 2^(E_b - 15), NaN for a
 //       non-finite block. slow[r] = 1 marks a slow row.
@@ -29,6 +30,10 @@
 //       Dynamic shared memory: 3 stages of (8 NF rows x 256 bytes of xh, XOR-swizzled 16-byte
 //       chunks | 128 weight rows x 80 bytes (64 used) | 128 x 8 scale bytes), then the step
 //       counter's levels 1 .. dlog - 1: float4 [dlog - 1][NF][256 threads].
+//   q2a16b_gemm_f{NF}(the arguments of w4a16b_gemm_f{NF}), NF in configs.Q2_0_TILE_FRAGS
+//       the same GEMM on Q2_0 weights as q2_0.py uploads them (w = qs [N, K/4], s = d f16
+//       [N, K/64], rs = 1): 32 code bytes and 4 d bytes per column and step in shared memory
+//       (rows of 48 bytes); the weight operand 2 (q - 1) (q2b_pair), v_b = P_b * f32(d).
 //
 // Exactness. Weights are the A operand (16 columns): lane (g, t) decodes nibbles t and t + 4 of
 // each 32-bit word of its rows' blocks into one bf16 pair (2 e2m1, exact: w4b_pair), so its k
@@ -45,6 +50,10 @@
 // A4 (w4a4b_prep): P_b = S_b (ascale_b / 4) exactly (|S_b| <= 2304, 12 significant bits, times
 // 4), and v_b = P_b * f32(wscale_b) is the exact product ((S_b wscale_b) ascale_b) / 4 of the
 // contract (at most 20 significant bits, normal): no window.
+// Q2_0: lane (g, t) shifts each block word right by 2t and takes bytes 0, 1 (elements t, t + 4) and
+// 2, 3 (8 + t, 12 + t): the same k order, so the same prologue. P_b = 2 S_b 2^(E_b - 15) exactly
+// (|S_b| < 2^20), and v_b = P_b * f32(d) equals (f32(S_b) * f32(d)) * 2^(E_b - 14) while
+// |S_b d| in [2^-24, 2^36) times 2^(E_b - 14) stays normal and finite: -88 <= E_b <= 105.
 // tests/gpu/test_cuda_nvfp4_tile.py checks the device (every code, the window's edges, slow rows).
 //
 // Tree. A step is 8 aligned blocks: its 8-leaf subtree forms in registers (levels p0, p1, p2 of
@@ -56,7 +65,6 @@
 
 #define W4B_THREADS 256
 #define W4B_COLS 128
-#define W4B_WROW 80
 #define W4B_STAGES 3
 
 // ---- prologues ----
@@ -77,7 +85,7 @@ __device__ __forceinline__ void w4b_store(unsigned short* __restrict__ xh, int r
 
 // A16. One CTA per row: thread i takes blocks i, i + 256, ...; the row is slow where any block is.
 extern "C" __global__ void __launch_bounds__(256) w4a16b_prep(const unsigned short* __restrict__ x, long long ldx,
-                                                              int m, int rows_pad, int B,
+                                                              int m, int rows_pad, int B, int elo, int ehi,
                                                               unsigned short* __restrict__ xh,
                                                               float* __restrict__ fac,
                                                               unsigned char* __restrict__ slow) {
@@ -100,7 +108,7 @@ extern "C" __global__ void __launch_bounds__(256) w4a16b_prep(const unsigned sho
                 nz |= w[q] & 0x7FFF7FFFu;
             }
             const int E = F - 127;
-            bad |= nf || (nz != 0u && (E < -102 || E > 110));
+            bad |= nf || (nz != 0u && (E < elo || E > ehi));
         }
     }
     const bool sl = __syncthreads_or(bad) != 0;
@@ -175,6 +183,26 @@ __device__ __forceinline__ unsigned int w4b_pair(unsigned int W, unsigned int rm
     return v ^ (__funnelshift_l(W, W, rs) & 0x80008000u);
 }
 
+// Q2_0: bytes 0 and 1 (sel 0x7150) or 2 and 3 (sel 0x7352) of Ws = W >> 2t, whose low 2 bits are
+// the codes q of elements t, t + 4 (or 8 + t, 12 + t), as the bf16 pair 2 (q - 1): 128 + q (the
+// byte's bits 0-1 under the exponent byte 0x43), times 2, minus 258, by one exact fma.
+__device__ __forceinline__ unsigned int q2b_pair(unsigned int Ws, unsigned int sel) {
+    const unsigned int x = __byte_perm(Ws, 0x43004300u, sel) & 0x43034303u;
+    unsigned int v;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(x), "r"(0x40004000u), "r"(0xC381C381u));
+    return v;
+}
+
+// The weight formats of the tiled GEMM: per 8-block step and column, the bytes of codes (WB, at
+// a WROW-byte stride in shared memory: 8 distinct 16-byte bank groups for the 8 columns a warp's
+// ldmatrix-free loads touch) and of scales (SB).
+struct TileNvfp4 {  // 2 words per block (e2m1 nibbles), 8 e4m3 scales
+    static constexpr int WB = 64, WROW = 80, SB = 8;
+};
+struct TileQ2 {  // 1 word per block (2-bit codes), the f16 d of blocks 0-3 and of 4-7
+    static constexpr int WB = 32, WROW = 48, SB = 4;
+};
+
 __device__ __forceinline__ void w4b_ldsm4(unsigned int addr, unsigned int& r0, unsigned int& r1, unsigned int& r2,
                                           unsigned int& r3) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
@@ -183,10 +211,10 @@ __device__ __forceinline__ void w4b_ldsm4(unsigned int addr, unsigned int& r0, u
 }
 
 // Stage s (blocks 8 s .. 8 s + 7) of the CTA's rows and columns into shared memory at base.
-template <int NF>
+template <int NF, class F>
 __device__ __forceinline__ void w4b_load(unsigned char* base, const unsigned char* __restrict__ xh, int row0, int K,
                                          const WeightSet& set, int n0, int N, int B, int s) {
-    constexpr int ACT = 8 * NF * 256;
+    constexpr int ACT = 8 * NF * 256, CH = F::WB / 16;
     const int tid = threadIdx.x;
 #pragma unroll
     for (int i = 0; i < NF / 2; ++i) {  // 8 NF rows x 16 chunks of 16 bytes
@@ -195,29 +223,40 @@ __device__ __forceinline__ void w4b_load(unsigned char* base, const unsigned cha
         cp_async16(base + r * 256 + ((c ^ (r & 7)) << 4), src, 16);
     }
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {  // 128 weight rows x 4 chunks
-        const int q = tid + W4B_THREADS * i, col = q >> 2, p = q & 3, n = n0 + col;
+    for (int i = 0; i < CH / 2; ++i) {  // 128 weight rows x CH chunks
+        const int q = tid + W4B_THREADS * i, col = q / CH, p = q % CH, n = n0 + col;
         const bool ok = n < N;
-        const unsigned char* src = set.w + (size_t)(ok ? n : 0) * ((size_t)B * 8) + (size_t)s * 64 + p * 16;
-        cp_async16(base + ACT + col * W4B_WROW + p * 16, src, ok ? 16 : 0);
+        const unsigned char* src =
+            set.w + (size_t)(ok ? n : 0) * ((size_t)B * (F::WB / 8)) + (size_t)s * F::WB + p * 16;
+        cp_async16(base + ACT + col * F::WROW + p * 16, src, ok ? 16 : 0);
     }
-    if (tid < W4B_COLS) {  // 128 x 8 scale bytes
+    if (tid < W4B_COLS) {  // 128 x SB scale bytes
         const int n = n0 + tid;
         const bool ok = n < N;
-        cp_async8(base + ACT + W4B_COLS * W4B_WROW + tid * 8, set.ws + (size_t)(ok ? n : 0) * B + (size_t)s * 8,
-                ok ? 8 : 0);
+        const unsigned char* src = set.ws + (size_t)(ok ? n : 0) * ((size_t)B * F::SB / 8) + (size_t)s * F::SB;
+        unsigned char* dst = base + ACT + W4B_COLS * F::WROW + tid * F::SB;
+        if constexpr (F::SB == 8) cp_async8(dst, src, ok ? 8 : 0);
+        else cp_async4(dst, src, ok ? 4 : 0);
     }
 }
 
-// The block values of one block (e: which of the pair in A0/A1) into v[nf][j] (accumulator j of
-// row fragment nf: column wc0 + 8 (j >> 1), row 8 nf + 2t + (j & 1)).
-template <int NF, bool SLOW>
+// The block values of one block into v[nf][j] (accumulator j of row fragment nf: column wc0 +
+// 8 (j >> 1), row 8 nf + 2t + (j & 1)). The weight operand (the mma's A fragment) from the words
+// W0, W1 (columns wc0, wc0 + 8; NVFP4: elements 0-7, then W2, W3: 8-15; Q2_0: W0, W1 shifted by
+// 2t, W2, W3 unused).
+template <int NF, bool SLOW, class F>
 __device__ __forceinline__ void w4b_block(float (&v)[NF][4], unsigned int W0, unsigned int W1, unsigned int W2,
                                           unsigned int W3, float ws0, float ws1, unsigned int rm, unsigned int rs,
                                           const unsigned int (&abase)[NF / 2], unsigned int chunk,
                                           const float* __restrict__ facp, int B) {
-    const unsigned int a0 = w4b_pair(W0, rm, rs), a1 = w4b_pair(W1, rm, rs);
-    const unsigned int a2 = w4b_pair(W2, rm, rs), a3 = w4b_pair(W3, rm, rs);
+    unsigned int a0, a1, a2, a3;
+    if constexpr (F::SB == 4) {
+        a0 = q2b_pair(W0, 0x7150u), a1 = q2b_pair(W1, 0x7150u);
+        a2 = q2b_pair(W0, 0x7352u), a3 = q2b_pair(W1, 0x7352u);
+    } else {
+        a0 = w4b_pair(W0, rm, rs), a1 = w4b_pair(W1, rm, rs);
+        a2 = w4b_pair(W2, rm, rs), a3 = w4b_pair(W3, rm, rs);
+    }
 #pragma unroll
     for (int np = 0; np < NF / 2; ++np) {
         unsigned int b00, b01, b10, b11;
@@ -236,18 +275,20 @@ __device__ __forceinline__ void w4b_block(float (&v)[NF][4], unsigned int W0, un
     }
 }
 
-template <int NF, bool SLOW>
+template <int NF, bool SLOW, class F>
 __device__ __forceinline__ void w4b_body(const unsigned char* __restrict__ xh, const float* __restrict__ fac, int m,
                                          int row0, const WeightSet& set, int n0, int N, int B, int s_begin, int Sl,
                                          int dlog, float* __restrict__ partial, int part_i, int gz, int zs,
                                          unsigned char* smem) {
     constexpr int ACT = 8 * NF * 256;
-    constexpr int STAGE = ACT + W4B_COLS * W4B_WROW + W4B_COLS * 8;
+    constexpr int STAGE = ACT + W4B_COLS * F::WROW + W4B_COLS * F::SB;
+    constexpr bool Q2 = F::SB == 4;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int K = B * 16;
     const unsigned int sbase = (unsigned int)__cvta_generic_to_shared(smem);
     float4* ctr = (float4*)(smem + W4B_STAGES * STAGE);  // levels 1 .. dlog - 1
-    const unsigned int rm = (6u - 4u * t) & 31u, rs = (12u - 4u * t) & 31u;
+    const unsigned int rm = (6u - 4u * t) & 31u, rs = (12u - 4u * t) & 31u;  // NVFP4 nibble rotations
+    const unsigned int sh = 2u * t;  // Q2_0: the shift that brings lane t's 2-bit codes to bit 0 of each byte
     const int wc0 = 16 * warp + g;  // this lane's weight rows wc0, wc0 + 8 within the CTA
     const unsigned int mi = lane >> 3, mr = lane & 7;  // ldmatrix: matrix and row this lane addresses
     unsigned int arow[NF / 2];  // byte offsets of this lane's ldmatrix rows in a stage
@@ -261,43 +302,60 @@ __device__ __forceinline__ void w4b_body(const unsigned char* __restrict__ xh, c
 
 #pragma unroll
     for (int i = 0; i < W4B_STAGES - 1; ++i) {
-        if (i < Sl) w4b_load<NF>(smem + i * STAGE, xh, row0, K, set, n0, N, B, s_begin + i);
+        if (i < Sl) w4b_load<NF, F>(smem + i * STAGE, xh, row0, K, set, n0, N, B, s_begin + i);
         cp_async_commit();
     }
     for (int ls = 0; ls < Sl; ++ls) {
         cp_async_wait<W4B_STAGES - 2>();
         __syncthreads();
         if (ls + W4B_STAGES - 1 < Sl)
-            w4b_load<NF>(smem + ((ls + W4B_STAGES - 1) % W4B_STAGES) * STAGE, xh, row0, K, set, n0, N, B,
-                         s_begin + ls + W4B_STAGES - 1);
+            w4b_load<NF, F>(smem + ((ls + W4B_STAGES - 1) % W4B_STAGES) * STAGE, xh, row0, K, set, n0, N, B,
+                            s_begin + ls + W4B_STAGES - 1);
         cp_async_commit();
         const int buf = ls % W4B_STAGES;
         const unsigned char* sp = smem + buf * STAGE;
         unsigned int abase[NF / 2];
 #pragma unroll
         for (int np = 0; np < NF / 2; ++np) abase[np] = sbase + buf * STAGE + arow[np];
-        const unsigned char* wr0 = sp + ACT + wc0 * W4B_WROW;
-        const unsigned char* wr1 = wr0 + 8 * W4B_WROW;
-        const uint2 sc0 = *(const uint2*)(sp + ACT + W4B_COLS * W4B_WROW + wc0 * 8);
-        const uint2 sc1 = *(const uint2*)(sp + ACT + W4B_COLS * W4B_WROW + (wc0 + 8) * 8);
+        const unsigned char* wr0 = sp + ACT + wc0 * F::WROW;
+        const unsigned char* wr1 = wr0 + 8 * F::WROW;
+        const unsigned char* sc = sp + ACT + W4B_COLS * F::WROW;
+        uint2 sc0 = make_uint2(0u, 0u), sc1 = sc0;  // NVFP4: the 8 e4m3 scales of columns wc0, wc0 + 8
+        if constexpr (!Q2) {
+            sc0 = *(const uint2*)(sc + wc0 * 8);
+            sc1 = *(const uint2*)(sc + (wc0 + 8) * 8);
+        }
         const int blk0 = 8 * (s_begin + ls);
         // the step's 8-leaf subtree over block pairs i: leaves 2i, 2i + 1 added (level 1), then
         // level 1 pairs (q: pair 0 / 2 parked) and level 2 (r: pairs 0-1 parked), root sr
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            const uint4 A0 = *(const uint4*)(wr0 + 16 * i), A1 = *(const uint4*)(wr1 + 16 * i);
-            // scales of blocks 2i, 2i + 1: column wc0 (ws0), wc0 + 8 (ws1)
-            const unsigned int s0w = (i < 2 ? sc0.x : sc0.y) >> (16 * (i & 1));
-            const unsigned int s1w = (i < 2 ? sc1.x : sc1.y) >> (16 * (i & 1));
-            float ws0[2], ws1[2];
-            e4m3x2_to_f32(s0w & 0xffffu, ws0[0], ws0[1]);
-            e4m3x2_to_f32(s1w & 0xffffu, ws1[0], ws1[1]);
             const unsigned int ch = 4u * i + (mi & 1);
             float v[NF][4];
-            w4b_block<NF, SLOW>(e0, A0.x, A1.x, A0.y, A1.y, ws0[0], ws1[0], rm, rs, abase, ch ^ mr,
-                                facl + blk0 + 2 * i, B);
-            w4b_block<NF, SLOW>(v, A0.z, A1.z, A0.w, A1.w, ws0[1], ws1[1], rm, rs, abase, (ch + 2u) ^ mr,
-                                facl + blk0 + 2 * i + 1, B);
+            if constexpr (Q2) {
+                // f32(d): the column's first f16 covers blocks 0-3, the second 4-7
+                const float d0 = f16_to_f32(*(const unsigned short*)(sc + wc0 * 4 + 2 * (i >> 1)));
+                const float d1 = f16_to_f32(*(const unsigned short*)(sc + (wc0 + 8) * 4 + 2 * (i >> 1)));
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {  // one word per block; lane t's codes brought to bit 0
+                    const unsigned int X0 = *(const unsigned int*)(wr0 + 8 * i + 4 * e) >> sh;
+                    const unsigned int X1 = *(const unsigned int*)(wr1 + 8 * i + 4 * e) >> sh;
+                    w4b_block<NF, SLOW, F>(e ? v : e0, X0, X1, 0u, 0u, d0, d1, rm, rs, abase, (ch + 2u * e) ^ mr,
+                                           facl + blk0 + 2 * i + e, B);
+                }
+            } else {  // two words per block: elements 0-7, 8-15
+                const uint4 A0 = *(const uint4*)(wr0 + 16 * i), A1 = *(const uint4*)(wr1 + 16 * i);
+                // scales of blocks 2i, 2i + 1: column wc0 (ws0), wc0 + 8 (ws1)
+                const unsigned int s0w = (i < 2 ? sc0.x : sc0.y) >> (16 * (i & 1));
+                const unsigned int s1w = (i < 2 ? sc1.x : sc1.y) >> (16 * (i & 1));
+                float ws0[2], ws1[2];
+                e4m3x2_to_f32(s0w & 0xffffu, ws0[0], ws0[1]);
+                e4m3x2_to_f32(s1w & 0xffffu, ws1[0], ws1[1]);
+                w4b_block<NF, SLOW, F>(e0, A0.x, A1.x, A0.y, A1.y, ws0[0], ws1[0], rm, rs, abase, ch ^ mr,
+                                       facl + blk0 + 2 * i, B);
+                w4b_block<NF, SLOW, F>(v, A0.z, A1.z, A0.w, A1.w, ws0[1], ws1[1], rm, rs, abase, (ch + 2u) ^ mr,
+                                       facl + blk0 + 2 * i + 1, B);
+            }
 #pragma unroll
             for (int nf = 0; nf < NF; ++nf)
 #pragma unroll
@@ -378,7 +436,7 @@ __device__ __forceinline__ void w4b_body(const unsigned char* __restrict__ xh, c
         }
 }
 
-template <int NF>
+template <int NF, class F>
 __device__ __forceinline__ void w4b_gemm(const unsigned char* __restrict__ xh, const float* __restrict__ fac,
                                          const unsigned char* __restrict__ slow, int m, const WeightSet& set, int N,
                                          int B, int gz, int kp8, int dlog, float* __restrict__ partial) {
@@ -388,19 +446,22 @@ __device__ __forceinline__ void w4b_gemm(const unsigned char* __restrict__ xh, c
     const int S8 = B >> 3, s_begin = part_i * kp8, Sl = min(S8 - s_begin, kp8);
     const int any_slow = __syncthreads_or(threadIdx.x < 8 * NF ? slow[row0 + threadIdx.x] : 0);
     if (any_slow)
-        w4b_body<NF, true>(xh, fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, w4b_smem);
+        w4b_body<NF, true, F>(xh, fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, w4b_smem);
     else
-        w4b_body<NF, false>(xh, fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, w4b_smem);
+        w4b_body<NF, false, F>(xh, fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, w4b_smem);
 }
 
-#define NVFP4_TILE(NF)                                                                                     \
-    extern "C" __global__ void __launch_bounds__(W4B_THREADS, 1) w4a16b_gemm_f##NF(                        \
+#define TILE_KERNEL(NAME, F, NF)                                                                          \
+    extern "C" __global__ void __launch_bounds__(W4B_THREADS, 1) NAME(                                     \
         const unsigned char* __restrict__ xh, const float* __restrict__ fac,                               \
         const unsigned char* __restrict__ slow, int m, const unsigned char* w0, const unsigned char* s0,   \
         float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, const unsigned char* s1, \
         float rs1, unsigned short* out1, long long ldo1, int N, int B, int gz, int kp8, int dlog,          \
         float* __restrict__ partial) {                                                                     \
         const WeightSet set = weight_set_at(blockIdx.z % gz, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1); \
-        w4b_gemm<NF>(xh, fac, slow, m, set, N, B, gz, kp8, dlog, partial);                                 \
+        w4b_gemm<NF, F>(xh, fac, slow, m, set, N, B, gz, kp8, dlog, partial);                              \
     }
+#define NVFP4_TILE(NF) TILE_KERNEL(w4a16b_gemm_f##NF, TileNvfp4, NF)
+#define Q2_TILE(NF) TILE_KERNEL(q2a16b_gemm_f##NF, TileQ2, NF)
 // @instances NVFP4_TILE   (lines generated from metrale/cuda/configs.py)
+// @instances Q2_TILE

@@ -97,9 +97,7 @@ struct Q2W {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             float lo, hi;
-            asm("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;\n\t}"
-                : "=f"(lo), "=f"(hi)
-                : "r"(s.d[h]));
+            f16x2_to_f32(s.d[h], lo, hi);
 #pragma unroll
             for (int k = 0; k < 8; ++k) {
                 if (h == 0) ws0[k] = k < 4 ? lo : hi; else ws1[k] = k < 4 ? lo : hi;
