@@ -6,10 +6,10 @@ Every launch is two kernels: a prologue turns the bf16 rows into A16 codes (byte
 code sum and 2^(E−14)), then a GEMV computes the exact block dots, the contract's fp32 block values
 and the fixed tree. Up to DEC_MAX_ROWS rows: ``q2_dec_prep`` and one pass of the decode kernels
 ``q2_dec_r{R}_c{NC}_d{D}_{s,l}`` (``kernels/q2_0_dec.cu``, R = m; the variant by DEC_ROUTE or
-DEC_VARIANT); from tile.MIN_ROWS rows where B % 8 == 0 the tiled GEMM (``q2a16b_gemm_f{NF}`` of
-``nvfp4_tile.cu``, metrale/cuda/tile.py); from MMA_MIN_ROWS rows the integer tensor cores
-(``q2_mma_prep`` and the MMA kernels or the prefill GEMM of ``q2_0_mma.cu``); else ``q2_a16_prep``
-and ``q2_0_gemv_r{1,2,4,8}``. The
+DEC_VARIANT); where tile.Q2_ENABLED, from tile.MIN_ROWS rows where B % 8 == 0 the tiled GEMM
+(``q2a16b_gemm_f{NF}`` of ``nvfp4_tile.cu``, metrale/cuda/tile.py); from MMA_MIN_ROWS rows the
+integer tensor cores (``q2_mma_prep`` and the MMA kernels or the prefill GEMM of ``q2_0_mma.cu``);
+else ``q2_a16_prep`` and ``q2_0_gemv_r{1,2,4,8}``. The
 output of a row never depends on how many rows the call had, nor on the kernel that computed it.
 """
 
@@ -77,7 +77,7 @@ def _q2_project(x: Any, w: Any, out: Any, m: int, kernel: str) -> None:
     if _dec_project(xa, arr, n, k, m, outa, ldo):
         return
     nb = k // BLOCK
-    if m >= tile.MIN_ROWS:
+    if tile.Q2_ENABLED and m >= tile.MIN_ROWS:
         ws = (arr["qs"], arr["d"], np.float32(1.0), outa, np.int64(ldo))
         if tile.gemm(xa, xa.strides[0] // 2, m, nb, ws, ws, 1, n, tile.Q2_0):
             return

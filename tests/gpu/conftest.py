@@ -20,8 +20,10 @@ if _ROOT not in sys.path:
 
 _REASON = cuda_unavailable_reason()
 #: Seed of the randomized comparisons: fresh per session unless METRALE_TEST_SEED is set; the
-#: seed is printed in the report header so a failure can be replayed.
+#: seed is printed in the report header so a failure can be replayed. Exported, so pytest-xdist
+#: workers (started after this import, with the environment's copy) draw the same seed.
 SESSION_SEED = int(os.environ.get("METRALE_TEST_SEED") or secrets.randbits(32))
+os.environ["METRALE_TEST_SEED"] = str(SESSION_SEED)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -245,6 +245,7 @@ def tiled_q2(monkeypatch: pytest.MonkeyPatch) -> Any:
 
     monkeypatch.setattr(tile, "MIN_ROWS", 1)
     monkeypatch.setattr(tile, "ENABLED", True)
+    monkeypatch.setattr(tile, "Q2_ENABLED", True)
     monkeypatch.setattr(q2_0, "DEC_VARIANT", "off")
     monkeypatch.setattr(mma, "ENABLED", False)
     return _count_launches(monkeypatch, tile, "gemm")
