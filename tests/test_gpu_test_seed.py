@@ -42,3 +42,28 @@ def test_a_fresh_seed_is_shared_with_child_processes() -> None:
 
 def test_a_given_seed_is_kept() -> None:
     assert _run("12345") == ["12345", "12345"]
+
+
+def test_worker_comparison_counts_reach_the_controller() -> None:
+    """Each xdist worker's bits_equal counts travel in its workeroutput and the controller's
+    summary adds them up (it printed 0 comparisons under -n before)."""
+    import types
+
+    from tests.gpu import conftest, gen
+
+    start = dict(gen.COMPARED)
+    try:
+        worker_out: dict = {}
+        gen.COMPARED.update(calls=3, values=300)
+        conftest.pytest_sessionfinish(
+            types.SimpleNamespace(config=types.SimpleNamespace(workeroutput=worker_out))
+        )
+        assert worker_out["metrale_compared"] == {"calls": 3, "values": 300}
+        gen.COMPARED.update(calls=1, values=10)  # the controller's own
+        for _ in range(2):
+            conftest.pytest_testnodedown(types.SimpleNamespace(workeroutput=worker_out), None)
+        assert gen.COMPARED == {"calls": 7, "values": 610}
+        conftest.pytest_sessionfinish(types.SimpleNamespace(config=types.SimpleNamespace()))  # not a worker
+    finally:
+        gen.COMPARED.clear()
+        gen.COMPARED.update(start)

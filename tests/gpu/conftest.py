@@ -55,6 +55,24 @@ def fresh_rng(request: pytest.FixtureRequest) -> np.random.Generator:
     return np.random.default_rng([SESSION_SEED, zlib.crc32(request.node.nodeid.encode())])
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An xdist worker hands its comparison counts to the controller (``workeroutput``)."""
+    from tests.gpu import gen
+
+    out = getattr(session.config, "workeroutput", None)
+    if out is not None:
+        out["metrale_compared"] = dict(gen.COMPARED)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """The controller adds up its workers' counts (pytest-xdist hook; absent without xdist)."""
+    from tests.gpu import gen
+
+    for key, value in getattr(node, "workeroutput", {}).get("metrale_compared", {}).items():
+        gen.COMPARED[key] += value
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     from tests.gpu import gen
 
