@@ -108,28 +108,51 @@ def replay_prep(
     return op, fac, slow, fin
 
 
-def replay_tile(x: np.ndarray, w: Nvfp4Weight, tile_rows: int = 64) -> np.ndarray:
-    """The tiled GEMM's outputs (bf16 bits [m, N]) by its arithmetic: a CTA tile holding a slow
-    row runs (P · ws) · factor for all its rows, the others P · ws."""
-    op, fac, slow, _ = replay_prep(x)
-    m, nb, _ = op.shape
-    wc = E2M1_CODE2[w.nibbles()].astype(np.float64).reshape(w.weight.shape[0], nb, 16)
-    ws = w.weight_scale.view(np.uint8).view(E4M3).astype(F32)  # [N, B]
+def replay_gemm(
+    op: np.ndarray,
+    fac: np.ndarray,
+    slow: np.ndarray,
+    wc: np.ndarray,
+    scale: np.ndarray,
+    rowscale: np.float32,
+    tile_rows: int,
+    operand: str = "operand",
+    exact_rows: np.ndarray | None = None,
+) -> np.ndarray:
+    """The tiled GEMM on prepared operands ``op`` f64 [m, B, 16] and weight codes ``wc`` f64
+    [N, B, 16]: per CTA tile, P (asserted an exact f32 on ``exact_rows``, default the fast ones),
+    v = P · scale [N, B] (· factor in a tile holding a slow row), the tree, bf16(root · rowscale)."""
+    m = op.shape[0]
+    exact_rows = ~slow if exact_rows is None else exact_rows
     out = np.empty((m, wc.shape[0]), dtype=np.uint16)
     for r0 in range(0, m, tile_rows):
         r1 = min(m, r0 + tile_rows)
         ob = op[r0:r1].astype(BF16).astype(np.float64)
-        assert np.array_equal(ob, op[r0:r1]), "the operand is not an exact bf16"
+        assert np.array_equal(ob, op[r0:r1]), f"the {operand} is not an exact bf16"
         p64 = np.einsum("nbj,mbj->mnb", wc, ob)  # [m, N, B], exact in float64
         p = p64.astype(F32)
-        fast_rows = ~slow[r0:r1]
-        assert np.array_equal(p[fast_rows].astype(np.float64), p64[fast_rows]), "P is not an exact f32"
-        v = p * ws[None, :, :]
+        rows_ = exact_rows[r0:r1]
+        assert np.array_equal(p[rows_].astype(np.float64), p64[rows_]), "P is not an exact f32"
+        v = p * scale[None, :, :]
         if slow[r0:r1].any():
             v = v * fac[r0:r1, None, :]
-        root = tree_sum(v, axis=2)
-        out[r0:r1] = to_bf16(root * F32(w.weight_scale_2)).view(np.uint16)
+        out[r0:r1] = to_bf16(tree_sum(v, axis=2) * rowscale).view(np.uint16)
     return out
+
+
+def nvfp4_weight(w: Nvfp4Weight, nb: int) -> tuple[np.ndarray, np.ndarray]:
+    """The weight codes 2·e2m1 f64 [N, B, 16] and the e4m3 scales f32 [N, B]."""
+    wc = E2M1_CODE2[w.nibbles()].astype(np.float64).reshape(w.weight.shape[0], nb, 16)
+    return wc, w.weight_scale.view(np.uint8).view(E4M3).astype(F32)
+
+
+def replay_tile(x: np.ndarray, w: Nvfp4Weight, tile_rows: int = 64) -> np.ndarray:
+    """The tiled GEMM's outputs (bf16 bits [m, N]) by its arithmetic: a CTA tile holding a slow
+    row runs (P · ws) · factor for all its rows, the others P · ws."""
+    op, fac, slow, _ = replay_prep(x)
+    nb = op.shape[1]
+    wc, ws = nvfp4_weight(w, nb)
+    return replay_gemm(op, fac, slow, wc, ws, F32(w.weight_scale_2), tile_rows)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -176,22 +199,10 @@ def replay_tile_a4(x: np.ndarray, w: Nvfp4Weight, tile_rows: int = 64) -> np.nda
     slow = ~np.all(a.finite, axis=1)
     op = np.where(slow[:, None, None], code, code * np.nan_to_num(f)[:, :, None])
     fac = np.where(slow[:, None], f, 1.0).astype(F32)
-    wc = E2M1_CODE2[w.nibbles()].astype(np.float64).reshape(w.weight.shape[0], nb, 16)
-    ws = w.weight_scale.view(np.uint8).view(E4M3).astype(F32)
+    wc, ws = nvfp4_weight(w, nb)
     rowscale = F32(F32(w.input_scale) * F32(w.weight_scale_2))
-    out = np.empty((m, wc.shape[0]), dtype=np.uint16)
-    for r0 in range(0, m, tile_rows):
-        r1 = min(m, r0 + tile_rows)
-        ob = op[r0:r1].astype(BF16).astype(np.float64)
-        assert np.array_equal(ob, op[r0:r1]), "the A4 operand is not an exact bf16"
-        p64 = np.einsum("nbj,mbj->mnb", wc, ob)
-        p = p64.astype(F32)
-        assert np.array_equal(p.astype(np.float64), p64), "P is not an exact f32"
-        v = p * ws[None, :, :]
-        if slow[r0:r1].any():
-            v = v * fac[r0:r1, None, :]
-        out[r0:r1] = to_bf16(tree_sum(v, axis=2) * rowscale).view(np.uint16)
-    return out
+    every = np.ones(m, dtype=bool)
+    return replay_gemm(op, fac, slow, wc, ws, rowscale, tile_rows, "A4 operand", every)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -284,23 +295,10 @@ def replay_tile_q2(x: np.ndarray, w: Q2_0Weight, tile_rows: int = 32) -> np.ndar
     """q2a16b_gemm: operand and factors of w4a16b_prep with Q2_0's window against 2·(q − 1);
     v = P · f32(d) (· factor in a tile holding a slow row); y = bf16(root)."""
     op, fac, slow, _ = replay_prep(x, (Q2_LO, Q2_HI))
-    m, nb, _ = op.shape
+    nb = op.shape[1]
     wc = (2.0 * (w.q().astype(np.float64) - 1.0)).reshape(w.n, nb, 16)
     d = np.repeat(w.d().astype(F32), 4, axis=1)  # [N, B]: one d per 4 blocks
-    out = np.empty((m, w.n), dtype=np.uint16)
-    for r0 in range(0, m, tile_rows):
-        r1 = min(m, r0 + tile_rows)
-        ob = op[r0:r1].astype(BF16).astype(np.float64)
-        assert np.array_equal(ob, op[r0:r1]), "the operand is not an exact bf16"
-        p64 = np.einsum("nbj,mbj->mnb", wc, ob)
-        p = p64.astype(F32)
-        fast_rows = ~slow[r0:r1]
-        assert np.array_equal(p[fast_rows].astype(np.float64), p64[fast_rows]), "P is not an exact f32"
-        v = p * d[None, :, :]
-        if slow[r0:r1].any():
-            v = v * fac[r0:r1, None, :]
-        out[r0:r1] = to_bf16(tree_sum(v, axis=2)).view(np.uint16)
-    return out
+    return replay_gemm(op, fac, slow, wc, d, F32(1.0), tile_rows)
 
 
 @pytest.mark.parametrize("seed", [0, 1])

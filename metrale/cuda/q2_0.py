@@ -77,14 +77,13 @@ def _q2_project(x: Any, w: Any, out: Any, m: int, kernel: str) -> None:
     if _dec_project(xa, arr, n, k, m, outa, ldo):
         return
     nb = k // BLOCK
-    if tile.Q2_ENABLED and m >= tile.MIN_ROWS:
-        ws = (arr["qs"], arr["d"], np.float32(1.0), outa, np.int64(ldo))
-        if tile.gemm(xa, xa.strides[0] // 2, m, nb, ws, ws, 1, n, tile.Q2_0):
-            return
+    ldx = xa.strides[0] // 2
+    ws = (arr["qs"], arr["d"], np.float32(1.0), outa, np.int64(ldo))
+    if tile.Q2_ENABLED and m >= tile.MIN_ROWS and tile.gemm(xa, ldx, m, nb, ws, ws, 1, n, tile.Q2_0):
+        return
     if mma.ENABLED and m >= MMA_MIN_ROWS:
         prefix = mma.family_prefix("q2")
-        prep = mma.a16_prep(MMA_FILE, f"{prefix}_mma_prep", xa, xa.strides[0] // 2, nb)
-        ws = (arr["qs"], arr["d"], np.float32(1.0), outa, np.int64(ldo))
+        prep = mma.a16_prep(MMA_FILE, f"{prefix}_mma_prep", xa, ldx, nb)
         if mma.launch(MMA_FILE, prefix, prep, m, nb, ws, ws, 1, n):
             return
     lohi = cupy.empty((m * nb * 2 * 4,), dtype=cupy.uint32)
