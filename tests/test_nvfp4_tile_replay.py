@@ -18,7 +18,7 @@ from metrale.reference.elements import E2M1_CODE2, to_bf16
 from metrale.reference.formats import Nvfp4Weight, Q2_0Weight
 from metrale.reference.projection import project
 from metrale.reference.tree import tree_sum
-from tests.gpu.gen import BF16, E4M3, E4M3_FINITE, F32, nvfp4, row, rows
+from tests.gpu.gen import BF16, E4M3, E4M3_FINITE, F32, nvfp4, q2_0, row, rows
 
 #: The window of block exponents the fast epilogue takes (nvfp4_tile.cu w4a16b_prep).
 E_LO, E_HI = -102, 110
@@ -306,10 +306,7 @@ def test_replay_q2_matches_project(seed: int) -> None:
     """Fast tiles at the window's edges, slow tiles (edge rows and blocks just past the window)."""
     rng = np.random.default_rng(seed)
     n, k = 17, 512
-    q = rng.integers(0, 4, (n, k), dtype=np.uint8)
-    d = (rng.standard_normal((n, k // 64)) * np.exp2(rng.integers(-24, 15, (n, k // 64)))).astype(np.float16)
-    d.flat[:4] = [0.0, -0.0, 2.0**-24, 65504.0]
-    w = Q2_0Weight.from_parts(q, d, name="q2")
+    w = q2_0(rng, n, k)
     b = k // 16
 
     def block_rows(count: int, exps: np.ndarray) -> np.ndarray:

@@ -26,10 +26,9 @@ MIN_ROWS = int(os.environ.get("METRALE_NVFP4_TILE_MIN_ROWS", "33"))
 #: NVFP4 × A4 on the tiled GEMM (``w4a4b_prep``); METRALE_NVFP4_TILE_A4=0 keeps A4 on the mma.py
 #: kernels (same bits).
 A4_ENABLED = os.environ.get("METRALE_NVFP4_TILE_A4", "1") != "0"
-#: Q2_0 × A16 on the tiled GEMM (``q2a16b_gemm_f{NF}``): off by default while one failure of
-#: tests/gpu/test_cuda_nvfp4_tile.py's Q2_0 cases (one run of seven, its data unknown) is
-#: unexplained; METRALE_Q2_TILE=1 turns it on (the tests do).
-Q2_ENABLED = os.environ.get("METRALE_Q2_TILE", "0") == "1"
+#: Q2_0 × A16 on the tiled GEMM (``q2a16b_gemm_f{NF}``); METRALE_Q2_TILE=0 keeps Q2_0 on the
+#: q2_0.py kernels (same bits).
+Q2_ENABLED = os.environ.get("METRALE_Q2_TILE", "1") != "0"
 FRAGS = configs.NVFP4_TILE_FRAGS
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from metrale.reference.formats import Nvfp4Weight
+from metrale.reference.formats import Nvfp4Weight, Q2_0Weight
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
@@ -87,6 +87,24 @@ def nvfp4(rng: np.random.Generator, n: int, k: int, a4: bool = True, name: str =
         input_scale=F32(np.exp2(rng.uniform(-6, 2))) if a4 else None,
         name=name,
     )
+
+
+#: Named f16 block scales every Q2_0 test weight holds: ±0, ± the smallest subnormal, ± the largest
+#: finite.
+F16_EDGES = np.array([0.0, -0.0, 2.0**-24, -(2.0**-24), 65504.0, -65504.0], np.float16)
+
+
+def q2_0(rng: np.random.Generator, n: int, k: int, name: str = "q2") -> Q2_0Weight:
+    """Raw Q2_0 weight [n, k]: uniform 2-bit codes; f16 d = ±m 2^e, m uniform in [1, 2), e in
+    -24 .. 14 (every binade, subnormals included, never rounding past 65504), and ``F16_EDGES``
+    each once where d has room."""
+    q = rng.integers(0, 4, (n, k), dtype=np.uint8)
+    shape = (n, k // 64)
+    sign = np.where(rng.random(shape) < 0.5, -1.0, 1.0)
+    d = (sign * rng.uniform(1.0, 2.0, shape) * np.exp2(rng.integers(-24, 15, shape))).astype(np.float16)
+    count = min(d.size, F16_EDGES.size)
+    d.flat[rng.choice(d.size, size=count, replace=False)] = F16_EDGES[:count]
+    return Q2_0Weight.from_parts(q, d, name=name)
 
 
 def guarded(cp: Any, rng: np.random.Generator, rows_: int, cols: int, g: int = 3) -> tuple[Any, Any, Any]:

@@ -228,16 +228,6 @@ def test_tile_a4_matches_reference(
 # ---- Q2_0 × A16 on the tiled GEMM (q2a16b_gemm_f{NF}: window -88 <= E_b <= 105) ----
 
 
-def q2_weight(rng: np.random.Generator, n: int, k: int) -> Q2_0Weight:
-    """Uniform 2-bit codes; f16 d of random sign over the whole f16 range, the edges by name:
-    ±0, the smallest subnormal, the largest finite (a non-finite d is refused by Q2_0Weight)."""
-    q = rng.integers(0, 4, (n, k), dtype=np.uint8)
-    d = (rng.standard_normal((n, k // 64)) * np.exp2(rng.integers(-24, 15, (n, k // 64)))).astype(np.float16)
-    edges = np.array([0.0, -0.0, 2.0**-24, -(2.0**-24), 65504.0, -65504.0], np.float16)
-    d.flat[rng.choice(d.size, size=min(d.size, edges.size), replace=False)] = edges[: min(d.size, edges.size)]
-    return Q2_0Weight.from_parts(q, d, name="q2")
-
-
 @pytest.fixture
 def tiled_q2(monkeypatch: pytest.MonkeyPatch) -> Any:
     """Q2_0 on the tiled GEMM from one row on; the decode kernels and the tensor-core paths off."""
@@ -269,7 +259,7 @@ def test_tile_q2_matches_reference(
     """In-window rows (their edges -88, 105 included) on the fast epilogue, and rows of every edge
     kind (a slow CTA), each tile height, against project(..., "A16")."""
     n, k = shape
-    host = q2_weight(fresh_rng, n, k)
+    host = gen.q2_0(fresh_rng, n, k)
     dw = cuda.upload(host)
     fast = np.concatenate(
         [
@@ -293,7 +283,7 @@ def test_tile_q2_rows_outside_the_window(
     """One block just past the Q2_0 window (E = -89 or 106; NVFP4's window would take both) makes
     its row and CTA slow; every row still matches."""
     n, k = 150, 1024
-    host = q2_weight(fresh_rng, n, k)
+    host = gen.q2_0(fresh_rng, n, k)
     dw = cuda.upload(host)
     x = window_rows(fresh_rng, 80, k, (-88, -50, 0, 50, 105))
     x[37, 16 * 5 : 16 * 6] = window_rows(fresh_rng, 1, 16, (exp,))[0]
@@ -306,7 +296,7 @@ def test_tile_q2_codes_exhaustive(cuda: Any, fresh_rng: np.random.Generator, til
     one-hot activations picking each element, d of every edge kind."""
     n, k = 128, 256
     q = ((np.arange(k)[None, :] + np.arange(n)[:, None] + np.arange(k)[None, :] // 16) % 4).astype(np.uint8)
-    host = Q2_0Weight.from_parts(q, q2_weight(fresh_rng, n, k).d(), name="q2")
+    host = Q2_0Weight.from_parts(q, gen.q2_0(fresh_rng, n, k).d(), name="q2")
     dw = cuda.upload(host)
     x = np.zeros((64, k), dtype=np.float32)
     for r in range(64):
