@@ -24,9 +24,26 @@ def test_parts_are_aligned_subtrees_covering_k(s8: int, ctas: int) -> None:
         assert tile.smem_bytes(nf, dlog) <= mma.SMEM_LIMIT, (nf, dlog)
 
 
+#: Shared memory of one H200 (sm_90) multiprocessor, and what the runtime reserves per CTA.
+SM_SMEM, CTA_RESERVED = 228 * 1024, 1024
+
+
+@pytest.mark.parametrize("fmt", [tile.NVFP4, tile.Q2_0], ids=lambda f: f.prefix)
+@pytest.mark.parametrize("s8", [1, 9, 32, 96, 768])
+def test_the_ctas_a_format_is_built_for_fit_one_multiprocessor(fmt: tile.TileFormat, s8: int) -> None:
+    """``ctas_per_sm`` CTAs of every plan fit one multiprocessor's shared memory (else the kernel
+    runs fewer at once than it was built for, its registers capped for nothing)."""
+    for ctas in (1, 96, 10_000):
+        dlog, _ = tile.plan_parts(s8, ctas, 132 * fmt.ctas_per_sm)
+        for nf in fmt.frags or tile.FRAGS:
+            smem = tile.smem_bytes(nf, dlog, fmt)
+            assert fmt.ctas_per_sm * (smem + CTA_RESERVED) <= SM_SMEM, (nf, dlog, smem)
+
+
 def test_one_part_when_the_grid_is_full() -> None:
     assert tile.plan_parts(32, 10_000, 132) == (5, 1)  # Qwen3-8B gate/up, K = 4096
     assert tile.plan_parts(96, 10_000, 132) == (5, 3)  # its down projection: 3 parts of 32 steps
+    assert tile.plan_parts(32, 150, 264) == (4, 2)  # two CTAs per SM: split until 264 are there
 
 
 @pytest.mark.parametrize(("rows", "nf"), [(1, 2), (16, 2), (17, 4), (32, 4), (33, 8), (64, 8), (4096, 8)])

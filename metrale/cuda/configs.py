@@ -98,6 +98,13 @@ NVFP4_TILE_FRAGS: tuple[int, ...] = (2, 4, 8)
 #: Its Q2_0 kernels ``q2a16b_gemm_f{NF}``: NF = 8 spills registers there and measured slower
 #: than NF = 4 (3.2 against 3.8 T block values/s at 4096 rows on an H200).
 Q2_0_TILE_FRAGS: tuple[int, ...] = (2, 4)
+#: CTAs per multiprocessor the Q2_0 tile kernels are built for (``__launch_bounds__``: at most 128
+#: registers; two CTAs' shared memory fits, parts of 32 steps included). Measured on an H200
+#: (docs/performance-log.md, `metrale bench`, Qwen3-8B FFN): m = 64 / 256 / 4096 196.9 / 623.5 /
+#: 9,364 us against 245.7 / 700.2 / 10,647 at one CTA per multiprocessor (225 registers). The
+#: NVFP4 kernels at two (NF = 4) were slower than NF = 8 at one (gate GEMM m = 256 260 against
+#: 198 us; NF = 8 spills 312 bytes at 128 registers).
+Q2_0_TILE_CTAS_PER_SM = 2
 #: q2_0_gemv.cu kernels ``q2_0_gemv_r{R}``: rows per warp -> columns per warp.
 Q2_0_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 4, 8: 2}
 #: q2_0_dec.cu decode kernels ``q2_dec_r{R}_c{NC}_d{D}_{s,l}``, one pass for m <= Q2_0_DEC_MAX_ROWS
@@ -392,7 +399,7 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         for al in (True, False)
     ],
     "NVFP4_TILE": lambda: [f"NVFP4_TILE({nf})" for nf in NVFP4_TILE_FRAGS],
-    "Q2_TILE": lambda: [f"Q2_TILE({nf})" for nf in Q2_0_TILE_FRAGS],
+    "Q2_TILE": lambda: [f"Q2_TILE({nf}, {Q2_0_TILE_CTAS_PER_SM})" for nf in Q2_0_TILE_FRAGS],
     "Q2_MMA": lambda: [
         f"Q2_MMA({nt}, {_bool(al)}, {'a' if al else 'u'})" for nt in NVFP4_MMA_TILES for al in (True, False)
     ],

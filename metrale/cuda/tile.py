@@ -46,18 +46,20 @@ class TileFormat:
     e_hi: int
     #: Its kernels' NF (None: ``FRAGS``, the NVFP4 kernels', which benchmarks may narrow).
     frags: tuple[int, ...] | None = None
+    #: CTAs per multiprocessor its kernels are built for (their ``__launch_bounds__``).
+    ctas_per_sm: int = 1
 
 
+#: Steps (8 blocks) per K part at most: the counter keeps levels 1 .. dlog - 1 in shared memory.
+MAX_PART_STEPS = 32
+MIN_PART_STEPS = 4
 NVFP4 = TileFormat("w4a16b", 80, 8, -102, 110)
-Q2_0 = TileFormat("q2a16b", 48, 4, -88, 105, configs.Q2_0_TILE_FRAGS)
+Q2_0 = TileFormat("q2a16b", 48, 4, -88, 105, configs.Q2_0_TILE_FRAGS, configs.Q2_0_TILE_CTAS_PER_SM)
 THREADS = 256
 COLS = 128
 STAGES = 3
 #: Rows per prologue + GEMM pass (the workspace holds 2 K + 4 B + 1 bytes per row).
 CHUNK_ROWS = 4096
-#: Steps (8 blocks) per K part at most: the counter keeps levels 1 .. dlog - 1 in shared memory.
-MAX_PART_STEPS = 32
-MIN_PART_STEPS = 4
 
 
 def frags_for(rows: int, frags: tuple[int, ...] | None = None) -> int:
@@ -73,11 +75,12 @@ def smem_bytes(nf: int, dlog: int, fmt: TileFormat = NVFP4) -> int:
     return STAGES * stage + max(0, dlog - 1) * nf * THREADS * 16
 
 
-def plan_parts(s8: int, ctas_per_part: int, sms: int) -> tuple[int, int]:
+def plan_parts(s8: int, ctas_per_part: int, slots: int) -> tuple[int, int]:
     """(dlog, parts): K of ``s8`` steps in aligned parts of 2^dlog <= MAX_PART_STEPS steps, halved
-    (down to MIN_PART_STEPS) while the grid would hold fewer CTAs than ``sms`` multiprocessors."""
+    (down to MIN_PART_STEPS) while the grid would hold fewer CTAs than ``slots``
+    (multiprocessors times the CTAs each runs at once)."""
     dlog = min(max(0, (s8 - 1).bit_length()), MAX_PART_STEPS.bit_length() - 1)
-    while (1 << dlog) > MIN_PART_STEPS and ctas_per_part * -(-s8 // (1 << dlog)) < sms:
+    while (1 << dlog) > MIN_PART_STEPS and ctas_per_part * -(-s8 // (1 << dlog)) < slots:
         dlog -= 1
     return dlog, -(-s8 // (1 << dlog))
 
@@ -148,7 +151,8 @@ def _run(
     s8 = b // 8
     tile_rows = 8 * nf
     col_ctas = -(-n // COLS)
-    dlog, parts = plan_parts(s8, -(-chunk // tile_rows) * col_ctas * gz, runtime.sm_count())
+    slots = runtime.sm_count() * fmt.ctas_per_sm
+    dlog, parts = plan_parts(s8, -(-chunk // tile_rows) * col_ctas * gz, slots)
     smem = smem_bytes(nf, dlog, fmt)
     if smem > mma.SMEM_LIMIT:
         return False

@@ -33,7 +33,9 @@
 //   q2a16b_gemm_f{NF}(the arguments of w4a16b_gemm_f{NF}), NF in configs.Q2_0_TILE_FRAGS
 //       the same GEMM on Q2_0 weights as q2_0.py uploads them (w = qs [N, K/4], s = d f16
 //       [N, K/64], rs = 1): 32 code bytes and 4 d bytes per column and step in shared memory
-//       (rows of 48 bytes); the weight operand 2 (q - 1) (q2b_pair), v_b = P_b * f32(d).
+//       (rows of 48 bytes); the weight operand 2 (q - 1) (q2b_pair), v_b = P_b * f32(d). Built for
+//       configs.Q2_0_TILE_CTAS_PER_SM CTAs per multiprocessor (__launch_bounds__: at most 128
+//       registers; the NVFP4 kernels for one), whose shared memory fits one multiprocessor.
 //
 // Exactness. Weights are the A operand (16 columns): lane (g, t) decodes nibbles t and t + 4 of
 // each 32-bit word of its rows' blocks into one bf16 pair (2 e2m1, exact: w4b_pair), so its k
@@ -451,8 +453,8 @@ __device__ __forceinline__ void w4b_gemm(const unsigned char* __restrict__ xh, c
         w4b_body<NF, false, F>(xh, fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, w4b_smem);
 }
 
-#define TILE_KERNEL(NAME, F, NF)                                                                          \
-    extern "C" __global__ void __launch_bounds__(W4B_THREADS, 1) NAME(                                     \
+#define TILE_KERNEL(NAME, F, NF, MINB)                                                                    \
+    extern "C" __global__ void __launch_bounds__(W4B_THREADS, MINB) NAME(                                  \
         const unsigned char* __restrict__ xh, const float* __restrict__ fac,                               \
         const unsigned char* __restrict__ slow, int m, const unsigned char* w0, const unsigned char* s0,   \
         float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, const unsigned char* s1, \
@@ -461,7 +463,7 @@ __device__ __forceinline__ void w4b_gemm(const unsigned char* __restrict__ xh, c
         const WeightSet set = weight_set_at(blockIdx.z % gz, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1); \
         w4b_gemm<NF, F>(xh, fac, slow, m, set, N, B, gz, kp8, dlog, partial);                              \
     }
-#define NVFP4_TILE(NF) TILE_KERNEL(w4a16b_gemm_f##NF, TileNvfp4, NF)
-#define Q2_TILE(NF) TILE_KERNEL(q2a16b_gemm_f##NF, TileQ2, NF)
+#define NVFP4_TILE(NF) TILE_KERNEL(w4a16b_gemm_f##NF, TileNvfp4, NF, 1)
+#define Q2_TILE(NF, MINB) TILE_KERNEL(q2a16b_gemm_f##NF, TileQ2, NF, MINB)
 // @instances NVFP4_TILE   (lines generated from metrale/cuda/configs.py)
 // @instances Q2_TILE
