@@ -249,11 +249,12 @@ def write(doc: dict[str, Any], md: str, opts: Options) -> None:
 
 
 def w4a4_tier() -> AbstractContextManager[None]:
-    """``METRALE_WEIGHT_QUANT=w4a4`` (the W4A4 mode; weights without ``input_scale`` stay A16)
-    for the run, the caller's setting back afterwards."""
-    from metrale.reference.tiers import weight_quant_env
+    """``METRALE_WEIGHT_QUANT=w4a4-all`` for the run, the caller's setting back afterwards: the
+    tier ``MetraleFfn`` gives its layers (A4 at every row count where the weights declare FP4
+    activations, prefill included; weights without ``input_scale`` stay A16)."""
+    from metrale.reference.tiers import ALL_ROWS_TIER, weight_quant_env
 
-    return weight_quant_env("w4a4")
+    return weight_quant_env(ALL_ROWS_TIER)
 
 
 def run(opts: Options, command: str) -> int:
