@@ -463,6 +463,9 @@ def test_merge_takes_each_format_from_its_last_run(tmp_path: Path) -> None:
         del sd["formats"]["nvfp4"]
         sd["formats"]["w8a8"]["rows"][4] = {**sd["formats"]["w8a8"]["rows"][1], "us": 2.5}
         del sd["peers"]["int8"]
+        for t in sd["peers"]["bf16"]["times"].values():  # a slower bf16 peer in the later run
+            if t.get("us"):
+                t["us"] *= 2
     b["targets"] = report.evaluate_targets(b)
     m = report.merge([_saved(a, tmp_path / "a.json"), _saved(b, tmp_path / "b.json")])
     sd = m["shapes"]["qwen3-8b"]
@@ -472,13 +475,50 @@ def test_merge_takes_each_format_from_its_last_run(tmp_path: Path) -> None:
     assert sd["peers"]["int8"]["run"]["date"] == a["date"] and sd["peers"]["bf16"]["run"]["date"] == "later"
     assert m["failed"] == []  # the failed W8A8 m = 4 of the first run was measured again
     t = {x["target"]: x for x in m["targets"]}
-    # W8A8 and the bf16 peer both from the later run: judged (m = 4 now 2.5 µs, no peer time there)
-    assert t["W8A8: ≤ 0.75× the time of bf16 cuBLAS, m = 1..512"]["per_m"] == {1: 0.5, 512: 0.8}
-    # NVFP4 from the first run, the bf16 peer from the later one: not judged across runs
-    assert not any(k.startswith("NVFP4") for k in t)
+    # W8A8 and the bf16 peer both from the later run: judged against its (twice as slow) peer
+    # (m = 4 now 2.5 µs, no peer time there)
+    assert t["W8A8: ≤ 0.75× the time of bf16 cuBLAS, m = 1..512"]["per_m"] == {1: 0.25, 512: 0.4}
+    # NVFP4 from the first run: judged against the first run's bf16 peer, never the later one's
+    first_bf16 = a["shapes"]["qwen3-8b"]["peers"]["bf16"]["times"]
+    nv = next(x for k, x in t.items() if k.startswith("NVFP4 W4A16: ≤ 1.0×"))
+    nv_rows = a["shapes"]["qwen3-8b"]["formats"]["nvfp4"]["rows"]
+    assert nv["per_m"] == {m: round(nv_rows[m]["us"] / first_bf16[m]["us"], 2) for m in nv["per_m"]}
+    assert nv["per_m"]
     md = report.markdown(m)
     assert "Merged from runs" in md and "`metrale bench --formats w8a8`" in md
     assert [r["command"] for r in m["merged_from"]] == ["metrale bench", "metrale bench --formats w8a8"]
+
+
+def test_a_merged_document_merges_again(tmp_path: Path) -> None:
+    """The committed result is itself a merge: merging a new run into it keeps every older
+    entry's run (date, command, ceilings) and the list of runs it came from."""
+    a = _doc()
+    b = _doc()
+    b["date"], b["command"] = "later", "metrale bench --formats w8a8"
+    for sd in b["shapes"].values():
+        sd["run"]["date"], sd["run"]["command"] = "later", b["command"]
+        del sd["formats"]["nvfp4"]
+    first = report.merge([_saved(a, tmp_path / "a.json"), _saved(b, tmp_path / "b.json")])
+    # reloaded, NVFP4 (first run) is still judged against the first run's bf16 peer
+    again = report.merge([_saved(first, tmp_path / "again.json")])
+    assert (
+        [x["per_m"] for x in again["targets"] if x["format"] == "nvfp4"]
+        == [x["per_m"] for x in first["targets"] if x["format"] == "nvfp4"]
+        != []
+    )
+    c = _doc()
+    c["date"], c["command"] = "latest", "metrale bench --formats nvfp4"
+    for sd in c["shapes"].values():
+        sd["run"]["date"], sd["run"]["command"] = "latest", c["command"]
+        sd["formats"] = {"nvfp4": sd["formats"]["nvfp4"]}
+        sd["peers"] = {}
+    m = report.merge([_saved(first, tmp_path / "first.json"), _saved(c, tmp_path / "c.json")])
+    sd = m["shapes"]["qwen3-8b"]
+    assert sd["formats"]["w8a8"]["run"]["date"] == "later"
+    assert sd["formats"]["nvfp4"]["run"]["date"] == "latest"
+    assert sd["peers"]["int8"]["run"]["date"] == "later"
+    assert [r["date"] for r in m["merged_from"]] == [a["date"], "later", "latest"]
+    assert "?" not in report.markdown(m).split("Merged from runs")[1].split("µs per FFN")[0]
 
 
 def test_merge_through_main(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

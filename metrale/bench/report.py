@@ -168,7 +168,10 @@ def load(path: Path) -> dict[str, Any]:
         sd["fastest_peer_us"] = ints(sd.get("fastest_peer_us", {}))
         for fd in sd["formats"].values():
             fd["rows"] = ints(fd["rows"])
-        for p in sd["peers"].values():
+        for p in [
+            *sd["peers"].values(),
+            *(q for run in sd.get("run_peers", {}).values() for q in run.values()),
+        ]:
             p["times"] = ints(p.get("times", {}))
             if isinstance(p.get("layers"), dict):
                 p["layers"] = ints(p["layers"])
@@ -181,7 +184,9 @@ def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
     """One document from several runs' documents: each (shape, format) and (shape, peer) from the
     last run that measured it, with that run's date, command and ceilings in its ``run`` (its
     floors, ratios and speed-ups stay those of its own run; a target is judged where the format
-    and the peer it names come from one run); the single-kernel timings of every run."""
+    and the peer it names come from one run: ``run_peers`` keeps every run's peers); the
+    single-kernel timings of every run. A merged document may be merged again: its entries keep
+    their runs, its ``merged_from`` its list."""
     if not docs:
         raise ValueError("merge: no documents")
     out = {k: v for k, v in docs[-1].items() if k not in ("shapes", "kernels", "targets", "failed")}
@@ -193,10 +198,18 @@ def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
                 {"hidden": sd["hidden"], "intermediate": sd["intermediate"], "formats": {}, "peers": {}},
             )
             for key in ("formats", "peers"):
-                for name, entry in sd[key].items():
-                    tgt[key][name] = {**entry, "run": sd.get("run", {})}
+                for name, entry in sd[key].items():  # a merged document's entries keep their run
+                    tgt[key][name] = {**entry, "run": entry.get("run") or sd.get("run", {})}
+            # every run's peers, for the targets of the formats a later run did not measure again
+            runs = tgt.setdefault("run_peers", {})
+            for date, peers in sd.get("run_peers", {}).items():
+                runs.setdefault(date, {}).update(peers)
+            for name in sd["peers"]:
+                runs.setdefault(_run_date(tgt["peers"][name]) or "?", {})[name] = tgt["peers"][name]
         out["kernels"] += d.get("kernels", [])
-        out["merged_from"].append({"date": d["date"], "command": d["command"], "shapes": list(d["shapes"])})
+        out["merged_from"] += d.get("merged_from") or [
+            {"date": d["date"], "command": d["command"], "shapes": list(d["shapes"])}
+        ]
     for sd in out["shapes"].values():
         fastest: dict[int, float] = {}
         for p in sd["peers"].values():
@@ -240,8 +253,10 @@ def evaluate_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
         rows = {m: r for m, r in fd["rows"].items() if _in(int(m), t["m"])}
         if "peer" in t:
             pd = sd["peers"].get(t["peer"], {})
+            if _run_date(pd) != _run_date(fd):  # a merged document: the peer of the format's run
+                pd = sd.get("run_peers", {}).get(_run_date(fd) or "?", {}).get(t["peer"], {})
             if _run_date(pd) != _run_date(fd):
-                continue  # a merged document: the format and the peer come from different runs
+                continue  # that run did not measure the peer
             peer = pd.get("times", {})
             rows = {m: r for m, r in rows.items() if peer.get(m, {}).get("us")}
         if not rows:
