@@ -439,3 +439,17 @@ def test_cli_bench_without_gpu_is_one_line() -> None:
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "error: bench: backend='cuda': the CUDA backend cannot run here" in r.stderr.replace("\n", " ")
     assert "install metrale[cuda]" in r.stderr.replace("\n", " ")  # brackets are not markup
+
+
+def test_owner_record_appears_only_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A conversion killed while recording its owner leaves no empty or partial record (the
+    sweep reads such a folder as unrecorded and keeps it forever): the record is renamed into
+    place whole, so stopping before the rename leaves no OWNER_NAME at all."""
+
+    def killed(*_: object) -> None:
+        raise InterruptedError("killed before the rename")
+
+    monkeypatch.setattr(conv.os, "replace", killed)
+    with pytest.raises(InterruptedError):
+        conv._claim(tmp_path)
+    assert not (tmp_path / conv.OWNER_NAME).exists()

@@ -722,8 +722,12 @@ def _owned_name(dst: Path, kind: str) -> Path:
 
 
 def _claim(folder: Path) -> None:
-    """Record this process as the owner of temporary folder ``folder`` (``OWNER_NAME``)."""
-    (folder / OWNER_NAME).write_text(json.dumps(_owner()) + "\n", encoding="utf-8")
+    """Record this process as the owner of temporary folder ``folder`` (``OWNER_NAME``), written
+    whole under another name and renamed into place: a process killed while writing leaves no
+    empty or partial record (which would read as unrecorded and keep the folder forever)."""
+    part = folder / f"{OWNER_NAME}.part"
+    part.write_text(json.dumps(_owner()) + "\n", encoding="utf-8")
+    os.replace(part, folder / OWNER_NAME)
 
 
 def _owner_gone(folder: Path) -> bool:
