@@ -454,12 +454,19 @@ def test_load_restores_int_keys(tmp_path: Path) -> None:
     assert report.evaluate_targets(back) == doc["targets"]
 
 
+def _rerun(date: str, command: str) -> dict[str, Any]:
+    """``_doc()`` as a run of another date and command (the document's and every shape's)."""
+    doc = _doc()
+    doc["date"], doc["command"] = date, command
+    for sd in doc["shapes"].values():
+        sd["run"]["date"], sd["run"]["command"] = date, command
+    return doc
+
+
 def test_merge_takes_each_format_from_its_last_run(tmp_path: Path) -> None:
     a = _doc()
-    b = _doc()
-    b["date"], b["command"] = "later", "metrale bench --formats w8a8"
+    b = _rerun("later", "metrale bench --formats w8a8")
     for sd in b["shapes"].values():
-        sd["run"]["date"], sd["run"]["command"] = "later", b["command"]
         del sd["formats"]["nvfp4"]
         sd["formats"]["w8a8"]["rows"][4] = {**sd["formats"]["w8a8"]["rows"][1], "us": 2.5}
         del sd["peers"]["int8"]
@@ -493,10 +500,8 @@ def test_a_merged_document_merges_again(tmp_path: Path) -> None:
     """The committed result is itself a merge: merging a new run into it keeps every older
     entry's run (date, command, ceilings) and the list of runs it came from."""
     a = _doc()
-    b = _doc()
-    b["date"], b["command"] = "later", "metrale bench --formats w8a8"
+    b = _rerun("later", "metrale bench --formats w8a8")
     for sd in b["shapes"].values():
-        sd["run"]["date"], sd["run"]["command"] = "later", b["command"]
         del sd["formats"]["nvfp4"]
     first = report.merge([_saved(a, tmp_path / "a.json"), _saved(b, tmp_path / "b.json")])
     # reloaded, NVFP4 (first run) is still judged against the first run's bf16 peer
@@ -506,10 +511,8 @@ def test_a_merged_document_merges_again(tmp_path: Path) -> None:
         == [x["per_m"] for x in first["targets"] if x["format"] == "nvfp4"]
         != []
     )
-    c = _doc()
-    c["date"], c["command"] = "latest", "metrale bench --formats nvfp4"
+    c = _rerun("latest", "metrale bench --formats nvfp4")
     for sd in c["shapes"].values():
-        sd["run"]["date"], sd["run"]["command"] = "latest", c["command"]
         sd["formats"] = {"nvfp4": sd["formats"]["nvfp4"]}
         sd["peers"] = {}
     m = report.merge([_saved(first, tmp_path / "first.json"), _saved(c, tmp_path / "c.json")])
