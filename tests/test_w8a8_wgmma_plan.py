@@ -63,33 +63,47 @@ def test_every_wgmma_kernel_fits_in_shared_memory() -> None:
     ("m", "n", "want"),
     [
         (1, 12288, "w8a8_wgmma_sk_n16"),
+        (16, 4096, "w8a8_wgmma_sk_n16"),
         (17, 4096, "w8a8_wgmma_sk_n32"),
-        (64, 12288, "w8a8_wgmma_sk_n64"),  # below GEMM_MIN_ROWS: always split
-        (65, 4096, "w8a8_wgmma_sk_n128"),  # down: 1 x 32 CTAs of 128x128 < 66
-        (128, 4096, "w8a8_wgmma_sk_n128"),
+        (32, 12288, "w8a8_wgmma_sk_n32"),
+        (33, 12288, "w8a8_tma_n64"),  # below GEMM_MIN_ROWS: always stream-K
+        (64, 12288, "w8a8_tma_n64"),
+        (65, 4096, "w8a8_tma_n128"),  # down: 1 x 32 CTAs of 128x128 < 66
+        (128, 4096, "w8a8_tma_n128"),
         (96, 14336, None),  # gate/up: 112 CTAs >= 66, the tile
         (128, 12288, None),  # 96 CTAs
-        (129, 4096, None),  # past SK_MAX_ROWS
+        (129, 4096, None),  # past TMA_MAX_ROWS
         (2048, 4096, None),
     ],
 )
-def test_split_k_routing_by_rows_and_grid(
+def test_few_rows_routing_by_rows_and_grid(
     monkeypatch: pytest.MonkeyPatch, m: int, n: int, want: str | None
 ) -> None:
-    """The measured rule (configs.W8A8_SK_MAX_ROWS, W8A8_SK_GEMM_FILL = 0.5) on 132 SMs."""
+    """The measured rule (configs.W8A8_SK_MAX_ROWS, W8A8_TMA_ROWS, W8A8_TMA_GEMM_FILL = 0.5) on
+    132 SMs: at most one of the split-K and stream-K kernels takes a row count."""
     monkeypatch.setattr(w8a8, "sm_count", lambda dev=None: 132)
     monkeypatch.setattr(w8a8, "wgmma_built", lambda: True)
-    got = w8a8.split_k_tier(m, n)
-    assert (got.name if got else None) == want
+    sk, bn = w8a8.split_k_tier(m), w8a8.tma_tier(m, n)
+    assert sk is None or bn is None
+    got = sk.name if sk else f"w8a8_tma_n{bn}" if bn else None
+    assert got == want
 
 
-def test_split_k_needs_the_wgmma_build(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_few_rows_kernels_need_the_wgmma_build(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(w8a8, "sm_count", lambda dev=None: 132)
     monkeypatch.setattr(w8a8, "wgmma_built", lambda: False)
-    assert w8a8.split_k_tier(8, 4096) is None and w8a8.split_k_tier(128, 4096) is None
+    assert w8a8.split_k_tier(8) is None and w8a8.tma_tier(64, 4096) is None
 
 
-@pytest.mark.parametrize("value", ["abc", "-1", "129", "1.5"])
+def test_stream_k_tiles_fit_one_multiprocessor() -> None:
+    """Every stream-K tier's stages fit the dynamic shared memory of an sm_90 CTA, and its
+    activation rows are a wgmma N the file has an m64nNk32 instruction for."""
+    for bn in configs.W8A8_TMA_TIERS:
+        assert w8a8.tma_smem(bn) <= SM90_SMEM, bn
+        assert bn in (16, 32, 64, 128), bn
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "33", "1.5"])
 def test_sk_max_rows_environment_refused(value: str) -> None:
     import subprocess
     import sys
@@ -102,4 +116,4 @@ def test_sk_max_rows_environment_refused(value: str) -> None:
         timeout=60,
     )
     assert got.returncode != 0
-    assert f"METRALE_W8A8_SK_MAX_ROWS='{value}': want an int in 0 .. 128" in got.stderr
+    assert f"METRALE_W8A8_SK_MAX_ROWS='{value}': want an int in 0 .. 32" in got.stderr

@@ -25,10 +25,11 @@ Families:
   cores, m = 1..3;
 * ``nvfp4-gemm``: the NVFP4 A16 prefill GEMM builds (``nvfp4_gemm_builds``) on any grid and the
   K-split MMA kernels, gate and up in one launch and down;
-* ``w8a8-gemm``: up to 128 rows (the largest ``W8A8_SK_TIERS``) the split-K wgmma kernels at 1
-  and 2 CTAs per multiprocessor; above 32 rows (the largest ``W8A8_MMA_TIERS``) the prefill tiles
-  (``W8A8_GEMM_TILES``, ``W8A8_WGMMA_TILES``); up to 64 rows the kernels without split K. The A8
-  codes are made once per cell (the GEMM alone is timed).
+* ``w8a8-gemm``: up to the largest ``W8A8_SK_TIERS`` the split-K wgmma kernels at 1 and 2 CTAs
+  per multiprocessor; the stream-K tiers (``W8A8_TMA_TIERS``) that hold m, or half of it; above
+  32 rows (the largest ``W8A8_MMA_TIERS``) the prefill tiles (``W8A8_GEMM_TILES``,
+  ``W8A8_WGMMA_TILES``); up to 64 rows the kernels of other GPUs (dp4a, mma.sync tiers). The
+  A8 codes are made once per cell (the GEMM alone is timed).
 """
 
 from __future__ import annotations
@@ -252,19 +253,41 @@ def _nvfp4_gemm(fmt: str, n: int, k: int, m: int) -> list[Candidate]:
 
 def _w8a8_gemm(fmt: str, n: int, k: int, m: int) -> list[Candidate]:
     out: list[Candidate] = []
-    if m <= max(configs.W8A8_SK_TIERS):
+    no_tma = (W8, "TMA_MIN_ROWS", 1 << 30)
+    if m <= 2 * max(configs.W8A8_SK_TIERS):
         sk = configs.W8A8_SK_TIERS[_tier(m, dict.fromkeys(configs.W8A8_SK_TIERS, 0))]
-        # from 65 rows the device's grid decides between split K and the tile (w8a8.split_k_tier)
-        routed_sk = configs.W8A8_SK_MIN_ROWS <= m <= min(configs.W8A8_SK_MAX_ROWS, DECODE_MAX)
         out += [
             Candidate(
                 f"split-K {c} CTAs/SM",
                 (("w8a8_wgmma.cu", sk.name),),
-                ((W8, "SK_MIN_ROWS", 1), (W8, "SK_MAX_ROWS", m), (W8, "SK_CTAS_PER_SM", c)),
-                routed=c == configs.W8A8_SK_CTAS_PER_SM and routed_sk,
+                (
+                    (W8, "SK_MIN_ROWS", 1),
+                    (W8, "SK_MAX_ROWS", min(m, sk.bn)),
+                    (W8, "SK_CTAS_PER_SM", c),
+                    no_tma,
+                ),
+                call=(("gemm", sk.name),),
+                routed=c == configs.W8A8_SK_CTAS_PER_SM
+                and configs.W8A8_SK_MIN_ROWS <= m <= configs.W8A8_SK_MAX_ROWS,
             )
             for c in (1, 2)
+            if m <= sk.bn
         ]
+    lo, hi = configs.W8A8_TMA_ROWS
+    # from GEMM_MIN_ROWS the device's grid decides between stream K and the tile (w8a8.tma_tier)
+    tma_routed = (
+        _tier(m, dict.fromkeys(configs.W8A8_TMA_TIERS, 0)) if lo <= m <= min(hi, DECODE_MAX) else None
+    )
+    out += [
+        Candidate(
+            f"stream-K n{bn}",
+            (("w8a8_wgmma.cu", f"w8a8_tma_n{bn}"),),
+            call=(("gemm", f"w8a8_tma_n{bn}"),),
+            routed=bn == tma_routed,
+        )
+        for bn in configs.W8A8_TMA_TIERS
+        if m // 2 <= bn and (bn >= m or bn == max(configs.W8A8_TMA_TIERS))
+    ]
     if m > max(configs.W8A8_MMA_TIERS):
         mine = [(t.name, "w8a8.cu") for t in configs.W8A8_GEMM_TILES]
         mine += [(t.name, "w8a8_wgmma.cu") for t in configs.W8A8_WGMMA_TILES]
@@ -276,11 +299,7 @@ def _w8a8_gemm(fmt: str, n: int, k: int, m: int) -> list[Candidate]:
     else:  # the tensor-core tier; its warps (4 or 8) follow the grid on the device
         r = _tier(m, dict.fromkeys(configs.W8A8_MMA_TIERS, 0))
         plain = tuple(("w8a8.cu", f"w8a8_mma_r{r}_w{w}") for w in configs.W8A8_MMA_WARPS)
-    out.append(
-        Candidate(
-            "without split-K", plain, ((W8, "SK_MIN_ROWS", 1 << 30),), routed=m > configs.W8A8_SK_MAX_ROWS
-        )
-    )
+    out.append(Candidate("without wgmma", plain, ((W8, "SK_MIN_ROWS", 1 << 30), no_tma)))
     return out
 
 
@@ -312,7 +331,7 @@ FAMILIES: dict[str, Family] = {
         _nvfp4_gemm,
     ),
     "w8a8-gemm": Family(
-        ("w8a8",), (1, 2, 3, 16, 32, 64, 96, 128, 512, 2048, 4096), _gate_down, "A8", _w8a8_gemm
+        ("w8a8",), (1, 2, 3, 16, 32, 64, 96, 128, 256, 512, 1024, 2048, 4096), _gate_down, "A8", _w8a8_gemm
     ),
 }
 
@@ -501,6 +520,9 @@ TABLES: dict[str, tuple[str, ...]] = {
         "W8A8_SK_TIERS",
         "W8A8_SK_CTAS_PER_SM",
         "W8A8_SK_MAX_ROWS",
+        "W8A8_TMA_TIERS",
+        "W8A8_TMA_ROWS",
+        "W8A8_TMA_GEMM_FILL",
     ),
 }
 

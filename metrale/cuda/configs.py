@@ -326,22 +326,30 @@ W8A8_WGMMA_TILES: tuple[W8a8WgmmaTile, ...] = (
 #: slower on both; the dp4a kernel (m = 1) and the mma.sync tiers 2.4-2.9 TB/s and 1.6-1.8 TB/s.
 #: 128 weight rows per CTA (two warpgroups) for n32/n64 was slower (m = 32: gate 22.5 against
 #: 19.4 us, down 22.4 against 18.7).
-#: The n128 tier (8 stages) serves m = 65..128 where the tiled GEMM's grid would leave most
-#: multiprocessors idle (W8A8_SK_GEMM_FILL). Measured on an H200 (VARIANT_MEASUREMENTS
-#: w8a8-gemm, docs/performance-log.md, Qwen3-8B): down (4096x12288, 32 CTAs of the 128x128
-#: wgmma tile) at m = 128 / 96 38.0 / 36.4 us split against 45.1 / 49.8 tiled; gate (12288x4096,
-#: 96 CTAs) 50.4 / 44.1 split against 25.8 / 24.9 tiled. 10 stages at n64 (one CTA per SM) were
-#: slower (m = 64: gate 33.2 against 25.6 us, down 27.0 against 25.0).
+#: Past 32 rows the stream-K kernels below are as fast or faster (the n64 and n128 split-K
+#: tiers they replaced: m = 64 gate 25.5 against 21.9 us, m = 128 down 37.9 against 30.2).
 W8A8_SK_TIERS: dict[int, W8a8WgmmaTile] = {
-    nb: W8a8WgmmaTile(64, nb, st, split_k=True) for nb, st in ((16, 6), (32, 6), (64, 6), (128, 8))
+    nb: W8a8WgmmaTile(64, nb, st, split_k=True) for nb, st in ((16, 6), (32, 6))
 }
 W8A8_SK_MIN_ROWS = 1
 #: The most rows the split-K kernels take (<= max(W8A8_SK_TIERS)).
-W8A8_SK_MAX_ROWS = 128
-#: From w8a8.GEMM_MIN_ROWS to W8A8_SK_MAX_ROWS rows, K is split only where the tiled GEMM's grid
-#: would fill fewer than this fraction of the multiprocessors (else the tile, as measured above).
-W8A8_SK_GEMM_FILL = 0.5
+W8A8_SK_MAX_ROWS = 32
 W8A8_SK_CTAS_PER_SM = 1
+#: w8a8_wgmma.cu stream-K kernels ``w8a8_tma_n{bn}`` (sm_90a): activation rows per tile (the
+#: wgmma's N) -> stages of 128 weight rows and bn activation rows (128 K bytes each, loaded by
+#: TMA), one persistent CTA per multiprocessor (w8a8.py). Measured on an H200 (Qwen3-8B,
+#: single projections, CUDA graphs, docs/performance-log.md "W8A8 stream-K on TMA"): gate /
+#: down µs at m = 64 21.9 / 24.7 (split-K n64 25.5 / 24.4), m = 128 27.6 / 30.2 (split-K n128
+#: 48.7 / 37.9, the 128x128 tile 25.7 / 44.6); at m = 1..16 slower than split K (19.0-19.5
+#: against 15.7-17.1 gate), from m = 256 slower than the tiles (n256: 43.1 against 36.1 gate);
+#: cp.async copies instead of TMA, two CTAs per multiprocessor and weights laid out so that a
+#: box is contiguous were no faster.
+W8A8_TMA_TIERS: dict[int, int] = {64: 8, 128: 6}
+#: The rows w8a8_gemv routes to them: all of W8A8_TMA_ROWS up to w8a8.GEMM_MIN_ROWS - 1, and from
+#: there the rows where the tiled GEMM's grid would fill fewer than W8A8_TMA_GEMM_FILL of the
+#: multiprocessors (down of an 8B model: 32 CTAs of 128x128; else the tile).
+W8A8_TMA_ROWS: tuple[int, int] = (33, 128)
+W8A8_TMA_GEMM_FILL = 0.5
 
 
 def nvfp4_gemm_builds() -> list[tuple[int, int, int]]:
@@ -441,6 +449,7 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         f"W8A8_GEMM({t.bm}, {t.bn}, {t.wm}, {t.wn}, {t.stages}, {t.minb})" for t in W8A8_GEMM_TILES
     ],
     "W8A8_WGMMA": lambda: [f"W8A8_WGMMA({t.bm}, {t.bn}, {t.stages})" for t in W8A8_WGMMA_TILES],
+    "W8A8_TMA": lambda: [f"W8A8_TMA({bn}, {st})" for bn, st in W8A8_TMA_TIERS.items()],
     "W8A8_WGMMA_SK": lambda: [f"W8A8_WGMMA_SK({t.bm}, {t.bn}, {t.stages})" for t in W8A8_SK_TIERS.values()],
     "W8A8_MMA": lambda: [
         f"W8A8_MMA({r}, {r // 8}, {cols // 16}, {w}, {W8A8_MMA_UNROLL[r]})"

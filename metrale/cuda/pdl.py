@@ -72,7 +72,8 @@ class LaunchConfig(ctypes.Structure):
 def kernel_params(args: Sequence[Any]) -> tuple[list[Any], Any]:
     """``args`` as cuLaunchKernelEx's ``void** kernelParams``: (the ctypes values, which must
     outlive the call, and the pointer array). CuPy arrays pass their device address; numpy
-    scalars their value with their width (int32, int64, uint64, float32)."""
+    scalars their value with their width (int32, int64, uint64, float32); a ctypes structure
+    (a TMA tensor map, ``tma.TensorMap``) its bytes."""
     vals: list[Any] = []
     for i, a in enumerate(args):
         data = getattr(a, "data", None)
@@ -86,10 +87,12 @@ def kernel_params(args: Sequence[Any]) -> tuple[list[Any], Any]:
             vals.append(ctypes.c_uint64(int(a)))
         elif isinstance(a, np.float32):
             vals.append(ctypes.c_float(float(a)))
+        elif isinstance(a, ctypes.Structure):
+            vals.append(a)
         else:
             raise MetraleError(
-                f"PDL launch: argument {i} is {type(a).__name__}; want a CuPy array or a numpy "
-                "int32/int64/uint64/float32 scalar"
+                f"PDL launch: argument {i} is {type(a).__name__}; want a CuPy array, a numpy "
+                "int32/int64/uint64/float32 scalar or a ctypes structure"
             )
     ptrs = (ctypes.c_void_p * max(1, len(vals)))(
         *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in vals]
@@ -163,20 +166,26 @@ def launch(
     kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any], shared_mem: int = 0
 ) -> None:
     """Launch the CuPy ``RawKernel`` ``kernel`` (one that keeps the rule of this module's
-    docstring) on the current stream, programmatically when ``next_programmatic()``."""
-    if not next_programmatic():
+    docstring) on the current stream, programmatically when ``next_programmatic()``. Arguments
+    that CuPy cannot pass (ctypes structures) go through ``cuLaunchKernelEx`` also when plain."""
+    programmatic = next_programmatic()
+    if not programmatic and not any(isinstance(a, ctypes.Structure) for a in args):
         kernel(grid, block, tuple(args), shared_mem=shared_mem)
         counts["plain"] += 1
         return
     import cupy
 
-    attr = LaunchAttribute()
-    attr.id = ATTR_PROGRAMMATIC_STREAM_SERIALIZATION
-    attr.value.flag = 1
+    attr = None
+    if programmatic:
+        attr = LaunchAttribute()
+        attr.id = ATTR_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.flag = 1
+    elif _driver() is None:
+        raise MetraleError(f"launch of {kernel.name}: {unavailable}")
     cfg = launch_config(grid, block, shared_mem, cupy.cuda.get_current_stream().ptr, attr)
     vals, ptrs = kernel_params(args)
     rc = _launch_ex(ctypes.byref(cfg), ctypes.c_void_p(int(kernel.kernel.ptr)), ptrs, None)
     del vals
     if rc != 0:
         raise MetraleError(f"cuLaunchKernelEx of {kernel.name} failed with CUresult {rc}")
-    counts["programmatic"] += 1
+    counts["programmatic" if programmatic else "plain"] += 1

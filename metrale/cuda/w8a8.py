@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from metrale.cuda import configs, pdl
+from metrale.cuda import configs, pdl, tma
 from metrale.cuda.launch_args import (
     built_launchers,
     cdiv,
@@ -78,6 +78,14 @@ if not _SK_MAX_ENV.isdigit() or int(_SK_MAX_ENV) > max(SK_TIERS):
         "(the largest split-K tier)"
     )
 SK_MAX_ROWS = int(_SK_MAX_ENV)
+#: Stream-K GEMMs on TMA ``w8a8_tma_n{bn}`` (sm_90a, ``WGMMA_FILE``): activation rows per tile ->
+#: stages. A persistent CTA per multiprocessor takes an equal run of the (tile, 128-byte K tile)
+#: units; a tile split between CTAs has its later pieces parked in a per-device buffer and added
+#: by the CTA holding its first piece (int32: exact in any order). ``tma_tier`` routes rows to
+#: them (configs.W8A8_TMA_ROWS).
+TMA_TIERS = configs.W8A8_TMA_TIERS
+TMA_MIN_ROWS, TMA_MAX_ROWS = configs.W8A8_TMA_ROWS
+TMA_NAMES = {f"w8a8_tma_n{bn}": bn for bn in TMA_TIERS}
 #: Rows from which ``w8a8_gemv`` runs the tiled GEMM (below: the GEMV tiers, which stream the
 #: weights once per 32 rows; 65 = past the W8A8 arm's row cap, i.e. prefill only).
 GEMM_MIN_ROWS = 65
@@ -135,7 +143,7 @@ def mma_kernel_name(m: int, n: int, warps: int | None = None) -> tuple[str, int,
 
 def wgmma_built() -> bool:
     """Whether the wgmma kernels (``WGMMA_FILE``, sm_90a) built on this device."""
-    names = [*WGMMA_TILES, *(t.name for t in SK_TIERS.values())]
+    names = [*WGMMA_TILES, *(t.name for t in SK_TIERS.values()), *TMA_NAMES]
     return all(get_kernel(WGMMA_FILE, name) is not None for name in names)
 
 
@@ -155,6 +163,66 @@ def _sk_workspace(n: int) -> tuple[Any, Any]:
             cupy.zeros((cdiv(n, 64),), dtype=cupy.uint32),
         )
     return _sk_work[key]
+
+
+_tma_work: dict[tuple[int, int], tuple[Any, Any]] = {}
+
+
+def tma_smem(bn: int) -> int:
+    """Dynamic shared memory of ``w8a8_tma_n{bn}``: its stages of 128 weight rows and bn
+    activation rows of 128 bytes, and 1024 bytes to align them to the swizzle's period."""
+    return TMA_TIERS[bn] * (128 + bn) * 128 + 1024
+
+
+def tma_tier(m: int, n: int) -> int | None:
+    """The stream-K tier (activation rows per tile) ``w8a8_gemv`` routes m rows times N = n to, or
+    None: every m in TMA_MIN_ROWS .. GEMM_MIN_ROWS - 1, and m up to TMA_MAX_ROWS where the tiled
+    GEMM's grid would fill fewer than ``configs.W8A8_TMA_GEMM_FILL`` of the multiprocessors."""
+    if not TMA_MIN_ROWS <= m <= TMA_MAX_ROWS or not wgmma_built():
+        return None
+    if m >= GEMM_MIN_ROWS:
+        t = gemm_tile(m, n)
+        if cdiv(m, t.bm) * cdiv(n, t.bn) >= configs.W8A8_TMA_GEMM_FILL * sm_count():
+            return None
+    return tier(m, dict.fromkeys(TMA_TIERS, 0))
+
+
+def _tma_launch(q: Any, scale: Any, w: Any, arr: dict[str, Any], out: Any, ldo: int, bn: int) -> None:
+    """One ``w8a8_tma_n{bn}`` launch: a CTA per multiprocessor (at most one per unit)."""
+    import cupy
+
+    m, k = q.shape
+    name = f"w8a8_tma_n{bn}"
+    kern = get_kernel(WGMMA_FILE, name)
+    if kern is None:
+        raise MetraleError(f"w8a8_gemv: {name} did not build on this device")
+    smem = tma_smem(bn)
+    set_dynamic_smem(kern, smem)
+    units = cdiv(w.n, 128) * cdiv(m, bn) * cdiv(k, 128)
+    ctas = min(sm_count(), units)
+    key = (device_id(), bn)
+    if key not in _tma_work:
+        _tma_work[key] = (
+            cupy.empty((sm_count() * 2 * 64 * bn,), dtype=cupy.int32),
+            cupy.zeros((sm_count() * 2,), dtype=cupy.uint32),
+        )
+    part, flag = _tma_work[key]
+    tw = tma.row_tiles(arr["weight"], w.n, k, k, 128)
+    tq = tma.row_tiles(q, m, k, int(q.strides[0]), bn)
+    args = (
+        tw,
+        tq,
+        arr["weight_scale"],
+        np.int32(w.n),
+        np.int32(k),
+        scale,
+        np.int32(m),
+        out,
+        np.int64(ldo),
+        part,
+        flag,
+    )
+    pdl.launch(kern, (ctas,), (384,), args, smem)
 
 
 def sk_split(n: int, k: int, ra: int) -> tuple[int, int]:
@@ -178,16 +246,11 @@ def gemm_tile(m: int, n: int) -> configs.W8a8GemmTile | configs.W8a8WgmmaTile:
     return tiles[-1]
 
 
-def split_k_tier(m: int, n: int) -> configs.W8a8WgmmaTile | None:
-    """The split-K kernel ``w8a8_gemv`` routes m rows times N = n to, or None: every m in
-    SK_MIN_ROWS .. GEMM_MIN_ROWS - 1, and m up to SK_MAX_ROWS where the tiled GEMM's grid would
-    fill fewer than SK_GEMM_FILL of the multiprocessors (the wgmma kernels only)."""
+def split_k_tier(m: int) -> configs.W8a8WgmmaTile | None:
+    """The split-K kernel ``w8a8_gemv`` routes m rows to, or None: every m in SK_MIN_ROWS ..
+    SK_MAX_ROWS (the wgmma kernels only)."""
     if not SK_MIN_ROWS <= m <= SK_MAX_ROWS or not wgmma_built():
         return None
-    if m >= GEMM_MIN_ROWS:
-        t = gemm_tile(m, n)
-        if cdiv(m, t.bm) * cdiv(n, t.bn) >= configs.W8A8_SK_GEMM_FILL * sm_count():
-            return None
     return SK_TIERS[tier(m, SK_TIERS)]
 
 
@@ -201,10 +264,10 @@ def _gemv_launch(
     warps: int | None,
     gemm: str | None = None,
 ) -> None:
-    """One launch over the m rows of codes ``q``/``scale``: the dp4a kernels below
-    ``SK_MIN_ROWS``, the split-K wgmma kernels where ``split_k_tier`` says
-    (else the mma.sync GEMV tiers up to ``max(MMA_TIERS)``), the tiled GEMM (wgmma where built)
-    beyond (``warps`` / ``gemm`` force a GEMV CTA shape / a kernel by name)."""
+    """One launch over the m rows of codes ``q``/``scale``: the stream-K or split-K wgmma kernels
+    where ``tma_tier`` / ``split_k_tier`` say, else (other GPUs) the dp4a kernels and the
+    mma.sync GEMV tiers up to ``max(MMA_TIERS)``, the tiled GEMM (wgmma where built) beyond
+    (``warps`` / ``gemm`` force a GEMV CTA shape / a kernel by name)."""
     m, k = q.shape
     args = (
         arr["weight"],
@@ -218,7 +281,11 @@ def _gemv_launch(
         out,
         np.int64(ldo),
     )
-    sk = SK_BY_NAME.get(gemm) if gemm is not None else split_k_tier(m, w.n) if warps is None else None
+    bn = TMA_NAMES.get(gemm) if gemm is not None else tma_tier(m, w.n) if warps is None else None
+    if bn is not None:
+        _tma_launch(q, scale, w, arr, out, ldo, bn)
+        return
+    sk = SK_BY_NAME.get(gemm) if gemm is not None else split_k_tier(m) if warps is None else None
     if sk is not None:
         if m > sk.bn:
             raise MetraleError(f"w8a8_gemv: gemm={sk.name!r} takes at most {sk.bn} rows, got m={m}")
@@ -234,7 +301,7 @@ def _gemv_launch(
     if gemm is not None or (warps is None and m >= GEMM_MIN_ROWS):
         tiles = {**GEMM_TILES, **WGMMA_TILES}
         if gemm is not None and gemm not in tiles:
-            names = sorted([*tiles, *SK_BY_NAME])
+            names = sorted([*tiles, *SK_BY_NAME, *TMA_NAMES])
             raise MetraleError(f"w8a8_gemv: gemm={gemm!r}, want one of {names}")
         tile = tiles[gemm] if gemm is not None else gemm_tile(m, w.n)
         kern = get_kernel(WGMMA_FILE if tile.name in WGMMA_TILES else CU_FILE, tile.name)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from metrale.cuda.w8a8 import GEMM_TILES, SK_TIERS, WGMMA_TILES
+from metrale.cuda.w8a8 import GEMM_TILES, SK_TIERS, TMA_NAMES, TMA_TIERS, WGMMA_TILES
 from metrale.reference.activations import quantize_a8
 from metrale.reference.formats import W8a8Weight
 from metrale.reference.kernels import REFERENCE_KERNELS
@@ -47,12 +47,13 @@ def test_quantize_matches_reference(cuda: Any, fresh_rng: np.random.Generator, k
 def test_gemv_matches_reference(
     cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, n: int, k: int, split_k: bool
 ) -> None:
-    """The routing's kernels at m = 1..64: the split-K wgmma kernels (sm_90) or, without them
-    (other devices), the dp4a kernels and the mma.sync tiers."""
+    """The routing's kernels at m = 1..64: the split-K and stream-K wgmma kernels (sm_90) or,
+    without them (other devices), the dp4a kernels and the mma.sync tiers."""
     from metrale.cuda import w8a8
 
     if not split_k:
         monkeypatch.setattr(w8a8, "SK_MIN_ROWS", 1 << 30)
+        monkeypatch.setattr(w8a8, "TMA_MIN_ROWS", 1 << 30)
     host = w8a8_weight(fresh_rng, n, k)
     w = cuda.upload(host)
     x = rows(fresh_rng, 64, k)
@@ -190,6 +191,35 @@ def test_split_k_wgmma_every_tier(cuda: Any, fresh_rng: np.random.Generator, nb:
             assert not ws.any() and not cnt.any(), f"sk_n{nb} N={n}: workspace not cleared"
 
 
+@pytest.mark.parametrize("bn", sorted(TMA_TIERS))
+def test_stream_k_tma_every_tier(cuda: Any, fresh_rng: np.random.Generator, bn: int) -> None:
+    """Each stream-K TMA tier forced at m = 1, bn - 1, bn, bn + 1 and 2 bn + 3 (three row tiles);
+    N off the 128-row tile, K off the 128-byte tile (tails of 16 and 80 bytes); shapes whose
+    tiles are whole in one CTA, split in two, and split over many CTAs (N = 130, K = 16400:
+    2 x 129 units over one CTA per multiprocessor); launched twice (the parking flags must be
+    zero again, so the second launch gives the same bits)."""
+    from metrale.cuda.w8a8 import _tma_work, w8a8_gemv
+
+    if not wgmma_expected():
+        pytest.skip("wgmma kernels are sm_90a only")
+    for n, k in ((37, 48), (203, 2128), (4100, 4112), (130, 16400)):
+        host = w8a8_weight(fresh_rng, n, k)
+        w = cuda.upload(host)
+        mmax = 2 * bn + 3
+        x = rows(fresh_rng, mmax, k)
+        want = project(x, host, "A8").view(np.uint16)
+        for m in sorted({1, bn - 1, bn, bn + 1, mmax}):
+            codes = cuda.launch("w8a8_quantize", cp.asarray(x[:m].view(np.uint16)))
+            for rep in range(2):
+                buf, inner, init = guarded(cp, fresh_rng, m, n)
+                w8a8_gemv(codes, w, inner, gemm=f"w8a8_tma_n{bn}")
+                bits_equal(
+                    check_guard(buf, init, m, n), want[:m], f"tma_n{bn} N={n} K={k} m={m} launch {rep}"
+                )
+            flags = [f for (dev, b), (_, f) in _tma_work.items() if b == bn]
+            assert flags and not any(f.any() for f in flags), f"tma_n{bn} N={n}: parking flags not cleared"
+
+
 def test_split_k_refuses_more_rows_than_its_tier(cuda: Any, fresh_rng: np.random.Generator) -> None:
     from metrale.cuda.w8a8 import w8a8_gemv
     from metrale.errors import MetraleError
@@ -239,7 +269,7 @@ def test_gemm_adversarial_extremes(cuda: Any, fresh_rng: np.random.Generator) ->
     x[5] = (np.asarray(x[5], dtype=F32) * F32(2.0**-125)).astype(x.dtype)
     want = project(x, host, "A8").view(np.uint16)
     codes = cuda.launch("w8a8_quantize", cp.asarray(x.view(np.uint16)))
-    for tile in [*GEMM_TILES, *(WGMMA_TILES if wgmma_expected() else ())]:
+    for tile in [*GEMM_TILES, *((*WGMMA_TILES, *TMA_NAMES) if wgmma_expected() else ())]:
         buf, inner, init = guarded(cp, fresh_rng, 130, n)
         w8a8_gemv(codes, w, inner, gemm=tile)
         bits_equal(check_guard(buf, init, 130, n), want, f"{tile} extremes")

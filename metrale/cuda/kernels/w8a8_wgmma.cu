@@ -22,6 +22,17 @@
 //       adds its int32 partial sums into ws [m, N] with integer atomics (exact, order-free), and
 //       the last CTA of column tile c (a counter per tile, cnt [ceil(N / RA)]) writes y from ws
 //       and puts ws and the counter back to 0 for the next launch (ws and cnt start zeroed).
+//   w8a8_tma_n{BN}(tw, tq, sw, N, K, sa, m, out, ldo, part, flag)               (33 .. 128 rows)
+//       Stream-K: grid G <= one CTA per multiprocessor, block 384 (warpgroup 0 the producer,
+//       1 and 2 the MMAs), dynamic shared memory STAGES (128 + BN) 128 + 1024 bytes. Units =
+//       (tile of 128 weight rows x BN activation rows, 128-byte K tile), tile-major, U of them;
+//       CTA c takes [c U / G, (c + 1) U / G). Per unit one thread of the producer loads the boxes
+//       of the tensor maps tw (the weights [N, K], 128 rows) and tq (the codes [m, K], BN rows)
+//       into a slot (mbarriers full / empty per slot); each MMA warpgroup runs four wgmma
+//       m64n{BN}k32 with 64 weight rows as A and the activation rows as B. A tile's first piece
+//       (K tile 0) is finished by its CTA: the later pieces, each the first segment of a later
+//       CTA, are parked in part [G][2][64 BN] (int32, fragment order) under flag [G][2], added
+//       (exact), y written, the flags put back to 0.
 //
 // wg_mainloop<RA, RB, STAGES>: int32 accumulators D [64 x RB] per warpgroup g += A [64 g .. 64 g
 // + 63, K tiles] * B [RB, K tiles]^T. K in 128-byte tiles: every thread copies its share of a
@@ -256,6 +267,153 @@ __device__ __forceinline__ void w8_wgmma_sk(const signed char* __restrict__ w, c
     if (tid == 0) cnt[blockIdx.x] = 0u;
 }
 
+// ---- the stream-K GEMM on TMA (w8a8_tma_n{BN}) ----
+// The 128-byte CUtensorMap the host encodes (metrale/cuda/tma.py), passed by value.
+struct __align__(64) TmaDesc {
+    u64 v[16];
+};
+
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    u32 ok = 0;
+    while (!ok)
+        asm volatile(
+            "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(ok)
+            : "r"(bar), "r"(parity)
+            : "memory");
+}
+// Box (x = byte x0 of the row, y = row y0) of the 2-D int8 tensor map into shared memory at dst,
+// completing bytes on the mbarrier bar (rows and bytes past the tensor are zero-filled).
+__device__ __forceinline__ void tma_box(u32 dst, const TmaDesc& tm, int x0, int y0, u32 bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+            dst),
+        "l"(reinterpret_cast<u64>(&tm)), "r"(x0), "r"(y0), "r"(bar)
+        : "memory");
+}
+__device__ __forceinline__ unsigned int ld_acquire(const unsigned int* p) {
+    unsigned int v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void st_release(unsigned int* p, unsigned int v) {
+    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// The first work unit of CTA c of G over U units (a unit: one 128-byte K tile of one output tile).
+__device__ __forceinline__ int tk_start(int c, int G, int U) { return (int)(((long long)c * U) / G); }
+
+template <int BN, int STAGES>
+__device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq, const float* __restrict__ sw,
+                                            int N, int K, const float* __restrict__ sa, int m,
+                                            u16* __restrict__ out, long long ldo, int* __restrict__ part,
+                                            unsigned int* __restrict__ flag) {
+    constexpr int WROWS = 128, STAGE = (WROWS + BN) * 128;
+    __shared__ __align__(8) u64 bars[2 * STAGES];
+    const u32 sbase = wg_smem_base();
+    const u32 full0 = (u32)__cvta_generic_to_shared(&bars[0]), empty0 = full0 + 8 * STAGES;
+    const int tid = threadIdx.x, wg = tid >> 7, lt = tid & 127;
+    const int G = gridDim.x, c = blockIdx.x;
+    const int KT = (K + 127) >> 7, NT = (N + WROWS - 1) / WROWS, RT = (m + BN - 1) / BN;
+    const int U = NT * RT * KT, u0 = tk_start(c, G, U), u1 = tk_start(c + 1, G, U);
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(full0 + 8 * s, 1);
+            mbar_init(empty0 + 8 * s, 2);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (wg == 0) {  // producer
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
+        if (lt == 0) {  // one thread issues the two boxes of every unit
+            asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(&tw)) : "memory");
+            asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(&tq)) : "memory");
+            for (int u = u0, it = 0; u < u1; ++u, ++it) {
+                const int tile = u / KT, kt = u - tile * KT, slot = it % STAGES;
+                const u32 st = sbase + slot * STAGE, ph = (u32)(it / STAGES) & 1u;
+                mbar_wait(empty0 + 8 * slot, ph ^ 1u);
+                mbar_expect_tx(full0 + 8 * slot, STAGE);
+                tma_box(st, tw, kt * 128, (tile / RT) * WROWS, full0 + 8 * slot);
+                tma_box(st + WROWS * 128, tq, kt * 128, (tile % RT) * BN, full0 + 8 * slot);
+            }
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
+    const int g = wg - 1, warp = lt >> 5, gid = (lt & 31) >> 2, t = lt & 3;
+    int acc[BN / 2];
+    int it = 0;
+    for (int u = u0; u < u1;) {
+        const int tile = u / KT, ka = u - tile * KT, nk = min(KT - ka, u1 - u);
+        const int n0 = (tile / RT) * WROWS, r0 = (tile % RT) * BN;
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
+        for (int i = 0; i < nk; ++i, ++it) {
+            const int slot = it % STAGES;
+            const u32 st = sbase + slot * STAGE;
+            mbar_wait(full0 + 8 * slot, (u32)(it / STAGES) & 1u);
+            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+            for (int k = 0; k < 4; ++k)
+                wgmma_tile<BN>(acc, wg_desc(st + g * 64 * 128 + 32 * k), wg_desc(st + WROWS * 128 + 32 * k));
+            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+            if (i > 0 && lt == 0) mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
+        }
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        if (lt == 0) mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
+        const int tend = (tile + 1) * KT;  // the tile's last unit + 1
+        if (ka != 0) {
+            // a later piece of the tile (this CTA's first segment): park the sums for the CTA that
+            // owns the tile's first K tile, in fragment order
+            int* dst = part + (size_t)(2 * c + g) * (BN / 2) * 128 + lt;
+#pragma unroll
+            for (int i = 0; i < BN / 2; ++i) __stcg(dst + i * 128, acc[i]);
+            __threadfence();
+            asm volatile("bar.sync %0, 128;" ::"r"(1 + g) : "memory");
+            if (lt == 0) st_release(flag + 2 * c + g, 1u);
+        } else {
+            // the tile's first piece: add the parked pieces of the CTAs c + 1 .. that cover the rest
+            for (int c2 = c + 1; u + nk < tend && c2 < G && tk_start(c2, G, U) < tend; ++c2) {
+                if (lt == 0)
+                    while (ld_acquire(flag + 2 * c2 + g) == 0u) {
+                    }
+                asm volatile("bar.sync %0, 128;" ::"r"(1 + g) : "memory");
+                const int* src = part + (size_t)(2 * c2 + g) * (BN / 2) * 128 + lt;
+#pragma unroll
+                for (int i = 0; i < BN / 2; ++i) acc[i] += __ldcg(src + i * 128);
+                asm volatile("bar.sync %0, 128;" ::"r"(1 + g) : "memory");
+                if (lt == 0) flag[2 * c2 + g] = 0u;
+            }
+            // y = bf16((f32(S) * s_a[r]) * s_w[n]); this thread's weight rows n, activation rows r
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int n = n0 + 64 * g + 16 * warp + gid + 8 * h;
+                if (n >= N) continue;
+                const float s_w = sw[n];
+#pragma unroll
+                for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int r = r0 + 8 * j + 2 * t + e;
+                        if (r < m) out[(long long)r * ldo + n] = (u16)w8_y(acc[4 * j + 2 * h + e], sa[r], s_w);
+                    }
+            }
+        }
+        u += nk;
+    }
+}
+
 // w8a8_wgmma_{BM}x{BN}: grid (ceil(m / BM), ceil(N / BN)), block 2 BM, dynamic shared memory
 // STAGES (BM + BN) 128 + 1024 bytes.
 #define W8A8_WGMMA(BM, BN, STAGES)                                                                   \
@@ -281,5 +439,18 @@ __device__ __forceinline__ void w8_wgmma_sk(const signed char* __restrict__ w, c
         w8_wgmma_sk<RA, NB, STAGES>(w, sw, N, K, q, ldq, sa, m, out, ldo, ws, cnt, kps);            \
     }
 
+// w8a8_tma_n{BN}: the stream-K GEMM above (384 threads, one CTA per multiprocessor; the
+// producer gives registers to the MMA warpgroups with setmaxnreg).
+#define W8A8_TMA(BN, STAGES)                                                                              \
+    extern "C" __global__ void __launch_bounds__(384, 1) w8a8_tma_n##BN(                                  \
+        const __grid_constant__ TmaDesc tw, const __grid_constant__ TmaDesc tq, const float* __restrict__ sw, \
+        int N, int K, const float* __restrict__ sa, int m, u16* __restrict__ out, long long ldo,        \
+        int* __restrict__ part, unsigned int* __restrict__ flag) {                                        \
+        pdl_trigger();                                                                                    \
+        pdl_wait();                                                                                       \
+        w8_tma_gemm<BN, STAGES>(tw, tq, sw, N, K, sa, m, out, ldo, part, flag);                           \
+    }
+
 // @instances W8A8_WGMMA   (lines generated from metrale/cuda/configs.py)
 // @instances W8A8_WGMMA_SK
+// @instances W8A8_TMA
