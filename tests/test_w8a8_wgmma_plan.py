@@ -45,8 +45,13 @@ def test_prefill_tile_choice(monkeypatch: pytest.MonkeyPatch, built: bool) -> No
     big, small = names[0] if built else names[1]
     assert w8a8.gemm_tile(4096, 12288).name == big
     assert w8a8.gemm_tile(65, 4096).name == small
-    if built:  # 4 x 32 = 128 CTAs of 128x128 < 132 SMs, 2 x 32 of 256x128: the smaller tile
+    if built:  # one wave either way (128 CTAs of 128x128, 64 of 256x128): the smaller work
         assert w8a8.gemm_tile(512, 4096).name == small
+        # 96 CTAs of 256x128 (one wave) against 192 of 128x128 (two): the same work, the first
+        assert w8a8.gemm_tile(256, 12288).name == big
+        # two waves of 256x128 (192 CTAs) against three of 128x128 (288): 2 x 2 > 3 x 1 units
+        assert w8a8.gemm_tile(384, 12288).name == small
+        assert w8a8.gemm_tile(1024, 4096).name == big  # 128 CTAs: one wave; 128x128: 256, two
 
 
 def test_every_wgmma_kernel_fits_in_shared_memory() -> None:
@@ -72,7 +77,9 @@ def test_every_wgmma_kernel_fits_in_shared_memory() -> None:
         (128, 4096, "w8a8_tma_n128"),
         (96, 14336, None),  # gate/up: 112 CTAs >= 66, the tile
         (128, 12288, None),  # 96 CTAs
-        (129, 4096, None),  # past TMA_MAX_ROWS
+        (256, 4096, "w8a8_tma_n128"),  # down: 2 x 32 CTAs of 128x128 < 66
+        (256, 12288, None),  # gate: 96 CTAs of 256x128
+        (257, 4096, None),  # past TMA_MAX_ROWS
         (2048, 4096, None),
     ],
 )

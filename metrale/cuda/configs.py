@@ -304,8 +304,8 @@ class W8a8WgmmaTile:
         return self.stages * (self.bm + self.bn) * 128 + 1024
 
 
-#: w8a8_wgmma.cu tiles in routing order (the first whose grid has a CTA for every
-#: multiprocessor, else the last), used from ``w8a8.GEMM_MIN_ROWS`` rows where the device is
+#: w8a8_wgmma.cu tiles in routing order (w8a8.gemm_tile: the least work per multiprocessor in
+#: whole waves, ties to the first), used from ``w8a8.GEMM_MIN_ROWS`` rows where the device is
 #: sm_90 (elsewhere the mma.sync tiles above). Measured on an H200 (VARIANT_MEASUREMENTS w8a8-gemm,
 #: docs/performance-log.md): 256x128 fastest from m = 512 (gate 12288x4096 at m = 4096: 365 us,
 #: 1.13 POPS), 128x128 where 256x128 leaves multiprocessors idle (down 4096x12288 at m = 512:
@@ -345,10 +345,12 @@ W8A8_SK_CTAS_PER_SM = 1
 #: cp.async copies instead of TMA, two CTAs per multiprocessor and weights laid out so that a
 #: box is contiguous were no faster.
 W8A8_TMA_TIERS: dict[int, int] = {64: 8, 128: 6}
+#: Beyond 128 rows (n128 in row tiles): down at m = 192 / 256 (64 CTAs of the 128x128 tile)
+#: 41.9 / 36.1 against 48.8 / 45.1 us tiled.
 #: The rows w8a8_gemv routes to them: all of W8A8_TMA_ROWS up to w8a8.GEMM_MIN_ROWS - 1, and from
 #: there the rows where the tiled GEMM's grid would fill fewer than W8A8_TMA_GEMM_FILL of the
 #: multiprocessors (down of an 8B model: 32 CTAs of 128x128; else the tile).
-W8A8_TMA_ROWS: tuple[int, int] = (33, 128)
+W8A8_TMA_ROWS: tuple[int, int] = (33, 256)
 W8A8_TMA_GEMM_FILL = 0.5
 
 

@@ -22,7 +22,7 @@
 //       adds its int32 partial sums into ws [m, N] with integer atomics (exact, order-free), and
 //       the last CTA of column tile c (a counter per tile, cnt [ceil(N / RA)]) writes y from ws
 //       and puts ws and the counter back to 0 for the next launch (ws and cnt start zeroed).
-//   w8a8_tma_n{BN}(tw, tq, sw, N, K, sa, m, out, ldo, part, flag)               (33 .. 128 rows)
+//   w8a8_tma_n{BN}(tw, tq, sw, N, K, sa, m, out, ldo, part, flag)               (33 .. 256 rows)
 //       Stream-K: grid G <= one CTA per multiprocessor, block 384 (warpgroup 0 the producer,
 //       1 and 2 the MMAs), dynamic shared memory STAGES (128 + BN) 128 + 1024 bytes. Units =
 //       (tile of 128 weight rows x BN activation rows, 128-byte K tile), tile-major, U of them;
