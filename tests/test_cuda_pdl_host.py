@@ -63,6 +63,20 @@ def test_kernel_params_reject_unsized_arguments(bad: Any) -> None:
         pdl.kernel_params((np.int32(1), bad))
 
 
+def test_kernel_params_pass_a_structure_by_its_bytes() -> None:
+    """A TMA tensor map (128 bytes) is passed as the structure itself: the driver copies the
+    bytes the pointer names."""
+    from metrale.cuda.tma import TensorMap
+
+    tm = TensorMap()
+    for i in range(16):
+        tm.opaque[i] = 0x0101010101010101 * (i + 1)
+    vals, ptrs = pdl.kernel_params((np.int32(3), tm))
+    assert ctypes.sizeof(TensorMap) == 128 and vals[1] is tm
+    assert ctypes.string_at(ptrs[1], 128) == bytes(tm)
+    assert _read(ptrs, 0, ctypes.c_int32) == 3
+
+
 def test_launch_config_fills_dimensions() -> None:
     attr = pdl.LaunchAttribute()
     cfg = pdl.launch_config((66, 2), (512,), 160_000, 0x1234, attr)
@@ -91,12 +105,12 @@ def fake_driver(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
     def launch_ex(cfg_ref: Any, fn: Any, params: Any, extra: Any) -> int:
         cfg = ctypes.cast(cfg_ref, ctypes.POINTER(pdl.LaunchConfig)).contents
-        attr = cfg.attrs.contents
+        attr = cfg.attrs.contents if cfg.numAttrs else None
         seen.append(
             {
                 "grid": (cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ),
                 "smem": cfg.sharedMemBytes,
-                "attr": (attr.id, attr.value.flag),
+                "attr": (attr.id, attr.value.flag) if attr is not None else None,
                 "n": cfg.numAttrs,
                 "fn": fn.value,
                 "arg0": ctypes.cast(params[0], ctypes.POINTER(ctypes.c_int32)).contents.value,
@@ -155,3 +169,39 @@ def test_driver_error_names_the_kernel(
     pdl.launch(k, (1,), (32,), (np.int32(0),))
     with pytest.raises(MetraleError, match="fake_kernel failed with CUresult 700"):
         pdl.launch(k, (1,), (32,), (np.int32(0),))
+
+
+def test_structure_arguments_go_through_the_driver_also_when_plain(
+    fake_driver: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CuPy cannot pass a ctypes structure: a plain launch with one is a cuLaunchKernelEx call
+    without the PDL attribute (counted plain), a later one programmatic; with PDL off, plain."""
+    from metrale.cuda.tma import TensorMap
+
+    k = FakeKernel()
+    pdl.entry_start()
+    before = dict(pdl.counts)
+    pdl.launch(k, (2,), (384,), (np.int32(21), TensorMap()), 1024)
+    pdl.launch(k, (3,), (384,), (np.int32(22), TensorMap()), 1024)
+    assert k.calls == []
+    assert [(c["attr"], c["n"], c["arg0"]) for c in fake_driver] == [(None, 0, 21), ((6, 1), 1, 22)]
+    assert pdl.counts["plain"] - before["plain"] == 1
+    assert pdl.counts["programmatic"] - before["programmatic"] == 1
+    monkeypatch.setattr(pdl, "ENABLED", False)
+    pdl.launch(k, (1,), (384,), (np.int32(23), TensorMap()))
+    assert k.calls == [] and (fake_driver[-1]["attr"], fake_driver[-1]["arg0"]) == (None, 23)
+
+
+@pytest.mark.parametrize(
+    ("ptr", "stride", "box"),
+    [(0x1008, 4096, 128), (0x1000, 4104, 128), (0x1000, 4096, 0), (0x1000, 4096, 257)],
+)
+def test_tensor_maps_refuse_what_tma_cannot_address(ptr: int, stride: int, box: int) -> None:
+    """A misaligned address or row stride, or a box of 0 or more than 256 rows, is refused with
+    the tensor named before the driver is asked."""
+    from metrale.cuda import tma
+
+    with pytest.raises(
+        MetraleError, match=rf"TMA: tensor 64x4096 bytes at 0x{ptr:x}, stride {stride}, box rows {box}"
+    ):
+        tma.row_tiles(FakeArray(ptr), 64, 4096, stride, box)
