@@ -5,6 +5,9 @@ configured kernel within the H200's 227 KB per block."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import pytest
 
 from metrale.cuda import configs, w8a8
@@ -124,3 +127,59 @@ def test_sk_max_rows_environment_refused(value: str) -> None:
     )
     assert got.returncode != 0
     assert f"METRALE_W8A8_SK_MAX_ROWS='{value}': want an int in 0 .. 32" in got.stderr
+
+
+def test_stream_k_launch_passes_the_kernels_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher's arguments match the kernel's parameter list in kernels/w8a8_wgmma.cu one for
+    one (a tensor map for ``TmaDesc``, a device array for a pointer, int32 for ``int``, int64 for
+    ``long long``): a launch whose arguments drift from the signature reads garbage on the GPU."""
+    import re
+
+    from metrale.cuda import tma
+    from metrale.cuda.runtime import KERNEL_DIR
+
+    text = (KERNEL_DIR / "w8a8_wgmma.cu").read_text()
+    sig = re.search(r"w8a8_tma_n##BN\((.*?)\)\s*\{", text, re.S)
+    assert sig is not None
+    params = [p.replace("\\", " ").split() for p in sig.group(1).split(",")]
+    want = []
+    for words in params:
+        if "TmaDesc" in words:
+            want.append(tma.TensorMap)
+        elif any("*" in w for w in words):
+            want.append("array")
+        elif words[-2:-1] == ["long"]:
+            want.append(np.int64)
+        else:
+            assert "int" in words, words
+            want.append(np.int32)
+
+    class Arr:
+        def __init__(self, shape: tuple[int, ...]) -> None:
+            self.shape, self.strides = shape, (shape[-1],)
+
+    class W:
+        n, k = 4096, 12288
+
+    seen: list[Any] = []
+    monkeypatch.setattr(w8a8, "get_kernel", lambda f, name: name)
+    monkeypatch.setattr(w8a8, "set_dynamic_smem", lambda k, n: None)
+    monkeypatch.setattr(w8a8, "sm_count", lambda dev=None: 132)
+    monkeypatch.setattr(w8a8, "device_id", lambda: 0)
+    monkeypatch.setattr(tma, "row_tiles", lambda *a: tma.TensorMap())
+    monkeypatch.setattr(w8a8.pdl, "launch", lambda k, g, b, args, smem: seen.append((k, g, b, args, smem)))
+    monkeypatch.setitem(w8a8._tma_work, (0, 128), (Arr((1,)), Arr((1,))))
+    q = Arr((100, 12288))
+    w8a8._tma_launch(
+        q,
+        Arr((100,)),
+        W(),
+        {"weight": Arr((4096, 12288)), "weight_scale": Arr((4096,))},
+        Arr((100, 4096)),
+        4096,
+        128,
+    )
+    ((name, grid, block, args, smem),) = seen
+    assert name == "w8a8_tma_n128" and grid == (132,) and block == (384,) and smem == w8a8.tma_smem(128)
+    got = ["array" if isinstance(a, Arr) else type(a) for a in args]
+    assert got == want

@@ -189,8 +189,6 @@ def tma_tier(m: int, n: int) -> int | None:
 
 def _tma_launch(q: Any, scale: Any, w: Any, arr: dict[str, Any], out: Any, ldo: int, bn: int) -> None:
     """One ``w8a8_tma_n{bn}`` launch: a CTA per multiprocessor (at most one per unit)."""
-    import cupy
-
     m, k = q.shape
     name = f"w8a8_tma_n{bn}"
     kern = get_kernel(WGMMA_FILE, name)
@@ -202,6 +200,8 @@ def _tma_launch(q: Any, scale: Any, w: Any, arr: dict[str, Any], out: Any, ldo: 
     ctas = min(sm_count(), units)
     key = (device_id(), bn)
     if key not in _tma_work:
+        import cupy
+
         _tma_work[key] = (
             cupy.empty((sm_count() * 2 * 64 * bn,), dtype=cupy.int32),
             cupy.zeros((sm_count() * 2,), dtype=cupy.uint32),
