@@ -36,6 +36,8 @@ VARIANT_MEASUREMENTS: dict[str, tuple[str, ...]] = {
         "docs/bench/runs-2026-12-02b/w8a8_sk128_m96_128.json",
         "docs/bench/runs-2026-12-02b/w8a8_sk_tiles_m48_64.json",
         "docs/bench/runs-2026-12-02b/w8a8_sk_stages_m64_128.json",
+        "docs/bench/runs-2026-12-03b/w8a8_tma_variants.json",
+        "docs/bench/runs-2026-12-03b/w8a8_variants_m192_384.json",
     ),
 }
 #: mma_gemm.cuh's launch shape (its ``// @defines MMA_GEMM`` line becomes these ``#define``s at
@@ -338,7 +340,7 @@ W8A8_SK_CTAS_PER_SM = 1
 #: w8a8_wgmma.cu stream-K kernels ``w8a8_tma_n{bn}`` (sm_90a): activation rows per tile (the
 #: wgmma's N) -> stages of 128 weight rows and bn activation rows (128 K bytes each, loaded by
 #: TMA), one persistent CTA per multiprocessor (w8a8.py). Measured on an H200 (Qwen3-8B,
-#: single projections, CUDA graphs, docs/performance-log.md "W8A8 stream-K on TMA"): gate /
+#: single projections, CUDA graphs, docs/performance-log.md "2026-12-03 (night)"): gate /
 #: down µs at m = 64 21.9 / 24.7 (split-K n64 25.5 / 24.4), m = 128 27.6 / 30.2 (split-K n128
 #: 48.7 / 37.9, the 128x128 tile 25.7 / 44.6); at m = 1..16 slower than split K (19.0-19.5
 #: against 15.7-17.1 gate), from m = 256 slower than the tiles (n256: 43.1 against 36.1 gate);
