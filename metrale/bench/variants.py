@@ -254,24 +254,18 @@ def _nvfp4_gemm(fmt: str, n: int, k: int, m: int) -> list[Candidate]:
 def _w8a8_gemm(fmt: str, n: int, k: int, m: int) -> list[Candidate]:
     out: list[Candidate] = []
     no_tma = (W8, "TMA_MIN_ROWS", 1 << 30)
-    if m <= 2 * max(configs.W8A8_SK_TIERS):
+    if m <= max(configs.W8A8_SK_TIERS):
         sk = configs.W8A8_SK_TIERS[_tier(m, dict.fromkeys(configs.W8A8_SK_TIERS, 0))]
         out += [
             Candidate(
                 f"split-K {c} CTAs/SM",
                 (("w8a8_wgmma.cu", sk.name),),
-                (
-                    (W8, "SK_MIN_ROWS", 1),
-                    (W8, "SK_MAX_ROWS", min(m, sk.bn)),
-                    (W8, "SK_CTAS_PER_SM", c),
-                    no_tma,
-                ),
+                ((W8, "SK_CTAS_PER_SM", c),),
                 call=(("gemm", sk.name),),
                 routed=c == configs.W8A8_SK_CTAS_PER_SM
                 and configs.W8A8_SK_MIN_ROWS <= m <= configs.W8A8_SK_MAX_ROWS,
             )
             for c in (1, 2)
-            if m <= sk.bn
         ]
     lo, hi = configs.W8A8_TMA_ROWS
     # from GEMM_MIN_ROWS the device's grid decides between stream K and the tile (w8a8.tma_tier)

@@ -168,6 +168,20 @@ def _sk_workspace(n: int) -> tuple[Any, Any]:
 _tma_work: dict[tuple[int, int], tuple[Any, Any]] = {}
 
 
+def _tma_workspace(bn: int) -> tuple[Any, Any]:
+    """The int32 parking slots [SMs][2][64 bn] and the zeroed uint32 flags [SMs][2] of
+    ``w8a8_tma_n{bn}`` on this device (every launch leaves the flags zero; one stream at a time)."""
+    key = (device_id(), bn)
+    if key not in _tma_work:
+        import cupy
+
+        _tma_work[key] = (
+            cupy.empty((sm_count() * 2 * 64 * bn,), dtype=cupy.int32),
+            cupy.zeros((sm_count() * 2,), dtype=cupy.uint32),
+        )
+    return _tma_work[key]
+
+
 def tma_smem(bn: int) -> int:
     """Dynamic shared memory of ``w8a8_tma_n{bn}``: its stages of 128 weight rows and bn
     activation rows of 128 bytes, and 1024 bytes to align them to the swizzle's period."""
@@ -198,15 +212,7 @@ def _tma_launch(q: Any, scale: Any, w: Any, arr: dict[str, Any], out: Any, ldo: 
     set_dynamic_smem(kern, smem)
     units = cdiv(w.n, 128) * cdiv(m, bn) * cdiv(k, 128)
     ctas = min(sm_count(), units)
-    key = (device_id(), bn)
-    if key not in _tma_work:
-        import cupy
-
-        _tma_work[key] = (
-            cupy.empty((sm_count() * 2 * 64 * bn,), dtype=cupy.int32),
-            cupy.zeros((sm_count() * 2,), dtype=cupy.uint32),
-        )
-    part, flag = _tma_work[key]
+    part, flag = _tma_workspace(bn)
     tw = tma.row_tiles(arr["weight"], w.n, k, k, 128)
     tq = tma.row_tiles(q, m, k, int(q.strides[0]), bn)
     args = (

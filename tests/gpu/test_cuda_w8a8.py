@@ -198,7 +198,7 @@ def test_stream_k_tma_every_tier(cuda: Any, fresh_rng: np.random.Generator, bn: 
     tiles are whole in one CTA, split in two, and split over many CTAs (N = 130, K = 16400:
     2 x 129 units over one CTA per multiprocessor); launched twice (the parking flags must be
     zero again, so the second launch gives the same bits)."""
-    from metrale.cuda.w8a8 import _tma_work, w8a8_gemv
+    from metrale.cuda.w8a8 import _tma_workspace, w8a8_gemv
 
     if not wgmma_expected():
         pytest.skip("wgmma kernels are sm_90a only")
@@ -216,8 +216,8 @@ def test_stream_k_tma_every_tier(cuda: Any, fresh_rng: np.random.Generator, bn: 
                 bits_equal(
                     check_guard(buf, init, m, n), want[:m], f"tma_n{bn} N={n} K={k} m={m} launch {rep}"
                 )
-            flags = [f for (dev, b), (_, f) in _tma_work.items() if b == bn]
-            assert flags and not any(f.any() for f in flags), f"tma_n{bn} N={n}: parking flags not cleared"
+            _, flag = _tma_workspace(bn)
+            assert not flag.any(), f"tma_n{bn} N={n}: parking flags not cleared"
 
 
 def test_split_k_refuses_more_rows_than_its_tier(cuda: Any, fresh_rng: np.random.Generator) -> None:
