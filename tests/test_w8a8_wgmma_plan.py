@@ -129,21 +129,27 @@ def test_sk_max_rows_environment_refused(value: str) -> None:
     assert f"METRALE_W8A8_SK_MAX_ROWS='{value}': want an int in 0 .. 32" in got.stderr
 
 
-def test_stream_k_launch_passes_the_kernels_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The launcher's arguments match the kernel's parameter list in kernels/w8a8_wgmma.cu one for
-    one (a tensor map for ``TmaDesc``, a device array for a pointer, int32 for ``int``, int64 for
-    ``long long``): a launch whose arguments drift from the signature reads garbage on the GPU."""
+class Arr:
+    """A stand-in for a device array: shape and row stride only."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.shape, self.strides = shape, (shape[-1],)
+
+
+def kernel_params(macro_kernel: str) -> list[Any]:
+    """The parameter list of ``macro_kernel`` (as spelled in its macro, e.g. ``w8a8_tma_n##BN``)
+    in kernels/w8a8_wgmma.cu, read from the source: a tensor map for ``TmaDesc``, "array" for a
+    pointer, int64 for ``long long``, int32 for ``int``."""
     import re
 
     from metrale.cuda import tma
     from metrale.cuda.runtime import KERNEL_DIR
 
     text = (KERNEL_DIR / "w8a8_wgmma.cu").read_text()
-    sig = re.search(r"w8a8_tma_n##BN\((.*?)\)\s*\{", text, re.S)
-    assert sig is not None
-    params = [p.replace("\\", " ").split() for p in sig.group(1).split(",")]
-    want = []
-    for words in params:
+    sig = re.search(re.escape(macro_kernel) + r"\((.*?)\)\s*\{", text, re.S)
+    assert sig is not None, macro_kernel
+    want: list[Any] = []
+    for words in (p.replace("\\", " ").split() for p in sig.group(1).split(",")):
         if "TmaDesc" in words:
             want.append(tma.TensorMap)
         elif any("*" in w for w in words):
@@ -153,10 +159,46 @@ def test_stream_k_launch_passes_the_kernels_parameters(monkeypatch: pytest.Monke
         else:
             assert "int" in words, words
             want.append(np.int32)
+    return want
 
-    class Arr:
-        def __init__(self, shape: tuple[int, ...]) -> None:
-            self.shape, self.strides = shape, (shape[-1],)
+
+def test_split_k_launch_passes_the_kernels_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As below, for the split-K kernels ``w8a8_wgmma_sk_n{nb}`` (m = 8 rows, Qwen3-8B gate)."""
+    want = kernel_params("w8a8_wgmma_sk_n##NB")
+
+    class W:
+        n, k = 12288, 4096
+
+    seen: list[Any] = []
+    monkeypatch.setattr(w8a8, "get_kernel", lambda f, name: name)
+    monkeypatch.setattr(w8a8, "set_dynamic_smem", lambda k, n: None)
+    monkeypatch.setattr(w8a8, "sm_count", lambda dev=None: 132)
+    monkeypatch.setattr(w8a8, "device_id", lambda: 0)
+    monkeypatch.setattr(w8a8.pdl, "launch", lambda k, g, b, args, smem: seen.append((k, g, b, args, smem)))
+    monkeypatch.setitem(w8a8._sk_work, (0, 12288), (Arr((1,)), Arr((1,))))
+    w8a8._gemv_launch(
+        Arr((8, 4096)),
+        Arr((8,)),
+        W(),
+        {"weight": Arr((12288, 4096)), "weight_scale": Arr((12288,))},
+        Arr((8, 12288)),
+        12288,
+        None,
+        gemm="w8a8_wgmma_sk_n16",
+    )
+    ((name, _grid, _block, args, _smem),) = seen
+    assert name == "w8a8_wgmma_sk_n16"
+    got = ["array" if isinstance(a, Arr) else type(a) for a in args]
+    assert got == want
+
+
+def test_stream_k_launch_passes_the_kernels_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher's arguments match the kernel's parameter list in kernels/w8a8_wgmma.cu one for
+    one (a tensor map for ``TmaDesc``, a device array for a pointer, int32 for ``int``, int64 for
+    ``long long``): a launch whose arguments drift from the signature reads garbage on the GPU."""
+    from metrale.cuda import tma
+
+    want = kernel_params("w8a8_tma_n##BN")
 
     class W:
         n, k = 4096, 12288

@@ -4,9 +4,13 @@ A kernel launched here with ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZAT
 while the previous launch in the stream is still running, once that launch's CTAs have executed
 ``griddepcontrol.launch_dependents`` (kernels/common.cuh ``pdl_trigger``) or exited. Such a kernel
 must call ``pdl_wait`` (``griddepcontrol.wait``: the previous grid has completed and its writes are
-visible) before it touches global memory: with no access at all before the wait, any predecessor
-is safe, ours or not (one that never triggers lets the launch start only when all its CTAs have
-ended; the wait still covers its memory flush). Kernels that follow this rule:
+visible) before it writes global memory or reads any but the layer's weights: with no other
+access before the wait, any predecessor is safe, ours or not (one that never triggers lets the
+launch start only when all its CTAs have ended; the wait still covers its memory flush). The
+weights are safe to read early because no launch of an FFN writes them and the FFN's first launch
+is plain (below), so whatever wrote them has completed. The W8A8 split-K and stream-K GEMMs
+(kernels/w8a8_wgmma.cu) load their first stages of weights before the wait, so HBM streams while
+the previous launch finishes. Kernels that follow this rule:
 ``nvfp4_a16f_r*`` (kernels/nvfp4_gemv.cu, the fast A16 GEMV), ``w4a4_quantize`` and
 ``nvfp4_a4f_r*`` (kernels/nvfp4_a4.cu, the W4A4 decode rows), ``act_mul``
 (kernels/elementwise.cu), every W8A8 kernel (kernels/w8a8.cu, kernels/w8a8_wgmma.cu: the

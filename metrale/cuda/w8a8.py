@@ -154,10 +154,10 @@ def _sk_workspace(n: int) -> tuple[Any, Any]:
     """The zeroed int32 [max(SK_TIERS), n] partial sums and uint32 column-tile counters (one per
     64 columns: enough for every tier) of the split-K kernels on this device (every launch
     leaves them zero; one stream at a time)."""
-    import cupy
-
     key = (device_id(), n)
     if key not in _sk_work:
+        import cupy
+
         _sk_work[key] = (
             cupy.zeros((max(SK_TIERS), n), dtype=cupy.int32),
             cupy.zeros((cdiv(n, 64),), dtype=cupy.uint32),

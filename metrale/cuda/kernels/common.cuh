@@ -16,6 +16,7 @@
 //   a16_block(...)           A16 codes of one 16-element block (E, c_j, finite)
 //   pdl_trigger / pdl_wait   programmatic dependent launch (metrale/cuda/pdl.py; no-ops below sm_90)
 //   ld_stream16(p)           16 bytes read once (weights): ld.global.nc without L1 allocation
+//   tk_start(c, G, U)        stream-K: the first of U work units of CTA c of G
 #pragma once
 
 #define METRALE_NEG_ZERO (-0.0f)
@@ -271,8 +272,8 @@ __device__ __forceinline__ void a16_codes8_f32(const unsigned int (&w)[4], unsig
 // Programmatic dependent launch (metrale/cuda/pdl.py). pdl_trigger: the next launch in the stream
 // may start (it waits for this grid's completion in its own pdl_wait). pdl_wait: the grids this
 // launch depends on have completed and their writes are visible; a kernel launched without the
-// PDL attribute returns at once. A kernel launched with it touches no global memory before
-// pdl_wait.
+// PDL attribute returns at once. A kernel launched with it reads no global memory before
+// pdl_wait but the layer's weights (no launch of an FFN writes them) and writes none.
 __device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -284,6 +285,9 @@ __device__ __forceinline__ void pdl_wait() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
+
+// The first work unit of CTA c of G over U units (stream-K: CTA c takes [tk_start(c), tk_start(c + 1))).
+__device__ __forceinline__ int tk_start(int c, int G, int U) { return (int)(((long long)c * U) / G); }
 
 // 16 bytes read once (weights): no L1 allocation, so L1 keeps what is reused (activations).
 __device__ __forceinline__ uint4 ld_stream16(const void* p) {

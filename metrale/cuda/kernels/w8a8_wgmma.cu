@@ -22,6 +22,7 @@
 //       adds its int32 partial sums into ws [m, N] with integer atomics (exact, order-free), and
 //       the last CTA of column tile c (a counter per tile, cnt [ceil(N / RA)]) writes y from ws
 //       and puts ws and the counter back to 0 for the next launch (ws and cnt start zeroed).
+//       Before pdl_wait: its weights' copies of the first STAGES - 2 tiles.
 //   w8a8_tma_n{BN}(tw, tq, sw, N, K, sa, m, out, ldo, part, flag)               (33 .. 256 rows)
 //       Stream-K: grid G <= one CTA per multiprocessor, block 384 (warpgroup 0 the producer,
 //       1 and 2 the MMAs), dynamic shared memory STAGES (128 + BN) 128 + 1024 bytes. Units =
@@ -32,9 +33,10 @@
 //       m64n{BN}k32 with 64 weight rows as A and the activation rows as B. A tile's first piece
 //       (K tile 0) is finished by its CTA: the later pieces, each the first segment of a later
 //       CTA, are parked in part [G][2][64 BN] (int32, fragment order) under flag [G][2], added
-//       (exact), y written, the flags put back to 0.
+//       (exact), y written, the flags put back to 0. Before pdl_wait the producer loads the
+//       weight boxes of its first STAGES units.
 //
-// wg_mainloop<RA, RB, STAGES>: int32 accumulators D [64 x RB] per warpgroup g += A [64 g .. 64 g
+// wg_mainloop<RA, RB, STAGES, WA>: int32 accumulators D [64 x RB] per warpgroup g += A [64 g .. 64 g
 // + 63, K tiles] * B [RB, K tiles]^T. K in 128-byte tiles: every thread copies its share of a
 // tile's RA + RB rows into one of STAGES shared-memory slots by cp.async (zero-filled past the
 // valid rows and K; a thread's rows are fixed, so its source pointers are computed once), in the
@@ -46,8 +48,9 @@
 // Accumulator fragment: warp w of a warpgroup holds A rows 16 w + gid and + 8, B rows 8 j + 2 t
 // and + 1 of each 8-row run j (gid = lane / 4, t = lane mod 4): acc[4 j + 2 h + e].
 //
-// Every kernel is PDL-capable (metrale/cuda/pdl.py): pdl_trigger, then pdl_wait, before it touches
-// global memory.
+// Every kernel is PDL-capable (metrale/cuda/pdl.py): pdl_trigger first; before pdl_wait it reads
+// only weights (the weights' first tiles, so HBM streams while the previous launch finishes) and
+// writes no global memory.
 //
 // Build: sm_90a only (wgmma); the launcher uses w8a8.cu's kernels elsewhere. fp32 steps are
 // common.cuh's inline-PTX ieee_mul (subnormals kept whatever -ftz).
@@ -129,8 +132,10 @@ __device__ __forceinline__ u32 wg_smem_base() {
 }
 
 // Header: the A rows a[0 .. ra) (ra valid, the rest zero) and B rows b[0 .. rb) with row strides
-// lda, ldb, over K tiles [kt0, kt1); acc zeroed here.
-template <int RA, int RB, int STAGES>
+// lda, ldb, over K tiles [kt0, kt1); acc zeroed here. WA: the weights are A (else B). The
+// weights' copies of the first STAGES - 2 tiles are issued before pdl_wait, the activations'
+// after it.
+template <int RA, int RB, int STAGES, bool WA>
 __device__ __forceinline__ void wg_mainloop(int (&acc)[RB / 2], const signed char* __restrict__ a, long long lda,
                                             int ra, const signed char* __restrict__ b, long long ldb, int rb,
                                             int K, int kt0, int kt1) {
@@ -154,19 +159,28 @@ __device__ __forceinline__ void wg_mainloop(int (&acc)[RB / 2], const signed cha
         }
     }
     const u32 dst0 = (tid >> 3) * 128 + ((ch ^ ((tid >> 3) & 7)) << 4);
-    auto load = [&](int slot, int kt) {
+    // Copies i < CPA are A rows (row < RA: NTH / 8 = RA / 4 rows per i), the rest B rows; sel
+    // 1: A only, 2: B only, 3: both.
+    constexpr int CPA = RA / (NTH / 8);
+    auto load = [&](int slot, int kt, int sel) {
         const int k = kt * 128 + ch * 16;
         const long long off = k < K ? (long long)kt * 128 : 0;
 #pragma unroll
         for (int i = 0; i < CPT; ++i)
-            wg_cp16(sbase + slot * STAGE + dst0 + i * NTH * 16, src[i] + off, (k < K && (rok >> i & 1)) ? 16 : 0);
+            if (sel >> (i < CPA ? 0 : 1) & 1)
+                wg_cp16(sbase + slot * STAGE + dst0 + i * NTH * 16, src[i] + off, (k < K && (rok >> i & 1)) ? 16 : 0);
     };
 #pragma unroll
     for (int i = 0; i < RB / 2; ++i) acc[i] = 0;
     const int nt = kt1 - kt0;
+    constexpr int WSEL = WA ? 1 : 2;
+#pragma unroll
+    for (int s = 0; s < STAGES - 2; ++s)
+        if (s < nt) load(s, kt0 + s, WSEL);
+    pdl_wait();
 #pragma unroll
     for (int s = 0; s < STAGES - 2; ++s) {
-        if (s < nt) load(s, kt0 + s);
+        if (s < nt) load(s, kt0 + s, 3 - WSEL);
         asm volatile("cp.async.commit_group;");
     }
     for (int i = 0; i < nt; ++i) {
@@ -178,7 +192,7 @@ __device__ __forceinline__ void wg_mainloop(int (&acc)[RB / 2], const signed cha
 #pragma unroll
         for (int k = 0; k < 4; ++k) wgmma_tile<RB>(acc, wg_desc(st + grp * 64 * 128 + 32 * k), wg_desc(st + RA * 128 + 32 * k));
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        if (i + STAGES - 2 < nt) load((i + STAGES - 2) % STAGES, kt0 + i + STAGES - 2);
+        if (i + STAGES - 2 < nt) load((i + STAGES - 2) % STAGES, kt0 + i + STAGES - 2, 3);
         asm volatile("cp.async.commit_group;");
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
     }
@@ -197,8 +211,8 @@ __device__ __forceinline__ void w8_wgmma_gemm(const signed char* __restrict__ w,
                                               long long ldo) {
     const int r0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     int acc[BN / 2];
-    wg_mainloop<BM, BN, STAGES>(acc, q + (long long)r0 * ldq, ldq, m - r0, w + (long long)n0 * K, K, N - n0, K, 0,
-                                (K + 127) >> 7);
+    wg_mainloop<BM, BN, STAGES, false>(acc, q + (long long)r0 * ldq, ldq, m - r0, w + (long long)n0 * K, K, N - n0,
+                                       K, 0, (K + 127) >> 7);
     const int tid = threadIdx.x, grp = tid >> 7, warp = (tid >> 5) & 3, gid = (tid & 31) >> 2, t = tid & 3;
     const bool pairs = ((ldo & 1) == 0) && ((reinterpret_cast<unsigned long long>(out) & 3) == 0);
 #pragma unroll
@@ -232,7 +246,7 @@ __device__ __forceinline__ void w8_wgmma_sk(const signed char* __restrict__ w, c
     __shared__ int last;
     const int n0 = blockIdx.x * RA, kt0 = blockIdx.y * kps, kt1 = min(kt0 + kps, (K + 127) >> 7);
     int acc[NB / 2];
-    wg_mainloop<RA, NB, STAGES>(acc, w + (long long)n0 * K, K, N - n0, q, ldq, m, K, kt0, kt1);
+    wg_mainloop<RA, NB, STAGES, true>(acc, w + (long long)n0 * K, K, N - n0, q, ldq, m, K, kt0, kt1);
     const int tid = threadIdx.x, warp = tid >> 5, gid = (tid & 31) >> 2, t = tid & 3;
 #pragma unroll
     for (int j = 0; j < NB / 8; ++j)
@@ -309,9 +323,6 @@ __device__ __forceinline__ void st_release(unsigned int* p, unsigned int v) {
     asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
-// The first work unit of CTA c of G over U units (a unit: one 128-byte K tile of one output tile).
-__device__ __forceinline__ int tk_start(int c, int G, int U) { return (int)(((long long)c * U) / G); }
-
 template <int BN, int STAGES>
 __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq, const float* __restrict__ sw,
                                             int N, int K, const float* __restrict__ sa, int m,
@@ -338,18 +349,30 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
         if (lt == 0) {  // one thread issues the two boxes of every unit
             asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(&tw)) : "memory");
             asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(&tq)) : "memory");
+            // Before pdl_wait (no launch of the FFN writes weights, metrale/cuda/pdl.py): the
+            // weight boxes of the first STAGES units into their slots.
+            const int npre = min(STAGES, u1 - u0);
+            for (int it = 0; it < npre; ++it) {
+                const int u = u0 + it, tile = u / KT, kt = u - tile * KT;
+                mbar_expect_tx(full0 + 8 * it, STAGE);
+                tma_box(sbase + it * STAGE, tw, kt * 128, (tile / RT) * WROWS, full0 + 8 * it);
+            }
+            pdl_wait();
             for (int u = u0, it = 0; u < u1; ++u, ++it) {
                 const int tile = u / KT, kt = u - tile * KT, slot = it % STAGES;
                 const u32 st = sbase + slot * STAGE, ph = (u32)(it / STAGES) & 1u;
-                mbar_wait(empty0 + 8 * slot, ph ^ 1u);
-                mbar_expect_tx(full0 + 8 * slot, STAGE);
-                tma_box(st, tw, kt * 128, (tile / RT) * WROWS, full0 + 8 * slot);
+                if (it >= npre) {
+                    mbar_wait(empty0 + 8 * slot, ph ^ 1u);
+                    mbar_expect_tx(full0 + 8 * slot, STAGE);
+                    tma_box(st, tw, kt * 128, (tile / RT) * WROWS, full0 + 8 * slot);
+                }
                 tma_box(st + WROWS * 128, tq, kt * 128, (tile % RT) * BN, full0 + 8 * slot);
             }
         }
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
+    pdl_wait();
     const int g = wg - 1, warp = lt >> 5, gid = (lt & 31) >> 2, t = lt & 3;
     int acc[BN / 2];
     int it = 0;
@@ -422,7 +445,6 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
         const signed char* __restrict__ q, long long ldq, const float* __restrict__ sa, int m,      \
         u16* __restrict__ out, long long ldo) {                                                     \
         pdl_trigger();                                                                              \
-        pdl_wait();                                                                                 \
         w8_wgmma_gemm<BM, BN, STAGES>(w, sw, N, K, q, ldq, sa, m, out, ldo);                        \
     }
 
@@ -435,7 +457,6 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
         u16* __restrict__ out, long long ldo, int* __restrict__ ws, unsigned int* __restrict__ cnt, \
         int kps) {                                                                                  \
         pdl_trigger();                                                                              \
-        pdl_wait();                                                                                 \
         w8_wgmma_sk<RA, NB, STAGES>(w, sw, N, K, q, ldq, sa, m, out, ldo, ws, cnt, kps);            \
     }
 
@@ -447,7 +468,6 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
         int N, int K, const float* __restrict__ sa, int m, u16* __restrict__ out, long long ldo,        \
         int* __restrict__ part, unsigned int* __restrict__ flag) {                                        \
         pdl_trigger();                                                                                    \
-        pdl_wait();                                                                                       \
         w8_tma_gemm<BN, STAGES>(tw, tq, sw, N, K, sa, m, out, ldo, part, flag);                           \
     }
 
