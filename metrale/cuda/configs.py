@@ -354,6 +354,12 @@ W8A8_TMA_TIERS: dict[int, int] = {64: 8, 128: 6}
 #: multiprocessors (down of an 8B model: 32 CTAs of 128x128; else the tile).
 W8A8_TMA_ROWS: tuple[int, int] = (33, 256)
 W8A8_TMA_GEMM_FILL = 0.5
+#: The most rows w8a8.cu's one-launch SiLU-quantize kernel (``w8a8_silu_quant``, a cluster of
+#: 8 CTAs per row) serves; beyond, the slice pair. Measured on an H200 (Qwen3-8B W8A8 FFN,
+#: docs/performance-log.md): cluster / pair µs at m = 1, 16, 32 51.7 / 52.3, 57.7 / 59.1,
+#: 67.3 / 70.0; m = 64 76.2 / 76.1; m = 128, 256, 1024 96.0 / 94.0, 133.0 / 127.3,
+#: 350.3 / 315.8 (8 clusters per row leave threads idle where many rows fill the GPU anyway).
+W8A8_SILU_CLUSTER_MAX_ROWS = 32
 
 
 def nvfp4_gemm_builds() -> list[tuple[int, int, int]]:

@@ -7,14 +7,18 @@ y = bf16((f32(S)·s_a)·s_w[n])) and
 ``w8a8_silu_quant_gemv``, the fused step of the seed engine's W8A8 arm: h = bf16(silu[gate]·f32(up)),
 its per-row quantization and the down GEMV, with the same bits as the three separate steps.
 
-The fused entry point issues three kernels: ``w8a8_silu_parts`` (h of each 1024-element slice
-of a row, written over gate, and the slice's amax), ``w8a8_quantize_parts`` (the row's scale
-from its slices, the codes) into a per-device scratch buffer, then the GEMV above. One launch
-that quantizes inside every GEMV CTA recomputes h for every row in every CTA (the row's amax
-needs all of K before any code exists): measured 2.5x the weight-streaming floor at m = 1 and
-36x at m = 32 on an H200; one quantize CTA per row took 7-10 us (two dependent passes of
-SiLU-table reads on one multiprocessor), hence the slices. The scratch buffer makes the entry
-point graph-capturable; two streams running it at once on one device would share it.
+The fused entry point issues two kernels on sm_90 up to 32 rows: ``w8a8_silu_quant`` (a cluster
+of 8 CTAs per row: each holds h of an eighth of the row in registers and writes it over gate;
+the row's amax is reduced over the cluster's distributed shared memory; then the scale and the
+codes) into a per-device scratch buffer, then the GEMV above. Beyond (where the pair is faster)
+and below sm_90 the first step is two kernels: ``w8a8_silu_parts`` (h of each 1024-element slice
+of a row and the slice's amax) and ``w8a8_quantize_parts`` (the row's scale from its slices, the
+codes). One launch that quantizes inside every GEMV CTA recomputes h for every row in every CTA
+(the row's amax needs all of K before any code exists): measured 2.5x the weight-streaming floor
+at m = 1 and 36x at m = 32 on an H200; one quantize CTA per row took 7-10 us (two dependent
+passes of SiLU-table reads on one multiprocessor), hence the row spread over 8 CTAs or slices.
+The scratch buffer makes the entry point graph-capturable; two streams running it at once on one
+device would share it.
 """
 
 from __future__ import annotations
@@ -370,9 +374,18 @@ def _codes_scratch(m: int, k: int) -> tuple[DeviceA8Codes, Any]:
     return DeviceA8Codes(q=buf[0].q[:m], scale=buf[0].scale[:m]), buf[1]
 
 
+#: ``w8a8_silu_quant`` (sm_90): CTAs per row (one thread-block cluster) and threads per CTA, as
+#: its SQ_CL / SQ_T in kernels/w8a8.cu; it serves up to SILU_QUANT_CLUSTER_MAX_ROWS rows
+#: (configs.W8A8_SILU_CLUSTER_MAX_ROWS), the slice pair beyond and on other devices (tests run
+#: both on the same inputs).
+SILU_QUANT_CTAS, SILU_QUANT_THREADS = 8, 256
+SILU_QUANT_CLUSTER_MAX_ROWS = configs.W8A8_SILU_CLUSTER_MAX_ROWS
+
+
 def w8a8_silu_quant_gemv(gate: Any, up: Any, w: Any, out: Any, warps: int | None = None) -> None:
     """out[:m] = down(quantize_a8(h)), h = bf16(silu[gate] · f32(up)) written over ``gate``: the
-    SiLU-quantize kernel into a scratch buffer, then the tensor-core GEMV (module docstring)."""
+    SiLU-quantize kernel (``w8a8_silu_quant`` on sm_90, else the slice pair) into a scratch
+    buffer, then the tensor-core GEMV (module docstring)."""
     arr = weight_arrays(w, "w8a8", "w8a8_silu_quant_gemv")
     k = w.k
     if k > MAX_K:
@@ -391,20 +404,29 @@ def w8a8_silu_quant_gemv(gate: Any, up: Any, w: Any, out: Any, warps: int | None
     if m == 0:
         return
     codes, parts = _codes_scratch(m, k)
-    grid = (cdiv(k, SILU_SLICE), m)
-    ldg = np.int64(g.strides[0] // 2)
-    pdl.launch(
-        get_kernel(CU_FILE, "w8a8_silu_parts"),
-        grid,
-        (SILU_SLICE // 8,),
-        (g, ldg, u, np.int64(u.strides[0] // 2), device_table("silu"), np.int32(k), parts),
-    )
-    pdl.launch(
-        get_kernel(CU_FILE, "w8a8_quantize_parts"),
-        grid,
-        (SILU_SLICE // 8,),
-        (g, ldg, np.int32(k), parts, codes.q, codes.scale),
-    )
+    ldg, ldu = np.int64(g.strides[0] // 2), np.int64(u.strides[0] // 2)
+    fused = get_kernel(CU_FILE, "w8a8_silu_quant") if m <= SILU_QUANT_CLUSTER_MAX_ROWS else None
+    if fused is not None:
+        pdl.launch(
+            fused,
+            (SILU_QUANT_CTAS, m),
+            (SILU_QUANT_THREADS,),
+            (g, ldg, u, ldu, device_table("silu"), np.int32(k), codes.q, codes.scale),
+        )
+    else:
+        grid = (cdiv(k, SILU_SLICE), m)
+        pdl.launch(
+            get_kernel(CU_FILE, "w8a8_silu_parts"),
+            grid,
+            (SILU_SLICE // 8,),
+            (g, ldg, u, ldu, device_table("silu"), np.int32(k), parts),
+        )
+        pdl.launch(
+            get_kernel(CU_FILE, "w8a8_quantize_parts"),
+            grid,
+            (SILU_SLICE // 8,),
+            (g, ldg, np.int32(k), parts, codes.q, codes.scale),
+        )
     if g is not g0:  # an aligned copy took h: give it back to the caller's gate rows
         g0[...] = g
     _gemv_launch(codes.q, codes.scale, w, arr, outa, ldo, warps)

@@ -14,6 +14,7 @@ import pytest
 from metrale.cuda.w8a8 import GEMM_TILES, SK_TIERS, TMA_NAMES, TMA_TIERS, WGMMA_TILES
 from metrale.reference.activations import quantize_a8
 from metrale.reference.formats import W8a8Weight
+from metrale.reference.formats.w8a8 import MAX_K
 from metrale.reference.kernels import REFERENCE_KERNELS
 from metrale.reference.projection import project
 from tests.gpu.gen import F32, bits_equal, check_guard, guarded, rows
@@ -91,10 +92,23 @@ def _silu_inputs(rng: np.random.Generator, m: int, k: int) -> tuple[np.ndarray, 
     return gate, up
 
 
+def _silu_quant_path(monkeypatch: pytest.MonkeyPatch, cluster: bool) -> None:
+    """Route the fused entry point's first step: the cluster kernel (which must have built on an
+    sm_90 device, else the test would pass on the fallback) or the slice pair."""
+    from metrale.cuda import w8a8
+    from metrale.cuda.runtime import get_kernel
+
+    monkeypatch.setattr(w8a8, "SILU_QUANT_CLUSTER_MAX_ROWS", 1 << 30 if cluster else 0)
+    if cluster and cp.cuda.Device().compute_capability >= "90":
+        assert get_kernel(w8a8.CU_FILE, "w8a8_silu_quant") is not None
+
+
+@pytest.mark.parametrize("cluster", [True, False], ids=["cluster", "slices"])
 @pytest.mark.parametrize(("n", "k"), SHAPES)
 def test_fused_silu_quant_gemv_matches_reference(
-    cuda: Any, fresh_rng: np.random.Generator, n: int, k: int
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, n: int, k: int, cluster: bool
 ) -> None:
+    _silu_quant_path(monkeypatch, cluster)
     host = w8a8_weight(fresh_rng, n, k)
     w = cuda.upload(host)
     gate, up = _silu_inputs(fresh_rng, 64, k)
@@ -112,18 +126,25 @@ def test_fused_silu_quant_gemv_matches_reference(
         bits_equal(cp.asnumpy(g[m:]), gate.view(np.uint16)[m:], f"w8a8_silu_quant_gemv m={m}: rows >= m")
 
 
-def test_fused_large_k(cuda: Any, fresh_rng: np.random.Generator) -> None:
-    """K = 40960 (a long row for the one-CTA-per-row quantization; 640 GEMV steps)."""
-    host = w8a8_weight(fresh_rng, 20, 40960)
+@pytest.mark.parametrize("cluster", [True, False], ids=["cluster", "slices"])
+@pytest.mark.parametrize("k", [40960, 131056, MAX_K])
+def test_fused_large_k(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, k: int, cluster: bool
+) -> None:
+    """Long rows: K = 40960 (640 GEMV steps), 131056 (a CTA's last groups partly filled) and
+    MAX_K (every register group of the cluster kernel used), h in gate checked too."""
+    _silu_quant_path(monkeypatch, cluster)
+    host = w8a8_weight(fresh_rng, 20, k)
     w = cuda.upload(host)
-    gate, up = _silu_inputs(fresh_rng, 11, 40960)
+    gate, up = _silu_inputs(fresh_rng, 11, k)
     want = np.empty((11, 20), dtype=np.uint16).view(gate.dtype)
-    REFERENCE_KERNELS["w8a8_silu_quant_gemv"](gate.copy(), up, host, want)
+    h = gate.copy()
+    REFERENCE_KERNELS["w8a8_silu_quant_gemv"](h, up, host, want)
     buf, inner, init = guarded(cp, fresh_rng, 11, 20)
-    cuda.launch(
-        "w8a8_silu_quant_gemv", cp.asarray(gate.view(np.uint16)), cp.asarray(up.view(np.uint16)), w, inner
-    )
-    bits_equal(check_guard(buf, init, 11, 20), want.view(np.uint16), "fused K=40960")
+    g = cp.asarray(gate.view(np.uint16))
+    cuda.launch("w8a8_silu_quant_gemv", g, cp.asarray(up.view(np.uint16)), w, inner)
+    bits_equal(check_guard(buf, init, 11, 20), want.view(np.uint16), f"fused K={k}")
+    bits_equal(cp.asnumpy(g), h.view(np.uint16), f"fused K={k}: h in gate")
 
 
 # ---- the prefill GEMMs (w8a8_gemm_{BM}x{BN}: mma.sync; w8a8_wgmma_{BM}x{BN}: wgmma, sm_90a) ----

@@ -36,6 +36,10 @@
 //       holds h after every route) and each 1024-element slice's amax / non-finite flag, the
 //       second reduces a row's slices (max, or: exact in any order) and writes the codes. With
 //       a GEMV kernel above they serve w8a8_silu_quant_gemv (metrale/cuda/w8a8.py says why).
+//   w8a8_silu_quant(gate, ldg, up, ldu, table, K, q, scale)                       (sm_90)
+//       grid (8, m), clusters of 8 CTAs (a row each), block 256: the two kernels above in one
+//       launch (each CTA an eighth of the row, h in registers; the row's amax / flag reduced
+//       over the cluster's distributed shared memory). Absent below sm_90 (the pair serves).
 //
 // Every kernel is PDL-capable (metrale/cuda/pdl.py): pdl_trigger, then pdl_wait, before it touches
 // global memory.
@@ -500,3 +504,73 @@ extern "C" __global__ void __launch_bounds__(SILU_SLICE / 8) w8a8_quantize_parts
         *reinterpret_cast<uint2*>(q + (long long)r * K + k) =
             w8_quant8(*reinterpret_cast<const uint4*>(h + (long long)r * ldh + k), inv);
 }
+
+// ---- the SiLU-quantize step in one launch (sm_90: thread-block clusters) ----
+// w8a8_silu_quant: grid (SQ_CL, m), clusters of SQ_CL CTAs (one row each), block SQ_T. CTA c
+// of row r takes the 8-element groups [c G, (c + 1) G) of the row, G = ceil(K / 8 / SQ_CL),
+// keeps h = bf16(silu[gate] * f32(up)) of them in registers (at most SQ_V groups per thread:
+// K <= 8 SQ_V SQ_T SQ_CL = MAX_K), stores h over gate and reduces its (amax bits, non-finite
+// flag); the row's is the max / or of the cluster's, read from each CTA's shared memory
+// (distributed shared memory: any order gives the same); then the scale (CTA 0 stores it) and
+// the codes as w8a8_quantize_parts writes them, from the registers. The same bits as the two
+// kernels above, with one launch and one read of gate and up.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define SQ_CL 8
+#define SQ_T 256
+#define SQ_V 8
+__device__ __forceinline__ void cluster_sync_all() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+extern "C" __global__ void __cluster_dims__(SQ_CL, 1, 1) __launch_bounds__(SQ_T) w8a8_silu_quant(
+    u16* __restrict__ gate, long long ldg_, const u16* __restrict__ up, long long ldu,
+    const float* __restrict__ table, int K, signed char* __restrict__ q, float* __restrict__ scale) {
+    pdl_trigger();
+    pdl_wait();
+    __shared__ u32 red[64];
+    __shared__ uint2 mine;
+    const int r = blockIdx.y, c = blockIdx.x, tid = threadIdx.x;
+    const int NG = K >> 3, G = (NG + SQ_CL - 1) / SQ_CL, g0 = c * G, g1 = min(NG, g0 + G);
+    u16* gr = gate + (long long)r * ldg_;
+    const u16* ur = up + (long long)r * ldu;
+    uint4 h[SQ_V];
+    u32 amax = 0;
+    int bad = 0;
+#pragma unroll
+    for (int v = 0; v < SQ_V; ++v) {
+        const int gi = g0 + tid + v * SQ_T;
+        if (gi < g1) {
+            h[v] = w8_silu8(*reinterpret_cast<const uint4*>(gr + 8 * gi), *reinterpret_cast<const uint4*>(ur + 8 * gi),
+                            table);
+            w8_scan8(h[v], &amax, &bad);
+            *reinterpret_cast<uint4*>(gr + 8 * gi) = h[v];
+        }
+    }
+    w8_block_reduce(&amax, &bad, red);
+    if (tid == 0) mine = make_uint2(amax, (u32)bad);
+    cluster_sync_all();  // every CTA's part is in its shared memory
+    amax = 0;
+    bad = 0;
+    if (tid < SQ_CL) {
+        u32 remote, px, py;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                     : "=r"(remote)
+                     : "r"((u32)__cvta_generic_to_shared(&mine)), "r"(tid));
+        asm volatile("ld.shared::cluster.v2.u32 {%0, %1}, [%2];" : "=r"(px), "=r"(py) : "r"(remote) : "memory");
+        amax = px;
+        bad = (int)py;
+    }
+    w8_block_reduce(&amax, &bad, red);
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");  // done reading the others
+    float s, inv;
+    w8_row_params(amax, bad, &s, &inv);
+    if (c == 0 && tid == 0) scale[r] = s;
+    signed char* qr = q + (long long)r * K;
+#pragma unroll
+    for (int v = 0; v < SQ_V; ++v) {
+        const int gi = g0 + tid + v * SQ_T;
+        if (gi < g1) *reinterpret_cast<uint2*>(qr + 8 * gi) = w8_quant8(h[v], inv);
+    }
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");  // no CTA leaves while read
+}
+#endif
