@@ -148,14 +148,25 @@ USES = {
 }
 #: Kernels whose absence changes the route instead of failing (tested in test_layer_routing):
 #: the W4A4 pair (the weight no longer declares A4) and the W8A8 arm (it returns False);
-#: the single-row FP8/BF16 GEMVs are launched by quant_gemv only; Q2 batchm has the seed's error.
-ROUTE_CHANGERS = {"w4a4_quantize", "w4a4_gemv_small_m", "w8a8_quantize", "w8a8_gemv", "w8a8_silu_quant_gemv"}
+#: the single-row FP8/BF16 GEMVs are launched by quant_gemv only, the single W8A8 projection
+#: ``w8a8_gemv`` by no route (the arm's gate and up are one ``w8a8_gemv_dual``); Q2 batchm has the
+#: seed's error.
+ROUTE_CHANGERS = {
+    "w4a4_quantize",
+    "w4a4_gemv_small_m",
+    "w8a8_quantize",
+    "w8a8_gemv_dual",
+    "w8a8_silu_quant_gemv",
+}
 
 
 def test_every_kernel_is_covered() -> None:
-    assert set(USES) | ROUTE_CHANGERS | {"w8a16_gemv", "dense_gemv", "q2_0_gemv_vec_batchm"} == set(
-        KERNEL_NAMES
-    )
+    assert set(USES) | ROUTE_CHANGERS | {
+        "w8a16_gemv",
+        "dense_gemv",
+        "q2_0_gemv_vec_batchm",
+        "w8a8_gemv",
+    } == set(KERNEL_NAMES)
 
 
 @pytest.mark.parametrize("kernel", sorted(USES))
@@ -178,7 +189,7 @@ def test_missing_single_row_gemv(fmt: str, kernel: str) -> None:
     assert str(e.value) == f"{kernel} kernel missing in this target build"
 
 
-@pytest.mark.parametrize("kernel", ["w8a8_quantize", "w8a8_gemv", "w8a8_silu_quant_gemv"])
+@pytest.mark.parametrize("kernel", ["w8a8_quantize", "w8a8_gemv_dual", "w8a8_silu_quant_gemv"])
 def test_missing_w8a8_kernel_past_the_arm_cap(kernel: str) -> None:
     """A W8A8-only layer's prefill past 64 rows runs the kernels itself: absent, it is named."""
     layer = parts("w8a8_only").layer(ReferenceBackend().without([kernel]))

@@ -51,7 +51,7 @@ def ffn(proj: str, act: str = "act_mul_silu", gate_up: list[str] | None = None) 
 
 
 A4_FFN = lc.A4_FFN
-W8A8_ARM = ["w8a8_quantize", "w8a8_gemv", "w8a8_gemv", "w8a8_silu_quant_gemv"]
+W8A8_ARM = ["w8a8_quantize", "w8a8_gemv_dual", "w8a8_silu_quant_gemv"]
 
 
 # ---- forward (1 row) ------------------------------------------------------------------------
@@ -247,7 +247,7 @@ def test_w8a8_only_prefill_past_64_runs_the_arm_in_prefill_chunks(monkeypatch: p
     assert launches(make_layer("w8a8_only"), "forward_prefill", 130) == W8A8_ARM * 3
 
 
-@pytest.mark.parametrize("missing", ["w8a8_quantize", "w8a8_gemv", "w8a8_silu_quant_gemv"])
+@pytest.mark.parametrize("missing", ["w8a8_quantize", "w8a8_gemv_dual", "w8a8_silu_quant_gemv"])
 def test_w8a8_arm_refuses_when_a_kernel_is_missing(missing: str) -> None:
     layer = make_layer("w8a8", ReferenceBackend().without([missing]))
     _arm_refused(layer, 1)

@@ -99,6 +99,28 @@ def test_few_rows_routing_by_rows_and_grid(
     assert got == want
 
 
+@pytest.mark.parametrize(
+    ("m", "cols", "want"),
+    [
+        (40, 2 * 12288, 64),
+        (64, 2 * 12288, 64),
+        (96, 2 * 12288, 128),  # gate + up: 192 CTAs of 128x128 would fill the GPU; paired: stream-K
+        (128, 2 * 12288, 128),
+        (129, 2 * 12288, None),  # past W8A8_TMA_PAIR_MAX_ROWS: the grid rule (384 CTAs: the tile)
+        (192, 2 * 12288, None),
+        (65, 2 * 20, 128),  # tiny: the grid rule alone already routes it
+    ],
+)
+def test_paired_gate_up_routing(monkeypatch: pytest.MonkeyPatch, m: int, cols: int, want: int | None) -> None:
+    """Gate and up in one launch (``pair``: their 2 N columns) take the stream-K kernel up to
+    configs.W8A8_TMA_PAIR_MAX_ROWS rows whatever the tiles' grid, then the single rule."""
+    monkeypatch.setattr(w8a8, "sm_count", lambda dev=None: 132)
+    monkeypatch.setattr(w8a8, "wgmma_built", lambda: True)
+    assert w8a8.tma_tier(m, cols, pair=True) == want
+    if m >= w8a8.GEMM_MIN_ROWS and want is not None and cols > 1000:
+        assert w8a8.tma_tier(m, cols) is None  # unpaired, the same columns go to the tile
+
+
 def test_few_rows_kernels_need_the_wgmma_build(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(w8a8, "sm_count", lambda dev=None: 132)
     monkeypatch.setattr(w8a8, "wgmma_built", lambda: False)

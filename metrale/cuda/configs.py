@@ -354,6 +354,11 @@ W8A8_TMA_TIERS: dict[int, int] = {64: 8, 128: 6}
 #: multiprocessors (down of an 8B model: 32 CTAs of 128x128; else the tile).
 W8A8_TMA_ROWS: tuple[int, int] = (33, 256)
 W8A8_TMA_GEMM_FILL = 0.5
+#: Gate and up in one launch (w8a8.w8a8_gemv_dual) take the stream-K kernel at every m up to
+#: this, whatever the tiles' grid: Qwen3-8B W8A8 FFN on an H200 (docs/performance-log.md) at
+#: m = 96 / 128 85.0 / 92.9 µs against 90.3 / 94.5 on two launches of the tile; past 128 rows
+#: the two tile launches are faster (m = 192: TMA for each of gate and up 147.6 against 130.6).
+W8A8_TMA_PAIR_MAX_ROWS = 128
 #: The most rows w8a8.cu's one-launch SiLU-quantize kernel (``w8a8_silu_quant``, a cluster of
 #: 8 CTAs per row) serves; beyond, the slice pair. Measured on an H200 (Qwen3-8B W8A8 FFN,
 #: docs/performance-log.md): cluster / pair µs at m = 1, 16, 32 51.7 / 52.3, 57.7 / 59.1,

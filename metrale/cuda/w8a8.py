@@ -155,16 +155,17 @@ _sk_work: dict[tuple[int, int], tuple[Any, Any]] = {}
 
 
 def _sk_workspace(n: int) -> tuple[Any, Any]:
-    """The zeroed int32 [max(SK_TIERS), n] partial sums and uint32 column-tile counters (one per
-    64 columns: enough for every tier) of the split-K kernels on this device (every launch
-    leaves them zero; one stream at a time)."""
+    """The zeroed int32 [2 max(SK_TIERS), n] partial sums (m rows per matrix, two matrices in a
+    dual launch) and uint32 column-tile counters (one per 64 columns of each matrix: enough for
+    every tier) of the split-K kernels on this device (every launch leaves them zero; one stream
+    at a time)."""
     key = (device_id(), n)
     if key not in _sk_work:
         import cupy
 
         _sk_work[key] = (
-            cupy.zeros((max(SK_TIERS), n), dtype=cupy.int32),
-            cupy.zeros((cdiv(n, 64),), dtype=cupy.uint32),
+            cupy.zeros((2 * max(SK_TIERS), n), dtype=cupy.int32),
+            cupy.zeros((2 * cdiv(n, 64),), dtype=cupy.uint32),
         )
     return _sk_work[key]
 
@@ -192,21 +193,43 @@ def tma_smem(bn: int) -> int:
     return TMA_TIERS[bn] * (128 + bn) * 128 + 1024
 
 
-def tma_tier(m: int, n: int) -> int | None:
+def tma_tier(m: int, n: int, pair: bool = False) -> int | None:
     """The stream-K tier (activation rows per tile) ``w8a8_gemv`` routes m rows times N = n to, or
     None: every m in TMA_MIN_ROWS .. GEMM_MIN_ROWS - 1, and m up to TMA_MAX_ROWS where the tiled
-    GEMM's grid would fill fewer than ``configs.W8A8_TMA_GEMM_FILL`` of the multiprocessors."""
+    GEMM's grid would fill fewer than ``configs.W8A8_TMA_GEMM_FILL`` of the multiprocessors;
+    ``pair`` (gate and up in one launch, n their 2 N columns): every m up to
+    ``configs.W8A8_TMA_PAIR_MAX_ROWS`` too."""
     if not TMA_MIN_ROWS <= m <= TMA_MAX_ROWS or not wgmma_built():
         return None
-    if m >= GEMM_MIN_ROWS:
+    if m >= GEMM_MIN_ROWS and not (pair and m <= configs.W8A8_TMA_PAIR_MAX_ROWS):
         t = gemm_tile(m, n)
         if cdiv(m, t.bm) * cdiv(n, t.bn) >= configs.W8A8_TMA_GEMM_FILL * sm_count():
             return None
     return tier(m, dict.fromkeys(TMA_TIERS, 0))
 
 
-def _tma_launch(q: Any, scale: Any, w: Any, arr: dict[str, Any], out: Any, ldo: int, bn: int) -> None:
-    """One ``w8a8_tma_n{bn}`` launch: a CTA per multiprocessor (at most one per unit)."""
+@dataclass(frozen=True)
+class _Second:
+    """The second matrix of a dual launch (up beside gate): the same N and K as the first."""
+
+    w: Any
+    arr: dict[str, Any]
+    out: Any
+    ldo: int
+
+
+def _tma_launch(
+    q: Any,
+    scale: Any,
+    w: Any,
+    arr: dict[str, Any],
+    out: Any,
+    ldo: int,
+    bn: int,
+    second: _Second | None = None,
+) -> None:
+    """One ``w8a8_tma_n{bn}`` launch: a CTA per multiprocessor (at most one per unit); with
+    ``second``, the units of both matrices in one list."""
     m, k = q.shape
     name = f"w8a8_tma_n{bn}"
     kern = get_kernel(WGMMA_FILE, name)
@@ -214,10 +237,13 @@ def _tma_launch(q: Any, scale: Any, w: Any, arr: dict[str, Any], out: Any, ldo: 
         raise MetraleError(f"w8a8_gemv: {name} did not build on this device")
     smem = tma_smem(bn)
     set_dynamic_smem(kern, smem)
-    units = cdiv(w.n, 128) * cdiv(m, bn) * cdiv(k, 128)
+    nmat = 1 if second is None else 2
+    units = nmat * cdiv(w.n, 128) * cdiv(m, bn) * cdiv(k, 128)
     ctas = min(sm_count(), units)
     part, flag = _tma_workspace(bn)
     tw = tma.row_tiles(arr["weight"], w.n, k, k, 128)
+    s2 = second or _Second(w, arr, out, ldo)
+    tw2 = tw if second is None else tma.row_tiles(s2.arr["weight"], w.n, k, k, 128)
     tq = tma.row_tiles(q, m, k, int(q.strides[0]), bn)
     args = (
         tw,
@@ -231,6 +257,11 @@ def _tma_launch(q: Any, scale: Any, w: Any, arr: dict[str, Any], out: Any, ldo: 
         np.int64(ldo),
         part,
         flag,
+        tw2,
+        s2.arr["weight_scale"],
+        s2.out,
+        np.int64(s2.ldo),
+        np.int32(nmat),
     )
     pdl.launch(kern, (ctas,), (384,), args, smem)
 
@@ -280,11 +311,14 @@ def _gemv_launch(
     ldo: int,
     warps: int | None,
     gemm: str | None = None,
+    second: _Second | None = None,
 ) -> None:
     """One launch over the m rows of codes ``q``/``scale``: the stream-K or split-K wgmma kernels
     where ``tma_tier`` / ``split_k_tier`` say, else (other GPUs) the dp4a kernels and the
     mma.sync GEMV tiers up to ``max(MMA_TIERS)``, the tiled GEMM (wgmma where built) beyond
-    (``warps`` / ``gemm`` force a GEMV CTA shape / a kernel by name)."""
+    (``warps`` / ``gemm`` force a GEMV CTA shape / a kernel by name). With ``second`` (same N
+    and K) the stream-K and split-K kernels take both matrices in one launch (routed by their
+    2 N columns); every other kernel is launched once per matrix."""
     m, k = q.shape
     args = (
         arr["weight"],
@@ -298,9 +332,16 @@ def _gemv_launch(
         out,
         np.int64(ldo),
     )
-    bn = TMA_NAMES.get(gemm) if gemm is not None else tma_tier(m, w.n) if warps is None else None
+    cols = w.n if second is None else 2 * w.n
+    bn = (
+        TMA_NAMES.get(gemm)
+        if gemm is not None
+        else tma_tier(m, cols, second is not None)
+        if warps is None
+        else None
+    )
     if bn is not None:
-        _tma_launch(q, scale, w, arr, out, ldo, bn)
+        _tma_launch(q, scale, w, arr, out, ldo, bn, second)
         return
     sk = SK_BY_NAME.get(gemm) if gemm is not None else split_k_tier(m) if warps is None else None
     if sk is not None:
@@ -310,10 +351,17 @@ def _gemv_launch(
         if kern is None:
             raise MetraleError(f"w8a8_gemv: {sk.name} did not build on this device")
         set_dynamic_smem(kern, sk.smem)
-        kps, splits = sk_split(w.n, k, sk.bm)
+        kps, splits = sk_split(cols, k, sk.bm)
         ws, cnt = _sk_workspace(w.n)
-        grid = (cdiv(w.n, sk.bm), splits)
-        pdl.launch(kern, grid, (sk.threads,), (*args, ws, cnt, np.int32(kps)), sk.smem)
+        t1 = cdiv(w.n, sk.bm)
+        s2 = second or _Second(w, arr, out, ldo)
+        tail = (s2.arr["weight"], s2.arr["weight_scale"], s2.out, np.int64(s2.ldo), np.int32(t1))
+        grid = (t1 if second is None else 2 * t1, splits)
+        pdl.launch(kern, grid, (sk.threads,), (*args, ws, cnt, np.int32(kps), *tail), sk.smem)
+        return
+    if second is not None:
+        _gemv_launch(q, scale, w, arr, out, ldo, warps, gemm)
+        _gemv_launch(q, scale, second.w, second.arr, second.out, second.ldo, warps, gemm)
         return
     if gemm is not None or (warps is None and m >= GEMM_MIN_ROWS):
         tiles = {**GEMM_TILES, **WGMMA_TILES}
@@ -351,6 +399,31 @@ def w8a8_gemv(
     if m == 0:
         return
     _gemv_launch(codes.q, codes.scale, w, arr, outa, ldo, warps, gemm)
+
+
+def w8a8_gemv_dual(
+    codes: DeviceA8Codes, w: Any, out: Any, w2: Any, out2: Any, gemm: str | None = None
+) -> None:
+    """``w8a8_gemv(codes, w, out)`` and ``w8a8_gemv(codes, w2, out2)`` (gate and up of the W8A8
+    arm: one quantized input, two weights of one shape) in one launch where the split-K or
+    stream-K kernels serve the rows (one ramp and tail for both; routed by their 2 N columns),
+    else one launch each. The same bits as the two calls: each output's int32 dot is the same."""
+    arr = weight_arrays(w, "w8a8", "w8a8_gemv_dual")
+    arr2 = weight_arrays(w2, "w8a8", "w8a8_gemv_dual")
+    if not isinstance(codes, DeviceA8Codes):
+        raise MetraleError(f"w8a8_gemv_dual: codes are {type(codes).__name__}, want w8a8_quantize's result")
+    if (w2.n, w2.k) != (w.n, w.k):
+        raise MetraleError(
+            f"w8a8_gemv_dual: {w.name} is [{w.n}, {w.k}] and {w2.name} [{w2.n}, {w2.k}], want one shape"
+        )
+    m, k = codes.q.shape
+    if k != w.k:
+        raise MetraleError(f"w8a8_gemv_dual: codes have K={k}, {w.name} wants K={w.k}")
+    outa, ldo = device_out(out, m, w.n, "out")
+    outb, ldo2 = device_out(out2, m, w.n, "out2")
+    if m == 0:
+        return
+    _gemv_launch(codes.q, codes.scale, w, arr, outa, ldo, None, gemm, _Second(w2, arr2, outb, ldo2))
 
 
 #: Elements of a row per CTA of the SiLU-quantize kernels (w8a8.cu SILU_SLICE).
@@ -444,7 +517,9 @@ _KERNEL_FUNCS = (
 
 def kernels() -> dict[str, Callable[..., Any]]:
     """The W8A8 launchers, when ``w8a8.cu`` built on this device (else none)."""
-    return built_launchers(CU_FILE, _KERNEL_FUNCS, (w8a8_quantize, w8a8_gemv, w8a8_silu_quant_gemv))
+    return built_launchers(
+        CU_FILE, _KERNEL_FUNCS, (w8a8_quantize, w8a8_gemv, w8a8_gemv_dual, w8a8_silu_quant_gemv)
+    )
 
 
 UPLOADERS: dict[str, Callable[[Any], DeviceWeight]] = {"w8a8": upload_w8a8}

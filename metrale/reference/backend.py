@@ -39,6 +39,7 @@ KERNEL_NAMES: tuple[str, ...] = (
     "q2_0_gemm",
     "w8a8_quantize",
     "w8a8_gemv",
+    "w8a8_gemv_dual",
     "w8a8_silu_quant_gemv",
     "act_mul_silu",
     "act_mul_gelu",

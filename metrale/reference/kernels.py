@@ -64,6 +64,12 @@ def _w8a8_gemv(codes: A8Codes, w: Any, out: np.ndarray) -> None:
     out[...] = project(None, w, "A8", codes=codes)
 
 
+def _w8a8_gemv_dual(codes: A8Codes, w: Any, out: np.ndarray, w2: Any, out2: np.ndarray) -> None:
+    """Gate and up of the W8A8 arm from one set of codes: ``w8a8_gemv`` twice."""
+    _w8a8_gemv(codes, w, out)
+    _w8a8_gemv(codes, w2, out2)
+
+
 def _w8a8_silu_quant_gemv(gate: np.ndarray, up: np.ndarray, w: Any, out: np.ndarray) -> None:
     """h = bf16(silu[gate]·up) into ``gate`` (as ``act_mul`` leaves it), out = down(A8 of h)."""
     h = act_mul(gate, up, "silu")
@@ -101,6 +107,7 @@ REFERENCE_KERNELS: dict[str, Callable[..., Any]] = {
     "q2_0_gemm": _proj,
     "w8a8_quantize": quantize_a8,
     "w8a8_gemv": _w8a8_gemv,
+    "w8a8_gemv_dual": _w8a8_gemv_dual,
     "w8a8_silu_quant_gemv": _w8a8_silu_quant_gemv,
     "act_mul_silu": _act("silu"),
     "act_mul_gelu": _act("gelu"),

@@ -1,7 +1,8 @@
 """The declared-W8A8 arm of the dense SiLU FFN (arithmetic.md § w8a8-arm).
 
-Gate and up share one quantized input; the down projection's input bf16(silu(gate)·up) is
-quantized in the launch that computes it (``w8a8_silu_quant_gemv``).
+Gate and up share one quantized input and one launch (``w8a8_gemv_dual``); the down
+projection's input bf16(silu(gate)·up) is quantized in the launch that computes it
+(``w8a8_silu_quant_gemv``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ W8A8_MAX_ROWS = 64
 #: Rows per chunk when a W8A8-only layer's prefill runs the arm's kernels past the cap (each
 #: chunk is one pass over the weights; the arithmetic is per row, so no bit depends on it).
 W8A8_PREFILL_ROWS = 4096
-W8A8_KERNELS = ("w8a8_quantize", "w8a8_gemv", "w8a8_silu_quant_gemv")
+W8A8_KERNELS = ("w8a8_quantize", "w8a8_gemv_dual", "w8a8_silu_quant_gemv")
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ def run_w8a8(
     """gate and up from one quantization of ``input``; then the fused silu → quantize → down,
     which leaves h = bf16(silu(gate)·up) in ``gate_out`` as every other route does."""
     codes = backend.launch("w8a8_quantize", input[:rows])
-    backend.launch("w8a8_gemv", codes, w.gate_proj, gate_out[:rows])
-    # `up` reads the activation `gate` quantized into the shared scratch.
-    backend.launch("w8a8_gemv", codes, w.up_proj, up_out[:rows])
+    # Gate and up read one quantized input (the seed engine's `up` reads the activation `gate`
+    # quantized into the shared scratch), so they are one launch: § w8a8-arm.
+    backend.launch("w8a8_gemv_dual", codes, w.gate_proj, gate_out[:rows], w.up_proj, up_out[:rows])
     backend.launch("w8a8_silu_quant_gemv", gate_out[:rows], up_out[:rows], w.down_proj, output[:rows])

@@ -241,6 +241,52 @@ def test_stream_k_tma_every_tier(cuda: Any, fresh_rng: np.random.Generator, bn: 
             assert not flag.any(), f"tma_n{bn} N={n}: parking flags not cleared"
 
 
+DUAL_KERNELS = [
+    *(f"w8a8_wgmma_sk_n{nb}" for nb in sorted(SK_TIERS)),
+    *(f"w8a8_tma_n{bn}" for bn in sorted(TMA_TIERS)),
+]
+
+
+@pytest.mark.parametrize("gemm", [None, *DUAL_KERNELS])
+def test_gemv_dual_matches_two_projections(
+    cuda: Any, fresh_rng: np.random.Generator, gemm: str | None
+) -> None:
+    """Gate and up in one launch (``w8a8_gemv_dual``): the routed kernel at m = 1 .. 300 (split K
+    to 32 rows, stream-K by the 2 N columns, one launch per matrix beyond) or each split-K /
+    stream-K kernel forced at the rows it takes; every output the reference's bits, both guard
+    bands intact, the two outputs with different row strides; launched twice (workspaces and
+    flags cleared by the first launch); N off the tiles (the second matrix's first tile
+    starts mid-workspace), K off the 128-byte tile."""
+    from metrale.cuda.w8a8 import SK_BY_NAME, TMA_NAMES, _sk_workspace, _tma_workspace, w8a8_gemv_dual
+
+    if gemm is not None and not wgmma_expected():
+        pytest.skip("wgmma kernels are sm_90a only")
+    cap = SK_BY_NAME[gemm].bn if gemm in SK_BY_NAME else 2 * TMA_NAMES[gemm] + 3 if gemm else 300
+    for n, k in ((37, 48), (203, 2128), (130, 16400)):
+        hg, hu = w8a8_weight(fresh_rng, n, k), w8a8_weight(fresh_rng, n, k)
+        wg, wu = cuda.upload(hg), cuda.upload(hu)
+        x = rows(fresh_rng, cap, k)
+        want_g = project(x, hg, "A8").view(np.uint16)
+        want_u = project(x, hu, "A8").view(np.uint16)
+        ms = [1, 2, 3, 8, 16, 17, 32, 33, 64, 65, 128, 129, 200, 256, 257, 300]
+        for m in sorted({mm for mm in ms if mm <= cap} | {cap}):
+            codes = cuda.launch("w8a8_quantize", cp.asarray(x[:m].view(np.uint16)))
+            for rep in range(2):
+                bg, ig, init_g = guarded(cp, fresh_rng, m, n)
+                bu, iu, init_u = guarded(cp, fresh_rng, m, n, g=5)  # up: row stride n + 10
+                if gemm is None:
+                    cuda.launch("w8a8_gemv_dual", codes, wg, ig, wu, iu)
+                else:
+                    w8a8_gemv_dual(codes, wg, ig, wu, iu, gemm=gemm)
+                what = f"dual {gemm or 'routed'} N={n} K={k} m={m} launch {rep}"
+                bits_equal(check_guard(bg, init_g, m, n), want_g[:m], f"{what}: gate")
+                bits_equal(check_guard(bu, init_u, m, n, g=5), want_u[:m], f"{what}: up")
+        ws, cnt = _sk_workspace(n)
+        assert not ws.any() and not cnt.any(), f"dual N={n}: split-K workspace not cleared"
+        for bn in TMA_TIERS:
+            assert not _tma_workspace(bn)[1].any(), f"dual N={n}: tma_n{bn} flags not cleared"
+
+
 def test_split_k_refuses_more_rows_than_its_tier(cuda: Any, fresh_rng: np.random.Generator) -> None:
     from metrale.cuda.w8a8 import w8a8_gemv
     from metrale.errors import MetraleError

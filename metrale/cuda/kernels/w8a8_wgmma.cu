@@ -241,10 +241,20 @@ __device__ __forceinline__ void w8_wgmma_sk(const signed char* __restrict__ w, c
                                             int K, const signed char* __restrict__ q, long long ldq,
                                             const float* __restrict__ sa, int m, u16* __restrict__ out,
                                             long long ldo, int* __restrict__ ws, unsigned int* __restrict__ cnt,
-                                            int kps) {
+                                            int kps, const signed char* __restrict__ w2,
+                                            const float* __restrict__ sw2, u16* __restrict__ out2, long long ldo2,
+                                            int t1) {
     constexpr int NTH = 2 * RA;
     __shared__ int last;
-    const int n0 = blockIdx.x * RA, kt0 = blockIdx.y * kps, kt1 = min(kt0 + kps, (K + 127) >> 7);
+    const bool hi = (int)blockIdx.x >= t1;  // a column tile of the second matrix
+    if (hi) {
+        w = w2;
+        sw = sw2;
+        out = out2;
+        ldo = ldo2;
+        ws += (long long)m * N;
+    }
+    const int n0 = ((int)blockIdx.x - (hi ? t1 : 0)) * RA, kt0 = blockIdx.y * kps, kt1 = min(kt0 + kps, (K + 127) >> 7);
     int acc[NB / 2];
     wg_mainloop<RA, NB, STAGES, true>(acc, w + (long long)n0 * K, K, N - n0, q, ldq, m, K, kt0, kt1);
     const int tid = threadIdx.x, warp = tid >> 5, gid = (tid & 31) >> 2, t = tid & 3;
@@ -327,7 +337,9 @@ template <int BN, int STAGES>
 __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq, const float* __restrict__ sw,
                                             int N, int K, const float* __restrict__ sa, int m,
                                             u16* __restrict__ out, long long ldo, int* __restrict__ part,
-                                            unsigned int* __restrict__ flag) {
+                                            unsigned int* __restrict__ flag, const TmaDesc& tw2,
+                                            const float* __restrict__ sw2, u16* __restrict__ out2, long long ldo2,
+                                            int nmat) {
     constexpr int WROWS = 128, STAGE = (WROWS + BN) * 128;
     __shared__ __align__(8) u64 bars[2 * STAGES];
     const u32 sbase = wg_smem_base();
@@ -335,7 +347,7 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
     const int tid = threadIdx.x, wg = tid >> 7, lt = tid & 127;
     const int G = gridDim.x, c = blockIdx.x;
     const int KT = (K + 127) >> 7, NT = (N + WROWS - 1) / WROWS, RT = (m + BN - 1) / BN;
-    const int U = NT * RT * KT, u0 = tk_start(c, G, U), u1 = tk_start(c + 1, G, U);
+    const int TT = NT * RT, U = nmat * TT * KT, u0 = tk_start(c, G, U), u1 = tk_start(c + 1, G, U);
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full0 + 8 * s, 1);
@@ -349,24 +361,25 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
         if (lt == 0) {  // one thread issues the two boxes of every unit
             asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(&tw)) : "memory");
             asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(&tq)) : "memory");
+            if (nmat > 1) asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(&tw2)) : "memory");
             // Before pdl_wait (no launch of the FFN writes weights, metrale/cuda/pdl.py): the
             // weight boxes of the first STAGES units into their slots.
             const int npre = min(STAGES, u1 - u0);
             for (int it = 0; it < npre; ++it) {
-                const int u = u0 + it, tile = u / KT, kt = u - tile * KT;
+                const int u = u0 + it, tile = u / KT, kt = u - tile * KT, tl = tile % TT;
                 mbar_expect_tx(full0 + 8 * it, STAGE);
-                tma_box(sbase + it * STAGE, tw, kt * 128, (tile / RT) * WROWS, full0 + 8 * it);
+                tma_box(sbase + it * STAGE, tile < TT ? tw : tw2, kt * 128, (tl / RT) * WROWS, full0 + 8 * it);
             }
             pdl_wait();
             for (int u = u0, it = 0; u < u1; ++u, ++it) {
-                const int tile = u / KT, kt = u - tile * KT, slot = it % STAGES;
+                const int tile = u / KT, kt = u - tile * KT, tl = tile % TT, slot = it % STAGES;
                 const u32 st = sbase + slot * STAGE, ph = (u32)(it / STAGES) & 1u;
                 if (it >= npre) {
                     mbar_wait(empty0 + 8 * slot, ph ^ 1u);
                     mbar_expect_tx(full0 + 8 * slot, STAGE);
-                    tma_box(st, tw, kt * 128, (tile / RT) * WROWS, full0 + 8 * slot);
+                    tma_box(st, tile < TT ? tw : tw2, kt * 128, (tl / RT) * WROWS, full0 + 8 * slot);
                 }
-                tma_box(st + WROWS * 128, tq, kt * 128, (tile % RT) * BN, full0 + 8 * slot);
+                tma_box(st + WROWS * 128, tq, kt * 128, (tl % RT) * BN, full0 + 8 * slot);
             }
         }
         return;
@@ -377,8 +390,8 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
     int acc[BN / 2];
     int it = 0;
     for (int u = u0; u < u1;) {
-        const int tile = u / KT, ka = u - tile * KT, nk = min(KT - ka, u1 - u);
-        const int n0 = (tile / RT) * WROWS, r0 = (tile % RT) * BN;
+        const int tile = u / KT, ka = u - tile * KT, nk = min(KT - ka, u1 - u), tl = tile % TT;
+        const int n0 = (tl / RT) * WROWS, r0 = (tl % RT) * BN;
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
         for (int i = 0; i < nk; ++i, ++it) {
@@ -419,17 +432,21 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
                 if (lt == 0) flag[2 * c2 + g] = 0u;
             }
             // y = bf16((f32(S) * s_a[r]) * s_w[n]); this thread's weight rows n, activation rows r
+            const bool second = tile >= TT;
+            const float* __restrict__ swm = second ? sw2 : sw;
+            u16* __restrict__ outm = second ? out2 : out;
+            const long long ldm = second ? ldo2 : ldo;
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int n = n0 + 64 * g + 16 * warp + gid + 8 * h;
                 if (n >= N) continue;
-                const float s_w = sw[n];
+                const float s_w = swm[n];
 #pragma unroll
                 for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         const int r = r0 + 8 * j + 2 * t + e;
-                        if (r < m) out[(long long)r * ldo + n] = (u16)w8_y(acc[4 * j + 2 * h + e], sa[r], s_w);
+                        if (r < m) outm[(long long)r * ldm + n] = (u16)w8_y(acc[4 * j + 2 * h + e], sa[r], s_w);
                     }
             }
         }
@@ -455,9 +472,11 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
         const signed char* __restrict__ w, const float* __restrict__ sw, int N, int K,              \
         const signed char* __restrict__ q, long long ldq, const float* __restrict__ sa, int m,      \
         u16* __restrict__ out, long long ldo, int* __restrict__ ws, unsigned int* __restrict__ cnt, \
-        int kps) {                                                                                  \
+        int kps, const signed char* __restrict__ w2, const float* __restrict__ sw2,                 \
+        u16* __restrict__ out2, long long ldo2, int t1) {                                           \
         pdl_trigger();                                                                              \
-        w8_wgmma_sk<RA, NB, STAGES>(w, sw, N, K, q, ldq, sa, m, out, ldo, ws, cnt, kps);            \
+        w8_wgmma_sk<RA, NB, STAGES>(w, sw, N, K, q, ldq, sa, m, out, ldo, ws, cnt, kps, w2, sw2, out2, \
+                                    ldo2, t1);                                                      \
     }
 
 // w8a8_tma_n{BN}: the stream-K GEMM above (384 threads, one CTA per multiprocessor; the
@@ -466,9 +485,10 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
     extern "C" __global__ void __launch_bounds__(384, 1) w8a8_tma_n##BN(                                  \
         const __grid_constant__ TmaDesc tw, const __grid_constant__ TmaDesc tq, const float* __restrict__ sw, \
         int N, int K, const float* __restrict__ sa, int m, u16* __restrict__ out, long long ldo,        \
-        int* __restrict__ part, unsigned int* __restrict__ flag) {                                        \
+        int* __restrict__ part, unsigned int* __restrict__ flag, const __grid_constant__ TmaDesc tw2,    \
+        const float* __restrict__ sw2, u16* __restrict__ out2, long long ldo2, int nmat) {                \
         pdl_trigger();                                                                                    \
-        w8_tma_gemm<BN, STAGES>(tw, tq, sw, N, K, sa, m, out, ldo, part, flag);                           \
+        w8_tma_gemm<BN, STAGES>(tw, tq, sw, N, K, sa, m, out, ldo, part, flag, tw2, sw2, out2, ldo2, nmat); \
     }
 
 // @instances W8A8_WGMMA   (lines generated from metrale/cuda/configs.py)
