@@ -14,7 +14,8 @@
 //       activation rows as A and the weight rows as B, over all of K; epilogue
 //       y = bf16((f32(S) * s_a[r]) * s_w[n]) from the accumulators. Consecutive CTAs
 //       (blockIdx.x) share one weight tile (read once from DRAM, then from L2).
-//   w8a8_wgmma_sk_n{NB}(w, sw, N, K, q, ldq, sa, m, out, ldo, ws, cnt, kps)     (m <= NB <= 64)
+//   w8a8_wgmma_sk_n{NB}(w, sw, N, K, q, ldq, sa, m, out, ldo, ws, cnt, kps, w2, sw2, out2, ldo2, t1)
+//                                                                                (m <= NB <= 64)
 //       Split K for few rows (the weights streamed once, by many CTAs): grid (ceil(N / RA), S),
 //       block 2 RA (one warpgroup per 64 weight rows), dynamic shared memory
 //       STAGES (RA + NB) 128 + 1024 bytes. CTA (c, s) runs wg_mainloop with RA weight rows as A
@@ -22,8 +23,12 @@
 //       adds its int32 partial sums into ws [m, N] with integer atomics (exact, order-free), and
 //       the last CTA of column tile c (a counter per tile, cnt [ceil(N / RA)]) writes y from ws
 //       and puts ws and the counter back to 0 for the next launch (ws and cnt start zeroed).
-//       Before pdl_wait: its weights' copies of the first STAGES - 2 tiles.
-//   w8a8_tma_n{BN}(tw, tq, sw, N, K, sa, m, out, ldo, part, flag)               (33 .. 256 rows)
+//       Before pdl_wait: its weights' copies of the first STAGES - 2 tiles. Two matrices of
+//       one shape in one launch (w8a8_gemv_dual): column tiles c >= t1 are tiles c - t1 of the
+//       second (w2, sw2, out2, ldo2; partial sums in ws rows m .. 2m - 1); one matrix: t1 =
+//       gridDim.x.
+//   w8a8_tma_n{BN}(tw, tq, sw, N, K, sa, m, out, ldo, part, flag, tw2, sw2, out2, ldo2, nmat)
+//                                                                                (33 .. 256 rows)
 //       Stream-K: grid G <= one CTA per multiprocessor, block 384 (warpgroup 0 the producer,
 //       1 and 2 the MMAs), dynamic shared memory STAGES (128 + BN) 128 + 1024 bytes. Units =
 //       (tile of 128 weight rows x BN activation rows, 128-byte K tile), tile-major, U of them;
@@ -34,7 +39,9 @@
 //       (K tile 0) is finished by its CTA: the later pieces, each the first segment of a later
 //       CTA, are parked in part [G][2][64 BN] (int32, fragment order) under flag [G][2], added
 //       (exact), y written, the flags put back to 0. Before pdl_wait the producer loads the
-//       weight boxes of its first STAGES units.
+//       weight boxes of its first STAGES units. nmat = 2 (w8a8_gemv_dual): the unit list holds
+//       the tiles of a second matrix of the same shape after the first's (tensor map tw2,
+//       scales sw2, output out2 / ldo2), 2 U units.
 //
 // wg_mainloop<RA, RB, STAGES, WA>: int32 accumulators D [64 x RB] per warpgroup g += A [64 g .. 64 g
 // + 63, K tiles] * B [RB, K tiles]^T. K in 128-byte tiles: every thread copies its share of a
