@@ -1,7 +1,8 @@
 """CPU checks of the W8A8 warpgroup-MMA launch plan (``metrale/cuda/w8a8.py``,
 ``kernels/w8a8_wgmma.cu``): K splits of the split-K kernels (every split non-empty, all K tiles
-covered), the prefill tile choice with and without the sm_90a kernels, and shared memory of every
-configured kernel within the H200's 227 KB per block."""
+covered), the prefill tile choice with and without the sm_90a kernels, shared memory of every
+configured kernel within the H200's 227 KB per block, the launchers' arguments against the
+kernels' parameter lists, and the plan of gate and up in one launch (``w8a8_gemv_dual``)."""
 
 from __future__ import annotations
 
@@ -247,3 +248,105 @@ def test_stream_k_launch_passes_the_kernels_parameters(monkeypatch: pytest.Monke
     assert name == "w8a8_tma_n128" and grid == (132,) and block == (384,) and smem == w8a8.tma_smem(128)
     got = ["array" if isinstance(a, Arr) else type(a) for a in args]
     assert got == want
+
+
+def _plan_dual(monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int) -> tuple[list[Any], dict[str, Any]]:
+    """The launches ``_gemv_launch`` issues for gate and up of [n, k] at m rows (132 SMs, the
+    sm_90a kernels built), and the stand-ins it was given."""
+    from metrale.cuda import tma
+
+    class W:
+        def __init__(self, name: str) -> None:
+            self.n, self.k, self.name = n, k, name
+
+    seen: list[Any] = []
+    maps: list[Any] = []
+
+    def row_tiles(a: Any, *rest: Any) -> Any:
+        maps.append((a, tma.TensorMap()))
+        return maps[-1][1]
+
+    monkeypatch.setattr(w8a8, "get_kernel", lambda f, name: name)
+    monkeypatch.setattr(w8a8, "set_dynamic_smem", lambda kern, nbytes: None)
+    monkeypatch.setattr(w8a8, "sm_count", lambda dev=None: 132)
+    monkeypatch.setattr(w8a8, "wgmma_built", lambda: True)
+    monkeypatch.setattr(w8a8, "device_id", lambda: 0)
+    monkeypatch.setattr(tma, "row_tiles", row_tiles)
+    monkeypatch.setattr(w8a8.pdl, "launch", lambda kern, g, b, args, smem=0: seen.append((kern, g, args)))
+    monkeypatch.setitem(w8a8._sk_work, (0, n), (Arr((1,)), Arr((1,))))
+    for bn in configs.W8A8_TMA_TIERS:
+        monkeypatch.setitem(w8a8._tma_work, (0, bn), (Arr((1,)), Arr((1,))))
+    st = {
+        "q": Arr((m, k)),
+        "s": Arr((m,)),
+        "wg": W("gate"),
+        "ag": {"weight": Arr((n, k)), "weight_scale": Arr((n,))},
+        "og": Arr((m, n)),
+        "wu": W("up"),
+        "au": {"weight": Arr((n, k)), "weight_scale": Arr((n,))},
+        "ou": Arr((m, n)),
+        "maps": maps,
+    }
+    second = w8a8._Second(st["wu"], st["au"], st["ou"], n + 8)
+    w8a8._gemv_launch(st["q"], st["s"], st["wg"], st["ag"], st["og"], n, None, None, second)
+    return seen, st
+
+
+def test_dual_split_k_is_one_launch_over_both_matrices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """m = 8, Qwen3-8B gate/up: one split-K launch whose grid holds both matrices' column tiles;
+    the tail names up's weight, scales, output and row stride, and t1 = gate's tile count."""
+    seen, st = _plan_dual(monkeypatch, 8, 12288, 4096)
+    ((name, grid, args),) = seen
+    t1 = -(-12288 // 64)
+    kps, splits = w8a8.sk_split(2 * 12288, 4096, 64)
+    assert name == "w8a8_wgmma_sk_n16" and grid == (2 * t1, splits)
+    assert args[0] is st["ag"]["weight"] and args[8] is st["og"]
+    w2, sw2, out2, ldo2, got_t1 = args[-5:]
+    assert w2 is st["au"]["weight"] and sw2 is st["au"]["weight_scale"] and out2 is st["ou"]
+    assert int(ldo2) == 12288 + 8 and int(got_t1) == t1 and int(args[-6]) == kps
+
+
+@pytest.mark.parametrize("m", [40, 64, 128])
+def test_dual_stream_k_is_one_launch_over_both_matrices(monkeypatch: pytest.MonkeyPatch, m: int) -> None:
+    """33..128 rows: one stream-K launch, nmat = 2, up's tensor map encoded from up's weight."""
+    seen, st = _plan_dual(monkeypatch, m, 12288, 4096)
+    ((name, grid, args),) = seen
+    assert name == f"w8a8_tma_n{64 if m <= 64 else 128}" and grid == (132,)
+    maps = st["maps"]
+    assert len(maps) == 3  # gate's weight, up's weight and the codes, each encoded once
+    tw, tq, tw2 = (
+        next(t for a, t in maps if a is x) for x in (st["ag"]["weight"], st["q"], st["au"]["weight"])
+    )
+    assert args[0] is tw and args[1] is tq and args[11] is tw2
+    assert args[12] is st["au"]["weight_scale"] and args[13] is st["ou"] and int(args[14]) == 12288 + 8
+    assert int(args[15]) == 2
+
+
+@pytest.mark.parametrize("m", [129, 300])
+def test_dual_past_the_pair_rule_is_two_launches(monkeypatch: pytest.MonkeyPatch, m: int) -> None:
+    """Past W8A8_TMA_PAIR_MAX_ROWS the pair is one launch per matrix, each routed as alone."""
+    seen, st = _plan_dual(monkeypatch, m, 12288, 4096)
+    assert len(seen) == 2
+    (n1, _, a1), (n2, _, a2) = seen
+    assert n1 == n2 == w8a8.gemm_tile(m, 12288).name
+    assert a1[0] is st["ag"]["weight"] and a1[8] is st["og"]
+    assert a2[0] is st["au"]["weight"] and a2[8] is st["ou"] and int(a2[9]) == 12288 + 8
+
+
+def test_dual_refuses_bad_operands() -> None:
+    """One line naming the weights or the codes, before anything touches the device."""
+    from metrale.cuda.weights import DeviceWeight
+    from metrale.errors import MetraleError
+    from metrale.reference.formats import W8a8Weight
+
+    def dev(n: int, k: int, name: str) -> DeviceWeight:
+        host = W8a8Weight(weight=np.zeros((n, k), np.int8), weight_scale=np.ones(n, np.float32), name=name)
+        return DeviceWeight(host=host)
+
+    codes = w8a8.DeviceA8Codes(q=np.zeros((2, 64), np.int8), scale=np.ones(2, np.float32))
+    with pytest.raises(MetraleError, match=r"gate is \[32, 64\] and up \[48, 64\], want one shape"):
+        w8a8.w8a8_gemv_dual(codes, dev(32, 64, "gate"), None, dev(48, 64, "up"), None)
+    with pytest.raises(MetraleError, match="codes have K=64, gate wants K=128"):
+        w8a8.w8a8_gemv_dual(codes, dev(32, 128, "gate"), None, dev(32, 128, "up"), None)
+    with pytest.raises(MetraleError, match="codes are ndarray, want w8a8_quantize's result"):
+        w8a8.w8a8_gemv_dual(codes.q, dev(32, 64, "gate"), None, dev(32, 64, "up"), None)
