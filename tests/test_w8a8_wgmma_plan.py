@@ -185,6 +185,18 @@ def kernel_params(macro_kernel: str) -> list[Any]:
     return want
 
 
+def fake_device(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """No GPU: every kernel "built" (its name stands for it), 132 SMs, device 0; the list that
+    receives each ``pdl.launch`` as (kernel, grid, block, args, smem)."""
+    seen: list[Any] = []
+    monkeypatch.setattr(w8a8, "get_kernel", lambda f, name: name)
+    monkeypatch.setattr(w8a8, "set_dynamic_smem", lambda kern, nbytes: None)
+    monkeypatch.setattr(w8a8, "sm_count", lambda dev=None: 132)
+    monkeypatch.setattr(w8a8, "device_id", lambda: 0)
+    monkeypatch.setattr(w8a8.pdl, "launch", lambda k, g, b, args, smem=0: seen.append((k, g, b, args, smem)))
+    return seen
+
+
 def test_split_k_launch_passes_the_kernels_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
     """As below, for the split-K kernels ``w8a8_wgmma_sk_n{nb}`` (m = 8 rows, Qwen3-8B gate)."""
     want = kernel_params("w8a8_wgmma_sk_n##NB")
@@ -192,12 +204,7 @@ def test_split_k_launch_passes_the_kernels_parameters(monkeypatch: pytest.Monkey
     class W:
         n, k = 12288, 4096
 
-    seen: list[Any] = []
-    monkeypatch.setattr(w8a8, "get_kernel", lambda f, name: name)
-    monkeypatch.setattr(w8a8, "set_dynamic_smem", lambda k, n: None)
-    monkeypatch.setattr(w8a8, "sm_count", lambda dev=None: 132)
-    monkeypatch.setattr(w8a8, "device_id", lambda: 0)
-    monkeypatch.setattr(w8a8.pdl, "launch", lambda k, g, b, args, smem: seen.append((k, g, b, args, smem)))
+    seen = fake_device(monkeypatch)
     monkeypatch.setitem(w8a8._sk_work, (0, 12288), (Arr((1,)), Arr((1,))))
     w8a8._gemv_launch(
         Arr((8, 4096)),
@@ -226,13 +233,8 @@ def test_stream_k_launch_passes_the_kernels_parameters(monkeypatch: pytest.Monke
     class W:
         n, k = 4096, 12288
 
-    seen: list[Any] = []
-    monkeypatch.setattr(w8a8, "get_kernel", lambda f, name: name)
-    monkeypatch.setattr(w8a8, "set_dynamic_smem", lambda k, n: None)
-    monkeypatch.setattr(w8a8, "sm_count", lambda dev=None: 132)
-    monkeypatch.setattr(w8a8, "device_id", lambda: 0)
+    seen = fake_device(monkeypatch)
     monkeypatch.setattr(tma, "row_tiles", lambda *a: tma.TensorMap())
-    monkeypatch.setattr(w8a8.pdl, "launch", lambda k, g, b, args, smem: seen.append((k, g, b, args, smem)))
     monkeypatch.setitem(w8a8._tma_work, (0, 128), (Arr((1,)), Arr((1,))))
     q = Arr((100, 12288))
     w8a8._tma_launch(
@@ -259,20 +261,15 @@ def _plan_dual(monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int) -> tuple
         def __init__(self, name: str) -> None:
             self.n, self.k, self.name = n, k, name
 
-    seen: list[Any] = []
     maps: list[Any] = []
 
     def row_tiles(a: Any, *rest: Any) -> Any:
         maps.append((a, tma.TensorMap()))
         return maps[-1][1]
 
-    monkeypatch.setattr(w8a8, "get_kernel", lambda f, name: name)
-    monkeypatch.setattr(w8a8, "set_dynamic_smem", lambda kern, nbytes: None)
-    monkeypatch.setattr(w8a8, "sm_count", lambda dev=None: 132)
+    launches = fake_device(monkeypatch)
     monkeypatch.setattr(w8a8, "wgmma_built", lambda: True)
-    monkeypatch.setattr(w8a8, "device_id", lambda: 0)
     monkeypatch.setattr(tma, "row_tiles", row_tiles)
-    monkeypatch.setattr(w8a8.pdl, "launch", lambda kern, g, b, args, smem=0: seen.append((kern, g, args)))
     monkeypatch.setitem(w8a8._sk_work, (0, n), (Arr((1,)), Arr((1,))))
     for bn in configs.W8A8_TMA_TIERS:
         monkeypatch.setitem(w8a8._tma_work, (0, bn), (Arr((1,)), Arr((1,))))
@@ -289,7 +286,7 @@ def _plan_dual(monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int) -> tuple
     }
     second = w8a8._Second(st["wu"], st["au"], st["ou"], n + 8)
     w8a8._gemv_launch(st["q"], st["s"], st["wg"], st["ag"], st["og"], n, None, None, second)
-    return seen, st
+    return [(kern, grid, args) for kern, grid, _block, args, _smem in launches], st
 
 
 def test_dual_split_k_is_one_launch_over_both_matrices(monkeypatch: pytest.MonkeyPatch) -> None:

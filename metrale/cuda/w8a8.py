@@ -383,6 +383,17 @@ def _gemv_launch(
     pdl.launch(get_kernel(CU_FILE, name), grid, block, args)
 
 
+def _codes_rows(codes: Any, w: Any, kernel: str) -> int:
+    """The rows of ``codes`` (w8a8_quantize's result, K = the weight's), else a MetraleError
+    naming ``kernel``."""
+    if not isinstance(codes, DeviceA8Codes):
+        raise MetraleError(f"{kernel}: codes are {type(codes).__name__}, want w8a8_quantize's result")
+    m, k = codes.q.shape
+    if k != w.k:
+        raise MetraleError(f"{kernel}: codes have K={k}, {w.name} wants K={w.k}")
+    return int(m)
+
+
 def w8a8_gemv(
     codes: DeviceA8Codes, w: Any, out: Any, warps: int | None = None, gemm: str | None = None
 ) -> None:
@@ -390,11 +401,7 @@ def w8a8_gemv(
     (4 or 8) forces a tensor-core GEMV CTA shape, also for one row, ``gemm`` (a ``GEMM_TILES``
     name) the tiled GEMM at any m (tests and benchmarks; every choice gives the same bits)."""
     arr = weight_arrays(w, "w8a8", "w8a8_gemv")
-    if not isinstance(codes, DeviceA8Codes):
-        raise MetraleError(f"w8a8_gemv: codes are {type(codes).__name__}, want w8a8_quantize's result")
-    m, k = codes.q.shape
-    if k != w.k:
-        raise MetraleError(f"w8a8_gemv: codes have K={k}, {w.name} wants K={w.k}")
+    m = _codes_rows(codes, w, "w8a8_gemv")
     outa, ldo = device_out(out, m, w.n, "out")
     if m == 0:
         return
@@ -410,15 +417,11 @@ def w8a8_gemv_dual(
     else one launch each. The same bits as the two calls: each output's int32 dot is the same."""
     arr = weight_arrays(w, "w8a8", "w8a8_gemv_dual")
     arr2 = weight_arrays(w2, "w8a8", "w8a8_gemv_dual")
-    if not isinstance(codes, DeviceA8Codes):
-        raise MetraleError(f"w8a8_gemv_dual: codes are {type(codes).__name__}, want w8a8_quantize's result")
+    m = _codes_rows(codes, w, "w8a8_gemv_dual")
     if (w2.n, w2.k) != (w.n, w.k):
         raise MetraleError(
             f"w8a8_gemv_dual: {w.name} is [{w.n}, {w.k}] and {w2.name} [{w2.n}, {w2.k}], want one shape"
         )
-    m, k = codes.q.shape
-    if k != w.k:
-        raise MetraleError(f"w8a8_gemv_dual: codes have K={k}, {w.name} wants K={w.k}")
     outa, ldo = device_out(out, m, w.n, "out")
     outb, ldo2 = device_out(out2, m, w.n, "out2")
     if m == 0:
