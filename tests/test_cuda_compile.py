@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from metrale.cuda import configs
+from metrale.cuda import configs, tile
 from metrale.cuda.q2_0 import dec_kernel_name
 from metrale.cuda.runtime import COMPILE_OPTIONS, KERNEL_DIR, file_arch, kernel_files, source
 
@@ -145,6 +145,11 @@ def test_launchers_ask_for_kernels_the_files_define() -> None:
             for r, d in configs.fp8_bf16_dec_builds()
         ]
         + [("w8a8.cu", f"w8a8_mma_r{r}_w{w}") for r in configs.W8A8_MMA_TIERS for w in configs.W8A8_MMA_WARPS]
+        + [
+            (tile.WG_FILE, f"{f.wg_prefix}_gemm_f{nf}")
+            for f in (tile.NVFP4, tile.Q2_0)
+            for nf in tile.WG_FRAGS
+        ]
     )
     for cu, name in names:
         macro_lines = [ln for ln in built[cu].splitlines() if re.match(r"^[A-Z0-9_]+\(", ln)]
@@ -175,6 +180,8 @@ def _pasted(macro: str, a: list[str]) -> tuple[str, ...]:
         "NVFP4_GEMM": lambda: f"{a[0]}_gemm_nt{a[2]}_d{a[3]}_b{a[4]}_{a[6]}",
         "NVFP4_TILE": lambda: f"w4a16b_gemm_f{a[0]}",
         "Q2_TILE": lambda: f"q2a16b_gemm_f{a[0]}",
+        "NVFP4_WGMMA_TILE": lambda: f"w4a16w_gemm_f{a[0]}",
+        "Q2_WGMMA_TILE": lambda: f"q2a16w_gemm_f{a[0]}",
         "Q2_GEMV": lambda: f"q2_0_gemv_r{a[0]}",
         "Q2_DEC": lambda: f"q2_dec_r{a[0]}_c{a[1]}_d{a[2]}_{a[4]}",
         "FP8_BF16_GEMV": lambda: f"{a[0]}_r{a[2]}",
@@ -207,7 +214,8 @@ def test_arch_specific_files_build_only_for_their_chip() -> None:
         with pytest.raises(RuntimeError, match=r"w8a8_wgmma\.cu is built for sm_90a only"):
             file_arch("w8a8_wgmma.cu", other)
     assert file_arch("w8a8.cu", "sm_100") == "sm_100"
-    assert [cu for cu in kernel_files() if file_arch(cu, "sm_90") != "sm_90"] == ["w8a8_wgmma.cu"]
+    want = ["nvfp4_wgmma.cu", "w8a8_wgmma.cu"]
+    assert [cu for cu in kernel_files() if file_arch(cu, "sm_90") != "sm_90"] == want
 
 
 def test_q2_decode_route_names_built_variants() -> None:

@@ -1,12 +1,14 @@
 """The tiled NVFP4 GEMM's launch plan (metrale/cuda/tile.py) on the CPU: K parts are aligned
-power-of-two runs of steps that cover K, within the counter's shared-memory levels, and every
-plan fits the shared memory a launch may take."""
+power-of-two runs of steps that cover K, within the counter's shared-memory levels, every
+plan fits the shared memory a launch may take, and the kernel picked (wgmma where it builds)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from metrale.cuda import mma, tile
+from metrale.cuda import configs, mma, tile
 
 
 @pytest.mark.parametrize("s8", [1, 2, 3, 9, 31, 32, 33, 96, 112, 4096])
@@ -22,6 +24,23 @@ def test_parts_are_aligned_subtrees_covering_k(s8: int, ctas: int) -> None:
         pytest.fail(f"s8={s8} ctas={ctas}: the grid ({ctas * parts}) could split further")
     for nf in tile.FRAGS:
         assert tile.smem_bytes(nf, dlog) <= mma.SMEM_LIMIT, (nf, dlog)
+    for nf in tile.WG_FRAGS:
+        assert tile.smem_bytes(nf, dlog, tile.NVFP4, wg=True) <= mma.SMEM_LIMIT, (nf, dlog)
+        assert tile.smem_bytes(nf, dlog, tile.Q2_0, wg=True) <= mma.SMEM_LIMIT, (nf, dlog)
+
+
+@pytest.mark.parametrize("fmt", [tile.NVFP4, tile.Q2_0], ids=lambda f: f.prefix)
+@pytest.mark.parametrize("nf", tile.WG_FRAGS)
+def test_wgmma_stages_are_swizzle_aligned(fmt: tile.TileFormat, nf: int) -> None:
+    """nvfp4_wgmma.cu's stages start on 1024-byte boundaries (its 128-byte swizzle's period): the
+    launcher's smem holds the alignment slack, the rounded stages and the counter levels."""
+    stage = 8 * nf * 256 + tile.COLS * fmt.wrow + tile.COLS * fmt.sb
+    rounded = -(-stage // 1024) * 1024
+    assert rounded % 1024 == 0 and rounded - stage < 1024
+    assert (8 * nf * 256 // 2) % 1024 == 0  # each activation half is swizzle-aligned too
+    for dlog in (0, 1, 5):
+        want = 1024 + tile.STAGES * rounded + max(0, dlog - 1) * nf * tile.THREADS * 16
+        assert tile.smem_bytes(nf, dlog, fmt, wg=True) == want
 
 
 #: Shared memory of one H200 (sm_90) multiprocessor, and what the runtime reserves per CTA.
@@ -49,3 +68,46 @@ def test_one_part_when_the_grid_is_full() -> None:
 @pytest.mark.parametrize(("rows", "nf"), [(1, 2), (16, 2), (17, 4), (32, 4), (33, 8), (64, 8), (4096, 8)])
 def test_tile_height_covers_the_rows(rows: int, nf: int) -> None:
     assert tile.frags_for(rows) == nf
+
+
+class _FakeRuntime:
+    """get_kernel answering from a set of (file, name) that built."""
+
+    def __init__(self, built: set[tuple[str, str]]) -> None:
+        self.built = built
+
+    def get_kernel(self, cu: str, name: str) -> Any:
+        return object() if (cu, name) in self.built else None
+
+
+def _all(fmt: tile.TileFormat, wg: bool) -> set[tuple[str, str]]:
+    if wg:
+        return {(tile.WG_FILE, f"{fmt.wg_prefix}_gemm_f{nf}") for nf in tile.WG_FRAGS}
+    return {(tile.FILE, f"{fmt.prefix}_gemm_f{nf}") for nf in fmt.frags or tile.FRAGS}
+
+
+@pytest.mark.parametrize("fmt", [tile.NVFP4, tile.Q2_0], ids=lambda f: f.prefix)
+@pytest.mark.parametrize("rows", [1, 33, 64, 4096])
+def test_pick_prefers_wgmma_where_it_builds(
+    monkeypatch: pytest.MonkeyPatch, fmt: tile.TileFormat, rows: int
+) -> None:
+    monkeypatch.setattr(tile, "WG_ENABLED", True)
+    monkeypatch.setattr(tile, "runtime", _FakeRuntime(_all(fmt, True) | _all(fmt, False)))
+    pick = tile.pick_kernel(fmt, rows)
+    nf = tile.frags_for(rows, tile.WG_FRAGS)
+    assert pick == tile.TileKernel(tile.WG_FILE, f"{fmt.wg_prefix}_gemm_f{nf}", nf, 1, True)
+    # not built (any device but sm_90), or turned off: nvfp4_tile.cu's kernel, its CTAs per SM
+    old_nf = tile.frags_for(rows, fmt.frags)
+    old = tile.TileKernel(tile.FILE, f"{fmt.prefix}_gemm_f{old_nf}", old_nf, fmt.ctas_per_sm, False)
+    monkeypatch.setattr(tile, "runtime", _FakeRuntime(_all(fmt, False)))
+    assert tile.pick_kernel(fmt, rows) == old
+    monkeypatch.setattr(tile, "runtime", _FakeRuntime(_all(fmt, True) | _all(fmt, False)))
+    monkeypatch.setattr(tile, "WG_ENABLED", False)
+    assert tile.pick_kernel(fmt, rows) == old
+    monkeypatch.setattr(tile, "runtime", _FakeRuntime(set()))
+    assert tile.pick_kernel(fmt, rows) is None
+
+
+def test_wgmma_kernels_are_the_configured_ones() -> None:
+    assert configs.instances("NVFP4_WGMMA_TILE") == [f"NVFP4_WGMMA_TILE({nf})" for nf in tile.WG_FRAGS]
+    assert configs.instances("Q2_WGMMA_TILE") == [f"Q2_WGMMA_TILE({nf})" for nf in tile.WG_FRAGS]

@@ -202,16 +202,25 @@ def _q2_dec(fmt: str, n: int, k: int, m: int) -> list[Candidate]:
 
 
 def _nvfp4_gemm(fmt: str, n: int, k: int, m: int) -> list[Candidate]:
-    """Every built A16 tensor-core kernel of the cell: the tiled GEMM ("tile f{NF}", where B % 8
-    == 0) and the mma.py kernels in both families, the s8 limbs (names as they were) and the f16
-    MMA ("f16 ..."; mma.BLOCK_DOT), each with the tiled GEMM off."""
+    """Every built A16 tensor-core kernel of the cell: the tiled GEMM ("tile f{NF}" on mma.sync,
+    "wgmma tile f{NF}" on sm_90a, where B % 8 == 0; routed: the wgmma one while tile.WG_ENABLED,
+    as on the H200) and the mma.py kernels in both families, the s8 limbs (names as they were)
+    and the f16 MMA ("f16 ..."; mma.BLOCK_DOT), each with the tiled GEMM off."""
     from metrale.cuda import tile
 
     out = []
     if (k // 16) % 8 == 0:
+        wg = tile.WG_ENABLED
+        for nf in configs.NVFP4_WGMMA_TILE_FRAGS:
+            wg_on = ((TILE, "WG_ENABLED", True), (TILE, "WG_FRAGS", (nf,)))
+            sets = ((TILE, "ENABLED", True), (TILE, "MIN_ROWS", 1), *wg_on)
+            routed = wg and tile.ENABLED and m >= tile.MIN_ROWS and nf == tile.frags_for(m, tile.WG_FRAGS)
+            kern = ("nvfp4_wgmma.cu", f"w4a16w_gemm_f{nf}")
+            out.append(Candidate(f"wgmma tile f{nf}", (kern,), sets, routed=routed))
         for nf in configs.NVFP4_TILE_FRAGS:
-            sets = ((TILE, "ENABLED", True), (TILE, "MIN_ROWS", 1), (TILE, "FRAGS", (nf,)))
-            routed = tile.ENABLED and m >= tile.MIN_ROWS and nf == tile.frags_for(m)
+            wg_off = ((TILE, "WG_ENABLED", False), (TILE, "FRAGS", (nf,)))
+            sets = ((TILE, "ENABLED", True), (TILE, "MIN_ROWS", 1), *wg_off)
+            routed = not wg and tile.ENABLED and m >= tile.MIN_ROWS and nf == tile.frags_for(m)
             kern = ("nvfp4_tile.cu", f"w4a16b_gemm_f{nf}")
             out.append(Candidate(f"tile f{nf}", (kern,), sets, routed=routed))
     tiled = bool(out) and tile.ENABLED and m >= tile.MIN_ROWS

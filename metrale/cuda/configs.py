@@ -97,6 +97,9 @@ NVFP4_GEMM_VARIANTS: tuple[tuple[int, int, int], ...] = ((5, 2, 2), (7, 3, 1))
 #: nvfp4_tile.cu tiled bf16 GEMM ``w4a16b_gemm_f{NF}``: CTA tiles of 8 NF activation rows x 128
 #: columns (NF 8-row fragments per warp).
 NVFP4_TILE_FRAGS: tuple[int, ...] = (2, 4, 8)
+#: nvfp4_wgmma.cu, the same tiles on Hopper's warpgroup MMA (``w4a16w_gemm_f{NF}``,
+#: ``q2a16w_gemm_f{NF}``): wgmma m64n{8 NF}k16 per block and warpgroup.
+NVFP4_WGMMA_TILE_FRAGS: tuple[int, ...] = (2, 4, 8)
 #: Its Q2_0 kernels ``q2a16b_gemm_f{NF}``: NF = 8 spills registers there and measured slower
 #: than NF = 4 (3.2 against 3.8 T block values/s at 4096 rows on an H200).
 Q2_0_TILE_FRAGS: tuple[int, ...] = (2, 4)
@@ -423,6 +426,8 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
     ],
     "NVFP4_TILE": lambda: [f"NVFP4_TILE({nf})" for nf in NVFP4_TILE_FRAGS],
     "Q2_TILE": lambda: [f"Q2_TILE({nf}, {Q2_0_TILE_CTAS_PER_SM})" for nf in Q2_0_TILE_FRAGS],
+    "NVFP4_WGMMA_TILE": lambda: [f"NVFP4_WGMMA_TILE({nf})" for nf in NVFP4_WGMMA_TILE_FRAGS],
+    "Q2_WGMMA_TILE": lambda: [f"Q2_WGMMA_TILE({nf})" for nf in NVFP4_WGMMA_TILE_FRAGS],
     "Q2_MMA": lambda: [
         f"Q2_MMA({nt}, {_bool(al)}, {'a' if al else 'u'})" for nt in NVFP4_MMA_TILES for al in (True, False)
     ],

@@ -1,7 +1,8 @@
-"""Launcher of the tiled NVFP4 and Q2_0 × A16 GEMM (``kernels/nvfp4_tile.cu``): the prologue
-writes the scaled A16 operand, the per-block factors and the slow-row marks of a chunk of rows
-into the mma.py workspace, then ``w4a16b_gemm_f{NF}`` (NVFP4) or ``q2a16b_gemm_f{NF}`` (Q2_0) runs
-CTA tiles of 8·NF rows × 128 columns over K (split into aligned parts where the grid would not
+"""Launcher of the tiled NVFP4 and Q2_0 × A16 GEMM (``kernels/nvfp4_tile.cu``, and on sm_90
+``kernels/nvfp4_wgmma.cu``, the same tiles on warpgroup MMA): the prologue writes the scaled A16
+operand, the per-block factors and the slow-row marks of a chunk of rows into the mma.py
+workspace, then ``w4a16b_gemm_f{NF}`` / ``w4a16w_gemm_f{NF}`` (NVFP4) or ``q2a16b_gemm_f{NF}`` /
+``q2a16w_gemm_f{NF}`` (Q2_0) runs CTA tiles of 8·NF rows × 128 columns over K (split into aligned parts where the grid would not
 fill the GPU; ``mma_finish`` sums their roots). The same bits as every other path of the format
 (arithmetic.md § tree, § kernel-notes).
 """
@@ -18,6 +19,8 @@ import numpy as np
 from metrale.cuda import configs, mma, runtime
 
 FILE = "nvfp4_tile.cu"
+#: The same GEMM on Hopper's warpgroup MMA (sm_90a): the launcher takes it where it builds.
+WG_FILE = "nvfp4_wgmma.cu"
 #: METRALE_NVFP4_TILE=0 turns the tiled GEMM off (the mma.py paths give the same bits).
 ENABLED = os.environ.get("METRALE_NVFP4_TILE", "1") != "0"
 #: Rows from which the NVFP4 × A16 / A4 and Q2_0 × A16 projections take the tiled GEMM
@@ -30,6 +33,9 @@ A4_ENABLED = os.environ.get("METRALE_NVFP4_TILE_A4", "1") != "0"
 #: q2_0.py kernels (same bits).
 Q2_ENABLED = os.environ.get("METRALE_Q2_TILE", "1") != "0"
 FRAGS = configs.NVFP4_TILE_FRAGS
+#: METRALE_TILE_WGMMA=0 keeps the tile on mma.sync (nvfp4_tile.cu) on sm_90 too (same bits).
+WG_ENABLED = os.environ.get("METRALE_TILE_WGMMA", "1") != "0"
+WG_FRAGS = configs.NVFP4_WGMMA_TILE_FRAGS
 
 
 @dataclass(frozen=True)
@@ -48,13 +54,17 @@ class TileFormat:
     frags: tuple[int, ...] | None = None
     #: CTAs per multiprocessor its kernels are built for (their ``__launch_bounds__``).
     ctas_per_sm: int = 1
+    #: Its kernels' prefix in nvfp4_wgmma.cu (``{wg_prefix}_gemm_f{NF}``, NF in ``WG_FRAGS``).
+    wg_prefix: str = ""
 
 
 #: Steps (8 blocks) per K part at most: the counter keeps levels 1 .. dlog - 1 in shared memory.
 MAX_PART_STEPS = 32
 MIN_PART_STEPS = 4
-NVFP4 = TileFormat("w4a16b", 80, 8, -102, 110)
-Q2_0 = TileFormat("q2a16b", 48, 4, -88, 105, configs.Q2_0_TILE_FRAGS, configs.Q2_0_TILE_CTAS_PER_SM)
+NVFP4 = TileFormat("w4a16b", 80, 8, -102, 110, wg_prefix="w4a16w")
+Q2_0 = TileFormat(
+    "q2a16b", 48, 4, -88, 105, configs.Q2_0_TILE_FRAGS, configs.Q2_0_TILE_CTAS_PER_SM, wg_prefix="q2a16w"
+)
 THREADS = 256
 COLS = 128
 STAGES = 3
@@ -69,10 +79,40 @@ def frags_for(rows: int, frags: tuple[int, ...] | None = None) -> int:
     return next((nf for nf in frags if 8 * nf >= rows), frags[-1])
 
 
-def smem_bytes(nf: int, dlog: int, fmt: TileFormat = NVFP4) -> int:
-    """Dynamic shared memory of the format's GEMM ``{prefix}_gemm_f{nf}`` for parts of 2^dlog steps."""
+def smem_bytes(nf: int, dlog: int, fmt: TileFormat = NVFP4, wg: bool = False) -> int:
+    """Dynamic shared memory of the format's GEMM ``{prefix}_gemm_f{nf}`` (wg: nvfp4_wgmma.cu's
+    ``{wg_prefix}_gemm_f{nf}``, its stages 1024-byte aligned) for parts of 2^dlog steps."""
     stage = 8 * nf * 256 + COLS * fmt.wrow + COLS * fmt.sb
-    return STAGES * stage + max(0, dlog - 1) * nf * THREADS * 16
+    if wg:
+        stage = -(-stage // 1024) * 1024
+    return (1024 if wg else 0) + STAGES * stage + max(0, dlog - 1) * nf * THREADS * 16
+
+
+@dataclass(frozen=True)
+class TileKernel:
+    """The GEMM kernel a chunk runs on: its file and name, NF, CTAs per multiprocessor and whether
+    it is nvfp4_wgmma.cu's."""
+
+    file: str
+    name: str
+    nf: int
+    ctas_per_sm: int
+    wg: bool
+
+
+def pick_kernel(fmt: TileFormat, rows: int) -> TileKernel | None:
+    """The GEMM for a chunk of ``rows`` rows: nvfp4_wgmma.cu's where WG_ENABLED and it builds for
+    this device (sm_90a), else nvfp4_tile.cu's; None when neither is built."""
+    if WG_ENABLED and fmt.wg_prefix:
+        nf = frags_for(rows, WG_FRAGS)
+        name = f"{fmt.wg_prefix}_gemm_f{nf}"
+        if runtime.get_kernel(WG_FILE, name) is not None:
+            return TileKernel(WG_FILE, name, nf, 1, True)
+    nf = frags_for(rows, fmt.frags)
+    name = f"{fmt.prefix}_gemm_f{nf}"
+    if runtime.get_kernel(FILE, name) is None:
+        return None
+    return TileKernel(FILE, name, nf, fmt.ctas_per_sm, False)
 
 
 def plan_parts(s8: int, ctas_per_part: int, slots: int) -> tuple[int, int]:
@@ -142,18 +182,19 @@ def _run(
     if b % 8 != 0 or rows <= 0:
         return False
     chunk = min(rows, CHUNK_ROWS)
-    nf = frags_for(chunk, fmt.frags)
-    kern = runtime.get_kernel(FILE, f"{fmt.prefix}_gemm_f{nf}")
+    pick = pick_kernel(fmt, chunk)
     finish = runtime.get_kernel(FILE, "mma_finish")
-    if kern is None or finish is None:
+    if pick is None or finish is None:
         return False
+    kern = runtime.get_kernel(pick.file, pick.name)
+    nf = pick.nf
     k = 16 * b
     s8 = b // 8
     tile_rows = 8 * nf
     col_ctas = -(-n // COLS)
-    slots = runtime.sm_count() * fmt.ctas_per_sm
+    slots = runtime.sm_count() * pick.ctas_per_sm
     dlog, parts = plan_parts(s8, -(-chunk // tile_rows) * col_ctas * gz, slots)
-    smem = smem_bytes(nf, dlog, fmt)
+    smem = smem_bytes(nf, dlog, fmt, pick.wg)
     if smem > mma.SMEM_LIMIT:
         return False
     rows_pad = tile_rows * -(-chunk // tile_rows)

@@ -1,4 +1,5 @@
-"""The tiled NVFP4 × A16 / A4 and Q2_0 × A16 GEMM (kernels/nvfp4_tile.cu, metrale/cuda/tile.py)
+"""The tiled NVFP4 × A16 / A4 and Q2_0 × A16 GEMM (kernels/nvfp4_tile.cu on mma.sync and
+kernels/nvfp4_wgmma.cu on Hopper's wgmma, metrale/cuda/tile.py; every test runs each kernel)
 against the numpy reference, bit for bit: its fast epilogue (scaled bf16 operands, one multiply
 per block value) at the edges of each format's exponent window, its slow epilogue (a tile
 holding any row outside the window), every CTA tile height, every K split (parts of 1 to 32
@@ -44,8 +45,30 @@ def _count_launches(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> 
     return calls
 
 
+@pytest.fixture(params=[False, True], ids=["mma_sync", "wgmma"])
+def tile_kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Each test on both GEMMs: nvfp4_tile.cu (mma.sync) and nvfp4_wgmma.cu (wgmma, sm_90a only:
+    skipped on other devices, where it cannot build). Every chunk must run on the one asked for:
+    a wgmma kernel missing on sm_90 fails."""
+    from metrale.cuda import runtime, tile
+
+    wg = bool(request.param)
+    if wg and runtime.device_props(runtime.device_id())["major"] != 9:
+        pytest.skip("nvfp4_wgmma.cu is built for sm_90a only")
+    monkeypatch.setattr(tile, "WG_ENABLED", wg)
+    real = tile.pick_kernel
+
+    def checked(fmt: Any, rows: int) -> Any:
+        pick = real(fmt, rows)
+        assert pick is not None and pick.wg == wg, (pick, runtime.build_errors)
+        return pick
+
+    monkeypatch.setattr(tile, "pick_kernel", checked)
+    return wg
+
+
 @pytest.fixture
-def tiled(monkeypatch: pytest.MonkeyPatch) -> Any:
+def tiled(monkeypatch: pytest.MonkeyPatch, tile_kernel: bool) -> Any:
     """The tiled GEMM from one row on; the other paths off, so a miss fails loudly."""
     from metrale.cuda import mma, tile
 
@@ -187,7 +210,7 @@ def test_tile_weight_codes_and_scales_exhaustive(
 
 
 @pytest.fixture
-def tiled_a4(monkeypatch: pytest.MonkeyPatch) -> Any:
+def tiled_a4(monkeypatch: pytest.MonkeyPatch, tile_kernel: bool) -> Any:
     """The tiled GEMM's A4 prologue from one row on (tile.A4_ENABLED), the fast A4 kernels and
     the tensor-core A4 path off, so a miss fails loudly; counts the tiled launches."""
     from metrale.cuda import mma, nvfp4, tile
@@ -229,7 +252,7 @@ def test_tile_a4_matches_reference(
 
 
 @pytest.fixture
-def tiled_q2(monkeypatch: pytest.MonkeyPatch) -> Any:
+def tiled_q2(monkeypatch: pytest.MonkeyPatch, tile_kernel: bool) -> Any:
     """Q2_0 on the tiled GEMM from one row on; the decode kernels and the tensor-core paths off."""
     from metrale.cuda import mma, q2_0, tile
 

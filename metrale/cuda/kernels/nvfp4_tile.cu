@@ -3,7 +3,9 @@
 // per 16-element block whose f32 accumulator is the block dot already times 2^(E_b - 15), so a
 // block value costs one multiply (arithmetic.md § projection, § kernel-notes "scaled A16
 // operands"; the other NVFP4 kernels are in nvfp4_gemv.cu, nvfp4_a4.cu and nvfp4_mma.cu, the
-// other Q2_0 ones in q2_0_gemv.cu, q2_0_dec.cu and q2_0_mma.cu).
+// other Q2_0 ones in q2_0_gemv.cu, q2_0_dec.cu and q2_0_mma.cu). The decodes, stage copies, step
+// tree, counter and part root are tile.cuh's, shared with nvfp4_wgmma.cu, the same GEMM on
+// Hopper's wgmma (which the launcher takes on sm_90: metrale/cuda/tile.py).
 //
 // Kernels (extern "C"):
 //   w4a16b_prep(x, ldx, m, rows_pad, B, elo, ehi, xh, fac, slow)
@@ -62,12 +64,8 @@
 // the mma_gemm.cuh step order); the step roots enter a binary counter whose level 0 is in
 // registers and levels 1 .. dlog - 1 in shared memory; the last step of a full part (2^dlog
 // steps) leaves the part root in level 0; a shorter part folds the levels of the set bits of its
-// step count, right-nested from the lowest (mma_gemm.cuh counter_fold).
-#include "mma_gemm.cuh"
-
-#define W4B_THREADS 256
-#define W4B_COLS 128
-#define W4B_STAGES 3
+// step count, right-nested from the lowest (tile.cuh tile_finish).
+#include "tile.cuh"
 
 // ---- prologues ----
 // The 16 operand values of row r, block b (element order, each an exact bf16) into xh in the
@@ -175,36 +173,6 @@ extern "C" __global__ void __launch_bounds__(256) w4a4b_prep(const signed char* 
 }
 
 // ---- the GEMM ----
-// Nibbles t and t + 4 of W (rotations rm = 6 - 4t, rs = 12 - 4t, mod 32) as the bf16 pair
-// (2 e2m1 of nibble t, of nibble t + 4): the magnitude bits at 6..8 are e2m1 2^-126 (a bf16
-// subnormal for the code 0.5), times 2^127 by one exact fma, and the sign bit moved to 15.
-__device__ __forceinline__ unsigned int w4b_pair(unsigned int W, unsigned int rm, unsigned int rs) {
-    const unsigned int mag = __funnelshift_l(W, W, rm) & 0x01C001C0u;
-    unsigned int v;
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(mag), "r"(0x7F007F00u), "r"(0x80008000u));
-    return v ^ (__funnelshift_l(W, W, rs) & 0x80008000u);
-}
-
-// Q2_0: bytes 0 and 1 (sel 0x7150) or 2 and 3 (sel 0x7352) of Ws = W >> 2t, whose low 2 bits are
-// the codes q of elements t, t + 4 (or 8 + t, 12 + t), as the bf16 pair 2 (q - 1): 128 + q (the
-// byte's bits 0-1 under the exponent byte 0x43), times 2, minus 258, by one exact fma.
-__device__ __forceinline__ unsigned int q2b_pair(unsigned int Ws, unsigned int sel) {
-    const unsigned int x = __byte_perm(Ws, 0x43004300u, sel) & 0x43034303u;
-    unsigned int v;
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(x), "r"(0x40004000u), "r"(0xC381C381u));
-    return v;
-}
-
-// The weight formats of the tiled GEMM: per 8-block step and column, the bytes of codes (WB, at
-// a WROW-byte stride in shared memory: 8 distinct 16-byte bank groups for the 8 columns a warp's
-// ldmatrix-free loads touch) and of scales (SB).
-struct TileNvfp4 {  // 2 words per block (e2m1 nibbles), 8 e4m3 scales
-    static constexpr int WB = 64, WROW = 80, SB = 8;
-};
-struct TileQ2 {  // 1 word per block (2-bit codes), the f16 d of blocks 0-3 and of 4-7
-    static constexpr int WB = 32, WROW = 48, SB = 4;
-};
-
 __device__ __forceinline__ void w4b_ldsm4(unsigned int addr, unsigned int& r0, unsigned int& r1, unsigned int& r2,
                                           unsigned int& r3) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
@@ -212,60 +180,19 @@ __device__ __forceinline__ void w4b_ldsm4(unsigned int addr, unsigned int& r0, u
                  : "r"(addr));
 }
 
-// Stage s (blocks 8 s .. 8 s + 7) of the CTA's rows and columns into shared memory at base.
-template <int NF, class F>
-__device__ __forceinline__ void w4b_load(unsigned char* base, const unsigned char* __restrict__ xh, int row0, int K,
-                                         const WeightSet& set, int n0, int N, int B, int s) {
-    constexpr int ACT = 8 * NF * 256, CH = F::WB / 16;
-    const int tid = threadIdx.x;
-#pragma unroll
-    for (int i = 0; i < NF / 2; ++i) {  // 8 NF rows x 16 chunks of 16 bytes
-        const int q = tid + W4B_THREADS * i, r = q >> 4, c = q & 15;
-        const unsigned char* src = xh + ((size_t)(row0 + r) * K + (size_t)s * 128) * 2 + c * 16;
-        cp_async16(base + r * 256 + ((c ^ (r & 7)) << 4), src, 16);
-    }
-#pragma unroll
-    for (int i = 0; i < CH / 2; ++i) {  // 128 weight rows x CH chunks
-        const int q = tid + W4B_THREADS * i, col = q / CH, p = q % CH, n = n0 + col;
-        const bool ok = n < N;
-        const unsigned char* src =
-            set.w + (size_t)(ok ? n : 0) * ((size_t)B * (F::WB / 8)) + (size_t)s * F::WB + p * 16;
-        cp_async16(base + ACT + col * F::WROW + p * 16, src, ok ? 16 : 0);
-    }
-    if (tid < W4B_COLS) {  // 128 x SB scale bytes
-        const int n = n0 + tid;
-        const bool ok = n < N;
-        const unsigned char* src = set.ws + (size_t)(ok ? n : 0) * ((size_t)B * F::SB / 8) + (size_t)s * F::SB;
-        unsigned char* dst = base + ACT + W4B_COLS * F::WROW + tid * F::SB;
-        if constexpr (F::SB == 8) cp_async8(dst, src, ok ? 8 : 0);
-        else cp_async4(dst, src, ok ? 4 : 0);
-    }
-}
-
-// The block values of one block into v[nf][j] (accumulator j of row fragment nf: column wc0 +
-// 8 (j >> 1), row 8 nf + 2t + (j & 1)). The weight operand (the mma's A fragment) from the words
-// W0, W1 (columns wc0, wc0 + 8; NVFP4: elements 0-7, then W2, W3: 8-15; Q2_0: W0, W1 shifted by
-// 2t, W2, W3 unused).
-template <int NF, bool SLOW, class F>
-__device__ __forceinline__ void w4b_block(float (&v)[NF][4], unsigned int W0, unsigned int W1, unsigned int W2,
-                                          unsigned int W3, float ws0, float ws1, unsigned int rm, unsigned int rs,
+// The block values of one block into v[nf][j] (layout in tile.cuh) from its weight operand a
+// (the mma's A fragment) and the scales ws0, ws1 of columns wc0, wc0 + 8.
+template <int NF, bool SLOW>
+__device__ __forceinline__ void w4b_block(float (&v)[NF][4], const unsigned int (&a)[4], float ws0, float ws1,
                                           const unsigned int (&abase)[NF / 2], unsigned int chunk,
                                           const float* __restrict__ facp, int B) {
-    unsigned int a0, a1, a2, a3;
-    if constexpr (F::SB == 4) {
-        a0 = q2b_pair(W0, 0x7150u), a1 = q2b_pair(W1, 0x7150u);
-        a2 = q2b_pair(W0, 0x7352u), a3 = q2b_pair(W1, 0x7352u);
-    } else {
-        a0 = w4b_pair(W0, rm, rs), a1 = w4b_pair(W1, rm, rs);
-        a2 = w4b_pair(W2, rm, rs), a3 = w4b_pair(W3, rm, rs);
-    }
 #pragma unroll
     for (int np = 0; np < NF / 2; ++np) {
         unsigned int b00, b01, b10, b11;
         w4b_ldsm4(abase[np] + (chunk << 4), b00, b01, b10, b11);
         float d[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-        mma_f16<true>(d[0], a0, a1, a2, a3, b00, b01);
-        mma_f16<true>(d[1], a0, a1, a2, a3, b10, b11);
+        mma_f16<true>(d[0], a[0], a[1], a[2], a[3], b00, b01);
+        mma_f16<true>(d[1], a[0], a[1], a[2], a[3], b10, b11);
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -284,7 +211,6 @@ __device__ __forceinline__ void w4b_body(const unsigned char* __restrict__ xh, c
                                          unsigned char* smem) {
     constexpr int ACT = 8 * NF * 256;
     constexpr int STAGE = ACT + W4B_COLS * F::WROW + W4B_COLS * F::SB;
-    constexpr bool Q2 = F::SB == 4;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int K = B * 16;
     const unsigned int sbase = (unsigned int)__cvta_generic_to_shared(smem);
@@ -304,138 +230,39 @@ __device__ __forceinline__ void w4b_body(const unsigned char* __restrict__ xh, c
 
 #pragma unroll
     for (int i = 0; i < W4B_STAGES - 1; ++i) {
-        if (i < Sl) w4b_load<NF, F>(smem + i * STAGE, xh, row0, K, set, n0, N, B, s_begin + i);
+        if (i < Sl) tile_load<NF, F, false>(smem + i * STAGE, xh, row0, K, set, n0, N, B, s_begin + i);
         cp_async_commit();
     }
     for (int ls = 0; ls < Sl; ++ls) {
         cp_async_wait<W4B_STAGES - 2>();
         __syncthreads();
         if (ls + W4B_STAGES - 1 < Sl)
-            w4b_load<NF, F>(smem + ((ls + W4B_STAGES - 1) % W4B_STAGES) * STAGE, xh, row0, K, set, n0, N, B,
-                            s_begin + ls + W4B_STAGES - 1);
+            tile_load<NF, F, false>(smem + ((ls + W4B_STAGES - 1) % W4B_STAGES) * STAGE, xh, row0, K, set, n0, N,
+                                    B, s_begin + ls + W4B_STAGES - 1);
         cp_async_commit();
         const int buf = ls % W4B_STAGES;
         const unsigned char* sp = smem + buf * STAGE;
         unsigned int abase[NF / 2];
 #pragma unroll
         for (int np = 0; np < NF / 2; ++np) abase[np] = sbase + buf * STAGE + arow[np];
-        const unsigned char* wr0 = sp + ACT + wc0 * F::WROW;
-        const unsigned char* wr1 = wr0 + 8 * F::WROW;
+        const unsigned char* wp = sp + ACT + wc0 * F::WROW;
         const unsigned char* sc = sp + ACT + W4B_COLS * F::WROW;
-        uint2 sc0 = make_uint2(0u, 0u), sc1 = sc0;  // NVFP4: the 8 e4m3 scales of columns wc0, wc0 + 8
-        if constexpr (!Q2) {
-            sc0 = *(const uint2*)(sc + wc0 * 8);
-            sc1 = *(const uint2*)(sc + (wc0 + 8) * 8);
-        }
         const int blk0 = 8 * (s_begin + ls);
-        // the step's 8-leaf subtree over block pairs i: leaves 2i, 2i + 1 added (level 1), then
-        // level 1 pairs (q: pair 0 / 2 parked) and level 2 (r: pairs 0-1 parked), root sr
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const unsigned int ch = 4u * i + (mi & 1);
+            unsigned int a[2][4];
+            float ws[2][2];
+            tile_pair_operands<F>(a, ws, i, wp, sc, wc0, rm, rs, sh);
             float v[NF][4];
-            if constexpr (Q2) {
-                // f32(d): the column's first f16 covers blocks 0-3, the second 4-7
-                const float d0 = f16_to_f32(*(const unsigned short*)(sc + wc0 * 4 + 2 * (i >> 1)));
-                const float d1 = f16_to_f32(*(const unsigned short*)(sc + (wc0 + 8) * 4 + 2 * (i >> 1)));
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {  // one word per block; lane t's codes brought to bit 0
-                    const unsigned int X0 = *(const unsigned int*)(wr0 + 8 * i + 4 * e) >> sh;
-                    const unsigned int X1 = *(const unsigned int*)(wr1 + 8 * i + 4 * e) >> sh;
-                    w4b_block<NF, SLOW, F>(e ? v : e0, X0, X1, 0u, 0u, d0, d1, rm, rs, abase, (ch + 2u * e) ^ mr,
-                                           facl + blk0 + 2 * i + e, B);
-                }
-            } else {  // two words per block: elements 0-7, 8-15
-                const uint4 A0 = *(const uint4*)(wr0 + 16 * i), A1 = *(const uint4*)(wr1 + 16 * i);
-                // scales of blocks 2i, 2i + 1: column wc0 (ws0), wc0 + 8 (ws1)
-                const unsigned int s0w = (i < 2 ? sc0.x : sc0.y) >> (16 * (i & 1));
-                const unsigned int s1w = (i < 2 ? sc1.x : sc1.y) >> (16 * (i & 1));
-                float ws0[2], ws1[2];
-                e4m3x2_to_f32(s0w & 0xffffu, ws0[0], ws0[1]);
-                e4m3x2_to_f32(s1w & 0xffffu, ws1[0], ws1[1]);
-                w4b_block<NF, SLOW, F>(e0, A0.x, A1.x, A0.y, A1.y, ws0[0], ws1[0], rm, rs, abase, ch ^ mr,
-                                       facl + blk0 + 2 * i, B);
-                w4b_block<NF, SLOW, F>(v, A0.z, A1.z, A0.w, A1.w, ws0[1], ws1[1], rm, rs, abase, (ch + 2u) ^ mr,
-                                       facl + blk0 + 2 * i + 1, B);
-            }
-#pragma unroll
-            for (int nf = 0; nf < NF; ++nf)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const float l1 = ieee_add(e0[nf][j], v[nf][j]);
-                    if ((i & 1) == 0) {
-                        q[nf][j] = l1;
-                    } else {
-                        const float l2 = ieee_add(q[nf][j], l1);
-                        if (i == 1) r[nf][j] = l2;
-                        else sr[nf][j] = ieee_add(r[nf][j], l2);
-                    }
-                }
+            w4b_block<NF, SLOW>(e0, a[0], ws[0][0], ws[0][1], abase, ch ^ mr, facl + blk0 + 2 * i, B);
+            w4b_block<NF, SLOW>(v, a[1], ws[1][0], ws[1][1], abase, (ch + 2u) ^ mr, facl + blk0 + 2 * i + 1, B);
+            tile_pair_tree<NF>(i, e0, v, q, r, sr);
         }
-        // the step root into the counter: add into levels 0 .. lvl - 1, park at lvl
-        const int lvl = __ffs(~ls) - 1;
-        if (lvl == 0) {
-#pragma unroll
-            for (int nf = 0; nf < NF; ++nf)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) L0[nf][j] = sr[nf][j];
-        } else {
-#pragma unroll
-            for (int nf = 0; nf < NF; ++nf)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) sr[nf][j] = ieee_add(L0[nf][j], sr[nf][j]);
-            for (int L = 1; L < lvl; ++L) {
-#pragma unroll
-                for (int nf = 0; nf < NF; ++nf) {
-                    const float4 c = ctr[((L - 1) * NF + nf) * W4B_THREADS + tid];
-                    sr[nf][0] = ieee_add(c.x, sr[nf][0]);
-                    sr[nf][1] = ieee_add(c.y, sr[nf][1]);
-                    sr[nf][2] = ieee_add(c.z, sr[nf][2]);
-                    sr[nf][3] = ieee_add(c.w, sr[nf][3]);
-                }
-            }
-            if (lvl < dlog) {
-#pragma unroll
-                for (int nf = 0; nf < NF; ++nf)
-                    ctr[((lvl - 1) * NF + nf) * W4B_THREADS + tid] =
-                        make_float4(sr[nf][0], sr[nf][1], sr[nf][2], sr[nf][3]);
-            } else {
-#pragma unroll
-                for (int nf = 0; nf < NF; ++nf)
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) L0[nf][j] = sr[nf][j];
-            }
-        }
+        tile_counter_push<NF>(ls, dlog, sr, L0, ctr, tid);
     }
     cp_async_wait<0>();
-    // the part root: level 0 after a full part, else the fold of the set bits of Sl (the lowest
-    // first, each earlier subtree on the left)
-    if (Sl != (1 << dlog)) {
-        bool have = (Sl & 1) != 0;
-        for (int L = 1; L < dlog; ++L) {
-            if (((Sl >> L) & 1) == 0) continue;
-#pragma unroll
-            for (int nf = 0; nf < NF; ++nf) {
-                const float4 c = ctr[((L - 1) * NF + nf) * W4B_THREADS + tid];
-                L0[nf][0] = have ? ieee_add(c.x, L0[nf][0]) : c.x;
-                L0[nf][1] = have ? ieee_add(c.y, L0[nf][1]) : c.y;
-                L0[nf][2] = have ? ieee_add(c.z, L0[nf][2]) : c.z;
-                L0[nf][3] = have ? ieee_add(c.w, L0[nf][3]) : c.w;
-            }
-            have = true;
-        }
-    }
-#pragma unroll
-    for (int nf = 0; nf < NF; ++nf)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int col = n0 + wc0 + 8 * (j >> 1), row = row0 + 8 * nf + 2 * t + (j & 1);
-            if (col >= N || row >= m) continue;
-            if (partial == nullptr)
-                set.out[(size_t)row * set.ldo + col] = f32_to_bf16(ieee_mul(L0[nf][j], set.rowscale));
-            else
-                partial[(((size_t)part_i * gz + zs) * m + row) * N + col] = L0[nf][j];
-        }
+    tile_finish<NF>(L0, ctr, tid, Sl, dlog, set, n0, N, row0, m, wc0, t, partial, part_i, gz, zs);
 }
 
 template <int NF, class F>

@@ -63,15 +63,9 @@
 // common.cuh's inline-PTX ieee_mul (subnormals kept whatever -ftz).
 
 #include "common.cuh"
+#include "wgmma.cuh"
 
 typedef unsigned short u16;
-typedef unsigned int u32;
-typedef unsigned long long u64;
-
-// Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1024 bytes apart.
-__device__ __forceinline__ u64 wg_desc(u32 saddr) {
-    return (u64)((saddr & 0x3FFFFu) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
-}
 
 __device__ __forceinline__ void wg_cp16(u32 dst, const void* src, int nbytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(nbytes));

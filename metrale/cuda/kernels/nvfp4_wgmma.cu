@@ -1,0 +1,199 @@
+// nvfp4_wgmma.cu -- the tiled NVFP4 and Q2_0 x A16 / A4 GEMM of nvfp4_tile.cu on Hopper's
+// warpgroup MMA: the same CTA tile, prologue, operands, tree and outputs (tile.cuh), the block
+// dots by wgmma.mma_async m64n{8 NF}k16 with the weight operand in registers.
+// @arch sm_90a
+//
+// Kernels (extern "C"; the arguments, grid, prologue and split-K parts of nvfp4_tile.cu's
+// w4a16b_gemm_f{NF} / q2a16b_gemm_f{NF}):
+//   w4a16w_gemm_f{NF}, q2a16w_gemm_f{NF}(xh, fac, slow, m, w0, s0, rs0, out0, ldo0, w1, s1, rs1,
+//                                        out1, ldo1, N, B, gz, kp8, dlog, partial)
+//       grid (rows_pad / (8 NF), ceil(N / 128), gz parts), block 256 = two warpgroups; warpgroup
+//       h takes weight rows 64 h .. 64 h + 63 of the CTA's 128 (warp w of the CTA: rows 16 w ..
+//       16 w + 15, as in nvfp4_tile.cu), all 8 NF activation rows. Dynamic shared memory: 1024
+//       bytes of alignment, 3 stages of (the 8 NF activation rows in wgmma's 128-byte-swizzled
+//       K-major layout, two 1024-byte-aligned halves of 64 K elements | 128 weight rows x WROW |
+//       128 x SB scale bytes) rounded up to 1024 bytes, then the counter's levels 1 .. dlog - 1.
+//
+// Exactness: per block, each warpgroup issues one wgmma m64n{8 NF}k16 f32.bf16.bf16 with D
+// overwritten (scale-d 0): A = its 64 weight rows' decoded operand (the m16n8k16 A fragment
+// nvfp4_tile.cu builds, one per warp: tile_pair_operands), B = the block's 16 K elements of the
+// 8 NF activation rows (xh from w4a16b_prep / w4a4b_prep, whose k order is the decode's). D
+// holds, per (weight row, activation row), the same exact block dot nvfp4_tile.cu's
+// mma.sync accumulator holds (every product exact, every partial sum a representable multiple
+// of the block's grid: nvfp4_tile.cu, Exactness), in the same fragment order (tile.cuh), so the
+// block values, the tree and the outputs are nvfp4_tile.cu's bits.
+//
+// Pipeline: 3 cp.async stages of 8 blocks (one __syncthreads each, then a proxy fence so wgmma
+// reads what cp.async wrote); each block's wgmma is one commit group, and block b + 1's is issued
+// before block b's values are formed (two register sets of accumulators; the operands of block
+// pair p in slot p & 1). Measured on an H200 against nvfp4_tile.cu (performance-log.md,
+// "2026-12-04 (afternoon)"): 4.7-4.8 against 4.4-4.5 T block values/s at 4096 rows.
+#include "tile.cuh"
+#include "wgmma.cuh"
+
+#define W4W_R8(i)                                                                                    \
+    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]),     \
+        "+f"(d[i + 6]), "+f"(d[i + 7])
+
+// D[64 x 8 NF] f32 = A[64 x 16] (registers a) * B[8 NF x 16]^T (shared memory, descriptor db).
+template <int NF>
+__device__ __forceinline__ void w4w_mma(float (&d)[4 * NF], const u32 (&a)[4], u64 db);
+template <>
+__device__ __forceinline__ void w4w_mma<8>(float (&d)[32], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, 0, 1, 1, 0;"
+        : W4W_R8(0), W4W_R8(8), W4W_R8(16), W4W_R8(24)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+template <>
+__device__ __forceinline__ void w4w_mma<6>(float (&d)[24], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23}, "
+        "{%24, %25, %26, %27}, %28, 0, 1, 1, 0;"
+        : W4W_R8(0), W4W_R8(8), W4W_R8(16)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+template <>
+__device__ __forceinline__ void w4w_mma<4>(float (&d)[16], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "{%16, %17, %18, %19}, %20, 0, 1, 1, 0;"
+        : W4W_R8(0), W4W_R8(8)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+template <>
+__device__ __forceinline__ void w4w_mma<2>(float (&d)[8], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, 0, 1, 1, 0;"
+        : W4W_R8(0)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+// The two wgmmas of block pair i (blocks 2i, 2i + 1 of the stage whose activation halves start
+// at act) into d[0], d[1], committed as one group.
+// The descriptor of block b of a stage from the stage's (dact: its activation halves' start).
+template <int NF>
+__device__ __forceinline__ u64 w4w_block_desc(u64 dact, int b) {
+    return dact + (u64)(((b >> 2) * (8 * NF * 128) + (b & 3) * 32) >> 4);
+}
+
+template <int N>
+__device__ __forceinline__ void w4w_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+template <int NF, bool SLOW, class F>
+__device__ __forceinline__ void w4w_body(const unsigned char* __restrict__ xh, const float* __restrict__ fac, int m,
+                                         int row0, const WeightSet& set, int n0, int N, int B, int s_begin, int Sl,
+                                         int dlog, float* __restrict__ partial, int part_i, int gz, int zs,
+                                         unsigned char* smem) {
+    constexpr int ACT = 8 * NF * 256;
+    constexpr int STAGE = (ACT + W4B_COLS * F::WROW + W4B_COLS * F::SB + 1023) & ~1023;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int K = B * 16;
+    const u32 sbase = (u32)__cvta_generic_to_shared(smem);
+    float4* ctr = (float4*)(smem + W4B_STAGES * STAGE);  // levels 1 .. dlog - 1
+    const u32 rm = (6u - 4u * t) & 31u, rs = (12u - 4u * t) & 31u, sh = 2u * t;
+    const int wc0 = 16 * warp + g;
+    const float* facl = fac + (size_t)(row0 + 2 * t) * B;
+
+    float L0[NF][4];
+    float q[NF][4], r[NF][4], sr[NF][4];
+
+#pragma unroll
+    for (int i = 0; i < W4B_STAGES - 1; ++i) {
+        if (i < Sl) tile_load<NF, F, true>(smem + i * STAGE, xh, row0, K, set, n0, N, B, s_begin + i);
+        cp_async_commit();
+    }
+    for (int ls = 0; ls < Sl; ++ls) {
+        cp_async_wait<W4B_STAGES - 2>();
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // cp.async data to wgmma's reads
+        __syncthreads();
+        if (ls + W4B_STAGES - 1 < Sl)
+            tile_load<NF, F, true>(smem + ((ls + W4B_STAGES - 1) % W4B_STAGES) * STAGE, xh, row0, K, set, n0, N, B,
+                                   s_begin + ls + W4B_STAGES - 1);
+        cp_async_commit();
+        const int buf = ls % W4B_STAGES;
+        const unsigned char* sp = smem + buf * STAGE;
+        const u64 dact = wg_desc(sbase + buf * STAGE);
+        const unsigned char* wp = sp + ACT + wc0 * F::WROW;
+        const unsigned char* sc = sp + ACT + W4B_COLS * F::WROW;
+        const float* facp = facl + 8 * (s_begin + ls);
+        // block b + 1's wgmma in flight while block b's values form; pair p's operands in slot p & 1
+        u32 a[2][2][4];
+        float ws[2][2][2];
+        float d[2][4 * NF];
+        float e0[NF][4];
+        tile_pair_operands<F>(a[0], ws[0], 0, wp, sc, wc0, rm, rs, sh);
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+        w4w_mma<NF>(d[0], a[0][0], dact);
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#pragma unroll
+        for (int b = 0; b < 8; ++b) {
+            if (b < 7) {
+                const int nb = b + 1, p = nb >> 1;
+                if ((nb & 1) == 0) tile_pair_operands<F>(a[p & 1], ws[p & 1], p, wp, sc, wc0, rm, rs, sh);
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+                w4w_mma<NF>(d[nb & 1], a[p & 1][nb & 1], w4w_block_desc<NF>(dact, nb));
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                w4w_wait<1>();
+            } else {
+                w4w_wait<0>();
+            }
+            const int p = b >> 1;
+            float v[NF][4];
+#pragma unroll
+            for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    float x = ieee_mul(d[b & 1][4 * nf + j], ws[p & 1][b & 1][j >> 1]);
+                    if (SLOW) x = ieee_mul(x, __ldg(facp + b + (size_t)(8 * nf + (j & 1)) * B));
+                    if (b & 1) v[nf][j] = x;
+                    else e0[nf][j] = x;
+                }
+            if (b & 1) tile_pair_tree<NF>(p, e0, v, q, r, sr);
+        }
+        tile_counter_push<NF>(ls, dlog, sr, L0, ctr, tid);
+    }
+    cp_async_wait<0>();
+    tile_finish<NF>(L0, ctr, tid, Sl, dlog, set, n0, N, row0, m, wc0, t, partial, part_i, gz, zs);
+}
+
+template <int NF, class F>
+__device__ __forceinline__ void w4w_gemm(const unsigned char* __restrict__ xh, const float* __restrict__ fac,
+                                         const unsigned char* __restrict__ slow, int m, const WeightSet& set, int N,
+                                         int B, int gz, int kp8, int dlog, float* __restrict__ partial) {
+    extern __shared__ __align__(16) unsigned char w4w_smem_raw[];
+    unsigned char* smem =
+        w4w_smem_raw + ((1024u - ((u32)__cvta_generic_to_shared(w4w_smem_raw) & 1023u)) & 1023u);
+    const int row0 = blockIdx.x * 8 * NF, n0 = blockIdx.y * W4B_COLS;
+    const int part_i = blockIdx.z / gz, zs = blockIdx.z % gz;
+    const int S8 = B >> 3, s_begin = part_i * kp8, Sl = min(S8 - s_begin, kp8);
+    const int any_slow = __syncthreads_or(threadIdx.x < 8 * NF ? slow[row0 + threadIdx.x] : 0);
+    if (any_slow)
+        w4w_body<NF, true, F>(xh, fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, smem);
+    else
+        w4w_body<NF, false, F>(xh, fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, smem);
+}
+
+#define WGMMA_TILE_KERNEL(NAME, F, NF)                                                                    \
+    extern "C" __global__ void __launch_bounds__(W4B_THREADS, 1) NAME(                                     \
+        const unsigned char* __restrict__ xh, const float* __restrict__ fac,                               \
+        const unsigned char* __restrict__ slow, int m, const unsigned char* w0, const unsigned char* s0,   \
+        float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, const unsigned char* s1, \
+        float rs1, unsigned short* out1, long long ldo1, int N, int B, int gz, int kp8, int dlog,          \
+        float* __restrict__ partial) {                                                                     \
+        const WeightSet set = weight_set_at(blockIdx.z % gz, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1); \
+        w4w_gemm<NF, F>(xh, fac, slow, m, set, N, B, gz, kp8, dlog, partial);                              \
+    }
+#define NVFP4_WGMMA_TILE(NF) WGMMA_TILE_KERNEL(w4a16w_gemm_f##NF, TileNvfp4, NF)
+#define Q2_WGMMA_TILE(NF) WGMMA_TILE_KERNEL(q2a16w_gemm_f##NF, TileQ2, NF)
+// @instances NVFP4_WGMMA_TILE   (lines generated from metrale/cuda/configs.py)
+// @instances Q2_WGMMA_TILE

@@ -1,0 +1,211 @@
+// tile.cuh -- the pieces shared by the tiled NVFP4 and Q2_0 x A16 / A4 GEMMs (nvfp4_tile.cu on
+// mma.sync, nvfp4_wgmma.cu on Hopper's wgmma; their headers state the kernels and the contract):
+// the weight operand decodes, the formats' shared-memory rows, one stage's copies, the operands
+// of a block pair, the step's 8-leaf subtree, the step counter and the part root.
+//
+// CTA tile: 128 weight rows (warp w: rows 16 w .. 16 w + 15, lane (g, t): rows wc0 = 16 w + g and
+// wc0 + 8) x 8 NF activation rows. A lane's block values v[nf][j] are weight row wc0 + 8 (j >> 1),
+// activation row 8 nf + 2 t + (j & 1): the accumulator fragment of mma.sync m16n8k16 (one per nf)
+// and of wgmma m64n{8 NF}k16 (accumulator 4 nf + j).
+#pragma once
+#include "mma_gemm.cuh"
+
+#define W4B_THREADS 256
+#define W4B_COLS 128
+#define W4B_STAGES 3
+
+// Nibbles t and t + 4 of W (rotations rm = 6 - 4t, rs = 12 - 4t, mod 32) as the bf16 pair
+// (2 e2m1 of nibble t, of nibble t + 4): the magnitude bits at 6..8 are e2m1 2^-126 (a bf16
+// subnormal for the code 0.5), times 2^127 by one exact fma, and the sign bit moved to 15.
+__device__ __forceinline__ unsigned int w4b_pair(unsigned int W, unsigned int rm, unsigned int rs) {
+    const unsigned int mag = __funnelshift_l(W, W, rm) & 0x01C001C0u;
+    unsigned int v;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(mag), "r"(0x7F007F00u), "r"(0x80008000u));
+    return v ^ (__funnelshift_l(W, W, rs) & 0x80008000u);
+}
+
+// Q2_0: bytes 0 and 1 (sel 0x7150) or 2 and 3 (sel 0x7352) of Ws = W >> 2t, whose low 2 bits are
+// the codes q of elements t, t + 4 (or 8 + t, 12 + t), as the bf16 pair 2 (q - 1): 128 + q (the
+// byte's bits 0-1 under the exponent byte 0x43), times 2, minus 258, by one exact fma.
+__device__ __forceinline__ unsigned int q2b_pair(unsigned int Ws, unsigned int sel) {
+    const unsigned int x = __byte_perm(Ws, 0x43004300u, sel) & 0x43034303u;
+    unsigned int v;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(x), "r"(0x40004000u), "r"(0xC381C381u));
+    return v;
+}
+
+// The weight formats of the tiled GEMM: per 8-block step and column, the bytes of codes (WB, at
+// a WROW-byte stride in shared memory: 8 distinct 16-byte bank groups for the 8 columns a warp's
+// loads touch) and of scales (SB).
+struct TileNvfp4 {  // 2 words per block (e2m1 nibbles), 8 e4m3 scales
+    static constexpr int WB = 64, WROW = 80, SB = 8;
+};
+struct TileQ2 {  // 1 word per block (2-bit codes), the f16 d of blocks 0-3 and of 4-7
+    static constexpr int WB = 32, WROW = 48, SB = 4;
+};
+
+// Stage s (blocks 8 s .. 8 s + 7) of the CTA's rows and columns into shared memory at base: the
+// 8 NF activation rows of xh (256 bytes each) first, then 128 weight rows of WROW bytes, then
+// 128 x SB scale bytes. Activation layout: WG = false (mma.sync, ldmatrix): row r at 256 r,
+// 16-byte chunk c at c ^ (r & 7); WG = true (wgmma's K-major operand, 128-byte swizzle): K
+// elements 64 h .. 64 h + 63 of every row in the 1024-byte-aligned half h (8 NF rows x 128
+// bytes), chunk c of row r at 128 r + 16 ((c & 7) ^ (r & 7)).
+template <int NF, class F, bool WG>
+__device__ __forceinline__ void tile_load(unsigned char* base, const unsigned char* __restrict__ xh, int row0, int K,
+                                          const WeightSet& set, int n0, int N, int B, int s) {
+    constexpr int ACT = 8 * NF * 256, CH = F::WB / 16;
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < NF / 2; ++i) {  // 8 NF rows x 16 chunks of 16 bytes
+        const int q = tid + W4B_THREADS * i, r = q >> 4, c = q & 15;
+        const unsigned char* src = xh + ((size_t)(row0 + r) * K + (size_t)s * 128) * 2 + c * 16;
+        const int dst = WG ? (c >> 3) * (ACT / 2) + r * 128 + (((c & 7) ^ (r & 7)) << 4) : r * 256 + ((c ^ (r & 7)) << 4);
+        cp_async16(base + dst, src, 16);
+    }
+#pragma unroll
+    for (int i = 0; i < CH / 2; ++i) {  // 128 weight rows x CH chunks
+        const int q = tid + W4B_THREADS * i, col = q / CH, p = q % CH, n = n0 + col;
+        const bool ok = n < N;
+        const unsigned char* src =
+            set.w + (size_t)(ok ? n : 0) * ((size_t)B * (F::WB / 8)) + (size_t)s * F::WB + p * 16;
+        cp_async16(base + ACT + col * F::WROW + p * 16, src, ok ? 16 : 0);
+    }
+    if (tid < W4B_COLS) {  // 128 x SB scale bytes
+        const int n = n0 + tid;
+        const bool ok = n < N;
+        const unsigned char* src = set.ws + (size_t)(ok ? n : 0) * ((size_t)B * F::SB / 8) + (size_t)s * F::SB;
+        unsigned char* dst = base + ACT + W4B_COLS * F::WROW + tid * F::SB;
+        if constexpr (F::SB == 8) cp_async8(dst, src, ok ? 8 : 0);
+        else cp_async4(dst, src, ok ? 4 : 0);
+    }
+}
+
+// The weight operands (mma A fragments a[e][0..3]) and scales (ws[e][h]: row wc0 + 8 h) of blocks
+// 2i + e, e = 0, 1, of this lane's rows in a stage: wp = the stage's weight rows (wc0's at wp,
+// wc0 + 8's at wp + 8 WROW), sc = its scale bytes. NVFP4: two words per block (elements 0-7 in
+// a0 / a1, 8-15 in a2 / a3), ws = f32(e4m3); Q2_0: one word per block shifted by sh = 2t (a2 / a3
+// from bytes 2, 3), ws = f32(d) of the block's 64-element group.
+template <class F>
+__device__ __forceinline__ void tile_pair_operands(unsigned int (&a)[2][4], float (&ws)[2][2], int i,
+                                                   const unsigned char* wp, const unsigned char* sc, int wc0,
+                                                   unsigned int rm, unsigned int rs, unsigned int sh) {
+    const unsigned char* wr1 = wp + 8 * F::WROW;
+    if constexpr (F::SB == 4) {
+        const float d0 = f16_to_f32(*(const unsigned short*)(sc + wc0 * 4 + 2 * (i >> 1)));
+        const float d1 = f16_to_f32(*(const unsigned short*)(sc + (wc0 + 8) * 4 + 2 * (i >> 1)));
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const unsigned int X0 = *(const unsigned int*)(wp + 8 * i + 4 * e) >> sh;
+            const unsigned int X1 = *(const unsigned int*)(wr1 + 8 * i + 4 * e) >> sh;
+            a[e][0] = q2b_pair(X0, 0x7150u), a[e][1] = q2b_pair(X1, 0x7150u);
+            a[e][2] = q2b_pair(X0, 0x7352u), a[e][3] = q2b_pair(X1, 0x7352u);
+            ws[e][0] = d0, ws[e][1] = d1;
+        }
+    } else {
+        const uint4 A0 = *(const uint4*)(wp + 16 * i), A1 = *(const uint4*)(wr1 + 16 * i);
+        // scales of blocks 2i, 2i + 1: column wc0 (row 0), wc0 + 8 (row 1)
+        const unsigned int s0w = *(const unsigned short*)(sc + wc0 * 8 + 2 * i);
+        const unsigned int s1w = *(const unsigned short*)(sc + (wc0 + 8) * 8 + 2 * i);
+        e4m3x2_to_f32(s0w, ws[0][0], ws[1][0]);
+        e4m3x2_to_f32(s1w, ws[0][1], ws[1][1]);
+        a[0][0] = w4b_pair(A0.x, rm, rs), a[0][1] = w4b_pair(A1.x, rm, rs);
+        a[0][2] = w4b_pair(A0.y, rm, rs), a[0][3] = w4b_pair(A1.y, rm, rs);
+        a[1][0] = w4b_pair(A0.z, rm, rs), a[1][1] = w4b_pair(A1.z, rm, rs);
+        a[1][2] = w4b_pair(A0.w, rm, rs), a[1][3] = w4b_pair(A1.w, rm, rs);
+    }
+}
+
+// Block pair i of a step into its 8-leaf subtree: the leaves e0 (block 2i) and v (2i + 1) added
+// (level 1); pairs 0 and 2 park in q, pair 1 adds into r (level 2), pair 3 gives the root sr.
+template <int NF>
+__device__ __forceinline__ void tile_pair_tree(int i, const float (&e0)[NF][4], const float (&v)[NF][4],
+                                               float (&q)[NF][4], float (&r)[NF][4], float (&sr)[NF][4]) {
+#pragma unroll
+    for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const float l1 = ieee_add(e0[nf][j], v[nf][j]);
+            if ((i & 1) == 0) {
+                q[nf][j] = l1;
+            } else {
+                const float l2 = ieee_add(q[nf][j], l1);
+                if (i == 1) r[nf][j] = l2;
+                else sr[nf][j] = ieee_add(r[nf][j], l2);
+            }
+        }
+}
+
+// The root sr of local step ls into the counter: added into levels 0 .. lvl - 1 (level 0 in
+// L0, levels 1 .. dlog - 1 in ctr, float4 [dlog - 1][NF][256 threads]), parked at the first clear
+// bit lvl of ls (the last step of a full part, lvl = dlog, leaves the part root in L0).
+template <int NF>
+__device__ __forceinline__ void tile_counter_push(int ls, int dlog, float (&sr)[NF][4], float (&L0)[NF][4],
+                                                  float4* ctr, int tid) {
+    const int lvl = __ffs(~ls) - 1;
+    if (lvl == 0) {
+#pragma unroll
+        for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) L0[nf][j] = sr[nf][j];
+        return;
+    }
+#pragma unroll
+    for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) sr[nf][j] = ieee_add(L0[nf][j], sr[nf][j]);
+    for (int L = 1; L < lvl; ++L) {
+#pragma unroll
+        for (int nf = 0; nf < NF; ++nf) {
+            const float4 c = ctr[((L - 1) * NF + nf) * W4B_THREADS + tid];
+            sr[nf][0] = ieee_add(c.x, sr[nf][0]);
+            sr[nf][1] = ieee_add(c.y, sr[nf][1]);
+            sr[nf][2] = ieee_add(c.z, sr[nf][2]);
+            sr[nf][3] = ieee_add(c.w, sr[nf][3]);
+        }
+    }
+    if (lvl < dlog) {
+#pragma unroll
+        for (int nf = 0; nf < NF; ++nf)
+            ctr[((lvl - 1) * NF + nf) * W4B_THREADS + tid] = make_float4(sr[nf][0], sr[nf][1], sr[nf][2], sr[nf][3]);
+    } else {
+#pragma unroll
+        for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) L0[nf][j] = sr[nf][j];
+    }
+}
+
+// The part root of Sl steps (level 0 after a full part of 2^dlog, else the fold of the set bits
+// of Sl, the lowest first, each earlier subtree on the left) into L0, then out: y = bf16(root *
+// rowscale) (partial null) or the root into partial [parts][gz][m][N].
+template <int NF>
+__device__ __forceinline__ void tile_finish(float (&L0)[NF][4], const float4* ctr, int tid, int Sl, int dlog,
+                                            const WeightSet& set, int n0, int N, int row0, int m, int wc0, int t,
+                                            float* __restrict__ partial, int part_i, int gz, int zs) {
+    if (Sl != (1 << dlog)) {
+        bool have = (Sl & 1) != 0;
+        for (int L = 1; L < dlog; ++L) {
+            if (((Sl >> L) & 1) == 0) continue;
+#pragma unroll
+            for (int nf = 0; nf < NF; ++nf) {
+                const float4 c = ctr[((L - 1) * NF + nf) * W4B_THREADS + tid];
+                L0[nf][0] = have ? ieee_add(c.x, L0[nf][0]) : c.x;
+                L0[nf][1] = have ? ieee_add(c.y, L0[nf][1]) : c.y;
+                L0[nf][2] = have ? ieee_add(c.z, L0[nf][2]) : c.z;
+                L0[nf][3] = have ? ieee_add(c.w, L0[nf][3]) : c.w;
+            }
+            have = true;
+        }
+    }
+#pragma unroll
+    for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int col = n0 + wc0 + 8 * (j >> 1), row = row0 + 8 * nf + 2 * t + (j & 1);
+            if (col >= N || row >= m) continue;
+            if (partial == nullptr)
+                set.out[(size_t)row * set.ldo + col] = f32_to_bf16(ieee_mul(L0[nf][j], set.rowscale));
+            else
+                partial[(((size_t)part_i * gz + zs) * m + row) * N + col] = L0[nf][j];
+        }
+}

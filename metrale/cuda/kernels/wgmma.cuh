@@ -1,0 +1,13 @@
+// wgmma.cuh -- what the Hopper warpgroup-MMA kernels share (w8a8_wgmma.cu, nvfp4_wgmma.cu; both
+// sm_90a): the shared-memory matrix descriptor of their 128-byte-swizzled K-major operands.
+#pragma once
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+// Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1024 bytes apart; the
+// start address field counts 16 bytes (a descriptor plus (bytes >> 4) addresses bytes further
+// inside the same 1024-byte-aligned swizzle atom column).
+__device__ __forceinline__ u64 wg_desc(u32 saddr) {
+    return (u64)((saddr & 0x3FFFFu) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
+}
