@@ -2,9 +2,9 @@
 ``kernels/nvfp4_wgmma.cu``, the same tiles on warpgroup MMA): the prologue writes the scaled A16
 operand, the per-block factors and the slow-row marks of a chunk of rows into the mma.py
 workspace, then ``w4a16b_gemm_f{NF}`` / ``w4a16w_gemm_f{NF}`` (NVFP4) or ``q2a16b_gemm_f{NF}`` /
-``q2a16w_gemm_f{NF}`` (Q2_0) runs CTA tiles of 8·NF rows × 128 columns over K (split into aligned parts where the grid would not
-fill the GPU; ``mma_finish`` sums their roots). The same bits as every other path of the format
-(arithmetic.md § tree, § kernel-notes).
+``q2a16w_gemm_f{NF}`` (Q2_0) runs CTA tiles of 8·NF rows × 128 columns over K (split into
+aligned parts where the grid would not fill the GPU; ``mma_finish`` sums their roots). The same
+bits as every other path of the format (arithmetic.md § tree, § kernel-notes).
 """
 
 from __future__ import annotations
