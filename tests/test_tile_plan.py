@@ -62,7 +62,23 @@ def test_the_ctas_a_format_is_built_for_fit_one_multiprocessor(fmt: tile.TileFor
 def test_one_part_when_the_grid_is_full() -> None:
     assert tile.plan_parts(32, 10_000, 132) == (5, 1)  # Qwen3-8B gate/up, K = 4096
     assert tile.plan_parts(96, 10_000, 132) == (5, 3)  # its down projection: 3 parts of 32 steps
-    assert tile.plan_parts(32, 150, 264) == (4, 2)  # two CTAs per SM: split until 264 are there
+    assert tile.plan_parts(32, 150, 264) == (3, 4)  # two CTAs per SM: 600 CTAs of 8 steps, 3 waves
+
+
+@pytest.mark.parametrize("waves", [True, False])
+def test_k_splits_further_where_whole_waves_finish_sooner(
+    monkeypatch: pytest.MonkeyPatch, waves: bool
+) -> None:
+    """Qwen3-8B at 33..64 rows on 132 multiprocessors: gate + up (96 column tiles each, K = 4096)
+    as 384 CTAs of 16 steps (3 waves of 18 step-times, against 2 of 34), down (32 column tiles,
+    K = 12288) as 384 CTAs of 8 (3 waves of 10, against 2 of 18); the first plan that fills the
+    slots without WAVES."""
+    monkeypatch.setattr(tile, "WAVES", waves)
+    assert tile.plan_parts(32, 192, 132) == ((4, 2) if waves else (5, 1))
+    assert tile.plan_parts(96, 32, 132) == ((3, 12) if waves else (4, 6))
+    assert tile.plan_parts(96, 64, 132) == ((4, 6) if waves else (5, 3))  # down at 65..128 rows
+    # full grids keep whole parts: halving doubles the waves
+    assert tile.plan_parts(32, 96 * 2 * 64, 132) == (5, 1)
 
 
 @pytest.mark.parametrize(("rows", "nf"), [(1, 2), (16, 2), (17, 4), (32, 4), (33, 8), (64, 8), (4096, 8)])

@@ -61,6 +61,14 @@ class TileFormat:
 #: Steps (8 blocks) per K part at most: the counter keeps levels 1 .. dlog - 1 in shared memory.
 MAX_PART_STEPS = 32
 MIN_PART_STEPS = 4
+#: K is split further than filling the slots needs where that shortens the plan's span (whole
+#: waves of CTAs times a part's steps plus PART_OVERHEAD_STEPS, a CTA's pipeline fill and
+#: epilogue) by more than WAVE_GAIN: Qwen3-8B gate + up at 33..64 rows, 192 CTAs of 32 steps
+#: (two waves on 132 multiprocessors), run as 384 of 16 (three). METRALE_TILE_WAVES=0 keeps the
+#: first plan that fills the slots (benchmarks).
+WAVES = os.environ.get("METRALE_TILE_WAVES", "1") != "0"
+WAVE_GAIN = 0.1
+PART_OVERHEAD_STEPS = 2
 NVFP4 = TileFormat("w4a16b", 80, 8, -102, 110, wg_prefix="w4a16w")
 Q2_0 = TileFormat(
     "q2a16b", 48, 4, -88, 105, configs.Q2_0_TILE_FRAGS, configs.Q2_0_TILE_CTAS_PER_SM, wg_prefix="q2a16w"
@@ -118,11 +126,23 @@ def pick_kernel(fmt: TileFormat, rows: int) -> TileKernel | None:
 def plan_parts(s8: int, ctas_per_part: int, slots: int) -> tuple[int, int]:
     """(dlog, parts): K of ``s8`` steps in aligned parts of 2^dlog <= MAX_PART_STEPS steps, halved
     (down to MIN_PART_STEPS) while the grid would hold fewer CTAs than ``slots``
-    (multiprocessors times the CTAs each runs at once)."""
+    (multiprocessors times the CTAs each runs at once), then (WAVES) while a halving shortens the
+    span by more than WAVE_GAIN."""
+
+    def parts(d: int) -> int:
+        return -(-s8 // (1 << d))
+
+    def span(d: int) -> int:
+        return -(-ctas_per_part * parts(d) // slots) * (min(1 << d, s8) + PART_OVERHEAD_STEPS)
+
     dlog = min(max(0, (s8 - 1).bit_length()), MAX_PART_STEPS.bit_length() - 1)
-    while (1 << dlog) > MIN_PART_STEPS and ctas_per_part * -(-s8 // (1 << dlog)) < slots:
+    while (1 << dlog) > MIN_PART_STEPS and ctas_per_part * parts(dlog) < slots:
         dlog -= 1
-    return dlog, -(-s8 // (1 << dlog))
+    if WAVES:
+        for d in range(dlog - 1, MIN_PART_STEPS.bit_length() - 2, -1):
+            if span(d) < (1 - WAVE_GAIN) * span(dlog):
+                dlog = d
+    return dlog, parts(dlog)
 
 
 #: rows -> launch the prologue of rows r0 .. r0 + m - 1 padded to pad: (r0, m, pad, xh, fac, slow).
