@@ -265,32 +265,14 @@ __device__ __forceinline__ void w4b_body(const unsigned char* __restrict__ xh, c
     tile_finish<NF>(L0, ctr, tid, Sl, dlog, set, n0, N, row0, m, wc0, t, partial, part_i, gz, zs);
 }
 
-template <int NF, class F>
-__device__ __forceinline__ void w4b_gemm(const unsigned char* __restrict__ xh, const float* __restrict__ fac,
-                                         const unsigned char* __restrict__ slow, int m, const WeightSet& set, int N,
-                                         int B, int gz, int kp8, int dlog, float* __restrict__ partial) {
-    extern __shared__ __align__(16) unsigned char w4b_smem[];
-    const int row0 = blockIdx.x * 8 * NF, n0 = blockIdx.y * W4B_COLS;
-    const int part_i = blockIdx.z / gz, zs = blockIdx.z % gz;
-    const int S8 = B >> 3, s_begin = part_i * kp8, Sl = min(S8 - s_begin, kp8);
-    const int any_slow = __syncthreads_or(threadIdx.x < 8 * NF ? slow[row0 + threadIdx.x] : 0);
-    if (any_slow)
-        w4b_body<NF, true, F>(xh, fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, w4b_smem);
-    else
-        w4b_body<NF, false, F>(xh, fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, w4b_smem);
-}
-
-#define TILE_KERNEL(NAME, F, NF, MINB)                                                                    \
-    extern "C" __global__ void __launch_bounds__(W4B_THREADS, MINB) NAME(                                  \
-        const unsigned char* __restrict__ xh, const float* __restrict__ fac,                               \
-        const unsigned char* __restrict__ slow, int m, const unsigned char* w0, const unsigned char* s0,   \
-        float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, const unsigned char* s1, \
-        float rs1, unsigned short* out1, long long ldo1, int N, int B, int gz, int kp8, int dlog,          \
-        float* __restrict__ partial) {                                                                     \
-        const WeightSet set = weight_set_at(blockIdx.z % gz, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1); \
-        w4b_gemm<NF, F>(xh, fac, slow, m, set, N, B, gz, kp8, dlog, partial);                              \
+struct W4bBody {
+    template <int NF, bool SLOW, class F, class... A>
+    static __device__ __forceinline__ void run(A... a) {
+        w4b_body<NF, SLOW, F>(a...);
     }
-#define NVFP4_TILE(NF) TILE_KERNEL(w4a16b_gemm_f##NF, TileNvfp4, NF, 1)
-#define Q2_TILE(NF, MINB) TILE_KERNEL(q2a16b_gemm_f##NF, TileQ2, NF, MINB)
+};
+
+#define NVFP4_TILE(NF) TILE_GEMM_KERNEL(w4a16b_gemm_f##NF, W4bBody, TileNvfp4, NF, 1)
+#define Q2_TILE(NF, MINB) TILE_GEMM_KERNEL(q2a16b_gemm_f##NF, W4bBody, TileQ2, NF, MINB)
 // @instances NVFP4_TILE   (lines generated from metrale/cuda/configs.py)
 // @instances Q2_TILE

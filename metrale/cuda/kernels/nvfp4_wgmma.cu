@@ -93,9 +93,11 @@ template <int NF, bool SLOW, class F>
 __device__ __forceinline__ void w4w_body(const unsigned char* __restrict__ xh, const float* __restrict__ fac, int m,
                                          int row0, const WeightSet& set, int n0, int N, int B, int s_begin, int Sl,
                                          int dlog, float* __restrict__ partial, int part_i, int gz, int zs,
-                                         unsigned char* smem) {
+                                         unsigned char* smem_raw) {
     constexpr int ACT = 8 * NF * 256;
     constexpr int STAGE = (ACT + W4B_COLS * F::WROW + W4B_COLS * F::SB + 1023) & ~1023;
+    // the stages 1024-byte aligned (the 128-byte swizzle's period); the launcher adds 1024 bytes
+    unsigned char* smem = smem_raw + ((1024u - ((u32)__cvta_generic_to_shared(smem_raw) & 1023u)) & 1023u);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int K = B * 16;
     const u32 sbase = (u32)__cvta_generic_to_shared(smem);
@@ -166,34 +168,14 @@ __device__ __forceinline__ void w4w_body(const unsigned char* __restrict__ xh, c
     tile_finish<NF>(L0, ctr, tid, Sl, dlog, set, n0, N, row0, m, wc0, t, partial, part_i, gz, zs);
 }
 
-template <int NF, class F>
-__device__ __forceinline__ void w4w_gemm(const unsigned char* __restrict__ xh, const float* __restrict__ fac,
-                                         const unsigned char* __restrict__ slow, int m, const WeightSet& set, int N,
-                                         int B, int gz, int kp8, int dlog, float* __restrict__ partial) {
-    extern __shared__ __align__(16) unsigned char w4w_smem_raw[];
-    unsigned char* smem =
-        w4w_smem_raw + ((1024u - ((u32)__cvta_generic_to_shared(w4w_smem_raw) & 1023u)) & 1023u);
-    const int row0 = blockIdx.x * 8 * NF, n0 = blockIdx.y * W4B_COLS;
-    const int part_i = blockIdx.z / gz, zs = blockIdx.z % gz;
-    const int S8 = B >> 3, s_begin = part_i * kp8, Sl = min(S8 - s_begin, kp8);
-    const int any_slow = __syncthreads_or(threadIdx.x < 8 * NF ? slow[row0 + threadIdx.x] : 0);
-    if (any_slow)
-        w4w_body<NF, true, F>(xh, fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, smem);
-    else
-        w4w_body<NF, false, F>(xh, fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, smem);
-}
-
-#define WGMMA_TILE_KERNEL(NAME, F, NF)                                                                    \
-    extern "C" __global__ void __launch_bounds__(W4B_THREADS, 1) NAME(                                     \
-        const unsigned char* __restrict__ xh, const float* __restrict__ fac,                               \
-        const unsigned char* __restrict__ slow, int m, const unsigned char* w0, const unsigned char* s0,   \
-        float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, const unsigned char* s1, \
-        float rs1, unsigned short* out1, long long ldo1, int N, int B, int gz, int kp8, int dlog,          \
-        float* __restrict__ partial) {                                                                     \
-        const WeightSet set = weight_set_at(blockIdx.z % gz, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1); \
-        w4w_gemm<NF, F>(xh, fac, slow, m, set, N, B, gz, kp8, dlog, partial);                              \
+struct W4wBody {
+    template <int NF, bool SLOW, class F, class... A>
+    static __device__ __forceinline__ void run(A... a) {
+        w4w_body<NF, SLOW, F>(a...);
     }
-#define NVFP4_WGMMA_TILE(NF) WGMMA_TILE_KERNEL(w4a16w_gemm_f##NF, TileNvfp4, NF)
-#define Q2_WGMMA_TILE(NF) WGMMA_TILE_KERNEL(q2a16w_gemm_f##NF, TileQ2, NF)
+};
+
+#define NVFP4_WGMMA_TILE(NF) TILE_GEMM_KERNEL(w4a16w_gemm_f##NF, W4wBody, TileNvfp4, NF, 1)
+#define Q2_WGMMA_TILE(NF) TILE_GEMM_KERNEL(q2a16w_gemm_f##NF, W4wBody, TileQ2, NF, 1)
 // @instances NVFP4_WGMMA_TILE   (lines generated from metrale/cuda/configs.py)
 // @instances Q2_WGMMA_TILE

@@ -209,3 +209,37 @@ __device__ __forceinline__ void tile_finish(float (&L0)[NF][4], const float4* ct
                 partial[(((size_t)part_i * gz + zs) * m + row) * N + col] = L0[nf][j];
         }
 }
+
+// The CTA's tile (blockIdx.x: 8 NF rows, y: 128 columns, z: part gz + set), its K part (steps
+// [part kp8, part kp8 + kp8) of B / 8) and whether any of its rows is slow, then Body::run<NF,
+// SLOW, F> over them (the mma.sync body of nvfp4_tile.cu or the wgmma body of nvfp4_wgmma.cu) with
+// the dynamic shared memory.
+template <int NF, class F, class Body>
+__device__ __forceinline__ void tile_gemm(const unsigned char* __restrict__ xh, const float* __restrict__ fac,
+                                          const unsigned char* __restrict__ slow, int m, const WeightSet& set, int N,
+                                          int B, int gz, int kp8, int dlog, float* __restrict__ partial) {
+    extern __shared__ __align__(16) unsigned char tile_smem[];
+    const int row0 = blockIdx.x * 8 * NF, n0 = blockIdx.y * W4B_COLS;
+    const int part_i = blockIdx.z / gz, zs = blockIdx.z % gz;
+    const int S8 = B >> 3, s_begin = part_i * kp8, Sl = min(S8 - s_begin, kp8);
+    const int any_slow = __syncthreads_or(threadIdx.x < 8 * NF ? slow[row0 + threadIdx.x] : 0);
+    if (any_slow)
+        Body::template run<NF, true, F>(xh, fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs,
+                                        tile_smem);
+    else
+        Body::template run<NF, false, F>(xh, fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs,
+                                         tile_smem);
+}
+
+// extern "C" NAME: the tiled GEMM of Body on format F, 8 NF rows per CTA, built for MINB CTAs per
+// multiprocessor (the arguments of nvfp4_tile.cu's header).
+#define TILE_GEMM_KERNEL(NAME, BODY, F, NF, MINB)                                                         \
+    extern "C" __global__ void __launch_bounds__(W4B_THREADS, MINB) NAME(                                  \
+        const unsigned char* __restrict__ xh, const float* __restrict__ fac,                               \
+        const unsigned char* __restrict__ slow, int m, const unsigned char* w0, const unsigned char* s0,   \
+        float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, const unsigned char* s1, \
+        float rs1, unsigned short* out1, long long ldo1, int N, int B, int gz, int kp8, int dlog,          \
+        float* __restrict__ partial) {                                                                     \
+        const WeightSet set = weight_set_at(blockIdx.z % gz, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1); \
+        tile_gemm<NF, F, BODY>(xh, fac, slow, m, set, N, B, gz, kp8, dlog, partial);                        \
+    }
