@@ -35,7 +35,8 @@
     "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]),     \
         "+f"(d[i + 6]), "+f"(d[i + 7])
 
-// D[64 x 8 NF] f32 = A[64 x 16] (registers a) * B[8 NF x 16]^T (shared memory, descriptor db).
+// D[64 x 8 NF] f32 = A[64 x 16] (registers a) * B[8 NF x 16]^T (shared memory, descriptor db), NF
+// in configs.NVFP4_WGMMA_TILE_FRAGS.
 template <int NF>
 __device__ __forceinline__ void w4w_mma(float (&d)[4 * NF], const u32 (&a)[4], u64 db);
 template <>
@@ -46,16 +47,6 @@ __device__ __forceinline__ void w4w_mma<8>(float (&d)[32], const u32 (&a)[4], u6
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
         "{%32, %33, %34, %35}, %36, 0, 1, 1, 0;"
         : W4W_R8(0), W4W_R8(8), W4W_R8(16), W4W_R8(24)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
-template <>
-__device__ __forceinline__ void w4w_mma<6>(float (&d)[24], const u32 (&a)[4], u64 db) {
-    asm volatile(
-        "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
-        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23}, "
-        "{%24, %25, %26, %27}, %28, 0, 1, 1, 0;"
-        : W4W_R8(0), W4W_R8(8), W4W_R8(16)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 template <>
@@ -76,8 +67,6 @@ __device__ __forceinline__ void w4w_mma<2>(float (&d)[8], const u32 (&a)[4], u64
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 
-// The two wgmmas of block pair i (blocks 2i, 2i + 1 of the stage whose activation halves start
-// at act) into d[0], d[1], committed as one group.
 // The descriptor of block b of a stage from the stage's (dact: its activation halves' start).
 template <int NF>
 __device__ __forceinline__ u64 w4w_block_desc(u64 dact, int b) {
