@@ -7,7 +7,8 @@ code sum and 2^(E−14)), then a GEMV computes the exact block dots, the contrac
 and the fixed tree. Up to DEC_MAX_ROWS rows: ``q2_dec_prep`` and one pass of the decode kernels
 ``q2_dec_r{R}_c{NC}_d{D}_{s,l}`` (``kernels/q2_0_dec.cu``, R = m; the variant by DEC_ROUTE or
 DEC_VARIANT); where tile.Q2_ENABLED, from tile.MIN_ROWS rows where B % 8 == 0 the tiled GEMM
-(``q2a16b_gemm_f{NF}`` of ``nvfp4_tile.cu``, metrale/cuda/tile.py); from MMA_MIN_ROWS rows the
+(``q2a16b_gemm_f{NF}`` of ``nvfp4_tile.cu``, on sm_90 ``q2a16w_gemm_f{NF}`` of ``nvfp4_wgmma.cu``:
+metrale/cuda/tile.py); from MMA_MIN_ROWS rows the
 integer tensor cores (``q2_mma_prep`` and the MMA kernels or the prefill GEMM of ``q2_0_mma.cu``);
 else ``q2_a16_prep`` and ``q2_0_gemv_r{1,2,4,8}``. The
 output of a row never depends on how many rows the call had, nor on the kernel that computed it.
