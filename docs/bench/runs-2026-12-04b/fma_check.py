@@ -9,27 +9,19 @@ from metrale.reference.activations import quantize_a16
 from metrale.reference.elements import BF16, to_bf16
 from metrale.reference.formats import Nvfp4Weight
 from metrale.reference.projection import _nvfp4_a16
+import os, sys
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from chain_accuracy import fma32  # the float64 sum rounded to odd, then to f32
 F32 = np.float32
 _src = runtime.source
-runtime.source = lambda f: _src(f) + (open("scratch/chain_probe.cuh").read() if f == tile.WG_FILE else "")
+runtime.source = lambda f: _src(f) + (open(os.path.join(HERE, "chain_probe.cuh")).read() if f == tile.WG_FILE else "")
 real_smem = tile.smem_bytes
 tile.smem_bytes = lambda nf, dlog, fmt=tile.NVFP4, wg=False: real_smem(nf, 0, fmt, wg)
 tile.pick_kernel = lambda fmt, rows: tile.TileKernel(tile.WG_FILE, "w4c_part_f8", 8, 1, True)
 tile.MIN_ROWS = 1
 tile.MIN_PART_STEPS = 8  # K = 1024: one part of 8 steps (one chain)
 tile.WAVES = False
-
-
-def fma32(a, b, c):
-    p = a.astype(np.float64) * b.astype(np.float64)
-    c64 = c.astype(np.float64)
-    s = p + c64
-    bb = s - p
-    err = (p - (s - bb)) + (c64 - bb)
-    bits = s.view(np.int64)
-    fix = (err != 0) & ((bits & 1) == 0)
-    bits = np.where(fix, bits + np.where((err > 0) == (s > 0), 1, -1), bits)
-    return bits.view(np.float64).astype(F32)
 
 
 rng = np.random.default_rng(5)

@@ -11,7 +11,7 @@ rng = np.random.default_rng(0)
 real_pick = tile.pick_kernel
 real_smem = tile.smem_bytes
 _src = runtime.source
-runtime.source = lambda f: _src(f) + (open("scratch/chain_probe.cuh").read() if f == tile.WG_FILE else "")
+runtime.source = lambda f: _src(f) + (open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "chain_probe.cuh")).read() if f == tile.WG_FILE else "")
 VARS = {
     "tile": None,
     "wg8": ("w4a16w_gemm_f8", 8), "wg8p1": ("w4a16w_gemm_f8_p1", 8), "wg6p1": ("w4a16w_gemm_f6_p1", 6),
