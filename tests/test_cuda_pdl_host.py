@@ -160,6 +160,19 @@ def test_disabled_launches_plainly(
     assert len(k.calls) == 3 and fake_driver == []
 
 
+def test_a_launch_that_refuses_goes_plain_and_takes_the_entry_mark(fake_driver: list[dict[str, Any]]) -> None:
+    """``programmatic_ok=False`` (q2_0.py's MMA launches): plain even mid-chain; as an entry
+    point's first launch it consumes the mark, so the next launch is programmatic."""
+    k = FakeKernel()
+    pdl.entry_start()
+    pdl.launch(k, (1,), (32,), (np.int32(1),), programmatic_ok=False)  # the entry's first
+    pdl.launch(k, (2,), (32,), (np.int32(2),))  # programmatic: it waits for the plain one
+    pdl.launch(k, (3,), (32,), (np.int32(3),), programmatic_ok=False)  # plain mid-chain
+    pdl.launch(k, (4,), (32,), (np.int32(4),))
+    assert [c[2][0] for c in k.calls] == [1, 3]
+    assert [d["arg0"] for d in fake_driver] == [2, 4] and all(d["attr"] == (6, 1) for d in fake_driver)
+
+
 def test_driver_error_names_the_kernel(
     fake_driver: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:

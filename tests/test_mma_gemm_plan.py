@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from metrale.cuda import configs, mma, runtime
+from metrale.cuda import configs, mma, pdl, runtime
 
 SMS = 132
 
@@ -29,6 +29,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple, tuple]]:
     recorded: list[tuple[str, tuple, tuple]] = []
     monkeypatch.setattr(runtime, "get_kernel", lambda cu, name: _Kernel(name, recorded))
     monkeypatch.setattr(runtime, "sm_count", lambda dev=None: SMS)
+    monkeypatch.setattr(pdl, "ENABLED", False)  # plain launches: the recorder is no CuPy kernel
     monkeypatch.setattr(mma, "workspace", lambda nbytes: np.zeros(nbytes, dtype=np.uint8))
     return recorded
 

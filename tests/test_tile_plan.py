@@ -20,7 +20,10 @@ def test_parts_are_aligned_subtrees_covering_k(s8: int, ctas: int) -> None:
     assert (parts - 1) * kp8 < s8 <= parts * kp8  # every part holds a step, the last may be short
     if parts > 1:
         assert kp8 >= min(tile.MIN_PART_STEPS, tile.MAX_PART_STEPS)
-    if ctas * parts < 132 and kp8 > tile.MIN_PART_STEPS:
+    # mma_finish folds at most 64 part roots (s8 = 4096 on one CTA once planned 256 parts); past
+    # 64 parts of 32 steps the launcher refuses the plan (test_tile_refuses_more_parts_than_finish_folds)
+    assert parts <= tile.MAX_PARTS == 64 or (kp8 == tile.MAX_PART_STEPS and s8 > 64 * kp8)
+    if ctas * parts < 132 and kp8 > tile.MIN_PART_STEPS and -(-s8 // (kp8 // 2)) <= tile.MAX_PARTS:
         pytest.fail(f"s8={s8} ctas={ctas}: the grid ({ctas * parts}) could split further")
     for nf in tile.FRAGS:
         assert tile.smem_bytes(nf, dlog) <= mma.SMEM_LIMIT, (nf, dlog)
@@ -127,3 +130,24 @@ def test_pick_prefers_wgmma_where_it_builds(
 def test_wgmma_kernels_are_the_configured_ones() -> None:
     assert configs.instances("NVFP4_WGMMA_TILE") == [f"NVFP4_WGMMA_TILE({nf})" for nf in tile.WG_FRAGS]
     assert configs.instances("Q2_WGMMA_TILE") == [f"Q2_WGMMA_TILE({nf})" for nf in tile.WG_FRAGS]
+
+
+def test_tile_refuses_more_parts_than_finish_folds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """K past 64 parts of 32 steps (K > 32768) is not the tiled GEMM's: ``_run`` launches nothing
+    and returns False (the caller's next path serves it), before any device work."""
+    from metrale.cuda import runtime
+
+    monkeypatch.setattr(runtime, "get_kernel", lambda cu, name: object())
+    monkeypatch.setattr(runtime, "sm_count", lambda dev=None: 132)
+    monkeypatch.setattr(tile.mma, "workspace", lambda n: pytest.fail("the plan was launched"))
+    args = (None, None, None, None, None)
+    assert tile._run(lambda *a: pytest.fail("prologue launched"), 16, 8 * 2049, args, args, 1, 128) is False
+
+
+@pytest.mark.parametrize(
+    ("b", "threads"), [(8, 256), (256, 256), (257, 288), (768, 768), (1024, 1024), (1280, 1024)]
+)
+def test_prologue_threads_one_block_each_up_to_1024(b: int, threads: int) -> None:
+    """``w4a16b_prep``'s CTA: one thread per block (its words kept between the two passes), in
+    whole warps, at least 256 threads, at most 1024 (past that a thread loops)."""
+    assert tile.prep_threads(b) == threads

@@ -6,7 +6,8 @@ activation codes in MMA fragment order into a persistent workspace, then either 
 GEMM_MAX_PARTS aligned K parts whose roots ``mma_finish`` sums where the grid would be small)
 where its grid fills every multiprocessor, or the K-split MMA kernels (``{prefix}_mma_nt{NT}_*``:
 a CTA per 16 columns, K split across its warps) in chunks of MMA_ROWS rows. Every path gives the
-same bits (arithmetic.md § tree).
+same bits (arithmetic.md § tree). The A16 prologues, the kernels and ``mma_finish`` are launched
+programmatically (metrale/cuda/pdl.py: the kernels request their first weights before they wait).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from metrale.cuda import configs, runtime
+from metrale.cuda import configs, pdl, runtime
 from metrale.errors import MetraleError
 
 #: METRALE_CUDA_MMA=0 turns the tensor-core paths off (the CUDA-core kernels give the same bits).
@@ -76,26 +77,39 @@ def workspace(nbytes: int) -> Any:
     return buf
 
 
-def a16_prep(cu: str, name: str, x: Any, ldx: int, b: int) -> Prep | None:
+def a16_prep(cu: str, name: str, x: Any, ldx: int, b: int, *, programmatic: bool = True) -> Prep | None:
     """The A16 prologue ``name`` of ``cu`` over bf16 rows ``x`` (row stride ``ldx`` elements) of
-    ``b`` blocks, as a Prep; None where the kernel did not build."""
+    ``b`` blocks, as a Prep; None where the kernel did not build. ``programmatic``: whether it
+    may be launched programmatically (pdl.launch's ``programmatic_ok``)."""
     kern = runtime.get_kernel(cu, name)
     if kern is None:
         return None
 
     def prep(r0: int, m: int, rows8: int, nb: int, act: Any, fac: Any) -> None:
         args = (x[r0:], np.int64(ldx), np.int32(m), np.int32(rows8), np.int32(b), np.int32(nb), act, fac)
-        kern((-(-rows8 * nb // PREP_THREADS),), (PREP_THREADS,), args)
+        grid = (-(-rows8 * nb // PREP_THREADS),)
+        pdl.launch(kern, grid, (PREP_THREADS,), args, programmatic_ok=programmatic)
 
     return prep
 
 
 def launch(
-    cu: str, prefix: str, prep: Prep | None, rows: int, b: int, args0: tuple, args1: tuple, gz: int, n: int
+    cu: str,
+    prefix: str,
+    prep: Prep | None,
+    rows: int,
+    b: int,
+    args0: tuple,
+    args1: tuple,
+    gz: int,
+    n: int,
+    *,
+    programmatic: bool = True,
 ) -> bool:
     """``rows`` rows times one weight set (gz = 1) or two (gz = 2, gate and up) of N = ``n``
     columns and B = ``b`` blocks; ``args0``/``args1`` the sets' (codes, scales, rowscale, out,
-    ldo). False (nothing launched) where the kernels did not build or do not fit."""
+    ldo). False (nothing launched) where the kernels did not build or do not fit.
+    ``programmatic``: whether the K-split MMA kernels may be launched programmatically."""
     if prep is None:
         return False
     if rows >= GEMM_MIN_ROWS and gemm(cu, prefix, prep, rows, b, args0, args1, gz, n):
@@ -121,11 +135,13 @@ def launch(
         fac = ws[rows8 * nb * 32 : rows8 * nb * 36]
         prep(r0, m, rows8, nb, act, fac)
         runtime.set_dynamic_smem(kern, smem)
-        kern(
+        pdl.launch(
+            kern,
             (-(-n // 16), 1, gz),
             (32 * MMA_WARPS,),
             (act, fac, np.int32(m), w0, s0, rs0, o0[r0:], ldo0, w1, s1, rs1, o1[r0:], ldo1, *tail),
-            shared_mem=smem,
+            smem,
+            programmatic_ok=programmatic,
         )
     return True
 
@@ -212,14 +228,16 @@ def gemm(
         act = ws[: rows8 * nb * 32]
         fac = ws[rows8 * nb * 32 : rows8 * nb * 36]
         prep(r0, m, rows8, nb, act, fac)
-        kern(
+        pdl.launch(
+            kern,
             (tiles, col_ctas, gz * parts) if rows_first else (col_ctas, tiles, gz * parts),
             (32 * GEMM_WARPS,),
             (act, fac, np.int32(m), w0, s0, rs0, o0[r0:], ldo0, w1, s1, rs1, o1[r0:], ldo1, *tail),
         )
         if parts > 1:
             items = gz * m * n
-            finish(
+            pdl.launch(
+                finish,
                 (-(-items // 256),),
                 (256,),
                 (*head, np.int32(m), np.int32(n), rs0, o0[r0:], ldo0, rs1, o1[r0:], ldo1, *cs),

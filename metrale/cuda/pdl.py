@@ -15,9 +15,12 @@ the previous launch finishes. Kernels that follow this rule:
 ``nvfp4_a4f_r*`` (kernels/nvfp4_a4.cu, the W4A4 decode rows), ``act_mul``
 (kernels/elementwise.cu), every W8A8 kernel (kernels/w8a8.cu, kernels/w8a8_wgmma.cu: the
 quantize, SiLU-quantize, GEMV, split-K and GEMM kernels), the FP8/BF16 decode kernels
-(kernels/fp8_bf16_gemv.cu: ``fp8_bf16_dec_prep``, ``{fp8,bf16}_dec_*``) and the Q2_0 decode
-kernels (kernels/q2_0_dec.cu: ``q2_dec_prep``, ``q2_dec_r*``). The bits cannot change: the same
-kernels run on the same data.
+(kernels/fp8_bf16_gemv.cu: ``fp8_bf16_dec_prep``, ``{fp8,bf16}_dec_*``), the Q2_0 decode
+kernels (kernels/q2_0_dec.cu: ``q2_dec_prep``, ``q2_dec_r*``), the tensor-core engine's A16
+prologues, K-split MMA kernels, prefill GEMMs and ``mma_finish`` (kernels/mma_gemm.cuh: the
+kernels request their first weights before the wait) and the tiled GEMM with its A16 prologue
+(kernels/tile.cuh, nvfp4_tile.cu ``w4a16b_prep``: the first stages' weights before the wait).
+The bits cannot change: the same kernels run on the same data.
 
 The first PDL-capable launch after ``entry_start()`` (called by ``CudaBackend.rows``, i.e. when an
 entry point of ``DenseFfnLayer`` takes its input) is launched plainly: an FFN never overlaps the
@@ -167,12 +170,20 @@ def next_programmatic() -> bool:
 
 
 def launch(
-    kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any], shared_mem: int = 0
+    kernel: Any,
+    grid: tuple[int, ...],
+    block: tuple[int, ...],
+    args: Sequence[Any],
+    shared_mem: int = 0,
+    *,
+    programmatic_ok: bool = True,
 ) -> None:
     """Launch the CuPy ``RawKernel`` ``kernel`` (one that keeps the rule of this module's
-    docstring) on the current stream, programmatically when ``next_programmatic()``. Arguments
-    that CuPy cannot pass (ctypes structures) go through ``cuLaunchKernelEx`` also when plain."""
-    programmatic = next_programmatic()
+    docstring) on the current stream, programmatically when ``next_programmatic()`` and
+    ``programmatic_ok`` (False: a launcher that measured its kernels slower so; the entry point's
+    mark is consumed either way). Arguments that CuPy cannot pass (ctypes structures) go through
+    ``cuLaunchKernelEx`` also when plain."""
+    programmatic = next_programmatic() and programmatic_ok
     if not programmatic and not any(isinstance(a, ctypes.Structure) for a in args):
         kernel(grid, block, tuple(args), shared_mem=shared_mem)
         counts["plain"] += 1

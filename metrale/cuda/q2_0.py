@@ -34,6 +34,10 @@ CU_FILE = "q2_0_gemv.cu"
 #: (the GEMV below it); METRALE_CUDA_MMA=0 keeps the GEMV at every m (same bits).
 MMA_FILE = "q2_0_mma.cu"
 MMA_MIN_ROWS = 2
+#: Whether its prologue and K-split MMA kernels are launched programmatically (pdl.py): not. In
+#: one run on an H200 (Qwen3-8B FFN, METRALE_CUDA_PDL=1 / 0) they took m = 16 from 93.1 to 98.8
+#: us and m = 8 from 69.9 to 68.1 (performance-log.md, "2026-12-04 (evening)").
+MMA_PDL = False
 #: Decode kernels (kernels/q2_0_dec.cu) for m <= DEC_MAX_ROWS, before the tensor cores: the variant
 #: configs.Q2_0_DEC_ROUTE gives for m and the weight's N (none where no entry covers them), or
 #: DEC_VARIANT where set (METRALE_Q2_DEC: a name of configs.Q2_0_DEC_VARIANTS, or "off" for none).
@@ -84,8 +88,8 @@ def _q2_project(x: Any, w: Any, out: Any, m: int, kernel: str) -> None:
         return
     if mma.ENABLED and m >= MMA_MIN_ROWS:
         prefix = mma.family_prefix("q2")
-        prep = mma.a16_prep(MMA_FILE, f"{prefix}_mma_prep", xa, ldx, nb)
-        if mma.launch(MMA_FILE, prefix, prep, m, nb, ws, ws, 1, n):
+        prep = mma.a16_prep(MMA_FILE, f"{prefix}_mma_prep", xa, ldx, nb, programmatic=MMA_PDL)
+        if mma.launch(MMA_FILE, prefix, prep, m, nb, ws, ws, 1, n, programmatic=MMA_PDL):
             return
     lohi = cupy.empty((m * nb * 2 * 4,), dtype=cupy.uint32)
     aux = cupy.empty((m * nb * 2,), dtype=cupy.uint32)

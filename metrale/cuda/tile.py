@@ -3,8 +3,10 @@
 operand, the per-block factors and the slow-row marks of a chunk of rows into the mma.py
 workspace, then ``w4a16b_gemm_f{NF}`` / ``w4a16w_gemm_f{NF}`` (NVFP4) or ``q2a16b_gemm_f{NF}`` /
 ``q2a16w_gemm_f{NF}`` (Q2_0) runs CTA tiles of 8·NF rows × 128 columns over K (split into
-aligned parts where the grid would not fill the GPU; ``mma_finish`` sums their roots). The same
-bits as every other path of the format (arithmetic.md § tree, § kernel-notes).
+aligned parts where the grid would not fill the GPU; ``mma_finish`` sums their roots). The A16
+prologue, the GEMM and ``mma_finish`` are launched programmatically (metrale/cuda/pdl.py: the
+GEMM requests its first stages' weights before it waits). The same bits as every other path of
+the format (arithmetic.md § tree, § kernel-notes).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from metrale.cuda import configs, mma, runtime
+from metrale.cuda import configs, mma, pdl, runtime
 
 FILE = "nvfp4_tile.cu"
 #: The same GEMM on Hopper's warpgroup MMA (sm_90a): the launcher takes it where it builds.
@@ -24,8 +26,12 @@ WG_FILE = "nvfp4_wgmma.cu"
 #: METRALE_NVFP4_TILE=0 turns the tiled GEMM off (the mma.py paths give the same bits).
 ENABLED = os.environ.get("METRALE_NVFP4_TILE", "1") != "0"
 #: Rows from which the NVFP4 × A16 / A4 and Q2_0 × A16 projections take the tiled GEMM
-#: (METRALE_NVFP4_TILE_MIN_ROWS moves it: tests and benchmarks).
-MIN_ROWS = int(os.environ.get("METRALE_NVFP4_TILE_MIN_ROWS", "33"))
+#: (METRALE_NVFP4_TILE_MIN_ROWS moves it: tests and benchmarks). From 25 rows both it and the
+#: K-split MMA kernels run 32-row tiles, and the tile is the faster: H200, Qwen3-8B FFN at m = 32
+#: (the launches programmatic) NVFP4 138.8 against 154.2 us, Q2_0 129.7 against 149.1; at m = 16
+#: and 24 (16- and 24-row MMA tiles against its 16 and 32) it is not (performance-log.md,
+#: "2026-12-04 (evening)").
+MIN_ROWS = int(os.environ.get("METRALE_NVFP4_TILE_MIN_ROWS", "25"))
 #: NVFP4 × A4 on the tiled GEMM (``w4a4b_prep``); METRALE_NVFP4_TILE_A4=0 keeps A4 on the mma.py
 #: kernels (same bits).
 A4_ENABLED = os.environ.get("METRALE_NVFP4_TILE_A4", "1") != "0"
@@ -61,6 +67,8 @@ class TileFormat:
 #: Steps (8 blocks) per K part at most: the counter keeps levels 1 .. dlog - 1 in shared memory.
 MAX_PART_STEPS = 32
 MIN_PART_STEPS = 4
+#: Parts at most: ``mma_finish`` folds up to 64 part roots (its counter's seven levels).
+MAX_PARTS = 64
 #: K is split further than filling the slots needs where that shortens the plan's span (whole
 #: waves of CTAs times a part's steps plus PART_OVERHEAD_STEPS, a CTA's pipeline fill and
 #: epilogue) by more than WAVE_GAIN: Qwen3-8B gate + up at 33..64 rows, 192 CTAs of 32 steps
@@ -78,6 +86,11 @@ COLS = 128
 STAGES = 3
 #: Rows per prologue + GEMM pass (the workspace holds 2 K + 4 B + 1 bytes per row).
 CHUNK_ROWS = 4096
+
+
+def prep_threads(b: int) -> int:
+    """Threads of ``w4a16b_prep`` for rows of ``b`` blocks: one block per thread, 256 to 1024."""
+    return min(1024, max(THREADS, 32 * -(-b // 32)))
 
 
 def frags_for(rows: int, frags: tuple[int, ...] | None = None) -> int:
@@ -125,9 +138,9 @@ def pick_kernel(fmt: TileFormat, rows: int) -> TileKernel | None:
 
 def plan_parts(s8: int, ctas_per_part: int, slots: int) -> tuple[int, int]:
     """(dlog, parts): K of ``s8`` steps in aligned parts of 2^dlog <= MAX_PART_STEPS steps, halved
-    (down to MIN_PART_STEPS) while the grid would hold fewer CTAs than ``slots``
-    (multiprocessors times the CTAs each runs at once), then (WAVES) while a halving shortens the
-    span by more than WAVE_GAIN."""
+    (down to MIN_PART_STEPS, and while at most MAX_PARTS parts) while the grid would hold fewer
+    CTAs than ``slots`` (multiprocessors times the CTAs each runs at once), then (WAVES) while a
+    halving shortens the span by more than WAVE_GAIN."""
 
     def parts(d: int) -> int:
         return -(-s8 // (1 << d))
@@ -136,11 +149,15 @@ def plan_parts(s8: int, ctas_per_part: int, slots: int) -> tuple[int, int]:
         return -(-ctas_per_part * parts(d) // slots) * (min(1 << d, s8) + PART_OVERHEAD_STEPS)
 
     dlog = min(max(0, (s8 - 1).bit_length()), MAX_PART_STEPS.bit_length() - 1)
-    while (1 << dlog) > MIN_PART_STEPS and ctas_per_part * parts(dlog) < slots:
+
+    def may_halve(d: int) -> bool:
+        return (1 << d) > MIN_PART_STEPS and parts(d - 1) <= MAX_PARTS
+
+    while may_halve(dlog) and ctas_per_part * parts(dlog) < slots:
         dlog -= 1
     if WAVES:
         for d in range(dlog - 1, MIN_PART_STEPS.bit_length() - 2, -1):
-            if span(d) < (1 - WAVE_GAIN) * span(dlog):
+            if parts(d) <= MAX_PARTS and span(d) < (1 - WAVE_GAIN) * span(dlog):
                 dlog = d
     return dlog, parts(dlog)
 
@@ -165,7 +182,7 @@ def gemm(
 
     def prologue(r0: int, m: int, pad: int, xh: Any, fac: Any, slow: Any) -> None:
         args = (x[r0:], np.int64(ldx), np.int32(m), np.int32(pad), np.int32(b), *window, xh, fac, slow)
-        kern((pad,), (THREADS,), args)
+        pdl.launch(kern, (pad,), (prep_threads(b),), args)
 
     return _run(prologue, rows, b, args0, args1, gz, n, fmt)
 
@@ -215,7 +232,7 @@ def _run(
     slots = runtime.sm_count() * pick.ctas_per_sm
     dlog, parts = plan_parts(s8, -(-chunk // tile_rows) * col_ctas * gz, slots)
     smem = smem_bytes(nf, dlog, fmt, pick.wg)
-    if smem > mma.SMEM_LIMIT:
+    if smem > mma.SMEM_LIMIT or parts > MAX_PARTS:
         return False
     rows_pad = tile_rows * -(-chunk // tile_rows)
     xh_bytes = rows_pad * k * 2
@@ -234,7 +251,8 @@ def _run(
         tiles = -(-m // tile_rows)
         pad = tiles * tile_rows
         prologue(r0, m, pad, xh, fac, slow)
-        kern(
+        pdl.launch(
+            kern,
             (tiles, col_ctas, gz * parts),
             (THREADS,),
             (
@@ -259,11 +277,12 @@ def _run(
                 np.int32(dlog),
                 np.uint64(0) if partial is None else partial,
             ),
-            shared_mem=smem,
+            smem,
         )
         if parts > 1:
             items = gz * m * n
-            finish(
+            pdl.launch(
+                finish,
                 (-(-items // 256),),
                 (256,),
                 (

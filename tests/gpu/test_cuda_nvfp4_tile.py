@@ -165,6 +165,28 @@ def test_tile_edge_rows_every_kind(cuda: Any, fresh_rng: np.random.Generator, ti
         gen.bits_equal(gen.check_guard(buf, init, 9, n), ref(xk, w), f"tile edge kind {kind}")
 
 
+def test_tile_prologue_past_one_block_per_thread(
+    cuda: Any, fresh_rng: np.random.Generator, tiled: Any
+) -> None:
+    """K = 20480 (B = 1280 blocks): ``w4a16b_prep`` runs 1024 threads, so a thread takes a
+    second block, reloaded in the second pass while its first stays in registers; fast rows and
+    a slow one (a block past the window), the tile over 40 rows."""
+    from metrale.cuda import tile
+
+    n, k = 40, 20480
+    assert tile.prep_threads(k // 16) == 1024 < k // 16
+    w = gen.nvfp4(fresh_rng, n, k)
+    dw = cuda.upload(w)
+    x = window_rows(fresh_rng, 40, k, (-102, -30, 0, 30, 110))
+    x[21, 16 * 1100 : 16 * 1101] = window_rows(fresh_rng, 1, 16, (120,))[0]  # a second-pass block
+    want = ref(x, w)
+    for m in (20, 40):  # 20: fast rows only; 40: row 21 slow
+        buf, view, init = gen.guarded(cp, fresh_rng, m, n)
+        cuda.launch("w4a16_gemm", dev_rows(x[:m]), dw, view)
+        gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"tile K={k} m={m}")
+    assert tiled["n"] > 0
+
+
 @pytest.mark.parametrize("max_part", [1, 2, 8, 32])
 def test_tile_every_k_split(
     cuda: Any, fresh_rng: np.random.Generator, tiled: Any, monkeypatch: pytest.MonkeyPatch, max_part: int

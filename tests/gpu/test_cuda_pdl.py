@@ -1,7 +1,8 @@
-"""Programmatic dependent launch (metrale/cuda/pdl.py) on the FFN's fast A16 path: the chain
-up -> act_mul -> down is launched programmatically on sm_90+, the first kernel of every entry
-point plainly, and the bits are the reference's with PDL on, off, and over back-to-back calls
-without a host synchronisation in between (a kernel that read before its pdl_wait would race)."""
+"""Programmatic dependent launch (metrale/cuda/pdl.py) on the FFN's fast A16 path, the W8A8 arm,
+the W4A4 decode rows and the NVFP4 tensor-core paths: every launch of an entry point after its
+first is programmatic on sm_90+, and the bits are the reference's with PDL on, off, and over
+back-to-back calls without a host synchronisation in between (a kernel that read before its
+pdl_wait would race)."""
 
 from __future__ import annotations
 
@@ -172,3 +173,47 @@ def test_pdl_w4a4_back_to_back(cuda: Any, fresh_rng: np.random.Generator, m: int
         assert pdl.counts["programmatic"] - before["programmatic"] == launched - 1
     for r in range(rounds):
         gen.bits_equal(got[r], want, f"w4a4 m={m} round {r}")
+
+
+@pytest.mark.parametrize("path", ["mma", "tile", "gemm"])
+def test_pdl_tensor_core_paths_back_to_back(
+    fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """NVFP4 × A16 on the tensor-core paths, whose prologues, kernels and ``mma_finish`` are
+    PDL-capable: the K-split MMA kernels (m = 8), the tiled GEMM with K split into parts (m = 40)
+    and mma_gemm.cuh's GEMM with the tile off (m = 40). PDL on and off, 3 rounds queued without
+    synchronisation, each output copied to its own slot: every slot holds the reference's bits,
+    and with PDL every launch but each FFN's first is programmatic."""
+    from metrale.cuda import mma, tile
+
+    m = 8 if path == "mma" else 40
+    if path == "gemm":
+        monkeypatch.setattr(tile, "ENABLED", False)
+        monkeypatch.setattr(mma, "GEMM_ANY_GRID", True)
+    ref, gpu = _layers(fresh_rng, FfnActivation.SiLU)
+    x = gen.rows(fresh_rng, m, HIDDEN)
+    rctx = ForwardContext(ref.config, backend=ref.backend, max_rows=m)
+    with np.errstate(all="ignore"):
+        ref.forward_prefill(ref.backend.rows(x, HIDDEN), m, rctx)
+    want = np.asarray(rctx.buffers.output()[:m]).view(np.uint16)
+    rounds = 3
+    for enabled in (True, False):
+        monkeypatch.setattr(pdl, "ENABLED", enabled)
+        ctx = ForwardContext(gpu.config, backend=gpu.backend, max_rows=m)
+        xd = gpu.backend.rows(x, HIDDEN)
+        slots = cp.full((rounds, m, HIDDEN), 0xDEAD, dtype=cp.uint16)
+        cp.cuda.get_current_stream().synchronize()
+        before = dict(pdl.counts)
+        for r in range(rounds):
+            gpu.forward_prefill(xd, m, ctx)
+            slots[r] = ctx.buffers.output()[:m]
+        got = slots.get()
+        programmatic = pdl.counts["programmatic"] - before["programmatic"]
+        plain = pdl.counts["plain"] - before["plain"]
+        assert programmatic + plain >= rounds * 7, f"{path}: launches went around pdl.launch"
+        if enabled and _pdl_expected():
+            assert plain == rounds, f"{path}: {plain} plain launches in {rounds} FFNs"
+        else:
+            assert programmatic == 0
+        for r in range(rounds):
+            gen.bits_equal(got[r], want, f"{path} m={m} pdl={enabled} round {r}")

@@ -44,6 +44,8 @@ __device__ __forceinline__ void a16_mma_prep_body(const unsigned short* __restri
                                                   int rows8, int B, int NB, int eoff,
                                                   unsigned int* __restrict__ act, float* __restrict__ fac) {
     const int it = blockIdx.x * blockDim.x + threadIdx.x;
+    pdl_wait();
+    pdl_trigger();
     if (it >= NB * rows8) return;
     const int r = it / NB, b = it - r * NB;
     unsigned int lo[4] = {0u, 0u, 0u, 0u}, hi[4] = {0u, 0u, 0u, 0u};
@@ -300,6 +302,10 @@ __device__ __forceinline__ void mma_body(const uint4* __restrict__ act, const fl
     const typename WP::Consts kc = WP::consts();
     const WeightRows wr = WP::rows(set, n0, lane, N, B);
 
+    // pdl.py: the weights too are read after the wait (a wait after the first run's weight loads
+    // took ptxas up to 51 more registers per thread in these kernels)
+    pdl_wait();
+    pdl_trigger();
     for (int run = warp; run < runs; run += MMA_WARPS) {
         float p1[NT][4], p2[NT][4], p0[NT][4], root[NT][4];
 #pragma unroll
@@ -434,6 +440,8 @@ __device__ __forceinline__ void gemm_body(const uint4* __restrict__ act, const f
     float p[D + 1][NT][4];
     typename WP::Load cur, nxt;
     WP::template load<AL>(cur, wr.w0, wr.w1, wr.s0, wr.s1, s_begin * 8, B, t);
+    pdl_wait();  // the first step's weights in flight (pdl.py)
+    pdl_trigger();
     for (int ls = 0; ls < Sl; ++ls) {
         const int s8 = s_begin + ls;
         if (ls + 1 < Sl) WP::template load<AL>(nxt, wr.w0, wr.w1, wr.s0, wr.s1, (s8 + 1) * 8, B, t);
@@ -475,6 +483,8 @@ extern "C" __global__ void __launch_bounds__(256) mma_finish(const float* __rest
                                                              const float* __restrict__ cs1) {
     const long long it = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const long long mn = (long long)m * N;
+    pdl_wait();
+    pdl_trigger();
     if (it >= gz * mn) return;
     const int zs = (int)(it / mn), r = (int)((it - zs * mn) / N), c = (int)(it - zs * mn - (long long)r * N);
     float lv[7];

@@ -9,9 +9,11 @@
 //
 // Kernels (extern "C"):
 //   w4a16b_prep(x, ldx, m, rows_pad, B, elo, ehi, xh, fac, slow)
-//       grid rows_pad, block 256: one CTA per row r < rows_pad (zeros past m; x 16-byte aligned,
-//       ldx a multiple of 8). Row r is fast when every block b is finite and either all zero or
-//       has elo <= E_b <= ehi (the format's window: NVFP4 -102 .. 110, Q2_0 -88 .. 105): its
+//       grid rows_pad, block 32 ceil(B / 32) threads, at least 256 and at most 1024: one CTA per
+//       row r < rows_pad (zeros past m; x 16-byte aligned, ldx a multiple of 8); launched
+//       programmatically (pdl_wait before it reads x). Row r is fast when every block b is
+//       finite and either all zero or has elo <= E_b <= ehi (the format's window: NVFP4
+//       -102 .. 110, Q2_0 -88 .. 105): its
 //       operand is xh = c 2^(E_b - 15) (the A16 codes scaled, exact bf16: at most 8 significant
 //       bits, normal) and fac = 1; otherwise (slow) xh = c and fac = 2^(E_b - 15), NaN for a
 //       non-finite block. slow[r] = 1 marks a slow row.
@@ -19,7 +21,8 @@
 //             decode: position 8h + 2t holds element 8h + t, 8h + 2t + 1 element 8h + t + 4;
 //         fac f32 [rows_pad][B]; slow u8 [rows_pad].
 //   w4a4b_prep(codes, ldc, afac, m, rows_pad, B, xh, fac, slow)
-//       the same grid and layout from w4a4_quantize's codes and f32(ascale): the A4 operand
+//       the same layout from w4a4_quantize's codes and f32(ascale) (block 256, launched
+//       plainly): the A4 operand
 //       code (ascale / 4) (at most 6 significant bits, an exact normal bf16 or zero), fac 1; a
 //       row with a non-finite block is slow (xh = code, fac = ascale / 4, NaN there).
 //   w4a16b_gemm_f{NF}(xh, fac, slow, m, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1, N, B,
@@ -29,6 +32,8 @@
 //       The part covers steps (8 blocks) [part kp8, part kp8 + kp8) of S8 = B / 8, kp8 = 2^dlog
 //       <= 32: an aligned subtree. parts = 1 (partial null): y = bf16(root * rowscale); else the
 //       part roots go to partial [parts][gz][m][N] and mma_finish (nvfp4_mma.cu) sums them.
+//       Launched programmatically: the first stages' weights load before pdl_wait (tile.cuh
+//       tile_gemm).
 //       Dynamic shared memory: 3 stages of (8 NF rows x 256 bytes of xh, XOR-swizzled 16-byte
 //       chunks | 128 weight rows x 80 bytes (64 used) | 128 x 8 scale bytes), then the step
 //       counter's levels 1 .. dlog - 1: float4 [dlog - 1][NF][256 threads].
@@ -84,19 +89,26 @@ __device__ __forceinline__ void w4b_store(unsigned short* __restrict__ xh, int r
 }
 
 // A16. One CTA per row: thread i takes blocks i, i + 256, ...; the row is slow where any block is.
-extern "C" __global__ void __launch_bounds__(256) w4a16b_prep(const unsigned short* __restrict__ x, long long ldx,
-                                                              int m, int rows_pad, int B, int elo, int ehi,
-                                                              unsigned short* __restrict__ xh,
-                                                              float* __restrict__ fac,
-                                                              unsigned char* __restrict__ slow) {
+extern "C" __global__ void __launch_bounds__(1024) w4a16b_prep(const unsigned short* __restrict__ x, long long ldx,
+                                                               int m, int rows_pad, int B, int elo, int ehi,
+                                                               unsigned short* __restrict__ xh,
+                                                               float* __restrict__ fac,
+                                                               unsigned char* __restrict__ slow) {
     const int r = blockIdx.x;
     const bool live = r < m;
     const unsigned short* src = x + (size_t)r * ldx;
+    pdl_wait();
+    pdl_trigger();
+    // this thread's first block stays in registers between the passes (one block per thread
+    // where blockDim.x >= B: the launcher's choice up to 1024 blocks)
+    const int b0 = threadIdx.x;
+    uint4 u0 = make_uint4(0u, 0u, 0u, 0u), v0 = u0;
     int bad = 0;
     if (live) {
-        for (int b = threadIdx.x; b < B; b += blockDim.x) {
+        for (int b = b0; b < B; b += blockDim.x) {
             const uint4* p = (const uint4*)(src + (size_t)b * 16);
             const uint4 u = __ldg(p), v = __ldg(p + 1);
+            if (b == b0) u0 = u, v0 = v;
             const unsigned int w[8] = {u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w};
             int F = 1, nf = 0;
             unsigned int nz = 0u;
@@ -112,13 +124,16 @@ extern "C" __global__ void __launch_bounds__(256) w4a16b_prep(const unsigned sho
         }
     }
     const bool sl = __syncthreads_or(bad) != 0;
-    for (int b = threadIdx.x; b < B; b += blockDim.x) {
+    for (int b = b0; b < B; b += blockDim.x) {
         int c[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
         int E = 0;
         bool fin = true;
         if (live) {
-            const uint4* p = (const uint4*)(src + (size_t)b * 16);
-            const uint4 u = __ldg(p), v = __ldg(p + 1);
+            uint4 u = u0, v = v0;
+            if (b != b0) {
+                const uint4* p = (const uint4*)(src + (size_t)b * 16);
+                u = __ldg(p), v = __ldg(p + 1);
+            }
             const unsigned int w[8] = {u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w};
             unsigned short xs[16];
 #pragma unroll
@@ -210,7 +225,7 @@ __device__ __forceinline__ void w4b_body(const unsigned char* __restrict__ xh, c
                                          int dlog, float* __restrict__ partial, int part_i, int gz, int zs,
                                          unsigned char* smem) {
     constexpr int ACT = 8 * NF * 256;
-    constexpr int STAGE = ACT + W4B_COLS * F::WROW + W4B_COLS * F::SB;
+    constexpr int STAGE = tile_stage_bytes<NF, F, false>();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int K = B * 16;
     const unsigned int sbase = (unsigned int)__cvta_generic_to_shared(smem);
@@ -228,11 +243,7 @@ __device__ __forceinline__ void w4b_body(const unsigned char* __restrict__ xh, c
     float L0[NF][4];  // counter level 0
     float q[NF][4], r[NF][4], e0[NF][4], sr[NF][4];
 
-#pragma unroll
-    for (int i = 0; i < W4B_STAGES - 1; ++i) {
-        if (i < Sl) tile_load<NF, F, false>(smem + i * STAGE, xh, row0, K, set, n0, N, B, s_begin + i);
-        cp_async_commit();
-    }
+    tile_prologue_x<NF, false>(smem, xh, row0, K, s_begin, Sl, STAGE);
     for (int ls = 0; ls < Sl; ++ls) {
         cp_async_wait<W4B_STAGES - 2>();
         __syncthreads();
@@ -266,6 +277,7 @@ __device__ __forceinline__ void w4b_body(const unsigned char* __restrict__ xh, c
 }
 
 struct W4bBody {
+    static constexpr bool WG = false;
     template <int NF, bool SLOW, class F, class... A>
     static __device__ __forceinline__ void run(A... a) {
         w4b_body<NF, SLOW, F>(a...);

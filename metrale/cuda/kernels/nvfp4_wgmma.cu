@@ -82,11 +82,9 @@ template <int NF, bool SLOW, class F>
 __device__ __forceinline__ void w4w_body(const unsigned char* __restrict__ xh, const float* __restrict__ fac, int m,
                                          int row0, const WeightSet& set, int n0, int N, int B, int s_begin, int Sl,
                                          int dlog, float* __restrict__ partial, int part_i, int gz, int zs,
-                                         unsigned char* smem_raw) {
+                                         unsigned char* smem) {
     constexpr int ACT = 8 * NF * 256;
-    constexpr int STAGE = (ACT + W4B_COLS * F::WROW + W4B_COLS * F::SB + 1023) & ~1023;
-    // the stages 1024-byte aligned (the 128-byte swizzle's period); the launcher adds 1024 bytes
-    unsigned char* smem = smem_raw + ((1024u - ((u32)__cvta_generic_to_shared(smem_raw) & 1023u)) & 1023u);
+    constexpr int STAGE = tile_stage_bytes<NF, F, true>();  // smem: 1024-byte aligned (tile_stages)
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int K = B * 16;
     const u32 sbase = (u32)__cvta_generic_to_shared(smem);
@@ -98,11 +96,7 @@ __device__ __forceinline__ void w4w_body(const unsigned char* __restrict__ xh, c
     float L0[NF][4];
     float q[NF][4], r[NF][4], sr[NF][4];
 
-#pragma unroll
-    for (int i = 0; i < W4B_STAGES - 1; ++i) {
-        if (i < Sl) tile_load<NF, F, true>(smem + i * STAGE, xh, row0, K, set, n0, N, B, s_begin + i);
-        cp_async_commit();
-    }
+    tile_prologue_x<NF, true>(smem, xh, row0, K, s_begin, Sl, STAGE);
     for (int ls = 0; ls < Sl; ++ls) {
         cp_async_wait<W4B_STAGES - 2>();
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // cp.async data to wgmma's reads
@@ -158,6 +152,7 @@ __device__ __forceinline__ void w4w_body(const unsigned char* __restrict__ xh, c
 }
 
 struct W4wBody {
+    static constexpr bool WG = true;
     template <int NF, bool SLOW, class F, class... A>
     static __device__ __forceinline__ void run(A... a) {
         w4w_body<NF, SLOW, F>(a...);

@@ -44,16 +44,30 @@ struct TileQ2 {  // 1 word per block (2-bit codes), the f16 d of blocks 0-3 and 
     static constexpr int WB = 32, WROW = 48, SB = 4;
 };
 
-// Stage s (blocks 8 s .. 8 s + 7) of the CTA's rows and columns into shared memory at base: the
-// 8 NF activation rows of xh (256 bytes each) first, then 128 weight rows of WROW bytes, then
-// 128 x SB scale bytes. Activation layout: WG = false (mma.sync, ldmatrix): row r at 256 r,
-// 16-byte chunk c at c ^ (r & 7); WG = true (wgmma's K-major operand, 128-byte swizzle): K
-// elements 64 h .. 64 h + 63 of every row in the 1024-byte-aligned half h (8 NF rows x 128
-// bytes), chunk c of row r at 128 r + 16 ((c & 7) ^ (r & 7)).
+// The bytes of one pipeline stage of the 8 NF-row tile on format F (WG: nvfp4_wgmma.cu's, rounded
+// up to wgmma's 1024-byte swizzle period), and the first stage's address in the dynamic shared
+// memory raw (WG: the next 1024-byte boundary; the launcher adds 1024 bytes).
 template <int NF, class F, bool WG>
-__device__ __forceinline__ void tile_load(unsigned char* base, const unsigned char* __restrict__ xh, int row0, int K,
-                                          const WeightSet& set, int n0, int N, int B, int s) {
-    constexpr int ACT = 8 * NF * 256, CH = F::WB / 16;
+__host__ __device__ constexpr int tile_stage_bytes() {
+    return WG ? (8 * NF * 256 + W4B_COLS * F::WROW + W4B_COLS * F::SB + 1023) & ~1023
+              : 8 * NF * 256 + W4B_COLS * F::WROW + W4B_COLS * F::SB;
+}
+template <bool WG>
+__device__ __forceinline__ unsigned char* tile_stages(unsigned char* raw) {
+    return WG ? raw + ((1024u - ((unsigned int)__cvta_generic_to_shared(raw) & 1023u)) & 1023u) : raw;
+}
+
+// Stage s (blocks 8 s .. 8 s + 7) of the CTA's rows and columns into shared memory at base: the
+// 8 NF activation rows of xh (256 bytes each) first (tile_load_x), then 128 weight rows of WROW
+// bytes and 128 x SB scale bytes (tile_load_w: the layer's weights, which a launch may read before
+// its pdl_wait). Activation layout: WG = false (mma.sync, ldmatrix): row r at 256 r, 16-byte
+// chunk c at c ^ (r & 7); WG = true (wgmma's K-major operand, 128-byte swizzle): K elements
+// 64 h .. 64 h + 63 of every row in the 1024-byte-aligned half h (8 NF rows x 128 bytes), chunk c
+// of row r at 128 r + 16 ((c & 7) ^ (r & 7)).
+template <int NF, bool WG>
+__device__ __forceinline__ void tile_load_x(unsigned char* base, const unsigned char* __restrict__ xh, int row0,
+                                            int K, int s) {
+    constexpr int ACT = 8 * NF * 256;
     const int tid = threadIdx.x;
 #pragma unroll
     for (int i = 0; i < NF / 2; ++i) {  // 8 NF rows x 16 chunks of 16 bytes
@@ -62,6 +76,11 @@ __device__ __forceinline__ void tile_load(unsigned char* base, const unsigned ch
         const int dst = WG ? (c >> 3) * (ACT / 2) + r * 128 + (((c & 7) ^ (r & 7)) << 4) : r * 256 + ((c ^ (r & 7)) << 4);
         cp_async16(base + dst, src, 16);
     }
+}
+template <int NF, class F>
+__device__ __forceinline__ void tile_load_w(unsigned char* base, const WeightSet& set, int n0, int N, int B, int s) {
+    constexpr int ACT = 8 * NF * 256, CH = F::WB / 16;
+    const int tid = threadIdx.x;
 #pragma unroll
     for (int i = 0; i < CH / 2; ++i) {  // 128 weight rows x CH chunks
         const int q = tid + W4B_THREADS * i, col = q / CH, p = q % CH, n = n0 + col;
@@ -77,6 +96,26 @@ __device__ __forceinline__ void tile_load(unsigned char* base, const unsigned ch
         unsigned char* dst = base + ACT + W4B_COLS * F::WROW + tid * F::SB;
         if constexpr (F::SB == 8) cp_async8(dst, src, ok ? 8 : 0);
         else cp_async4(dst, src, ok ? 4 : 0);
+    }
+}
+template <int NF, class F, bool WG>
+__device__ __forceinline__ void tile_load(unsigned char* base, const unsigned char* __restrict__ xh, int row0, int K,
+                                          const WeightSet& set, int n0, int N, int B, int s) {
+    tile_load_x<NF, WG>(base, xh, row0, K, s);
+    tile_load_w<NF, F>(base, set, n0, N, B, s);
+}
+
+// The prologue's activation rows of the first W4B_STAGES - 1 stages, one commit group each: the
+// launch issued their weights before its pdl_wait (tile_gemm), so group 0 holds stage 0's weights
+// and activations and stage 1's weights, and every later group one stage (cp_async_wait<1> before
+// stage ls is the group count of one load per stage).
+template <int NF, bool WG>
+__device__ __forceinline__ void tile_prologue_x(unsigned char* smem, const unsigned char* __restrict__ xh, int row0,
+                                                int K, int s_begin, int Sl, int stage) {
+#pragma unroll
+    for (int i = 0; i < W4B_STAGES - 1; ++i) {
+        if (i < Sl) tile_load_x<NF, WG>(smem + i * stage, xh, row0, K, s_begin + i);
+        cp_async_commit();
     }
 }
 
@@ -212,8 +251,10 @@ __device__ __forceinline__ void tile_finish(float (&L0)[NF][4], const float4* ct
 
 // The CTA's tile (blockIdx.x: 8 NF rows, y: 128 columns, z: part gz + set), its K part (steps
 // [part kp8, part kp8 + kp8) of B / 8) and whether any of its rows is slow, then Body::run<NF,
-// SLOW, F> over them (the mma.sync body of nvfp4_tile.cu or the wgmma body of nvfp4_wgmma.cu) with
-// the dynamic shared memory.
+// SLOW, F> over them (the mma.sync body of nvfp4_tile.cu or the wgmma body of nvfp4_wgmma.cu,
+// Body::WG its stage layout) with the dynamic shared memory. Launched programmatically
+// (metrale/cuda/pdl.py): the weights of the first W4B_STAGES - 1 stages are requested before
+// pdl_wait, everything the prologue wrote after it.
 template <int NF, class F, class Body>
 __device__ __forceinline__ void tile_gemm(const unsigned char* __restrict__ xh, const float* __restrict__ fac,
                                           const unsigned char* __restrict__ slow, int m, const WeightSet& set, int N,
@@ -222,13 +263,19 @@ __device__ __forceinline__ void tile_gemm(const unsigned char* __restrict__ xh, 
     const int row0 = blockIdx.x * 8 * NF, n0 = blockIdx.y * W4B_COLS;
     const int part_i = blockIdx.z / gz, zs = blockIdx.z % gz;
     const int S8 = B >> 3, s_begin = part_i * kp8, Sl = min(S8 - s_begin, kp8);
+    unsigned char* smem = tile_stages<Body::WG>(tile_smem);
+#pragma unroll
+    for (int i = 0; i < W4B_STAGES - 1; ++i)
+        if (i < Sl) tile_load_w<NF, F>(smem + i * tile_stage_bytes<NF, F, Body::WG>(), set, n0, N, B, s_begin + i);
+    pdl_wait();
+    pdl_trigger();
     const int any_slow = __syncthreads_or(threadIdx.x < 8 * NF ? slow[row0 + threadIdx.x] : 0);
     if (any_slow)
         Body::template run<NF, true, F>(xh, fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs,
-                                        tile_smem);
+                                        smem);
     else
         Body::template run<NF, false, F>(xh, fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs,
-                                         tile_smem);
+                                         smem);
 }
 
 // extern "C" NAME: the tiled GEMM of Body on format F, 8 NF rows per CTA, built for MINB CTAs per
