@@ -147,7 +147,7 @@ def test_launchers_ask_for_kernels_the_files_define() -> None:
         + [("w8a8.cu", f"w8a8_mma_r{r}_w{w}") for r in configs.W8A8_MMA_TIERS for w in configs.W8A8_MMA_WARPS]
         + [
             (tile.WG_FILE, f"{f.wg_prefix}_gemm_f{nf}")
-            for f in (tile.NVFP4, tile.Q2_0)
+            for f in (tile.NVFP4, tile.NVFP4_A4, tile.Q2_0)
             for nf in tile.WG_FRAGS
         ]
     )
@@ -181,6 +181,7 @@ def _pasted(macro: str, a: list[str]) -> tuple[str, ...]:
         "NVFP4_TILE": lambda: f"w4a16b_gemm_f{a[0]}",
         "Q2_TILE": lambda: f"q2a16b_gemm_f{a[0]}",
         "NVFP4_WGMMA_TILE": lambda: f"w4a16w_gemm_f{a[0]}",
+        "NVFP4_A4_WGMMA_TILE": lambda: f"w4a4w_gemm_f{a[0]}",
         "Q2_WGMMA_TILE": lambda: f"q2a16w_gemm_f{a[0]}",
         "Q2_GEMV": lambda: f"q2_0_gemv_r{a[0]}",
         "Q2_DEC": lambda: f"q2_dec_r{a[0]}_c{a[1]}_d{a[2]}_{a[4]}",

@@ -218,6 +218,39 @@ def test_replay_a4_matches_project(seed: int) -> None:
     assert np.array_equal(got, want)
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a4_block_values_are_exact_so_level_one_is_one_fma(seed: int) -> None:
+    """w4a4w_gemm_f{NF} (nvfp4_wgmma.cu, A4) forms the tree's level 1 as fma(P, ws, v_2i) (a slow
+    row: fma(P · ws, factor, v_2i)): one rounding of the exact product plus v_2i, which is the
+    contract's RNE(v_2i + v_2i+1) exactly when every block value v = P · ws (· factor) is an
+    exact f32, with no rounding in the multiplies. Checked in float64 on every block of finite
+    and edge rows, all e4m3 weight scales among them."""
+    rng = np.random.default_rng(seed)
+    n, k = 23, 512
+    w = nvfp4(rng, n, k)
+    nb = k // 16
+    scales = w.weight_scale.view(np.uint8).copy()
+    codes = np.arange(256, dtype=np.uint8)
+    codes = codes[np.isfinite(codes.view(E4M3).astype(F32)) & (codes < 0x80)]  # every finite positive code
+    scales.reshape(-1)[: codes.size] = codes
+    w = Nvfp4Weight(w.weight, scales.view(E4M3), w.weight_scale_2, w.input_scale, w.name)
+    x = np.concatenate([rows(rng, 48, k, finite=True), rows(rng, 40, k)])
+    a = quantize_a4(x, w.input_scale)
+    code = a.codes.reshape(len(x), nb, 16).astype(np.float64)
+    f = np.where(a.finite, a.scales.astype(F32).astype(np.float64), np.nan) / 4
+    slow = ~np.all(a.finite, axis=1)
+    op = np.where(slow[:, None, None], code, code * np.nan_to_num(f)[:, :, None])
+    wc, ws = nvfp4_weight(w, nb)
+    p64 = np.einsum("nbj,mbj->mnb", wc, op)  # exact
+    v64 = p64 * ws.astype(np.float64)[None, :, :]
+    v64 = np.where(slow[:, None, None], v64 * f[:, None, :], v64)
+    finite = np.isfinite(v64)
+    assert finite.sum() > 0.9 * v64.size and (~finite).any()  # both kinds of rows were formed
+    assert np.array_equal(v64[finite].astype(F32).astype(np.float64), v64[finite]), "a block value rounds"
+    nz = np.abs(v64[finite & (v64 != 0)])
+    assert nz.min() >= np.finfo(F32).tiny  # normal: the fma's product is never subnormal
+
+
 # ---- Q2_0 × A16: operand c · 2^(E−15) against 2·(q − 1), v = P · f32(d) ----
 
 #: Q2_0's window (arithmetic.md § kernel-notes): |S · d| ∈ [2^−24, 2^36) for nonzero S, d.

@@ -105,7 +105,7 @@ def _all(fmt: tile.TileFormat, wg: bool) -> set[tuple[str, str]]:
     return {(tile.FILE, f"{fmt.prefix}_gemm_f{nf}") for nf in fmt.frags or tile.FRAGS}
 
 
-@pytest.mark.parametrize("fmt", [tile.NVFP4, tile.Q2_0], ids=lambda f: f.prefix)
+@pytest.mark.parametrize("fmt", [tile.NVFP4, tile.NVFP4_A4, tile.Q2_0], ids=lambda f: f.wg_prefix)
 @pytest.mark.parametrize("rows", [1, 33, 64, 4096])
 def test_pick_prefers_wgmma_where_it_builds(
     monkeypatch: pytest.MonkeyPatch, fmt: tile.TileFormat, rows: int
@@ -129,6 +129,7 @@ def test_pick_prefers_wgmma_where_it_builds(
 
 def test_wgmma_kernels_are_the_configured_ones() -> None:
     assert configs.instances("NVFP4_WGMMA_TILE") == [f"NVFP4_WGMMA_TILE({nf})" for nf in tile.WG_FRAGS]
+    assert configs.instances("NVFP4_A4_WGMMA_TILE") == [f"NVFP4_A4_WGMMA_TILE({nf})" for nf in tile.WG_FRAGS]
     assert configs.instances("Q2_WGMMA_TILE") == [f"Q2_WGMMA_TILE({nf})" for nf in tile.WG_FRAGS]
 
 

@@ -427,6 +427,7 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
     "NVFP4_TILE": lambda: [f"NVFP4_TILE({nf})" for nf in NVFP4_TILE_FRAGS],
     "Q2_TILE": lambda: [f"Q2_TILE({nf}, {Q2_0_TILE_CTAS_PER_SM})" for nf in Q2_0_TILE_FRAGS],
     "NVFP4_WGMMA_TILE": lambda: [f"NVFP4_WGMMA_TILE({nf})" for nf in NVFP4_WGMMA_TILE_FRAGS],
+    "NVFP4_A4_WGMMA_TILE": lambda: [f"NVFP4_A4_WGMMA_TILE({nf})" for nf in NVFP4_WGMMA_TILE_FRAGS],
     "Q2_WGMMA_TILE": lambda: [f"Q2_WGMMA_TILE({nf})" for nf in NVFP4_WGMMA_TILE_FRAGS],
     "Q2_MMA": lambda: [
         f"Q2_MMA({nt}, {_bool(al)}, {'a' if al else 'u'})" for nt in NVFP4_MMA_TILES for al in (True, False)

@@ -45,6 +45,10 @@ def _count_launches(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> 
     return calls
 
 
+#: The GEMMs the launcher picked in the current test (tile_kernel records them).
+PICKED: list[str] = []
+
+
 @pytest.fixture(params=[False, True], ids=["mma_sync", "wgmma"])
 def tile_kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
     """Each test on both GEMMs: nvfp4_tile.cu (mma.sync) and nvfp4_wgmma.cu (wgmma, sm_90a only:
@@ -57,10 +61,12 @@ def tile_kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
         pytest.skip("nvfp4_wgmma.cu is built for sm_90a only")
     monkeypatch.setattr(tile, "WG_ENABLED", wg)
     real = tile.pick_kernel
+    PICKED.clear()
 
     def checked(fmt: Any, rows: int) -> Any:
         pick = real(fmt, rows)
         assert pick is not None and pick.wg == wg, (pick, runtime.build_errors)
+        PICKED.append(pick.name)
         return pick
 
     monkeypatch.setattr(tile, "pick_kernel", checked)
@@ -249,7 +255,7 @@ def tiled_a4(monkeypatch: pytest.MonkeyPatch, tile_kernel: bool) -> Any:
     "shape", [(37, 128), (130, 4096), (45, 12288)], ids=["N37-K128", "N130-K4096", "N45-K12288"]
 )
 def test_tile_a4_matches_reference(
-    cuda: Any, fresh_rng: np.random.Generator, tiled_a4: Any, shape: tuple
+    cuda: Any, fresh_rng: np.random.Generator, tiled_a4: Any, tile_kernel: bool, shape: tuple
 ) -> None:
     """NVFP4 × A4 on the tiled GEMM (no window: only non-finite blocks make a row slow), edge rows
     of every kind and m around the tile heights, against project(..., "A4")."""
@@ -268,6 +274,9 @@ def test_tile_a4_matches_reference(
         nvfp4.w4a4_gemv_small_m(codes, dw, view)
         gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"tile A4 m={m} {shape}")
     assert tiled_a4["n"] > 0, "the tiled A4 GEMM never ran"
+    # on wgmma the A4 kernels with the tree's level 1 fused (w4a4w_gemm_f{NF}), else the NVFP4 tile
+    want_prefix = "w4a4w_gemm_f" if tile_kernel else "w4a16b_gemm_f"
+    assert PICKED and all(name.startswith(want_prefix) for name in PICKED), PICKED
 
 
 # ---- Q2_0 × A16 on the tiled GEMM (q2a16b_gemm_f{NF}: window -88 <= E_b <= 105) ----

@@ -140,6 +140,7 @@ __device__ __forceinline__ void a16_block(const unsigned short* xb, int (&c)[16]
 // '--ftz=false', so it wins): then a*b, a+b, a/b, (double)f and __double2float_rn flush
 // subnormal inputs and results to zero. Inline PTX without .ftz is immune to the flag.
 //   ieee_mul / ieee_add / ieee_div   fp32 mul.rn / add.rn / div.rn, subnormals kept
+//   ieee_fma(a, b, c)                fp32 fma.rn: a * b + c rounded once, subnormals kept
 //   ieee_d2f(d)                      cvt.rn.f32.f64 (one rounding, subnormal results kept)
 //   a16_block_int(xb, c, E, finite)  A16 codes by exact integer arithmetic on the bf16 bits
 //   a16_code_int(x, F)               one element's code of that rule
@@ -154,6 +155,11 @@ __device__ __forceinline__ float ieee_mul(float a, float b) {
 __device__ __forceinline__ float ieee_add(float a, float b) {
     float d;
     asm("add.rn.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+}
+__device__ __forceinline__ float ieee_fma(float a, float b, float c) {
+    float d;
+    asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(d) : "f"(a), "f"(b), "f"(c));
     return d;
 }
 __device__ __forceinline__ float ieee_div(float a, float b) {

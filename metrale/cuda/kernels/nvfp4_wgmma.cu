@@ -5,8 +5,9 @@
 //
 // Kernels (extern "C"; the arguments, grid, prologue and split-K parts of nvfp4_tile.cu's
 // w4a16b_gemm_f{NF} / q2a16b_gemm_f{NF}):
-//   w4a16w_gemm_f{NF}, q2a16w_gemm_f{NF}(xh, fac, slow, m, w0, s0, rs0, out0, ldo0, w1, s1, rs1,
-//                                        out1, ldo1, N, B, gz, kp8, dlog, partial)
+//   w4a16w_gemm_f{NF}, w4a4w_gemm_f{NF}, q2a16w_gemm_f{NF}(xh, fac, slow, m, w0, s0, rs0, out0, ldo0,
+//                                        w1, s1, rs1, out1, ldo1, N, B, gz, kp8, dlog, partial)
+//       (w4a4w: the NVFP4 tile on w4a4b_prep's A4 operand, the tree's level 1 fused: A4 below)
 //       grid (rows_pad / (8 NF), ceil(N / 128), gz parts), block 256 = two warpgroups; warpgroup
 //       h takes weight rows 64 h .. 64 h + 63 of the CTA's 128 (warp w of the CTA: rows 16 w ..
 //       16 w + 15, as in nvfp4_tile.cu), all 8 NF activation rows. Dynamic shared memory: 1024
@@ -22,6 +23,12 @@
 // mma.sync accumulator holds (every product exact, every partial sum a representable multiple
 // of the block's grid: nvfp4_tile.cu, Exactness), in the same fragment order (tile.cuh), so the
 // block values, the tree and the outputs are nvfp4_tile.cu's bits.
+//
+// A4 (w4a4w_gemm_f{NF}): every block value is exact (nvfp4_tile.cu, Exactness: P_b wscale_b, and
+// on a slow row (P_b wscale_b) fac_b, at most 20 significant bits, normal, or NaN), so the
+// contract's level-1 node RNE(v_2i + v_2i+1) is one fma: ieee_fma(P, wscale, v_2i) (a slow row:
+// ieee_fma(P wscale, fac, v_2i)), the product exact and the sum rounded once, signed zeros as
+// the add gives them (an exact zero product keeps its sign). One multiply fewer per block pair.
 //
 // Pipeline: 3 cp.async stages of 8 blocks (one __syncthreads each, then a proxy fence so wgmma
 // reads what cp.async wrote); each block's wgmma is one commit group, and block b + 1's is issued
@@ -78,7 +85,7 @@ __device__ __forceinline__ void w4w_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
-template <int NF, bool SLOW, class F>
+template <int NF, bool SLOW, class F, bool FUSE1>
 __device__ __forceinline__ void w4w_body(const unsigned char* __restrict__ xh, const float* __restrict__ fac, int m,
                                          int row0, const WeightSet& set, int n0, int N, int B, int s_begin, int Sl,
                                          int dlog, float* __restrict__ partial, int part_i, int gz, int zs,
@@ -138,12 +145,20 @@ __device__ __forceinline__ void w4w_body(const unsigned char* __restrict__ xh, c
             for (int nf = 0; nf < NF; ++nf)
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
-                    float x = ieee_mul(d[b & 1][4 * nf + j], ws[p & 1][b & 1][j >> 1]);
+                    const float dw = d[b & 1][4 * nf + j], w = ws[p & 1][b & 1][j >> 1];
+                    if (FUSE1 && (b & 1)) {  // v exact: level 1 = v + e0 rounded once
+                        v[nf][j] = SLOW ? ieee_fma(ieee_mul(dw, w), __ldg(facp + b + (size_t)(8 * nf + (j & 1)) * B),
+                                                   e0[nf][j])
+                                        : ieee_fma(dw, w, e0[nf][j]);
+                        continue;
+                    }
+                    float x = ieee_mul(dw, w);
                     if (SLOW) x = ieee_mul(x, __ldg(facp + b + (size_t)(8 * nf + (j & 1)) * B));
                     if (b & 1) v[nf][j] = x;
                     else e0[nf][j] = x;
                 }
-            if (b & 1) tile_pair_tree<NF>(p, e0, v, q, r, sr);
+            if ((b & 1) && FUSE1) tile_pair_up<NF>(p, v, q, r, sr);
+            else if (b & 1) tile_pair_tree<NF>(p, e0, v, q, r, sr);
         }
         tile_counter_push<NF>(ls, dlog, sr, L0, ctr, tid);
     }
@@ -151,15 +166,20 @@ __device__ __forceinline__ void w4w_body(const unsigned char* __restrict__ xh, c
     tile_finish<NF>(L0, ctr, tid, Sl, dlog, set, n0, N, row0, m, wc0, t, partial, part_i, gz, zs);
 }
 
+// FUSE1: every block value exact (the A4 operand: w4a4b_prep), so block 2i + 1's value and its
+// add into block 2i's (the tree's level 1) are one fma (A4 in the header).
+template <bool FUSE1>
 struct W4wBody {
     static constexpr bool WG = true;
     template <int NF, bool SLOW, class F, class... A>
     static __device__ __forceinline__ void run(A... a) {
-        w4w_body<NF, SLOW, F>(a...);
+        w4w_body<NF, SLOW, F, FUSE1>(a...);
     }
 };
 
-#define NVFP4_WGMMA_TILE(NF) TILE_GEMM_KERNEL(w4a16w_gemm_f##NF, W4wBody, TileNvfp4, NF, 1)
-#define Q2_WGMMA_TILE(NF) TILE_GEMM_KERNEL(q2a16w_gemm_f##NF, W4wBody, TileQ2, NF, 1)
+#define NVFP4_WGMMA_TILE(NF) TILE_GEMM_KERNEL(w4a16w_gemm_f##NF, W4wBody<false>, TileNvfp4, NF, 1)
+#define NVFP4_A4_WGMMA_TILE(NF) TILE_GEMM_KERNEL(w4a4w_gemm_f##NF, W4wBody<true>, TileNvfp4, NF, 1)
+#define Q2_WGMMA_TILE(NF) TILE_GEMM_KERNEL(q2a16w_gemm_f##NF, W4wBody<false>, TileQ2, NF, 1)
 // @instances NVFP4_WGMMA_TILE   (lines generated from metrale/cuda/configs.py)
+// @instances NVFP4_A4_WGMMA_TILE
 // @instances Q2_WGMMA_TILE

@@ -154,24 +154,36 @@ __device__ __forceinline__ void tile_pair_operands(unsigned int (&a)[2][4], floa
     }
 }
 
-// Block pair i of a step into its 8-leaf subtree: the leaves e0 (block 2i) and v (2i + 1) added
-// (level 1); pairs 0 and 2 park in q, pair 1 adds into r (level 2), pair 3 gives the root sr.
+// Block pair i of a step into its 8-leaf subtree from its level-1 node l1 (the sum of leaves 2i
+// and 2i + 1): pairs 0 and 2 park in q, pair 1 adds into r (level 2), pair 3 gives the root sr.
 template <int NF>
-__device__ __forceinline__ void tile_pair_tree(int i, const float (&e0)[NF][4], const float (&v)[NF][4],
-                                               float (&q)[NF][4], float (&r)[NF][4], float (&sr)[NF][4]) {
+__device__ __forceinline__ void tile_pair_up(int i, const float (&l1)[NF][4], float (&q)[NF][4], float (&r)[NF][4],
+                                             float (&sr)[NF][4]) {
 #pragma unroll
     for (int nf = 0; nf < NF; ++nf)
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            const float l1 = ieee_add(e0[nf][j], v[nf][j]);
             if ((i & 1) == 0) {
-                q[nf][j] = l1;
+                q[nf][j] = l1[nf][j];
             } else {
-                const float l2 = ieee_add(q[nf][j], l1);
+                const float l2 = ieee_add(q[nf][j], l1[nf][j]);
                 if (i == 1) r[nf][j] = l2;
                 else sr[nf][j] = ieee_add(r[nf][j], l2);
             }
         }
+}
+
+// Block pair i of a step into its 8-leaf subtree: the leaves e0 (block 2i) and v (2i + 1) added
+// (level 1), then tile_pair_up.
+template <int NF>
+__device__ __forceinline__ void tile_pair_tree(int i, const float (&e0)[NF][4], const float (&v)[NF][4],
+                                               float (&q)[NF][4], float (&r)[NF][4], float (&sr)[NF][4]) {
+    float l1[NF][4];
+#pragma unroll
+    for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) l1[nf][j] = ieee_add(e0[nf][j], v[nf][j]);
+    tile_pair_up<NF>(i, l1, q, r, sr);
 }
 
 // The root sr of local step ls into the counter: added into levels 0 .. lvl - 1 (level 0 in
