@@ -80,7 +80,9 @@ PART_OVERHEAD_STEPS = 2
 NVFP4 = TileFormat("w4a16b", 80, 8, -102, 110, wg_prefix="w4a16w")
 #: NVFP4 × A4 (``w4a4b_prep``'s operand, no window): on wgmma its exact block values fuse the
 #: tree's level 1 into an fma (``w4a4w_gemm_f{NF}``); on mma.sync the NVFP4 kernels.
+#: METRALE_TILE_A4_FMA=0 runs A4 on the NVFP4 kernels there too (same bits; benchmarks).
 NVFP4_A4 = TileFormat("w4a16b", 80, 8, -102, 110, wg_prefix="w4a4w")
+A4_FMA = os.environ.get("METRALE_TILE_A4_FMA", "1") != "0"
 Q2_0 = TileFormat(
     "q2a16b", 48, 4, -88, 105, configs.Q2_0_TILE_FRAGS, configs.Q2_0_TILE_CTAS_PER_SM, wg_prefix="q2a16w"
 )
@@ -205,7 +207,7 @@ def gemm_a4(codes: Any, ldc: int, afac: Any, rows: int, b: int, args: tuple, n: 
         args_ = (codes[r0:], np.int64(ldc), afac[r0:], np.int32(m), np.int32(pad), np.int32(b), xh, fac, slow)
         kern((pad,), (THREADS,), args_)
 
-    return _run(prologue, rows, b, args, args, 1, n, NVFP4_A4)
+    return _run(prologue, rows, b, args, args, 1, n, NVFP4_A4 if A4_FMA else NVFP4)
 
 
 def _run(
