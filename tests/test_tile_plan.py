@@ -114,7 +114,8 @@ def test_pick_prefers_wgmma_where_it_builds(
     monkeypatch.setattr(tile, "runtime", _FakeRuntime(_all(fmt, True) | _all(fmt, False)))
     pick = tile.pick_kernel(fmt, rows)
     nf = tile.frags_for(rows, tile.WG_FRAGS)
-    assert pick == tile.TileKernel(tile.WG_FILE, f"{fmt.wg_prefix}_gemm_f{nf}", nf, 1, True)
+    ctas = configs.NVFP4_WGMMA_TILE_CTAS[nf]
+    assert pick == tile.TileKernel(tile.WG_FILE, f"{fmt.wg_prefix}_gemm_f{nf}", nf, ctas, True)
     # not built (any device but sm_90), or turned off: nvfp4_tile.cu's kernel, its CTAs per SM
     old_nf = tile.frags_for(rows, fmt.frags)
     old = tile.TileKernel(tile.FILE, f"{fmt.prefix}_gemm_f{old_nf}", old_nf, fmt.ctas_per_sm, False)
@@ -128,9 +129,23 @@ def test_pick_prefers_wgmma_where_it_builds(
 
 
 def test_wgmma_kernels_are_the_configured_ones() -> None:
-    assert configs.instances("NVFP4_WGMMA_TILE") == [f"NVFP4_WGMMA_TILE({nf})" for nf in tile.WG_FRAGS]
-    assert configs.instances("NVFP4_A4_WGMMA_TILE") == [f"NVFP4_A4_WGMMA_TILE({nf})" for nf in tile.WG_FRAGS]
-    assert configs.instances("Q2_WGMMA_TILE") == [f"Q2_WGMMA_TILE({nf})" for nf in tile.WG_FRAGS]
+    ctas = configs.NVFP4_WGMMA_TILE_CTAS
+    for macro in ("NVFP4_WGMMA_TILE", "NVFP4_A4_WGMMA_TILE", "Q2_WGMMA_TILE"):
+        assert configs.instances(macro) == [f"{macro}({nf}, {ctas[nf]})" for nf in tile.WG_FRAGS]
+    assert set(ctas) == set(tile.WG_FRAGS) and ctas[2] == 2
+
+
+@pytest.mark.parametrize("fmt", [tile.NVFP4, tile.NVFP4_A4, tile.Q2_0], ids=lambda f: f.wg_prefix)
+@pytest.mark.parametrize("s8", [1, 9, 32, 96, 768])
+def test_the_wgmma_ctas_per_multiprocessor_fit_its_shared_memory(fmt: tile.TileFormat, s8: int) -> None:
+    """Every wgmma plan's CTAs (two at NF = 2) fit one multiprocessor's shared memory, the plan
+    counting them as slots (else fewer run at once than the kernel's 128 registers were for)."""
+    for ctas in (1, 96, 10_000):
+        for nf in tile.WG_FRAGS:
+            per_sm = configs.NVFP4_WGMMA_TILE_CTAS[nf]
+            dlog, _ = tile.plan_parts(s8, ctas, 132 * per_sm)
+            smem = tile.smem_bytes(nf, dlog, fmt, wg=True)
+            assert per_sm * (smem + CTA_RESERVED) <= SM_SMEM, (nf, dlog, smem)
 
 
 def test_tile_refuses_more_parts_than_finish_folds(monkeypatch: pytest.MonkeyPatch) -> None:

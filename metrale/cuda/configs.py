@@ -100,6 +100,10 @@ NVFP4_TILE_FRAGS: tuple[int, ...] = (2, 4, 8)
 #: nvfp4_wgmma.cu, the same tiles on Hopper's warpgroup MMA (``w4a16w_gemm_f{NF}``,
 #: ``q2a16w_gemm_f{NF}``): wgmma m64n{8 NF}k16 per block and warpgroup.
 NVFP4_WGMMA_TILE_FRAGS: tuple[int, ...] = (2, 4, 8)
+#: CTAs per multiprocessor each NF's wgmma kernels are built for (``__launch_bounds__``): NF = 2
+#: fits 128 registers without a spill (154 at one CTA), so two run at once (16 warps); NF = 4
+#: would spill at 128, NF = 8 holds 255.
+NVFP4_WGMMA_TILE_CTAS: dict[int, int] = {2: 2, 4: 1, 8: 1}
 #: Its Q2_0 kernels ``q2a16b_gemm_f{NF}``: NF = 8 spills registers there and measured slower
 #: than NF = 4 (3.2 against 3.8 T block values/s at 4096 rows on an H200).
 Q2_0_TILE_FRAGS: tuple[int, ...] = (2, 4)
@@ -426,9 +430,15 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
     ],
     "NVFP4_TILE": lambda: [f"NVFP4_TILE({nf})" for nf in NVFP4_TILE_FRAGS],
     "Q2_TILE": lambda: [f"Q2_TILE({nf}, {Q2_0_TILE_CTAS_PER_SM})" for nf in Q2_0_TILE_FRAGS],
-    "NVFP4_WGMMA_TILE": lambda: [f"NVFP4_WGMMA_TILE({nf})" for nf in NVFP4_WGMMA_TILE_FRAGS],
-    "NVFP4_A4_WGMMA_TILE": lambda: [f"NVFP4_A4_WGMMA_TILE({nf})" for nf in NVFP4_WGMMA_TILE_FRAGS],
-    "Q2_WGMMA_TILE": lambda: [f"Q2_WGMMA_TILE({nf})" for nf in NVFP4_WGMMA_TILE_FRAGS],
+    "NVFP4_WGMMA_TILE": lambda: [
+        f"NVFP4_WGMMA_TILE({nf}, {NVFP4_WGMMA_TILE_CTAS[nf]})" for nf in NVFP4_WGMMA_TILE_FRAGS
+    ],
+    "NVFP4_A4_WGMMA_TILE": lambda: [
+        f"NVFP4_A4_WGMMA_TILE({nf}, {NVFP4_WGMMA_TILE_CTAS[nf]})" for nf in NVFP4_WGMMA_TILE_FRAGS
+    ],
+    "Q2_WGMMA_TILE": lambda: [
+        f"Q2_WGMMA_TILE({nf}, {NVFP4_WGMMA_TILE_CTAS[nf]})" for nf in NVFP4_WGMMA_TILE_FRAGS
+    ],
     "Q2_MMA": lambda: [
         f"Q2_MMA({nt}, {_bool(al)}, {'a' if al else 'u'})" for nt in NVFP4_MMA_TILES for al in (True, False)
     ],

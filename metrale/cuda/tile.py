@@ -133,7 +133,7 @@ def pick_kernel(fmt: TileFormat, rows: int) -> TileKernel | None:
         nf = frags_for(rows, WG_FRAGS)
         name = f"{fmt.wg_prefix}_gemm_f{nf}"
         if runtime.get_kernel(WG_FILE, name) is not None:
-            return TileKernel(WG_FILE, name, nf, 1, True)
+            return TileKernel(WG_FILE, name, nf, configs.NVFP4_WGMMA_TILE_CTAS[nf], True)
     nf = frags_for(rows, fmt.frags)
     name = f"{fmt.prefix}_gemm_f{nf}"
     if runtime.get_kernel(FILE, name) is None:

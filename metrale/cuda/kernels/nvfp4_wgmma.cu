@@ -8,7 +8,8 @@
 //   w4a16w_gemm_f{NF}, w4a4w_gemm_f{NF}, q2a16w_gemm_f{NF}(xh, fac, slow, m, w0, s0, rs0, out0, ldo0,
 //                                        w1, s1, rs1, out1, ldo1, N, B, gz, kp8, dlog, partial)
 //       (w4a4w: the NVFP4 tile on w4a4b_prep's A4 operand, the tree's level 1 fused: A4 below)
-//       grid (rows_pad / (8 NF), ceil(N / 128), gz parts), block 256 = two warpgroups; warpgroup
+//       grid (rows_pad / (8 NF), ceil(N / 128), gz parts), block 256 = two warpgroups, built for
+//       configs.NVFP4_WGMMA_TILE_CTAS[NF] CTAs per multiprocessor (NF = 2: two); warpgroup
 //       h takes weight rows 64 h .. 64 h + 63 of the CTA's 128 (warp w of the CTA: rows 16 w ..
 //       16 w + 15, as in nvfp4_tile.cu), all 8 NF activation rows. Dynamic shared memory: 1024
 //       bytes of alignment, 3 stages of (the 8 NF activation rows in wgmma's 128-byte-swizzled
@@ -177,9 +178,9 @@ struct W4wBody {
     }
 };
 
-#define NVFP4_WGMMA_TILE(NF) TILE_GEMM_KERNEL(w4a16w_gemm_f##NF, W4wBody<false>, TileNvfp4, NF, 1)
-#define NVFP4_A4_WGMMA_TILE(NF) TILE_GEMM_KERNEL(w4a4w_gemm_f##NF, W4wBody<true>, TileNvfp4, NF, 1)
-#define Q2_WGMMA_TILE(NF) TILE_GEMM_KERNEL(q2a16w_gemm_f##NF, W4wBody<false>, TileQ2, NF, 1)
+#define NVFP4_WGMMA_TILE(NF, MINB) TILE_GEMM_KERNEL(w4a16w_gemm_f##NF, W4wBody<false>, TileNvfp4, NF, MINB)
+#define NVFP4_A4_WGMMA_TILE(NF, MINB) TILE_GEMM_KERNEL(w4a4w_gemm_f##NF, W4wBody<true>, TileNvfp4, NF, MINB)
+#define Q2_WGMMA_TILE(NF, MINB) TILE_GEMM_KERNEL(q2a16w_gemm_f##NF, W4wBody<false>, TileQ2, NF, MINB)
 // @instances NVFP4_WGMMA_TILE   (lines generated from metrale/cuda/configs.py)
 // @instances NVFP4_A4_WGMMA_TILE
 // @instances Q2_WGMMA_TILE
