@@ -28,6 +28,7 @@ KERNEL_NAMES: tuple[str, ...] = (
     "w4a16_gemv_dual_batch3",
     *(f"w4a16_gemv_batch{t}" for t in W4A16_TIERS),
     "w4a16_gemm",
+    "w4a16_gemm_dual",
     "w4a4_quantize",
     "w4a4_gemv_small_m",
     "w8a16_gemv",
