@@ -180,8 +180,10 @@ def test_q2_routes() -> None:
     assert launches(layer, "forward", 1) == ffn("q2_0_gemv_vec")
     assert launches(layer, "forward_k2", 2) == ffn("q2_0_gemv_vec_batchm")
     assert launches(layer, "forward_k3", 3) == ffn("q2_0_gemv_vec_batchm")
-    assert launches(layer, "forward_prefill", 5) == ffn("q2_0_gemm")
+    assert launches(layer, "forward_prefill", 5) == ffn("q2_0_gemm", gate_up=["q2_0_gemm_dual"])
     assert launches(layer, "forward_km_q2", 4) == ffn("q2_0_gemv_vec_batchm")
+    lean = make_layer("q2", ReferenceBackend().without(["q2_0_gemm_dual"]))
+    assert launches(lean, "forward_prefill", 5) == ffn("q2_0_gemm")
 
 
 # ---- overlays --------------------------------------------------------------------------------
@@ -466,7 +468,7 @@ def _call_launches(layer: DenseFfnLayer, m: int) -> list[str]:
         ("nvfp4_a4", "w4a4-batch", 64, "w4a4_quantize"),
         ("nvfp4_a4", "w4a16", 40, "w4a16_gemm_dual"),
         ("nvfp4_a4", "w4a4", 65, "w4a16_gemm_dual"),
-        ("q2", "w4a4", 5, "q2_0_gemm"),
+        ("q2", "w4a4", 5, "q2_0_gemm_dual"),
         ("fp8", "w4a4", 5, "w8a16_gemm"),
         ("w8a8_only", "w4a4", 100, "w8a8_quantize"),
     ],

@@ -394,15 +394,8 @@ _LAUNCHERS: dict[str, tuple[str, str, Callable[..., Any]]] = {
 }
 
 
-#: METRALE_GEMM_DUAL=0 leaves ``w4a16_gemm_dual`` out of the backend, so the layer launches
-#: ``w4a16_gemm`` for gate and up (the same bits; benchmarks).
-GEMM_DUAL = os.environ.get("METRALE_GEMM_DUAL", "1") != "0"
-
-
 def kernels() -> dict[str, Callable[..., Any]]:
     """The NVFP4 kernels whose module built on the current device."""
     return {
-        name: fn
-        for name, (cu, probe, fn) in _LAUNCHERS.items()
-        if runtime.get_kernel(cu, probe) is not None and (GEMM_DUAL or name != "w4a16_gemm_dual")
+        name: fn for name, (cu, probe, fn) in _LAUNCHERS.items() if runtime.get_kernel(cu, probe) is not None
     }

@@ -38,6 +38,7 @@ KERNEL_NAMES: tuple[str, ...] = (
     "q2_0_gemv_vec",
     "q2_0_gemv_vec_batchm",
     "q2_0_gemm",
+    "q2_0_gemm_dual",
     "w8a8_quantize",
     "w8a8_gemv",
     "w8a8_gemv_dual",

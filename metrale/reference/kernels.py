@@ -32,10 +32,11 @@ def _proj(x: np.ndarray, w: Any, out: np.ndarray) -> None:
 
 
 def _proj_dual(x: np.ndarray, w0: Any, out0: np.ndarray, w1: Any, out1: np.ndarray) -> None:
-    """Gate and up over the same rows: one A16 quantization of x, ``w4a16_gemm`` twice."""
+    """Gate and up over the same rows (``w4a16_gemm_dual``, ``q2_0_gemm_dual``): one A16
+    quantization of x, the projection twice."""
     if (w0.n, w0.k) != (w1.n, w1.k):
         raise MetraleError("dual launch: gate and up must have the same shape")
-    codes = quantize_a16(check_rows(x, w0.k, name="w4a16_gemm_dual: x"))
+    codes = quantize_a16(check_rows(x, w0.k, name="gemm_dual: x"))
     out0[...] = project(None, w0, "A16", codes=codes)
     out1[...] = project(None, w1, "A16", codes=codes)
 
@@ -117,6 +118,7 @@ REFERENCE_KERNELS: dict[str, Callable[..., Any]] = {
     "q2_0_gemv_vec": _fixed(1),
     "q2_0_gemv_vec_batchm": _batchm,
     "q2_0_gemm": _proj,
+    "q2_0_gemm_dual": _proj_dual,
     "w8a8_quantize": quantize_a8,
     "w8a8_gemv": _w8a8_gemv,
     "w8a8_gemv_dual": _w8a8_gemv_dual,

@@ -20,6 +20,7 @@ from metrale.reference.context import FfnConfig, ForwardContext
 from metrale.reference.dispatch import (
     nvfp4_proj_prefill,
     nvfp4_proj_small_m,
+    q2_gemm_pair,
     quant_gemm,
     quant_gemm_pair,
     quant_gemv,
@@ -455,8 +456,7 @@ class DenseFfnLayer:
         ws: FfnWeights[Any] | None = self.bf16_weights or self.fp8_weights
         if ws is None and self.q2_weights is not None:
             q2 = self.q2_weights
-            b.launch("q2_0_gemm", x, q2.gate_proj, gate_out)
-            b.launch("q2_0_gemm", x, q2.up_proj, up_out)
+            q2_gemm_pair(b, x, q2.gate_proj, gate_out, q2.up_proj, up_out)
             self._act_mul(ctx, m)
             b.launch("q2_0_gemm", gate_out, q2.down_proj, output)
             return
