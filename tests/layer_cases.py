@@ -512,7 +512,7 @@ def projection_weight(fmt: str, n: int, k: int, seed: int) -> Any:
 def projection_kernels(fmt: str, mode: str, m: int) -> tuple[str, ...]:
     """Every kernel (or two-launch path: ``w4a4``, ``w8a8``) that serves an m-row projection."""
     if (fmt, mode) == ("nvfp4", "A16"):
-        ks = ["w4a16_gemm"] + [f"w4a16_gemv_batch{t}" for t in (4, 8, 16, 32) if m <= t]
+        ks = ["w4a16_gemm", "w4a16_gemm_dual"] + [f"w4a16_gemv_batch{t}" for t in (4, 8, 16, 32) if m <= t]
         ks += {
             1: ["w4a16_gemv"],
             2: ["w4a16_gemv_batch2", "w4a16_gemv_dual_batch2"],
@@ -524,7 +524,7 @@ def projection_kernels(fmt: str, mode: str, m: int) -> tuple[str, ...]:
     single = {"q2_0": "q2_0_gemv_vec", "fp8": "w8a16_gemv", "bf16": "dense_gemv"}
     gemm = {"q2_0": "q2_0_gemm", "fp8": "w8a16_gemm", "bf16": "dense_gemm"}
     if fmt in gemm and mode == "A16":
-        ks = [gemm[fmt]] + (["q2_0_gemv_vec_batchm"] if fmt == "q2_0" else [])
+        ks = [gemm[fmt]] + (["q2_0_gemm_dual", "q2_0_gemv_vec_batchm"] if fmt == "q2_0" else [])
         return tuple(ks + ([single[fmt]] if m == 1 else []))
     if (fmt, mode) == ("w8a8", "A8"):
         return ("w8a8",) if m <= 64 else ()
@@ -559,7 +559,7 @@ def run_projection(backend: Backend, kernel: str, x: np.ndarray, weight: Any) ->
         b.launch("w4a4_gemv_small_m", b.launch("w4a4_quantize", xb, weight.input_scale), w, out[:m])
     elif kernel == "w8a8":
         b.launch("w8a8_gemv", b.launch("w8a8_quantize", xb), w, out[:m])
-    elif kernel.startswith("w4a16_gemv_dual"):
+    elif kernel.startswith("w4a16_gemv_dual") or kernel in ("w4a16_gemm_dual", "q2_0_gemm_dual"):
         out1 = _guarded_buffer(b, m, weight.n)
         outs.append(out1)
         b.launch(kernel, xb, w, out[:m], w, out1[:m])

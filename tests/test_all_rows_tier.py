@@ -20,7 +20,7 @@ from metrale.reference.tables import act_mul
 ALL = "w4a4-all"
 ROW_COUNTS = (1, 2, 63, 64, 65, 70, 130)
 A4_FFN = lc.A4_FFN
-A16_PREFILL = ["w4a16_gemm", "w4a16_gemm", "act_mul_silu", "w4a16_gemm"]
+A16_PREFILL = ["w4a16_gemm_dual", "act_mul_silu", "w4a16_gemm"]
 
 
 def _layer(kind: str, weight_quant: str | None = ALL, seed: int = 3) -> DenseFfnLayer:
@@ -137,8 +137,8 @@ def test_prefill_a4_with_lora_and_forward_km_past_64() -> None:
 
 @pytest.mark.parametrize(("kind", "want"), [("nvfp4", A16_PREFILL), ("nvfp4_bf16", None)])
 def test_layers_without_a4_keep_their_prefill(kind: str, want: list[str] | None) -> None:
-    """The tier changes only layers declaring A4: plain NVFP4 prefill stays w4a16_gemm, an
-    overlay stays on its own GEMM."""
+    """The tier changes only layers declaring A4: plain NVFP4 prefill stays on w4a16_gemm_dual and
+    w4a16_gemm, an overlay on its own GEMM."""
     layer = _layer(kind)
     x = _x(layer, 65, seed=4, nonfinite=False)
     layer.backend.launches.clear()

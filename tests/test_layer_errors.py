@@ -147,11 +147,14 @@ USES = {
     "lora_expand": ("nvfp4_lora", "forward_km", 4),
 }
 #: Kernels whose absence changes the route instead of failing (tested in test_layer_routing):
-#: the W4A4 pair (the weight no longer declares A4) and the W8A8 arm (it returns False);
+#: the W4A4 pair (the weight no longer declares A4), the W8A8 arm (it returns False) and
+#: the dual prefill GEMMs (gate and up then take one GEMM each: test_layer_routing);
 #: the single-row FP8/BF16 GEMVs are launched by quant_gemv only, the single W8A8 projection
 #: ``w8a8_gemv`` by no route (the arm's gate and up are one ``w8a8_gemv_dual``); Q2 batchm has the
 #: seed's error.
 ROUTE_CHANGERS = {
+    "w4a16_gemm_dual",
+    "q2_0_gemm_dual",
     "w4a4_quantize",
     "w4a4_gemv_small_m",
     "w8a8_quantize",

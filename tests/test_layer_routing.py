@@ -14,7 +14,7 @@ import pytest
 from metrale.errors import MetraleError
 from metrale.reference.backend import Backend
 from metrale.reference.context import ForwardContext
-from metrale.reference.dispatch import quant_gemm, quant_gemv
+from metrale.reference.dispatch import quant_gemm, quant_gemm_pair, quant_gemv
 from metrale.reference.formats import DenseWeight, Fp8Weight, Nvfp4Weight, W8a8Weight
 from metrale.reference.kernels import ReferenceBackend
 from metrale.reference.layer import DenseFfnLayer, FfnLora
@@ -51,6 +51,8 @@ def ffn(proj: str, act: str = "act_mul_silu", gate_up: list[str] | None = None) 
 
 
 A4_FFN = lc.A4_FFN
+#: NVFP4 × A16 prefill: gate and up in one ``w4a16_gemm_dual`` launch, then act_mul and down.
+PREFILL = ffn("w4a16_gemm", gate_up=["w4a16_gemm_dual"])
 W8A8_ARM = ["w8a8_quantize", "w8a8_gemv_dual", "w8a8_silu_quant_gemv"]
 
 
@@ -178,8 +180,10 @@ def test_q2_routes() -> None:
     assert launches(layer, "forward", 1) == ffn("q2_0_gemv_vec")
     assert launches(layer, "forward_k2", 2) == ffn("q2_0_gemv_vec_batchm")
     assert launches(layer, "forward_k3", 3) == ffn("q2_0_gemv_vec_batchm")
-    assert launches(layer, "forward_prefill", 5) == ffn("q2_0_gemm")
+    assert launches(layer, "forward_prefill", 5) == ffn("q2_0_gemm", gate_up=["q2_0_gemm_dual"])
     assert launches(layer, "forward_km_q2", 4) == ffn("q2_0_gemv_vec_batchm")
+    lean = make_layer("q2", ReferenceBackend().without(["q2_0_gemm_dual"]))
+    assert launches(lean, "forward_prefill", 5) == ffn("q2_0_gemm")
 
 
 # ---- overlays --------------------------------------------------------------------------------
@@ -234,7 +238,7 @@ def test_w8a8_arm_refuses_with_lora() -> None:
 def test_w8a8_arm_refuses_rows_past_64(m: int) -> None:
     layer = make_layer("w8a8")
     _arm_refused(layer, m)
-    assert launches(layer, "forward_prefill", m) == ffn("w4a16_gemm")
+    assert launches(layer, "forward_prefill", m) == PREFILL
 
 
 def test_w8a8_only_prefill_past_64_runs_the_arm_in_prefill_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -267,8 +271,8 @@ def test_lora_per_adapter() -> None:
     assert launches(layer, "forward_k2", 2) == [d2, *LORA, *LORA, "act_mul_silu", b2, *LORA]
     t8 = "w4a16_gemv_batch8"
     assert launches(layer, "forward_km", 5) == [t8, t8, *LORA, *LORA, "act_mul_silu", t8, *LORA]
-    gm = "w4a16_gemm"
-    assert launches(layer, "forward_prefill", 40) == [gm, gm, *LORA, *LORA, "act_mul_silu", gm, *LORA]
+    gm, gd = "w4a16_gemm", "w4a16_gemm_dual"
+    assert launches(layer, "forward_prefill", 40) == [gd, *LORA, *LORA, "act_mul_silu", gm, *LORA]
 
 
 def test_lora_only_on_adapted_projections() -> None:
@@ -400,6 +404,38 @@ def test_quant_dispatch_per_format(fmt: type, gemv: str, gemm: str) -> None:
     assert b.launches == [gemv, gemm]
 
 
+def test_gate_and_up_pair_in_one_launch_where_it_can() -> None:
+    """``quant_gemm_pair``: one ``w4a16_gemm_dual`` for two NVFP4 weights of one shape, with
+    the bits of two ``w4a16_gemm``; two launches where the shapes differ, a weight is not NVFP4,
+    or the backend lacks the dual kernel."""
+    rng = np.random.default_rng(5)
+    g, u = (Nvfp4Weight.quantize(lc.gaussian_weight(rng, 32, 48), name=n) for n in ("gate", "up"))
+    wide = Nvfp4Weight.quantize(lc.gaussian_weight(rng, 40, 48), name="wide")
+    fp8 = Fp8Weight.quantize(lc.gaussian_weight(rng, 32, 48), name="fp8")
+    x = lc.random_rows(rng, 5, 48)
+    b = ReferenceBackend()
+    got_g, got_u, want_g, want_u = (b.empty_bf16((5, 32)) for _ in range(4))
+    quant_gemm_pair(b, x, g, got_g, u, got_u)
+    quant_gemm(b, x, g, want_g)
+    quant_gemm(b, x, u, want_u)
+    assert b.launches == ["w4a16_gemm_dual", "w4a16_gemm", "w4a16_gemm"]
+    assert np.array_equal(got_g.view(np.uint16), want_g.view(np.uint16))
+    assert np.array_equal(got_u.view(np.uint16), want_u.view(np.uint16))
+    for gate, up in ((g, wide), (g, fp8)):
+        b.launches.clear()
+        quant_gemm_pair(b, x, gate, b.empty_bf16((5, gate.n)), up, b.empty_bf16((5, up.n)))
+        assert b.launches == [_gemm_of(gate), _gemm_of(up)]
+    lean = ReferenceBackend().without(["w4a16_gemm_dual"])
+    quant_gemm_pair(lean, x, g, got_g, u, got_u)
+    assert lean.launches == ["w4a16_gemm", "w4a16_gemm"]
+    with pytest.raises(MetraleError, match="dual launch: gate and up must have the same shape"):
+        b.launch("w4a16_gemm_dual", x, g, got_g, wide, b.empty_bf16((5, 40)))
+
+
+def _gemm_of(w: object) -> str:
+    return "w8a16_gemm" if isinstance(w, Fp8Weight) else "w4a16_gemm"
+
+
 def test_quant_dispatch_refuses_w8a8() -> None:
     b = ReferenceBackend()
     w = W8a8Weight.quantize(np.ones((16, 16), np.float32))
@@ -427,12 +463,12 @@ def _call_launches(layer: DenseFfnLayer, m: int) -> list[str]:
         ("nvfp4", "w4a4", 2, "w4a16_gemv_dual_batch2"),
         ("nvfp4", "w4a4", 3, "w4a16_gemv_dual_batch3"),
         ("nvfp4", "w4a4", 17, "w4a16_gemv_batch32"),
-        ("nvfp4", "w4a4", 33, "w4a16_gemm"),
+        ("nvfp4", "w4a4", 33, "w4a16_gemm_dual"),
         ("nvfp4_a4", "w4a4", 40, "w4a4_quantize"),
         ("nvfp4_a4", "w4a4-batch", 64, "w4a4_quantize"),
-        ("nvfp4_a4", "w4a16", 40, "w4a16_gemm"),
-        ("nvfp4_a4", "w4a4", 65, "w4a16_gemm"),
-        ("q2", "w4a4", 5, "q2_0_gemm"),
+        ("nvfp4_a4", "w4a16", 40, "w4a16_gemm_dual"),
+        ("nvfp4_a4", "w4a4", 65, "w4a16_gemm_dual"),
+        ("q2", "w4a4", 5, "q2_0_gemm_dual"),
         ("fp8", "w4a4", 5, "w8a16_gemm"),
         ("w8a8_only", "w4a4", 100, "w8a8_quantize"),
     ],

@@ -158,8 +158,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "prefill-gate-up-swapped",
         "metrale/reference/layer.py",
-        "quant_gemm(b, x, ws.gate_proj, gate_out)\n        quant_gemm(b, x, ws.up_proj, up_out)",
-        "quant_gemm(b, x, ws.up_proj, gate_out)\n        quant_gemm(b, x, ws.gate_proj, up_out)",
+        "quant_gemm_pair(b, x, ws.gate_proj, gate_out, ws.up_proj, up_out)",
+        "quant_gemm_pair(b, x, ws.up_proj, gate_out, ws.gate_proj, up_out)",
         ("tests/test_layer_oracle.py",),
     ),
     Mutant(

@@ -374,6 +374,12 @@ def _gemm(x: Any, w: Any, out: Any) -> None:
     nvfp4_a16(x, [(w, out)], int(x.shape[0]), 4)
 
 
+def _gemm_dual(x: Any, w0: Any, out0: Any, w1: Any, out1: Any) -> None:
+    """Gate and up over the same rows in one launch of each kernel (one prologue, gz = 2)."""
+    x, _ = mat(x, "input")
+    nvfp4_a16(x, [(w0, out0), (w1, out1)], int(x.shape[0]), 4)
+
+
 _LAUNCHERS: dict[str, tuple[str, str, Callable[..., Any]]] = {
     "w4a16_gemv": (A16_FILE, "nvfp4_a16_r1_e", _fixed(1)),
     "w4a16_gemv_batch2": (A16_FILE, "nvfp4_a16_r2_e", _fixed(2)),
@@ -382,6 +388,7 @@ _LAUNCHERS: dict[str, tuple[str, str, Callable[..., Any]]] = {
     "w4a16_gemv_dual_batch3": (A16_FILE, "nvfp4_a16_r3_e", _dual(3)),
     **{f"w4a16_gemv_batch{t}": (A16_FILE, "nvfp4_a16_r4_e", _tier(t)) for t in W4A16_TIERS},
     "w4a16_gemm": (A16_FILE, "nvfp4_a16_r4_e", _gemm),
+    "w4a16_gemm_dual": (A16_FILE, "nvfp4_a16_r4_e", _gemm_dual),
     "w4a4_quantize": (A4_FILE, "w4a4_quantize", w4a4_quantize),
     "w4a4_gemv_small_m": (A4_FILE, "nvfp4_a4_r4_e", w4a4_gemv_small_m),
 }

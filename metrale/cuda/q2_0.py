@@ -188,12 +188,41 @@ def q2_0_gemm(x: Any, w: Any, out: Any) -> None:
     _q2_project(x, w, out, int(x.shape[0]), "q2_0_gemm")
 
 
+def q2_0_gemm_dual(x: Any, w0: Any, out0: Any, w1: Any, out1: Any) -> None:
+    """Gate and up of the prefill over every row of x: one prologue and one launch of both
+    weights (gz = 2) on the tiled GEMM or the MMA kernels; where neither takes them (fewer rows
+    than the MMA kernels, the decode rows), ``q2_0_gemm`` twice. The same bits either way."""
+    if (w0.n, w0.k) != (w1.n, w1.k):
+        raise MetraleError("dual launch: gate and up must have the same shape")
+    m = int(x.shape[0])
+    ops0 = projection_operands(x, w0, out0, m, "q2_0", "q2_0_gemm_dual", Q2_MAX_K)
+    ops1 = projection_operands(x, w1, out1, m, "q2_0", "q2_0_gemm_dual", Q2_MAX_K)
+    if ops0 is None or ops1 is None:
+        return
+    (a0, xa, o0, ld0), (a1, _, o1, ld1) = ops0, ops1
+    n, nb = w0.n, w0.k // BLOCK
+    ldx = xa.strides[0] // 2
+    ws0 = (a0["qs"], a0["d"], np.float32(1.0), o0, np.int64(ld0))
+    ws1 = (a1["qs"], a1["d"], np.float32(1.0), o1, np.int64(ld1))
+    if m > min(DEC_MAX_ROWS, max(configs.Q2_0_DEC_ROWS)):
+        if tile.Q2_ENABLED and m >= tile.MIN_ROWS and tile.gemm(xa, ldx, m, nb, ws0, ws1, 2, n, tile.Q2_0):
+            return
+        if mma.ENABLED and m >= MMA_MIN_ROWS:
+            prefix = mma.family_prefix("q2")
+            prep = mma.a16_prep(MMA_FILE, f"{prefix}_mma_prep", xa, ldx, nb, programmatic=MMA_PDL)
+            if mma.launch(MMA_FILE, prefix, prep, m, nb, ws0, ws1, 2, n, programmatic=MMA_PDL):
+                return
+    q2_0_gemm(x, w0, out0)
+    q2_0_gemm(x, w1, out1)
+
+
 _KERNEL_FUNCS = ("q2_a16_prep", *(f"q2_0_gemv_r{t}" for t in Q2_TIERS))
 
 
 def kernels() -> dict[str, Callable[..., Any]]:
     """The Q2_0 launchers, when ``q2_0_gemv.cu`` built on this device (else none)."""
-    return built_launchers(CU_FILE, _KERNEL_FUNCS, (q2_0_gemv_vec, q2_0_gemv_vec_batchm, q2_0_gemm))
+    launchers = (q2_0_gemv_vec, q2_0_gemv_vec_batchm, q2_0_gemm, q2_0_gemm_dual)
+    return built_launchers(CU_FILE, _KERNEL_FUNCS, launchers)
 
 
 UPLOADERS: dict[str, Callable[[Any], DeviceWeight]] = {"q2_0": upload_q2_0}

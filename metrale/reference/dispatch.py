@@ -49,6 +49,32 @@ def quant_gemm(backend: Backend, input: Any, weight: Any, output: Any) -> None:
     backend.launch(kernel, input, weight, output)
 
 
+def quant_gemm_pair(backend: Backend, input: Any, gate: Any, gate_out: Any, up: Any, up_out: Any) -> None:
+    """Gate and up over the same rows: one ``w4a16_gemm_dual`` launch where both are NVFP4 of one
+    shape and the backend has it (one activation prologue, one grid), else ``quant_gemm``
+    twice. The bits are the two GEMMs' either way (each output is its own projection)."""
+    if (
+        _format(gate) == "nvfp4"
+        and _format(up) == "nvfp4"
+        and (gate.n, gate.k) == (up.n, up.k)
+        and backend.has("w4a16_gemm_dual")
+    ):
+        backend.launch("w4a16_gemm_dual", input, gate, gate_out, up, up_out)
+        return
+    quant_gemm(backend, input, gate, gate_out)
+    quant_gemm(backend, input, up, up_out)
+
+
+def q2_gemm_pair(backend: Backend, input: Any, gate: Any, gate_out: Any, up: Any, up_out: Any) -> None:
+    """The packed-Q2 prefill's gate and up: one ``q2_0_gemm_dual`` launch where their shapes
+    agree and the backend has it, else ``q2_0_gemm`` twice (the same bits)."""
+    if (gate.n, gate.k) == (up.n, up.k) and backend.has("q2_0_gemm_dual"):
+        backend.launch("q2_0_gemm_dual", input, gate, gate_out, up, up_out)
+        return
+    backend.launch("q2_0_gemm", input, gate, gate_out)
+    backend.launch("q2_0_gemm", input, up, up_out)
+
+
 def w4a16_gemv_batchm(
     backend: Backend, kernel: str | None, input: Any, weight: Any, output: Any, m: int
 ) -> None:

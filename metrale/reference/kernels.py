@@ -11,12 +11,14 @@ from typing import Any
 
 import numpy as np
 
+from metrale.errors import MetraleError
 from metrale.reference.activations import (
     A4Codes,
     A8Codes,
     check_rows,
     quantize_a4,
     quantize_a8,
+    quantize_a16,
 )
 from metrale.reference.backend import W4A16_TIERS, Backend
 from metrale.reference.elements import BF16
@@ -27,6 +29,16 @@ from metrale.reference.tables import act_mul
 
 def _proj(x: np.ndarray, w: Any, out: np.ndarray) -> None:
     out[...] = project(x, w, "A16")
+
+
+def _proj_dual(x: np.ndarray, w0: Any, out0: np.ndarray, w1: Any, out1: np.ndarray) -> None:
+    """Gate and up over the same rows (``w4a16_gemm_dual``, ``q2_0_gemm_dual``): one A16
+    quantization of x, the projection twice."""
+    if (w0.n, w0.k) != (w1.n, w1.k):
+        raise MetraleError("dual launch: gate and up must have the same shape")
+    codes = quantize_a16(check_rows(x, w0.k, name="gemm_dual: x"))
+    out0[...] = project(None, w0, "A16", codes=codes)
+    out1[...] = project(None, w1, "A16", codes=codes)
 
 
 def _fixed(rows: int) -> Callable[..., None]:
@@ -96,6 +108,7 @@ REFERENCE_KERNELS: dict[str, Callable[..., Any]] = {
     "w4a16_gemv_dual_batch3": _dual(3),
     **{f"w4a16_gemv_batch{t}": _tier(t) for t in W4A16_TIERS},
     "w4a16_gemm": _proj,
+    "w4a16_gemm_dual": _proj_dual,
     "w4a4_quantize": quantize_a4,
     "w4a4_gemv_small_m": _w4a4_gemv,
     "w8a16_gemv": _fixed(1),
@@ -105,6 +118,7 @@ REFERENCE_KERNELS: dict[str, Callable[..., Any]] = {
     "q2_0_gemv_vec": _fixed(1),
     "q2_0_gemv_vec_batchm": _batchm,
     "q2_0_gemm": _proj,
+    "q2_0_gemm_dual": _proj_dual,
     "w8a8_quantize": quantize_a8,
     "w8a8_gemv": _w8a8_gemv,
     "w8a8_gemv_dual": _w8a8_gemv_dual,

@@ -17,7 +17,14 @@ import numpy as np
 from metrale.errors import KernelMissing, MetraleError, a_kind
 from metrale.reference.backend import W4A16_TIERS, Backend, resolve_backend
 from metrale.reference.context import FfnConfig, ForwardContext
-from metrale.reference.dispatch import nvfp4_proj_prefill, nvfp4_proj_small_m, quant_gemm, quant_gemv
+from metrale.reference.dispatch import (
+    nvfp4_proj_prefill,
+    nvfp4_proj_small_m,
+    q2_gemm_pair,
+    quant_gemm,
+    quant_gemm_pair,
+    quant_gemv,
+)
 from metrale.reference.formats import FORMATS, Fp8Weight, Nvfp4Weight, Q2_0Weight
 from metrale.reference.lora import LoraAdapter
 from metrale.reference.tiers import W4a16BatchmTiers, WeightQuantTier, layer_tier, weight_quantization
@@ -449,8 +456,7 @@ class DenseFfnLayer:
         ws: FfnWeights[Any] | None = self.bf16_weights or self.fp8_weights
         if ws is None and self.q2_weights is not None:
             q2 = self.q2_weights
-            b.launch("q2_0_gemm", x, q2.gate_proj, gate_out)
-            b.launch("q2_0_gemm", x, q2.up_proj, up_out)
+            q2_gemm_pair(b, x, q2.gate_proj, gate_out, q2.up_proj, up_out)
             self._act_mul(ctx, m)
             b.launch("q2_0_gemm", gate_out, q2.down_proj, output)
             return
@@ -460,8 +466,7 @@ class DenseFfnLayer:
             return self._w8a8_chunked(x, m, ctx)
         if ws is self.weights and self.prefill_w4a4():
             return self._prefill_a4(x, m, ctx)
-        quant_gemm(b, x, ws.gate_proj, gate_out)
-        quant_gemm(b, x, ws.up_proj, up_out)
+        quant_gemm_pair(b, x, ws.gate_proj, gate_out, ws.up_proj, up_out)
         self.apply_lora_gate_up(ctx, x, m)
         self._act_mul(ctx, m)
         quant_gemm(b, gate_out, ws.down_proj, output)

@@ -210,7 +210,7 @@ def test_pdl_tensor_core_paths_back_to_back(
         got = slots.get()
         programmatic = pdl.counts["programmatic"] - before["programmatic"]
         plain = pdl.counts["plain"] - before["plain"]
-        assert programmatic + plain >= rounds * 7, f"{path}: launches went around pdl.launch"
+        assert programmatic + plain >= rounds * 5, f"{path}: launches went around pdl.launch"
         if enabled and _pdl_expected():
             assert plain == rounds, f"{path}: {plain} plain launches in {rounds} FFNs"
         else:
