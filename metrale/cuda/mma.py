@@ -7,7 +7,8 @@ GEMM_MAX_PARTS aligned K parts whose roots ``mma_finish`` sums where the grid wo
 where its grid fills every multiprocessor, or the K-split MMA kernels (``{prefix}_mma_nt{NT}_*``:
 a CTA per 16 columns, K split across its warps) in chunks of MMA_ROWS rows. Every path gives the
 same bits (arithmetic.md § tree). The A16 prologues, the kernels and ``mma_finish`` are launched
-programmatically (metrale/cuda/pdl.py: the kernels request their first weights before they wait).
+programmatically (metrale/cuda/pdl.py: the prefill GEMM requests its first step's weights before
+it waits; the K-split kernels wait first).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ quantize, SiLU-quantize, GEMV, split-K and GEMM kernels), the FP8/BF16 decode ke
 (kernels/fp8_bf16_gemv.cu: ``fp8_bf16_dec_prep``, ``{fp8,bf16}_dec_*``), the Q2_0 decode
 kernels (kernels/q2_0_dec.cu: ``q2_dec_prep``, ``q2_dec_r*``), the tensor-core engine's A16
 prologues, K-split MMA kernels, prefill GEMMs and ``mma_finish`` (kernels/mma_gemm.cuh: the
-kernels request their first weights before the wait) and the tiled GEMM with its A16 prologue
+prefill GEMM requests its first step's weights before the wait) and the tiled GEMM with its A16 prologue
 (kernels/tile.cuh, nvfp4_tile.cu ``w4a16b_prep``: the first stages' weights before the wait).
 The bits cannot change: the same kernels run on the same data.
 

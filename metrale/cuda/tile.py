@@ -153,11 +153,10 @@ def plan_parts(s8: int, ctas_per_part: int, slots: int) -> tuple[int, int]:
     def span(d: int) -> int:
         return -(-ctas_per_part * parts(d) // slots) * (min(1 << d, s8) + PART_OVERHEAD_STEPS)
 
-    dlog = min(max(0, (s8 - 1).bit_length()), MAX_PART_STEPS.bit_length() - 1)
-
     def may_halve(d: int) -> bool:
         return (1 << d) > MIN_PART_STEPS and parts(d - 1) <= MAX_PARTS
 
+    dlog = min(max(0, (s8 - 1).bit_length()), MAX_PART_STEPS.bit_length() - 1)
     while may_halve(dlog) and ctas_per_part * parts(dlog) < slots:
         dlog -= 1
     if WAVES:

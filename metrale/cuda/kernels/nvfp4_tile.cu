@@ -13,18 +13,17 @@
 //       row r < rows_pad (zeros past m; x 16-byte aligned, ldx a multiple of 8); launched
 //       programmatically (pdl_wait before it reads x). Row r is fast when every block b is
 //       finite and either all zero or has elo <= E_b <= ehi (the format's window: NVFP4
-//       -102 .. 110, Q2_0 -88 .. 105): its
-//       operand is xh = c 2^(E_b - 15) (the A16 codes scaled, exact bf16: at most 8 significant
-//       bits, normal) and fac = 1; otherwise (slow) xh = c and fac = 2^(E_b - 15), NaN for a
-//       non-finite block. slow[r] = 1 marks a slow row.
+//       -102 .. 110, Q2_0 -88 .. 105): its operand is xh = c 2^(E_b - 15) (the A16 codes
+//       scaled, exact bf16: at most 8 significant bits, normal) and fac = 1; otherwise (slow)
+//       xh = c and fac = 2^(E_b - 15), NaN for a non-finite block. slow[r] = 1 marks a slow row.
 //         xh bf16 [rows_pad][16 B], the 16 elements of each block in the order of the weight
 //             decode: position 8h + 2t holds element 8h + t, 8h + 2t + 1 element 8h + t + 4;
 //         fac f32 [rows_pad][B]; slow u8 [rows_pad].
 //   w4a4b_prep(codes, ldc, afac, m, rows_pad, B, xh, fac, slow)
 //       the same layout from w4a4_quantize's codes and f32(ascale) (block 256, launched
-//       plainly): the A4 operand
-//       code (ascale / 4) (at most 6 significant bits, an exact normal bf16 or zero), fac 1; a
-//       row with a non-finite block is slow (xh = code, fac = ascale / 4, NaN there).
+//       plainly): the A4 operand code (ascale / 4) (at most 6 significant bits, an exact normal
+//       bf16 or zero), fac 1; a row with a non-finite block is slow (xh = code, fac = ascale / 4,
+//       NaN there).
 //   w4a16b_gemm_f{NF}(xh, fac, slow, m, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1, N, B,
 //                     gz, kp8, dlog, partial)
 //       B % 8 == 0. grid (rows_pad / (8 NF), ceil(N / 128), gz parts), block 256 (8 warps, warp
@@ -88,7 +87,8 @@ __device__ __forceinline__ void w4b_store(unsigned short* __restrict__ xh, int r
     dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
 }
 
-// A16. One CTA per row: thread i takes blocks i, i + 256, ...; the row is slow where any block is.
+// A16. One CTA per row: thread i takes blocks i, i + blockDim.x, ...; the row is slow where any
+// block is.
 extern "C" __global__ void __launch_bounds__(1024) w4a16b_prep(const unsigned short* __restrict__ x, long long ldx,
                                                                int m, int rows_pad, int B, int elo, int ehi,
                                                                unsigned short* __restrict__ xh,
