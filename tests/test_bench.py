@@ -437,6 +437,27 @@ def test_dry_run_with_a_wrong_weight_fails(tmp_path: Path, monkeypatch: pytest.M
     )
 
 
+def test_gemlite_peers_are_timed_after_the_formats(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gemlite's peers compile for minutes: a --deadline must end them, not the formats' cells,
+    so they come last; torch peers come first (the targets compare against them)."""
+    order: list[str] = []
+    real_peer, real_format = run.time_peer, run.time_format
+
+    def peer(dev: Any, opts: Any, shape: str, kind: str) -> dict[str, Any]:
+        order.append(kind)
+        return real_peer(dev, opts, shape, kind)
+
+    def fmt(dev: Any, opts: Any, shape: str, f: str, *rest: Any) -> Any:
+        order.append(f)
+        return real_format(dev, opts, shape, f, *rest)
+
+    monkeypatch.setattr(run, "time_peer", peer)
+    monkeypatch.setattr(run, "time_format", fmt)
+    argv = [*DRY, "--peers", "gl-w4,bf16", "--formats", "q2_0", "--kernels", "none"]
+    run.main([*argv, "--json", str(tmp_path / "r.json")])
+    assert order == ["bf16", "q2_0", "gl-w4"]
+
+
 def test_descriptor_slots_cover_the_bench_formats() -> None:
     for f in cases.FORMATS.values():
         assert f.stem in SPECS

@@ -128,6 +128,23 @@ def test_pick_prefers_wgmma_where_it_builds(
     assert tile.pick_kernel(fmt, rows) is None
 
 
+@pytest.mark.parametrize("fmt", [tile.NVFP4, tile.NVFP4_A4, tile.Q2_0], ids=lambda f: f.wg_prefix)
+def test_the_tile_takes_small_row_counts_only_on_wgmma(
+    monkeypatch: pytest.MonkeyPatch, fmt: tile.TileFormat
+) -> None:
+    monkeypatch.setattr(tile, "MIN_ROWS", 25)
+    monkeypatch.setattr(tile, "SMALL_ROWS", (9, 16))
+    monkeypatch.setattr(tile, "WG_ENABLED", True)
+    monkeypatch.setattr(tile, "runtime", _FakeRuntime(_all(fmt, True) | _all(fmt, False)))
+    assert [m for m in range(1, 41) if tile.takes(m, fmt)] == [*range(9, 17), *range(25, 41)]
+    # mma.sync's tile (no wgmma build, or turned off) only from MIN_ROWS
+    monkeypatch.setattr(tile, "runtime", _FakeRuntime(_all(fmt, False)))
+    assert [m for m in range(1, 41) if tile.takes(m, fmt)] == list(range(25, 41))
+    monkeypatch.setattr(tile, "runtime", _FakeRuntime(_all(fmt, True) | _all(fmt, False)))
+    monkeypatch.setattr(tile, "WG_ENABLED", False)
+    assert [m for m in range(1, 41) if tile.takes(m, fmt)] == list(range(25, 41))
+
+
 def test_wgmma_kernels_are_the_configured_ones() -> None:
     ctas = configs.NVFP4_WGMMA_TILE_CTAS
     for macro in ("NVFP4_WGMMA_TILE", "NVFP4_A4_WGMMA_TILE", "Q2_WGMMA_TILE"):

@@ -214,16 +214,18 @@ def _nvfp4_gemm(fmt: str, n: int, k: int, m: int) -> list[Candidate]:
         for nf in configs.NVFP4_WGMMA_TILE_FRAGS:
             wg_on = ((TILE, "WG_ENABLED", True), (TILE, "WG_FRAGS", (nf,)))
             sets = ((TILE, "ENABLED", True), (TILE, "MIN_ROWS", 1), *wg_on)
-            routed = wg and tile.ENABLED and m >= tile.MIN_ROWS and nf == tile.frags_for(m, tile.WG_FRAGS)
+            routed = (
+                wg and tile.ENABLED and tile.takes(m, tile.NVFP4) and nf == tile.frags_for(m, tile.WG_FRAGS)
+            )
             kern = ("nvfp4_wgmma.cu", f"w4a16w_gemm_f{nf}")
             out.append(Candidate(f"wgmma tile f{nf}", (kern,), sets, routed=routed))
         for nf in configs.NVFP4_TILE_FRAGS:
             wg_off = ((TILE, "WG_ENABLED", False), (TILE, "FRAGS", (nf,)))
             sets = ((TILE, "ENABLED", True), (TILE, "MIN_ROWS", 1), *wg_off)
-            routed = not wg and tile.ENABLED and m >= tile.MIN_ROWS and nf == tile.frags_for(m)
+            routed = not wg and tile.ENABLED and tile.takes(m, tile.NVFP4) and nf == tile.frags_for(m)
             kern = ("nvfp4_tile.cu", f"w4a16b_gemm_f{nf}")
             out.append(Candidate(f"tile f{nf}", (kern,), sets, routed=routed))
-    tiled = bool(out) and tile.ENABLED and m >= tile.MIN_ROWS
+    tiled = bool(out) and tile.ENABLED and tile.takes(m, tile.NVFP4)
     off = ((TILE, "ENABLED", False),)
     al = "a" if (k // 16) % 8 == 0 else "u"
     nt = -(-min(m, 8 * configs.NVFP4_MMA_TILES[-1]) // 8)

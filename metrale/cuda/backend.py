@@ -14,7 +14,6 @@ CUDA tensors (zero-copy through DLPack), other objects exposing ``__cuda_array_i
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -29,10 +28,6 @@ from metrale.reference.elements import BF16
 from metrale.reference.lora import LoraAdapter
 
 LAUNCHER_MODULES: tuple[str, ...] = ("nvfp4", "elementwise", "q2_0", "w8a8", "fp8_bf16")
-#: METRALE_GEMM_DUAL=0 leaves the prefill's dual gate/up GEMMs out of the registry, so the layer
-#: launches one GEMM per weight (the same bits; benchmarks of the two).
-DUAL_GEMMS = ("w4a16_gemm_dual", "q2_0_gemm_dual")
-GEMM_DUAL = os.environ.get("METRALE_GEMM_DUAL", "1") != "0"
 
 
 def _load_launchers() -> tuple[dict[str, Callable[..., Any]], dict[str, Callable[..., Any]], dict[str, str]]:
@@ -47,9 +42,7 @@ def _load_launchers() -> tuple[dict[str, Callable[..., Any]], dict[str, Callable
         except Exception as exc:  # a launcher module absent or broken: its kernels are missing
             errors[mod_name] = f"{type(exc).__name__}: {exc}"
             continue
-        kernels.update(
-            {k: v for k, v in got.items() if k in KERNEL_NAMES and (GEMM_DUAL or k not in DUAL_GEMMS)}
-        )
+        kernels.update({k: v for k, v in got.items() if k in KERNEL_NAMES})
         uploaders.update(ups)
     return kernels, uploaders, errors
 

@@ -182,7 +182,7 @@ def nvfp4_a16(x: Any, sets: list[tuple[Any, Any]], rows: int, r_want: int) -> No
     args1 = _set(sets[-1][0], sets[-1][1], F32(sets[-1][0].weight_scale_2), rows)
     tail = (np.int32(w0.n), np.int32(k))
     fast = _fast_rows(min(r_want, rows), k) if FAST_ENABLED else None
-    if rows >= tile.MIN_ROWS and tile.gemm(x, ldx, rows, b, args0, args1, len(sets), w0.n):
+    if tile.takes(rows, tile.NVFP4) and tile.gemm(x, ldx, rows, b, args0, args1, len(sets), w0.n):
         return
     if mma.ENABLED and rows >= MMA_MIN_ROWS and not fast_one_pass(rows, k, r_want):
         prefix = mma.family_prefix("w4a16")
@@ -307,7 +307,7 @@ def w4a4_gemv_small_m(codes: DeviceA4Codes, w: Any, out: Any) -> None:
 
     Routing (same bits on every path): the fast kernels ``nvfp4_a4f_r{m}`` where
     ``a4_fast_smem`` admits them (m <= A4_FAST_MAX_ROWS), else (tile.A4_ENABLED) the tiled GEMM
-    from tile.MIN_ROWS rows, else the tensor-core kernels from A4_MMA_MIN_ROWS rows, else the
+    for the rows ``tile.takes``, else the tensor-core kernels from A4_MMA_MIN_ROWS rows, else the
     generic ``nvfp4_a4_r{1,4}_{e,o}``."""
     if not isinstance(codes, DeviceA4Codes):
         raise MetraleError(f"w4a4_gemv_small_m: want codes from w4a4_quantize, got {type(codes).__name__}")
@@ -331,7 +331,7 @@ def w4a4_gemv_small_m(codes: DeviceA4Codes, w: Any, out: Any) -> None:
         a4_args = (c, np.int64(ldc), codes.afac, np.int32(m), *args, *args, *tail)
         pdl.launch(kern, (_fast_grid_x(w.n, 1),), (FAST_THREADS,), a4_args, smem)
         return
-    if m >= tile.MIN_ROWS and tile.gemm_a4(c, ldc, codes.afac, m, b, args, w.n):
+    if tile.takes(m, tile.NVFP4_A4) and tile.gemm_a4(c, ldc, codes.afac, m, b, args, w.n):
         return
     family = mma.family_prefix("w4a4")
     prep = _a4_prep(codes, b, family)

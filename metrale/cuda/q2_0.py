@@ -6,7 +6,8 @@ Every launch is two kernels: a prologue turns the bf16 rows into A16 codes (byte
 code sum and 2^(E−14)), then a GEMV computes the exact block dots, the contract's fp32 block values
 and the fixed tree. Up to DEC_MAX_ROWS rows: ``q2_dec_prep`` and one pass of the decode kernels
 ``q2_dec_r{R}_c{NC}_d{D}_{s,l}`` (``kernels/q2_0_dec.cu``, R = m; the variant by DEC_ROUTE or
-DEC_VARIANT); where tile.Q2_ENABLED, from tile.MIN_ROWS rows where B % 8 == 0 the tiled GEMM
+DEC_VARIANT); where tile.Q2_ENABLED, for the rows tile.takes (from tile.MIN_ROWS, and
+tile.SMALL_ROWS on wgmma) where B % 8 == 0 the tiled GEMM
 (``q2a16b_gemm_f{NF}`` of ``nvfp4_tile.cu``, on sm_90 ``q2a16w_gemm_f{NF}`` of ``nvfp4_wgmma.cu``:
 metrale/cuda/tile.py); from MMA_MIN_ROWS rows the
 integer tensor cores (``q2_mma_prep`` and the MMA kernels or the prefill GEMM of ``q2_0_mma.cu``);
@@ -84,7 +85,7 @@ def _q2_project(x: Any, w: Any, out: Any, m: int, kernel: str) -> None:
     nb = k // BLOCK
     ldx = xa.strides[0] // 2
     ws = (arr["qs"], arr["d"], np.float32(1.0), outa, np.int64(ldo))
-    if tile.Q2_ENABLED and m >= tile.MIN_ROWS and tile.gemm(xa, ldx, m, nb, ws, ws, 1, n, tile.Q2_0):
+    if tile.Q2_ENABLED and tile.takes(m, tile.Q2_0) and tile.gemm(xa, ldx, m, nb, ws, ws, 1, n, tile.Q2_0):
         return
     if mma.ENABLED and m >= MMA_MIN_ROWS:
         prefix = mma.family_prefix("q2")
@@ -205,7 +206,11 @@ def q2_0_gemm_dual(x: Any, w0: Any, out0: Any, w1: Any, out1: Any) -> None:
     ws0 = (a0["qs"], a0["d"], np.float32(1.0), o0, np.int64(ld0))
     ws1 = (a1["qs"], a1["d"], np.float32(1.0), o1, np.int64(ld1))
     if m > min(DEC_MAX_ROWS, max(configs.Q2_0_DEC_ROWS)):
-        if tile.Q2_ENABLED and m >= tile.MIN_ROWS and tile.gemm(xa, ldx, m, nb, ws0, ws1, 2, n, tile.Q2_0):
+        if (
+            tile.Q2_ENABLED
+            and tile.takes(m, tile.Q2_0)
+            and tile.gemm(xa, ldx, m, nb, ws0, ws1, 2, n, tile.Q2_0)
+        ):
             return
         if mma.ENABLED and m >= MMA_MIN_ROWS:
             prefix = mma.family_prefix("q2")

@@ -32,6 +32,13 @@ ENABLED = os.environ.get("METRALE_NVFP4_TILE", "1") != "0"
 #: and 24 (16- and 24-row MMA tiles against its 16 and 32) it is not (performance-log.md,
 #: "2026-12-04 (evening)").
 MIN_ROWS = int(os.environ.get("METRALE_NVFP4_TILE_MIN_ROWS", "25"))
+#: Rows (first, last) below MIN_ROWS that the tile takes too where its wgmma kernels build: NF = 2,
+#: two CTAs per multiprocessor (``configs.NVFP4_WGMMA_TILE_CTAS``) against the K-split MMA
+#: kernels' 16-row tiles. H200, Qwen3-8B FFN at m = 12 / 16: NVFP4 97.7 / 98.8 against 116.8 /
+#: 118.0 us, W4A4 108.4 / 109.2 against 119.0 / 120.2, Q2_0 84.5 / 86.0 against 85.4 / 86.4; at
+#: 20 and 24 rows (NF = 4, one CTA) it is not faster (performance-log.md, "2026-12-04 (night)").
+#: METRALE_TILE_SMALL_ROWS="first-last" moves them ("0-0": none).
+SMALL_ROWS = tuple(int(r) for r in os.environ.get("METRALE_TILE_SMALL_ROWS", "9-16").split("-", 1))
 #: NVFP4 × A4 on the tiled GEMM (``w4a4b_prep``); METRALE_NVFP4_TILE_A4=0 keeps A4 on the mma.py
 #: kernels (same bits).
 A4_ENABLED = os.environ.get("METRALE_NVFP4_TILE_A4", "1") != "0"
@@ -103,6 +110,17 @@ def frags_for(rows: int, frags: tuple[int, ...] | None = None) -> int:
     NVFP4 kernels'): the smallest that covers them, else the largest."""
     frags = FRAGS if frags is None else frags
     return next((nf for nf in frags if 8 * nf >= rows), frags[-1])
+
+
+def takes(rows: int, fmt: TileFormat) -> bool:
+    """Whether a projection of ``rows`` rows (one chunk's worth) is the tile's to try: from
+    MIN_ROWS rows, and over SMALL_ROWS where the format's wgmma kernel for them is built."""
+    if rows >= MIN_ROWS:
+        return True
+    if not SMALL_ROWS[0] <= rows <= SMALL_ROWS[1]:
+        return False
+    kern = pick_kernel(fmt, rows)
+    return kern is not None and kern.wg
 
 
 def smem_bytes(nf: int, dlog: int, fmt: TileFormat = NVFP4, wg: bool = False) -> int:
