@@ -3,9 +3,9 @@
 
 ``MetraleFfn`` takes and returns torch bfloat16 tensors ``[..., hidden]``. CPU tensors run the
 numpy reference (the input viewed zero-copy); CUDA tensors run the CUDA kernels, the input viewed
-zero-copy through DLPack and every launch on torch's current stream (CuPy launches on an
-``ExternalStream`` wrapping it: no synchronisation, no host round trip), so the module works
-inside ``torch.cuda.graph`` capture. While the operator runs, CuPy allocates from torch's caching
+zero-copy through DLPack and every launch on torch's current stream (CuPy launches on a CuPy
+stream that is it, ``metrale.cuda.torch_stream``: no synchronisation, no host round trip), so the
+module works inside ``torch.cuda.graph`` capture. While the operator runs, CuPy allocates from torch's caching
 allocator on that stream (``torch_allocator``): under capture the kernels' temporary buffers (the
 A4/A8 activation codes, grown workspaces) come from the graph's private pool, so replays find
 them where the capture put them and no eager allocation can take them. The operator has a fake
@@ -280,13 +280,15 @@ class MetraleFfn(nn.Module):
             return torch.from_numpy(y.view(np.int16).copy()).view(torch.bfloat16).reshape(x.shape)
         import cupy
 
+        from metrale.cuda.torch_stream import cupy_stream
+
         if not x2.is_contiguous() or x2.data_ptr() % 16:
             x2 = x2.clone(memory_format=torch.contiguous_format)  # torch's allocator: graph-safe
         out = torch.empty((m, h), dtype=torch.bfloat16, device=x.device)
         stream = torch.cuda.current_stream(x.device)
         with (
             cupy.cuda.Device(x.device.index),
-            cupy.cuda.ExternalStream(stream.cuda_stream, x.device.index),
+            cupy_stream(stream, x.device.index),
             cupy.cuda.using_allocator(torch_allocator()),
         ):
             layer.route(m)[1](x2, ctx)

@@ -9,8 +9,8 @@ split down weight (arithmetic.md § tp). The launch log is the single-device one
   for their output rows and all-gather y. W4A4 codes of the down input are computed from the
   gathered h, so every rank holds the single-device codes.
 
-On a CUDA backend, kernels and collectives run on torch's current stream (CuPy launches on an
-``ExternalStream`` wrapping it, as ``MetraleFfn`` does) and arrays cross between CuPy and torch
+On a CUDA backend, kernels and collectives run on torch's current stream (CuPy launches on a
+CuPy stream that is it, as ``MetraleFfn`` does) and arrays cross between CuPy and torch
 through DLPack without copies; with a gloo group the device arrays are staged through the host
 (two ranks sharing one GPU, which NCCL refuses).
 """
@@ -176,8 +176,10 @@ class TpBackend(Backend):
         import cupy
         import torch
 
+        from metrale.cuda.torch_stream import cupy_stream
+
         s = torch.cuda.current_stream(self.device)
-        with cupy.cuda.Device(self.device), cupy.cuda.ExternalStream(s.cuda_stream, self.device):
+        with cupy.cuda.Device(self.device), cupy_stream(s, self.device):
             yield
 
     # ---- the "n" split ----

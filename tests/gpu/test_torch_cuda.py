@@ -66,6 +66,24 @@ def test_non_default_stream() -> None:
     assert torch.equal(_i16(z).cpu(), want)
 
 
+def test_cupy_stream_is_torchs_stream() -> None:
+    """The CuPy stream metrale launches on is torch's current stream itself (the CUDA stream
+    protocol on CuPy 14 with this torch, no deprecated ``ExternalStream``)."""
+    import warnings
+
+    import cupy
+
+    from metrale.cuda.torch_stream import cupy_stream
+
+    s = torch.cuda.Stream()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        cs = cupy_stream(s, torch.cuda.current_device())
+    assert cs.ptr == s.cuda_stream
+    with cupy.cuda.Device(torch.cuda.current_device()), cs:
+        assert cupy.cuda.get_current_stream().ptr == s.cuda_stream
+
+
 def test_compile_fullgraph_equals_eager_cuda() -> None:
     """Inductor around the op, and the whole model traced in one graph (aot_eager keeps torch's
     eager kernels for the non-FFN ops, whose inductor fusions change their bits)."""
