@@ -331,7 +331,7 @@ def w4a4_gemv_small_m(codes: DeviceA4Codes, w: Any, out: Any) -> None:
         a4_args = (c, np.int64(ldc), codes.afac, np.int32(m), *args, *args, *tail)
         pdl.launch(kern, (_fast_grid_x(w.n, 1),), (FAST_THREADS,), a4_args, smem)
         return
-    if tile.takes(m, tile.NVFP4_A4) and tile.gemm_a4(c, ldc, codes.afac, m, b, args, w.n):
+    if tile.takes(m, tile.A4_FORMAT) and tile.gemm_a4(c, ldc, codes.afac, m, b, args, w.n):
         return
     family = mma.family_prefix("w4a4")
     prep = _a4_prep(codes, b, family)

@@ -72,6 +72,20 @@ def upload_q2_0(w: Q2_0Weight) -> DeviceWeight:
     return DeviceWeight(host=w, arrays={"qs": to_device(qs), "d": to_device(np.ascontiguousarray(d))})
 
 
+def _tensor_cores(xa: Any, m: int, nb: int, n: int, ws0: tuple, ws1: tuple, gz: int) -> bool:
+    """``m`` rows of ``xa`` times one weight set (gz = 1) or two (gz = 2, ``ws0``/``ws1``: codes,
+    scales, rowscale, out, ldo) on the tiled GEMM where it takes them, else on the MMA kernels
+    from MMA_MIN_ROWS rows (launched plainly unless MMA_PDL). False where neither launched."""
+    ldx = xa.strides[0] // 2
+    if tile.Q2_ENABLED and tile.takes(m, tile.Q2_0) and tile.gemm(xa, ldx, m, nb, ws0, ws1, gz, n, tile.Q2_0):
+        return True
+    if not (mma.ENABLED and m >= MMA_MIN_ROWS):
+        return False
+    prefix = mma.family_prefix("q2")
+    prep = mma.a16_prep(MMA_FILE, f"{prefix}_mma_prep", xa, ldx, nb, programmatic=MMA_PDL)
+    return mma.launch(MMA_FILE, prefix, prep, m, nb, ws0, ws1, gz, n, programmatic=MMA_PDL)
+
+
 def _q2_project(x: Any, w: Any, out: Any, m: int, kernel: str) -> None:
     import cupy
 
@@ -83,15 +97,9 @@ def _q2_project(x: Any, w: Any, out: Any, m: int, kernel: str) -> None:
     if _dec_project(xa, arr, n, k, m, outa, ldo):
         return
     nb = k // BLOCK
-    ldx = xa.strides[0] // 2
     ws = (arr["qs"], arr["d"], np.float32(1.0), outa, np.int64(ldo))
-    if tile.Q2_ENABLED and tile.takes(m, tile.Q2_0) and tile.gemm(xa, ldx, m, nb, ws, ws, 1, n, tile.Q2_0):
+    if _tensor_cores(xa, m, nb, n, ws, ws, 1):
         return
-    if mma.ENABLED and m >= MMA_MIN_ROWS:
-        prefix = mma.family_prefix("q2")
-        prep = mma.a16_prep(MMA_FILE, f"{prefix}_mma_prep", xa, ldx, nb, programmatic=MMA_PDL)
-        if mma.launch(MMA_FILE, prefix, prep, m, nb, ws, ws, 1, n, programmatic=MMA_PDL):
-            return
     lohi = cupy.empty((m * nb * 2 * 4,), dtype=cupy.uint32)
     aux = cupy.empty((m * nb * 2,), dtype=cupy.uint32)
     prep = get_kernel(CU_FILE, "q2_a16_prep")
@@ -202,21 +210,10 @@ def q2_0_gemm_dual(x: Any, w0: Any, out0: Any, w1: Any, out1: Any) -> None:
         return
     (a0, xa, o0, ld0), (a1, _, o1, ld1) = ops0, ops1
     n, nb = w0.n, w0.k // BLOCK
-    ldx = xa.strides[0] // 2
     ws0 = (a0["qs"], a0["d"], np.float32(1.0), o0, np.int64(ld0))
     ws1 = (a1["qs"], a1["d"], np.float32(1.0), o1, np.int64(ld1))
-    if m > min(DEC_MAX_ROWS, max(configs.Q2_0_DEC_ROWS)):
-        if (
-            tile.Q2_ENABLED
-            and tile.takes(m, tile.Q2_0)
-            and tile.gemm(xa, ldx, m, nb, ws0, ws1, 2, n, tile.Q2_0)
-        ):
-            return
-        if mma.ENABLED and m >= MMA_MIN_ROWS:
-            prefix = mma.family_prefix("q2")
-            prep = mma.a16_prep(MMA_FILE, f"{prefix}_mma_prep", xa, ldx, nb, programmatic=MMA_PDL)
-            if mma.launch(MMA_FILE, prefix, prep, m, nb, ws0, ws1, 2, n, programmatic=MMA_PDL):
-                return
+    if m > min(DEC_MAX_ROWS, max(configs.Q2_0_DEC_ROWS)) and _tensor_cores(xa, m, nb, n, ws0, ws1, 2):
+        return
     q2_0_gemm(x, w0, out0)
     q2_0_gemm(x, w1, out1)
 

@@ -90,6 +90,8 @@ NVFP4 = TileFormat("w4a16b", 80, 8, -102, 110, wg_prefix="w4a16w")
 #: METRALE_TILE_A4_FMA=0 runs A4 on the NVFP4 kernels there too (same bits; benchmarks).
 NVFP4_A4 = TileFormat("w4a16b", 80, 8, -102, 110, wg_prefix="w4a4w")
 A4_FMA = os.environ.get("METRALE_TILE_A4_FMA", "1") != "0"
+#: The format NVFP4 × A4 runs as on the tile.
+A4_FORMAT = NVFP4_A4 if A4_FMA else NVFP4
 Q2_0 = TileFormat(
     "q2a16b", 48, 4, -88, 105, configs.Q2_0_TILE_FRAGS, configs.Q2_0_TILE_CTAS_PER_SM, wg_prefix="q2a16w"
 )
@@ -224,7 +226,7 @@ def gemm_a4(codes: Any, ldc: int, afac: Any, rows: int, b: int, args: tuple, n: 
         args_ = (codes[r0:], np.int64(ldc), afac[r0:], np.int32(m), np.int32(pad), np.int32(b), xh, fac, slow)
         kern((pad,), (THREADS,), args_)
 
-    return _run(prologue, rows, b, args, args, 1, n, NVFP4_A4 if A4_FMA else NVFP4)
+    return _run(prologue, rows, b, args, args, 1, n, A4_FORMAT)
 
 
 def _run(

@@ -9,12 +9,18 @@ the plain float64 sum rounds twice wrongly.
 
 from __future__ import annotations
 
+import sys
 import time
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 
 from metrale.reference.tree import tree_sum
+
+# the exact-rational rounding of the earlier probe beside the previous run's JSON
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "runs-2026-12-04c"))
+from chain_reference_proto import rne_f32
 
 F32, F64 = np.float32, np.float64
 LOW28 = np.uint64((1 << 28) - 1)
@@ -71,14 +77,6 @@ def chain_parts(p32: np.ndarray, f32: np.ndarray, part: int = 64) -> np.ndarray:
     prod = prod.reshape(nparts, part, *prod.shape[1:]).swapaxes(0, 1).copy()
     roots = chain(prod)
     return tree_sum(roots, axis=0)
-
-
-def rne_f32(x: Fraction) -> np.float32:
-    f = F32(float(x))
-    cands = [f, np.nextafter(f, F32(np.inf)), np.nextafter(f, F32(-np.inf))]
-    dist = [abs(Fraction(float(y)) - x) for y in cands]
-    best = [y for y, d in zip(cands, dist, strict=False) if d == min(dist)]
-    return best[0] if len(best) == 1 else next(y for y in best if int(y.view(np.uint32)) % 2 == 0)
 
 
 def main():
