@@ -7,6 +7,9 @@ pairing, torch for the bf16 / e4m3 casts. Nothing here calls metrale's arithmeti
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from fractions import Fraction
+
 import numpy as np
 from helpers import BF16, E2M1_VALUES, F32, torch_e4m3_bits, torch_e4m3_decode, torch_to_bf16_bits
 
@@ -198,10 +201,11 @@ def tree_root(x: np.ndarray, w: object, mode: str) -> np.ndarray:
     return pairing(np.where(finite.T[:, :, None], v, F32(np.nan)))
 
 
-def root(x: np.ndarray, w: object, mode: str) -> np.ndarray:
-    """f32 [m, N] after the row scale and before to_bf16 for bf16 rows x [m, K]."""
+def root(x: np.ndarray, w: object, mode: str, summed: Callable = tree_root) -> np.ndarray:
+    """f32 [m, N] after the row scale and before to_bf16 for bf16 rows x [m, K] (``summed``:
+    the sum over blocks before the row scale, ``tree_root`` or ``chain_root``)."""
     fmt = w.format  # type: ignore[attr-defined]
-    r = tree_root(x, w, mode)
+    r = summed(x, w, mode)
     if fmt == "nvfp4" and mode == "A4":
         return mul(r, mul(F32(w.input_scale), F32(w.weight_scale_2)))  # type: ignore[attr-defined]
     if fmt == "nvfp4":
@@ -218,6 +222,91 @@ def project(x: np.ndarray, w: object, mode: str) -> np.ndarray:
         s = q @ np.asarray(w.weight, dtype=np.int64).T  # type: ignore[attr-defined]
         return to_bf16(mul(mul(f32(s), s_a[:, None]), w.weight_scale[None, :]))  # type: ignore[attr-defined]
     return to_bf16(root(x, w, mode))
+
+
+# --------------------------------------------------------------------------- the block-value chain
+
+PART = 64  # blocks per chain (docs/chain-revision.md)
+
+
+def rne_f32(x: Fraction) -> F32:
+    """The f32 nearest the rational x, ties to the even code, ±Inf past f32's range."""
+    if abs(x) >= Fraction(2**128 - 2**103):  # (2 − 2^-24)·2^127, the overflow threshold
+        return F32(np.inf) if x > 0 else F32(-np.inf)
+    f = F32(float(x))
+    with np.errstate(over="ignore"):
+        cands = [f, np.nextafter(f, F32(np.inf)), np.nextafter(f, F32(-np.inf))]
+    cands = [y for y in cands if np.isfinite(y)]
+    dist = [abs(Fraction(float(y)) - x) for y in cands]
+    best = [y for y, d in zip(cands, dist, strict=True) if d == min(dist)]
+    if len(best) == 1:
+        return best[0]
+    return next(y for y in best if int(y.view(np.uint32)) % 2 == 0)
+
+
+def fma(p: float, f: float, c: float) -> F32:
+    """RNE_f32(p·f + c) of f32 scalars from exact rationals; a zero sum takes IEEE's sign
+    (−0 only when p·f and c are both −0); non-finite operands by float64's IEEE rules."""
+    p, f, c = F32(p), F32(f), F32(c)
+    if not (np.isfinite(p) and np.isfinite(f) and np.isfinite(c)):
+        with np.errstate(invalid="ignore", over="ignore"):
+            return F32(np.float64(p) * np.float64(f) + np.float64(c))
+    x = Fraction(float(p)) * Fraction(float(f)) + Fraction(float(c))
+    if x == 0:
+        prod_zero = p == 0 or f == 0
+        both_neg_zero = prod_zero and np.signbit(p) != np.signbit(f) and c == 0 and np.signbit(c)
+        return F32(-0.0) if both_neg_zero else F32(0.0)  # exact cancellation gives +0
+    return rne_f32(x)
+
+
+def chain(p: np.ndarray, f: np.ndarray | None) -> np.ndarray:
+    """Part roots over axis 0 of [B, ...]: per aligned part of 64 blocks, c = −0.0, then
+    c = fma(p_b, f_b, c) (f None: c = c + p_b, one f32 add), elementwise over the rest."""
+    nb = p.shape[0]
+    roots = []
+    for lo in range(0, nb, PART):
+        c = np.full(p.shape[1:], -0.0, dtype=F32)
+        for b in range(lo, min(nb, lo + PART)):
+            if f is None:
+                c = add(c, p[b])
+            else:
+                fb = np.broadcast_to(f[b], c.shape)
+                c = np.array(
+                    [fma(x, y, z) for x, y, z in zip(p[b].ravel(), fb.ravel(), c.ravel(), strict=True)]
+                )
+                c = c.astype(F32).reshape(p.shape[1:])
+        roots.append(c)
+    return np.stack(roots)
+
+
+def chain_root(x: np.ndarray, w: object, mode: str) -> np.ndarray:
+    """f32 [m, N] under the chain (docs/chain-revision.md): block terms P_b, f_b (FP8/BF16: the
+    block values), chains over 64-block parts, the tree (``pairing``) over the part roots."""
+    nb = x.shape[1] // BLOCK
+    fmt = w.format  # type: ignore[attr-defined]
+    f = None
+    if mode == "A4":
+        ac, asc, finite = a4(x, float(w.input_scale))  # type: ignore[attr-defined]
+        wc = nvfp4_codes(w.weight).reshape(-1, nb, BLOCK)  # type: ignore[attr-defined]
+        f = torch_e4m3_decode(np.asarray(w.weight_scale).view(np.uint8)).T[:, None, :]  # type: ignore[attr-defined]
+        p = mul(mul(f32(_dot(wc, ac)), asc.T[:, :, None]), 0.25)
+    else:
+        ac, e, finite = a16(x)
+        p2 = np.exp2(e.T.astype(np.float64))[:, :, None]  # 2^E [B, m, 1]
+        if fmt == "nvfp4":
+            wc = nvfp4_codes(w.weight).reshape(-1, nb, BLOCK)  # type: ignore[attr-defined]
+            f = torch_e4m3_decode(np.asarray(w.weight_scale).view(np.uint8)).T[:, None, :]  # type: ignore[attr-defined]
+            p = mul(f32(_dot(wc, ac)), p2 * 2.0**-15)
+        elif fmt == "q2_0":
+            qc, d = q2_codes(w.blocks)  # type: ignore[attr-defined]
+            f = np.repeat(d, 4, axis=1).T[:, None, :]  # [B, 1, N]
+            p = mul(f32(_dot(qc.reshape(-1, nb, BLOCK), ac)), p2 * 2.0**-14)
+        else:
+            c, fe = codes24(w.weight)  # type: ignore[attr-defined]
+            s = np.einsum("nbj,mbj->bmn", c, ac)  # exact in float64: |S| < 2^42
+            p = f32(s * np.exp2((fe.T[:, None, :] + e.T[:, :, None] - 36).astype(np.float64)))
+    p = np.where(finite.T[:, :, None], p, F32(np.nan)).astype(F32)
+    return pairing(chain(p, None if f is None else np.asarray(f, F32)))
 
 
 # --------------------------------------------------------------------------- LoRA and the layer

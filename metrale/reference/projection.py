@@ -88,16 +88,43 @@ def _act_f32(codes: np.ndarray) -> np.ndarray:
 
 
 BlockValues = Callable[[int, int], np.ndarray]
+BlockDots = Callable[[int, int], tuple[np.ndarray, np.ndarray]]
+
+
+def _e4m3_scales(w: Nvfp4Weight, n0: int, n1: int) -> np.ndarray:
+    """f32(wscale) of rows n0:n1 as [B, Nc, 1] (every e4m3 code exact in f32)."""
+    return _E4M3_F32[w.weight_scale[n0:n1].view(np.uint8)].T[:, :, None]
+
+
+def block_dots(a: A16Codes | A4Codes, w: Nvfp4Weight | Q2_0Weight) -> BlockDots:
+    """(n0, n1) -> (f32(S_b) [B, Nc, m], the weight's block factor f32 [B, Nc, 1]) for weight
+    rows n0:n1: NVFP4 wscale_b (A16 or A4 codes), Q2_0 d of the block's 64-element group. S_b is
+    exact (every partial sum an integer below 2^23: NVFP4 × A16; 2304: × A4; 2^20: Q2_0)."""
+    if isinstance(a, A4Codes):
+        m, k = a.codes.shape
+        ac = _act_f32(a.codes.reshape(m, k // BLOCK, BLOCK))
+    else:
+        ac = _act_f32(a.codes)  # [B, 16, m]
+    nb = ac.shape[0]
+    if isinstance(w, Nvfp4Weight):
+        return lambda n0, n1: (np.matmul(_nvfp4_codes(w, n0, n1, nb), ac), _e4m3_scales(w, n0, n1))
+
+    def q2(n0: int, n1: int) -> tuple[np.ndarray, np.ndarray]:
+        blocks = w.blocks[n0:n1]
+        wc = _Q2_LUT[np.ascontiguousarray(blocks[..., 2:])].view(F32)  # [Nc, K/64, 64]
+        wc = wc.reshape(n1 - n0, nb, BLOCK).transpose(1, 0, 2)
+        d = np.ascontiguousarray(blocks[..., :2]).view(np.float16)[..., 0].astype(F32)  # [Nc, K/64]
+        return np.matmul(wc, ac), np.repeat(d, 4, axis=1).T[:, :, None]
+
+    return q2
 
 
 def _nvfp4_a16(a: A16Codes, w: Nvfp4Weight) -> BlockValues:
-    nb = a.exp.shape[1]
-    ac = _act_f32(a.codes)  # [B, 16, m]
+    dots = block_dots(a, w)
     p2 = _pow2_f32(a.exp.T - 15)[:, None, :]  # [B, 1, m]
 
     def values(n0: int, n1: int) -> np.ndarray:
-        s = np.matmul(_nvfp4_codes(w, n0, n1, nb), ac)  # [B, Nc, m], exact: |partial sums| < 2^23
-        ws = _E4M3_F32[w.weight_scale[n0:n1].view(np.uint8)].T[:, :, None]  # [B, Nc, 1]
+        s, ws = dots(n0, n1)
         v = np.multiply(s, ws, out=s)
         return np.multiply(v, p2, out=v)  # v = (f32(S) · wscale) · 2^(E−15)
 
@@ -107,14 +134,11 @@ def _nvfp4_a16(a: A16Codes, w: Nvfp4Weight) -> BlockValues:
 def _nvfp4_a4(a: A4Codes, w: Nvfp4Weight) -> BlockValues:
     if w.input_scale is None:
         raise MetraleError(f"{w.name}: A4 needs an input_scale (the weight declares no FP4 activations)")
-    m, k = a.codes.shape
-    nb = k // BLOCK
-    ac = _act_f32(a.codes.reshape(m, nb, BLOCK))
+    dots = block_dots(a, w)
     asc = a.scales.astype(F32).T[:, None, :]  # [B, 1, m]
 
     def values(n0: int, n1: int) -> np.ndarray:
-        s = np.matmul(_nvfp4_codes(w, n0, n1, nb), ac)  # exact: |S| <= 2304
-        ws = _E4M3_F32[w.weight_scale[n0:n1].view(np.uint8)].T[:, :, None]
+        s, ws = dots(n0, n1)
         v = np.multiply(s, ws, out=s)
         v = np.multiply(v, asc, out=v)
         return np.multiply(v, F32(0.25), out=v)  # v = ((f32(S) · wscale) · ascale) · 0.25
@@ -123,24 +147,20 @@ def _nvfp4_a4(a: A4Codes, w: Nvfp4Weight) -> BlockValues:
 
 
 def _q2_a16(a: A16Codes, w: Q2_0Weight) -> BlockValues:
-    nb = a.exp.shape[1]
-    ac = _act_f32(a.codes)
+    dots = block_dots(a, w)
     p2 = _pow2_f32(a.exp.T - 14)[:, None, :]  # [B, 1, m]
 
     def values(n0: int, n1: int) -> np.ndarray:
-        blocks = w.blocks[n0:n1]
-        wc = _Q2_LUT[np.ascontiguousarray(blocks[..., 2:])].view(F32)  # [Nc, K/64, 64]
-        wc = wc.reshape(n1 - n0, nb, BLOCK).transpose(1, 0, 2)
-        s = np.matmul(wc, ac)  # exact: |S| < 2^20
-        d = np.ascontiguousarray(blocks[..., :2]).view(np.float16)[..., 0].astype(F32)  # [Nc, K/64]
-        d = np.repeat(d, 4, axis=1).T[:, :, None]  # [B, Nc, 1]
+        s, d = dots(n0, n1)
         v = np.multiply(s, d, out=s)
         return np.multiply(v, p2, out=v)  # v = (f32(S) · f32(d)) · 2^(E−14)
 
     return values
 
 
-def _wide_a16(a: A16Codes, w: Fp8Weight | DenseWeight) -> BlockValues:
+def wide_values(a: A16Codes, w: Fp8Weight | DenseWeight) -> BlockValues:
+    """(n0, n1) -> FP8/BF16 × A16 block values f32 [B, Nc, m] of weight rows n0:n1: the exact
+    float64 S_b · 2^(E_b + F_b − 36), rounded once."""
     ac = np.ascontiguousarray(a.codes.transpose(1, 2, 0))  # float64 [B, 16, m]
 
     def values(n0: int, n1: int) -> np.ndarray:
@@ -160,7 +180,7 @@ def _block_values(a: A16Codes | A4Codes, w: QuantWeight) -> BlockValues:
     if isinstance(w, Q2_0Weight) and isinstance(a, A16Codes):
         return _q2_a16(a, w)
     if isinstance(w, (Fp8Weight, DenseWeight)) and isinstance(a, A16Codes):
-        return _wide_a16(a, w)
+        return wide_values(a, w)
     raise MetraleError(f"{w.name}: no projection for format {w.format} with {type(a).__name__}")
 
 
@@ -249,18 +269,14 @@ def infer_mode(weight: QuantWeight, m: int) -> Mode:
     return "A16"
 
 
-def project(
+def activation_codes(
     x: np.ndarray | None,
     weight: QuantWeight,
-    mode: Mode | None = None,
-    *,
-    codes: A16Codes | A4Codes | A8Codes | None = None,
-) -> np.ndarray:
-    """y = bf16 [m, N] for bf16 rows x [m, K] under ``mode`` (None: ``infer_mode``).
-
-    Pairs: NVFP4×{A16, A4}, Q2_0×A16, FP8×A16, BF16×A16, W8A8×A8. ``codes`` may carry the
-    activation codes already computed (gate and up share one quantization of x).
-    """
+    mode: Mode | None,
+    codes: A16Codes | A4Codes | A8Codes | None,
+) -> A16Codes | A4Codes | A8Codes:
+    """``codes`` if given, else x's codes under ``mode`` (None: ``infer_mode``), after the
+    checks every projection makes (weight kind, x's shape against the weight's K)."""
     if not isinstance(weight, QuantWeight):
         raise MetraleError(
             f"project: weight is {a_kind(weight)}, want one of "
@@ -282,6 +298,22 @@ def project(
             codes = quantize_a8(x)
         else:
             raise MetraleError(f"project: unknown mode {mode!r} (want A16, A4 or A8)")
+    return codes
+
+
+def project(
+    x: np.ndarray | None,
+    weight: QuantWeight,
+    mode: Mode | None = None,
+    *,
+    codes: A16Codes | A4Codes | A8Codes | None = None,
+) -> np.ndarray:
+    """y = bf16 [m, N] for bf16 rows x [m, K] under ``mode`` (None: ``infer_mode``).
+
+    Pairs: NVFP4×{A16, A4}, Q2_0×A16, FP8×A16, BF16×A16, W8A8×A8. ``codes`` may carry the
+    activation codes already computed (gate and up share one quantization of x).
+    """
+    codes = activation_codes(x, weight, mode, codes)
     if isinstance(weight, W8a8Weight) and isinstance(codes, A8Codes):
         return w8a8_output(w8a8_dot(codes, weight), codes.scale, weight)
     if isinstance(codes, A8Codes):

@@ -1,0 +1,184 @@
+"""The block-value chain of the contract revision (``metrale/reference/chain.py``,
+docs/chain-revision.md) against ``tests/oracle.py``: the exact fma on named bitwise cases, on
+crafted double-rounding traps and hypothesis-drawn f32 triples (rationals decide); the part
+chains over every part length; every (format, mode) projection's root and bf16 output, bit for
+bit, on seeded and edge rows, K over one, two and three parts (a padded tree over parts)."""
+
+from __future__ import annotations
+
+import numpy as np
+import oracle
+import pytest
+from helpers import BF16, F32, bits
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_root_oracle import PAIRS, make_weight, same, seeded_rows
+
+from metrale.errors import MetraleError
+from metrale.reference.activations import quantize_a4, quantize_a16
+from metrale.reference.chain import (
+    PART_BLOCKS,
+    add_parts,
+    chain_parts,
+    chain_projection,
+    fma_f32,
+    part_count,
+    project_chain,
+)
+from metrale.reference.projection import project
+
+TINY = float(np.float32(2.0**-149))
+MAX = float(np.finfo(np.float32).max)
+ULP1 = 2.0**-23
+
+# name: (p, f, c); every want is oracle.fma's (exact rationals, IEEE signed zeros)
+FMA_CASES = {
+    "zero_prod_plus_neg_zero": (0.0, 3.0, -0.0),
+    "neg_zero_prod_plus_neg_zero": (-0.0, 3.0, -0.0),
+    "neg_zero_prod_plus_zero": (-2.0, 0.0, 0.0),
+    "exact_cancellation": (3.0, 2.0, -6.0),
+    "tie_to_even_down": (1.0, 1.0, 2.0**-24),
+    "tie_to_even_up": (1.0 + ULP1, 1.0, 2.0**-24),
+    "one_rounding_not_two": (1.0 + 2.0**-12, 1.0 + 2.0**-12, 2.0**-30),  # p·f = 1 + 2^-11 + 2^-24
+    # p·f an f32 midpoint whose tie goes down (up); c, far below p·f's float64 ulp, says up (down)
+    "double_rounding_trap": (3.0, 1.0 + 3 * ULP1, 2.0**-80),
+    "double_rounding_trap_neg": (3.0, 1.0 + ULP1, -(2.0**-80)),
+    "subnormal_result": (2.0**-75, 2.0**-74, 0.0),
+    "subnormal_tie": (TINY, 0.5, 0.0),
+    "subnormal_tie_odd": (3 * TINY, 0.5, 0.0),
+    "subnormal_plus_tiny_prod": (TINY, 0.5, TINY),
+    "subnormal_sum": (TINY, 3.0, -TINY),
+    "overflow_to_inf": (MAX, 2.0, 0.0),
+    "overflow_threshold_tie": (MAX, 1.0, 2.0**103),
+    "below_overflow_threshold": (MAX, 1.0, 2.0**102),
+    "max_finite": (MAX, 1.0, 0.0),
+    "nan_operand": (float("nan"), 1.0, 2.0),
+    "inf_times_zero": (float("inf"), 0.0, 1.0),
+    "inf_minus_inf": (float("inf"), 1.0, float("-inf")),
+    "inf_prod": (float("inf"), -2.0, 5.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FMA_CASES))
+def test_fma_named_cases(name: str) -> None:
+    p, f, c = (np.float32(v) for v in FMA_CASES[name])
+    with np.errstate(all="ignore"):
+        got = fma_f32(np.array([p]), np.array([f]), np.array([c]))[0]
+    want = oracle.fma(p, f, c)
+    assert (np.isnan(got) and np.isnan(want)) or bits(got) == bits(want), f"{name}: {got!r} != {want!r}"
+
+
+def test_fma_one_rounding_differs_from_two() -> None:
+    """The trap cases are traps: rounding the product first, or the float64 sum straight to
+    f32, gives another f32 there, so the test above sees a two-rounding fma."""
+    for name in ("one_rounding_not_two", "double_rounding_trap", "double_rounding_trap_neg"):
+        p, f, c = (np.float32(v) for v in FMA_CASES[name])
+        two = np.float32(np.float64(p) * np.float64(f) + np.float64(c))
+        prod_first = np.float32(p * f) + c
+        want = oracle.fma(p, f, c)
+        assert bits(two) != bits(want) or bits(prod_first) != bits(want), name
+
+
+def test_fma_seeded_traps() -> None:
+    """4,000 seeded triples over f32's range, half of them built to land the float64 sum on an
+    f32 midpoint (p·f a midpoint, c far below its float64 ulp)."""
+    rng = np.random.default_rng(11)
+    n = 4000
+    p = (rng.standard_normal(n) * np.exp2(rng.integers(-140, 100, n))).astype(F32)
+    f = (rng.standard_normal(n) * np.exp2(rng.integers(-30, 30, n))).astype(F32)
+    c = (rng.standard_normal(n) * np.exp2(rng.integers(-149, 120, n))).astype(F32)
+    t = n // 2
+    i = rng.integers(1, 12, t)
+    p[:t] = (1.0 + np.ldexp(1.0, -i)).astype(F32)
+    f[:t] = (1.0 + np.ldexp(1.0, i - 24)).astype(F32)
+    c[:t] = (rng.choice([1.0, -1.0], t) * np.ldexp(1.0, rng.integers(-149, -60, t))).astype(F32)
+    with np.errstate(all="ignore"):
+        got = fma_f32(p, f, c)
+        naive = (p.astype(np.float64) * f + c).astype(F32)
+    want = np.array([oracle.fma(a, b, z) for a, b, z in zip(p, f, c, strict=True)], dtype=F32)
+    assert np.array_equal(bits(got), bits(want))
+    assert (bits(naive) != bits(want)).sum() > 100  # the traps are there
+
+
+finite32 = st.floats(width=32, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=400, deadline=None)
+@given(finite32, finite32, finite32)
+def test_fma_matches_rationals(p: float, f: float, c: float) -> None:
+    with np.errstate(all="ignore"):
+        got = fma_f32(np.array([p], F32), np.array([f], F32), np.array([c], F32))[0]
+    assert bits(got) == bits(oracle.fma(p, f, c))
+
+
+@pytest.mark.parametrize("nb", [1, 2, 63, 64, 65, 130, 192])
+def test_chain_parts_match_oracle(nb: int) -> None:
+    """Part roots of fma chains and of add chains, every part length (a last part of 1, 63, 64
+    blocks and whole parts), with a NaN term, ±0 and subnormal terms."""
+    rng = np.random.default_rng(nb)
+    p = (rng.standard_normal((nb, 3, 2)) * np.exp2(rng.integers(-30, 30, (nb, 3, 2)))).astype(F32)
+    f = np.exp2(rng.integers(-9, 9, (nb, 3, 1))).astype(F32) * F32(1.125)
+    p[0, 0, 0] = -0.0
+    p[-1, 1, 0] = TINY
+    if nb > 2:
+        p[nb // 2, 2, 1] = np.nan
+    assert part_count(nb) == -(-nb // PART_BLOCKS)
+    with np.errstate(all="ignore"):
+        same(chain_parts(p, f), oracle.chain(p, f), f"fma chain, {nb} blocks")
+        same(add_parts(p), oracle.chain(p, None), f"add chain, {nb} blocks")
+
+
+def test_all_zero_row_is_plus_zero() -> None:
+    """+0 products chain from −0.0 to +0 (fma(+0, f, −0) = +0), as the tree gives."""
+    z = np.zeros((70, 2), F32)
+    assert bits(chain_parts(z, np.ones((70, 1), F32))).tolist() == [[0, 0], [0, 0]]
+    neg = np.full((70, 2), -0.0, F32)
+    assert (bits(add_parts(neg)) == 0x8000_0000).all()  # −0.0 + −0.0 stays −0.0
+
+
+@pytest.mark.parametrize(("fmt", "mode"), [p for p in PAIRS if p[1] != "A8"])
+@pytest.mark.parametrize("k", [16 * 40, 16 * 68, 16 * 132])
+def test_chain_projection_matches_oracle(fmt: str, mode: str, k: int) -> None:
+    """Root (after the row scale) and bf16 output of every pair: one part, two parts (the last
+    partial), three parts (the tree over parts padded to four), seeded and edge rows."""
+    w = make_weight(fmt, 5, k, seed=k + 3)
+    x = seeded_rows(k, 3, k)
+    codes = quantize_a4(x, w.input_scale) if mode == "A4" else quantize_a16(x)
+    with np.errstate(all="ignore"):
+        want = oracle.root(x, w, mode, summed=oracle.chain_root)
+        same(chain_projection(codes, w), want, f"{fmt}x{mode} chain root, K = {k}")
+        got = project_chain(x, w, mode)
+    assert np.array_equal(bits(got), bits(oracle.to_bf16(want))), f"{fmt}x{mode} output, K = {k}"
+
+
+def test_chain_differs_from_tree_where_it_should() -> None:
+    """The chain is a different sum: on long rows with cancellation some roots differ from the
+    tree's (so the GPU tests of the chain kernels cannot pass on the tree's bits)."""
+    w = make_weight("nvfp4", 64, 16 * 256, seed=5)
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((8, 16 * 256)) * 4).astype(F32).astype(BF16)
+    codes = quantize_a16(x)
+    from metrale.reference.projection import finish_roots, project_roots
+
+    spans, roots = project_roots(codes, w)
+    tree = finish_roots(dict(zip(spans, roots, strict=True)), 256, w, codes)
+    with np.errstate(all="ignore"):
+        chain = chain_projection(codes, w)
+    assert (bits(chain) != bits(tree)).sum() > 0
+
+
+def test_w8a8_unchanged() -> None:
+    w = make_weight("w8a8", 6, 16 * 70, seed=1)
+    x = seeded_rows(2, 4, 16 * 70)
+    with np.errstate(all="ignore"):
+        assert np.array_equal(bits(project_chain(x, w, "A8")), bits(project(x, w, "A8")))
+
+
+def test_refused_pairs() -> None:
+    x = seeded_rows(3, 2, 64)
+    q2 = make_weight("q2_0", 4, 64, seed=2)
+    with pytest.raises(MetraleError, match="no projection for format q2_0 with A4Codes"):
+        project_chain(None, q2, codes=quantize_a4(x, 1.0))
+    w8 = make_weight("w8a8", 4, 64, seed=2)
+    with pytest.raises(MetraleError, match="no projection for format w8a8 with A16Codes"):
+        project_chain(None, w8, codes=quantize_a16(x))
