@@ -150,6 +150,11 @@ def test_launchers_ask_for_kernels_the_files_define() -> None:
             for f in (tile.NVFP4, tile.NVFP4_A4, tile.Q2_0)
             for nf in tile.WG_FRAGS
         ]
+        + [
+            (tile.WG_FILE, f"{f.chain_prefix}_gemm_f{nf}")
+            for f in (tile.NVFP4, tile.NVFP4_A4, tile.Q2_0)
+            for nf in tile.CHAIN_FRAGS
+        ]
     )
     for cu, name in names:
         macro_lines = [ln for ln in built[cu].splitlines() if re.match(r"^[A-Z0-9_]+\(", ln)]
@@ -183,6 +188,8 @@ def _pasted(macro: str, a: list[str]) -> tuple[str, ...]:
         "NVFP4_WGMMA_TILE": lambda: f"w4a16w_gemm_f{a[0]}",
         "NVFP4_A4_WGMMA_TILE": lambda: f"w4a4w_gemm_f{a[0]}",
         "Q2_WGMMA_TILE": lambda: f"q2a16w_gemm_f{a[0]}",
+        "NVFP4_CHAIN_TILE": lambda: f"w4c_gemm_f{a[0]}",
+        "Q2_CHAIN_TILE": lambda: f"q2c_gemm_f{a[0]}",
         "Q2_GEMV": lambda: f"q2_0_gemv_r{a[0]}",
         "Q2_DEC": lambda: f"q2_dec_r{a[0]}_c{a[1]}_d{a[2]}_{a[4]}",
         "FP8_BF16_GEMV": lambda: f"{a[0]}_r{a[2]}",

@@ -184,3 +184,32 @@ def test_prologue_threads_one_block_each_up_to_1024(b: int, threads: int) -> Non
     """``w4a16b_prep``'s CTA: one thread per block (its words kept between the two passes), in
     whole warps, at least 256 threads, at most 1024 (past that a thread loops)."""
     assert tile.prep_threads(b) == threads
+
+
+@pytest.mark.parametrize("fmt", [tile.NVFP4, tile.Q2_0], ids=lambda f: f.prefix)
+@pytest.mark.parametrize("nf", tile.CHAIN_FRAGS)
+@pytest.mark.parametrize("s8", [1, 5, 8, 9, 32, 96, 112, 768])
+@pytest.mark.parametrize("ctas", [1, 132, 10_000])
+def test_chain_parts_hold_whole_chains(fmt: tile.TileFormat, nf: int, s8: int, ctas: int) -> None:
+    """A chain kernel's CTA K part is whole chain parts of 8 steps (or all of K: a chain cannot be
+    cut), its counter over parts fits the shared memory, and K splits no further than needed."""
+    kern = tile.TileKernel(
+        tile.WG_FILE, f"{fmt.chain_prefix}_gemm_f{nf}", nf, 1, True, configs.TILE_CHAIN_STAGES[nf], chain=True
+    )
+    dlog, parts = tile.chain_plan(kern, fmt, s8, ctas, 132)
+    kp8 = 1 << dlog
+    assert (parts - 1) * kp8 < s8 <= parts * kp8
+    assert parts == 1 or kp8 % tile.CHAIN_PART_STEPS == 0, (dlog, parts)
+    assert parts <= tile.MAX_PARTS
+    assert tile.smem_bytes(nf, dlog, fmt, True, kern.stages, True) <= mma.SMEM_LIMIT
+    if ctas >= 132:  # a full grid: K = 4096 (32 steps) in one CTA, the widest K part that fits
+        assert parts == 1 or kp8 >= 32, (dlog, parts)
+
+
+def test_chain_counter_levels() -> None:
+    """The chain kernels' shared memory: 1024 bytes of alignment, the stages, then one level of
+    nf x 256 threads x 16 bytes per doubling of chain parts (levels 0 .. dlog - 4)."""
+    stage = -(-(8 * 16 * 256 + tile.COLS * 80 + tile.COLS * 8) // 1024) * 1024
+    assert tile.smem_bytes(16, 3, tile.NVFP4, True, 2, True) == 1024 + 2 * stage
+    assert tile.smem_bytes(16, 5, tile.NVFP4, True, 2, True) == 1024 + 2 * stage + 2 * 16 * 256 * 16
+    assert tile.smem_bytes(16, 0, tile.NVFP4, True, 2, True) == 1024 + 2 * stage

@@ -104,6 +104,12 @@ NVFP4_WGMMA_TILE_FRAGS: tuple[int, ...] = (2, 4, 8)
 #: fits 128 registers without a spill (154 at one CTA), so two run at once (16 warps); NF = 4
 #: would spill at 128, NF = 8 holds 255.
 NVFP4_WGMMA_TILE_CTAS: dict[int, int] = {2: 2, 4: 1, 8: 1}
+#: nvfp4_wgmma.cu's tiles on the block-value chain (docs/chain-revision.md: ``w4c_gemm_f{NF}``,
+#: ``q2c_gemm_f{NF}``, one CTA per multiprocessor), and each NF's pipeline stages: NF = 16's
+#: three stages (132 KB) would leave room for one 64 KB level of the counter over parts (two
+#: parts per CTA), its two for two levels (four parts: K = 4096 without a K split).
+TILE_CHAIN_STAGES: dict[int, int] = {8: 3, 16: 2}
+TILE_CHAIN_FRAGS: tuple[int, ...] = tuple(TILE_CHAIN_STAGES)
 #: Its Q2_0 kernels ``q2a16b_gemm_f{NF}``: NF = 8 spills registers there and measured slower
 #: than NF = 4 (3.2 against 3.8 T block values/s at 4096 rows on an H200).
 Q2_0_TILE_FRAGS: tuple[int, ...] = (2, 4)
@@ -439,6 +445,8 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
     "Q2_WGMMA_TILE": lambda: [
         f"Q2_WGMMA_TILE({nf}, {NVFP4_WGMMA_TILE_CTAS[nf]})" for nf in NVFP4_WGMMA_TILE_FRAGS
     ],
+    "NVFP4_CHAIN_TILE": lambda: [f"NVFP4_CHAIN_TILE({nf}, {s})" for nf, s in TILE_CHAIN_STAGES.items()],
+    "Q2_CHAIN_TILE": lambda: [f"Q2_CHAIN_TILE({nf}, {s})" for nf, s in TILE_CHAIN_STAGES.items()],
     "Q2_MMA": lambda: [
         f"Q2_MMA({nt}, {_bool(al)}, {'a' if al else 'u'})" for nt in NVFP4_MMA_TILES for al in (True, False)
     ],

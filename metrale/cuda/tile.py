@@ -49,6 +49,16 @@ FRAGS = configs.NVFP4_TILE_FRAGS
 #: METRALE_TILE_WGMMA=0 keeps the tile on mma.sync (nvfp4_tile.cu) on sm_90 too (same bits).
 WG_ENABLED = os.environ.get("METRALE_TILE_WGMMA", "1") != "0"
 WG_FRAGS = configs.NVFP4_WGMMA_TILE_FRAGS
+#: The tile on the block-value chain (docs/chain-revision.md: ``{chain_prefix}_gemm_f{NF}`` of
+#: nvfp4_wgmma.cu, sm_90a), whose bits are ``chain.project_chain``'s, not the contract's: off
+#: until the revision's switch; tests and benchmarks turn it on (METRALE_TILE_CHAIN=1).
+CHAIN = os.environ.get("METRALE_TILE_CHAIN", "0") == "1"
+CHAIN_FRAGS = configs.TILE_CHAIN_FRAGS
+#: Steps (8 blocks) per chain part: a CTA's K part holds whole parts (or all of K).
+CHAIN_PART_STEPS = 8
+#: Steps per CTA K part of the chain kernels (first, last), powers of two from CHAIN_PART_STEPS;
+#: the last also bounded by the counter's levels that fit in shared memory. Tests narrow it.
+CHAIN_CTA_STEPS = (CHAIN_PART_STEPS, 128)
 
 
 @dataclass(frozen=True)
@@ -69,6 +79,8 @@ class TileFormat:
     ctas_per_sm: int = 1
     #: Its kernels' prefix in nvfp4_wgmma.cu (``{wg_prefix}_gemm_f{NF}``, NF in ``WG_FRAGS``).
     wg_prefix: str = ""
+    #: Its chain kernels' prefix there (``{chain_prefix}_gemm_f{NF}``, NF in ``CHAIN_FRAGS``).
+    chain_prefix: str = ""
 
 
 #: Steps (8 blocks) per K part at most: the counter keeps levels 1 .. dlog - 1 in shared memory.
@@ -84,16 +96,24 @@ MAX_PARTS = 64
 WAVES = os.environ.get("METRALE_TILE_WAVES", "1") != "0"
 WAVE_GAIN = 0.1
 PART_OVERHEAD_STEPS = 2
-NVFP4 = TileFormat("w4a16b", 80, 8, -102, 110, wg_prefix="w4a16w")
+NVFP4 = TileFormat("w4a16b", 80, 8, -102, 110, wg_prefix="w4a16w", chain_prefix="w4c")
 #: NVFP4 × A4 (``w4a4b_prep``'s operand, no window): on wgmma its exact block values fuse the
 #: tree's level 1 into an fma (``w4a4w_gemm_f{NF}``); on mma.sync the NVFP4 kernels.
 #: METRALE_TILE_A4_FMA=0 runs A4 on the NVFP4 kernels there too (same bits; benchmarks).
-NVFP4_A4 = TileFormat("w4a16b", 80, 8, -102, 110, wg_prefix="w4a4w")
+NVFP4_A4 = TileFormat("w4a16b", 80, 8, -102, 110, wg_prefix="w4a4w", chain_prefix="w4c")
 A4_FMA = os.environ.get("METRALE_TILE_A4_FMA", "1") != "0"
 #: The format NVFP4 × A4 runs as on the tile.
 A4_FORMAT = NVFP4_A4 if A4_FMA else NVFP4
 Q2_0 = TileFormat(
-    "q2a16b", 48, 4, -88, 105, configs.Q2_0_TILE_FRAGS, configs.Q2_0_TILE_CTAS_PER_SM, wg_prefix="q2a16w"
+    "q2a16b",
+    48,
+    4,
+    -88,
+    105,
+    configs.Q2_0_TILE_FRAGS,
+    configs.Q2_0_TILE_CTAS_PER_SM,
+    wg_prefix="q2a16w",
+    chain_prefix="q2c",
 )
 THREADS = 256
 COLS = 128
@@ -125,30 +145,44 @@ def takes(rows: int, fmt: TileFormat) -> bool:
     return kern is not None and kern.wg
 
 
-def smem_bytes(nf: int, dlog: int, fmt: TileFormat = NVFP4, wg: bool = False) -> int:
-    """Dynamic shared memory of the format's GEMM ``{prefix}_gemm_f{nf}`` (wg: nvfp4_wgmma.cu's
-    ``{wg_prefix}_gemm_f{nf}``, its stages 1024-byte aligned) for parts of 2^dlog steps."""
+def smem_bytes(
+    nf: int, dlog: int, fmt: TileFormat = NVFP4, wg: bool = False, stages: int = STAGES, chain: bool = False
+) -> int:
+    """Dynamic shared memory of the format's GEMM ``{prefix}_gemm_f{nf}`` (wg: nvfp4_wgmma.cu's,
+    its stages 1024-byte aligned) for K parts of 2^dlog steps: ``stages`` pipeline stages, then
+    the counter's levels (over steps, levels 1 .. dlog - 1; chain: over parts of 8 steps, levels
+    0 .. dlog - 4), nf x 256 threads x 16 bytes each."""
     stage = 8 * nf * 256 + COLS * fmt.wrow + COLS * fmt.sb
     if wg:
         stage = -(-stage // 1024) * 1024
-    return (1024 if wg else 0) + STAGES * stage + max(0, dlog - 1) * nf * THREADS * 16
+    levels = max(0, dlog - 3) if chain else max(0, dlog - 1)
+    return (1024 if wg else 0) + stages * stage + levels * nf * THREADS * 16
 
 
 @dataclass(frozen=True)
 class TileKernel:
-    """The GEMM kernel a chunk runs on: its file and name, NF, CTAs per multiprocessor and whether
-    it is nvfp4_wgmma.cu's."""
+    """The GEMM kernel a chunk runs on: its file and name, NF, CTAs per multiprocessor, whether
+    it is nvfp4_wgmma.cu's, its pipeline stages and whether it runs the block-value chain."""
 
     file: str
     name: str
     nf: int
     ctas_per_sm: int
     wg: bool
+    stages: int = STAGES
+    chain: bool = False
 
 
 def pick_kernel(fmt: TileFormat, rows: int) -> TileKernel | None:
     """The GEMM for a chunk of ``rows`` rows: nvfp4_wgmma.cu's where WG_ENABLED and it builds for
-    this device (sm_90a), else nvfp4_tile.cu's; None when neither is built."""
+    this device (sm_90a), else nvfp4_tile.cu's; None when neither is built. CHAIN: the chain
+    kernel of nvfp4_wgmma.cu, or None (no other kernel gives its bits)."""
+    if CHAIN:
+        nf = frags_for(rows, CHAIN_FRAGS)
+        name = f"{fmt.chain_prefix}_gemm_f{nf}"
+        if not fmt.chain_prefix or runtime.get_kernel(WG_FILE, name) is None:
+            return None
+        return TileKernel(WG_FILE, name, nf, 1, True, configs.TILE_CHAIN_STAGES[nf], chain=True)
     if WG_ENABLED and fmt.wg_prefix:
         nf = frags_for(rows, WG_FRAGS)
         name = f"{fmt.wg_prefix}_gemm_f{nf}"
@@ -161,11 +195,29 @@ def pick_kernel(fmt: TileFormat, rows: int) -> TileKernel | None:
     return TileKernel(FILE, name, nf, fmt.ctas_per_sm, False)
 
 
-def plan_parts(s8: int, ctas_per_part: int, slots: int) -> tuple[int, int]:
-    """(dlog, parts): K of ``s8`` steps in aligned parts of 2^dlog <= MAX_PART_STEPS steps, halved
-    (down to MIN_PART_STEPS, and while at most MAX_PARTS parts) while the grid would hold fewer
-    CTAs than ``slots`` (multiprocessors times the CTAs each runs at once), then (WAVES) while a
-    halving shortens the span by more than WAVE_GAIN."""
+def chain_smem(kern: TileKernel, fmt: TileFormat, dlog: int) -> int:
+    """Shared memory of a chain kernel for K parts of 2^dlog steps."""
+    return smem_bytes(kern.nf, dlog, fmt, True, kern.stages, True)
+
+
+def chain_plan(kern: TileKernel, fmt: TileFormat, s8: int, ctas: int, slots: int) -> tuple[int, int]:
+    """(dlog, parts) of a chain kernel: ``plan_parts`` within CHAIN_CTA_STEPS, CTA K parts of
+    whole chain parts (8 steps; or all of K), at most as many as the counter's levels fit."""
+    lo, hi = CHAIN_CTA_STEPS
+    fits = (d for d in range(hi.bit_length() - 1, 3, -1) if chain_smem(kern, fmt, d) <= mma.SMEM_LIMIT)
+    return plan_parts(s8, ctas, slots, lo, 1 << next(fits, 3))
+
+
+def plan_parts(
+    s8: int, ctas_per_part: int, slots: int, min_steps: int | None = None, max_steps: int | None = None
+) -> tuple[int, int]:
+    """(dlog, parts): K of ``s8`` steps in aligned parts of 2^dlog <= ``max_steps`` (default
+    MAX_PART_STEPS) steps, halved (down to ``min_steps``, default MIN_PART_STEPS, and while at
+    most MAX_PARTS parts) while the grid would hold fewer CTAs than ``slots`` (multiprocessors
+    times the CTAs each runs at once), then (WAVES) while a halving shortens the span by more
+    than WAVE_GAIN."""
+    min_steps = MIN_PART_STEPS if min_steps is None else min_steps
+    max_steps = MAX_PART_STEPS if max_steps is None else max_steps
 
     def parts(d: int) -> int:
         return -(-s8 // (1 << d))
@@ -174,13 +226,13 @@ def plan_parts(s8: int, ctas_per_part: int, slots: int) -> tuple[int, int]:
         return -(-ctas_per_part * parts(d) // slots) * (min(1 << d, s8) + PART_OVERHEAD_STEPS)
 
     def may_halve(d: int) -> bool:
-        return (1 << d) > MIN_PART_STEPS and parts(d - 1) <= MAX_PARTS
+        return (1 << d) > min_steps and parts(d - 1) <= MAX_PARTS
 
-    dlog = min(max(0, (s8 - 1).bit_length()), MAX_PART_STEPS.bit_length() - 1)
+    dlog = min(max(0, (s8 - 1).bit_length()), max_steps.bit_length() - 1)
     while may_halve(dlog) and ctas_per_part * parts(dlog) < slots:
         dlog -= 1
     if WAVES:
-        for d in range(dlog - 1, MIN_PART_STEPS.bit_length() - 2, -1):
+        for d in range(dlog - 1, min_steps.bit_length() - 2, -1):
             if parts(d) <= MAX_PARTS and span(d) < (1 - WAVE_GAIN) * span(dlog):
                 dlog = d
     return dlog, parts(dlog)
@@ -254,8 +306,12 @@ def _run(
     tile_rows = 8 * nf
     col_ctas = -(-n // COLS)
     slots = runtime.sm_count() * pick.ctas_per_sm
-    dlog, parts = plan_parts(s8, -(-chunk // tile_rows) * col_ctas * gz, slots)
-    smem = smem_bytes(nf, dlog, fmt, pick.wg)
+    ctas = -(-chunk // tile_rows) * col_ctas * gz  # per K part
+    if pick.chain:
+        dlog, parts = chain_plan(pick, fmt, s8, ctas, slots)
+    else:
+        dlog, parts = plan_parts(s8, ctas, slots)
+    smem = smem_bytes(nf, dlog, fmt, pick.wg, pick.stages, pick.chain)
     if smem > mma.SMEM_LIMIT or parts > MAX_PARTS:
         return False
     rows_pad = tile_rows * -(-chunk // tile_rows)

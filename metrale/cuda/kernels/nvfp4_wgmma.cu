@@ -44,9 +44,21 @@
         "+f"(d[i + 6]), "+f"(d[i + 7])
 
 // D[64 x 8 NF] f32 = A[64 x 16] (registers a) * B[8 NF x 16]^T (shared memory, descriptor db), NF
-// in configs.NVFP4_WGMMA_TILE_FRAGS.
+// in configs.NVFP4_WGMMA_TILE_FRAGS or configs.TILE_CHAIN_FRAGS.
 template <int NF>
 __device__ __forceinline__ void w4w_mma(float (&d)[4 * NF], const u32 (&a)[4], u64 db);
+template <>
+__device__ __forceinline__ void w4w_mma<16>(float (&d)[64], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, 0, 1, 1, 0;"
+        : W4W_R8(0), W4W_R8(8), W4W_R8(16), W4W_R8(24), W4W_R8(32), W4W_R8(40), W4W_R8(48), W4W_R8(56)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
 template <>
 __device__ __forceinline__ void w4w_mma<8>(float (&d)[32], const u32 (&a)[4], u64 db) {
     asm volatile(
@@ -172,9 +184,146 @@ __device__ __forceinline__ void w4w_body(const unsigned char* __restrict__ xh, c
 template <bool FUSE1>
 struct W4wBody {
     static constexpr bool WG = true;
+    static constexpr int STAGES = W4B_STAGES;
     template <int NF, bool SLOW, class F, class... A>
     static __device__ __forceinline__ void run(A... a) {
         w4w_body<NF, SLOW, F, FUSE1>(a...);
+    }
+};
+
+// ---- the block-value chain (docs/chain-revision.md; built beside the tree, routed by tile.CHAIN) ----
+
+// The part root sr of local part lp into the CTA's counter over parts (levels 0 .. dlogp - 1 in
+// shared memory: ctr float4 [dlogp][NF][256 threads]): added into levels 0 .. lvl - 1, parked at
+// the first clear bit lvl of lp; the last part of a full CTA part (lvl = dlogp) keeps the root.
+template <int NF>
+__device__ __forceinline__ void chain_push(int lp, int dlogp, float (&sr)[NF][4], float4* ctr, int tid) {
+    const int lvl = __ffs(~lp) - 1;
+    for (int L = 0; L < lvl; ++L) {
+#pragma unroll
+        for (int nf = 0; nf < NF; ++nf) {
+            const float4 c = ctr[(L * NF + nf) * W4B_THREADS + tid];
+            sr[nf][0] = ieee_add(c.x, sr[nf][0]);
+            sr[nf][1] = ieee_add(c.y, sr[nf][1]);
+            sr[nf][2] = ieee_add(c.z, sr[nf][2]);
+            sr[nf][3] = ieee_add(c.w, sr[nf][3]);
+        }
+    }
+    if (lvl < dlogp) {
+#pragma unroll
+        for (int nf = 0; nf < NF; ++nf)
+            ctr[(lvl * NF + nf) * W4B_THREADS + tid] = make_float4(sr[nf][0], sr[nf][1], sr[nf][2], sr[nf][3]);
+    }
+}
+
+// The CTA's K part on the chain: steps [s_begin, s_begin + Sl) of 8 blocks, 2^dlog steps at most,
+// whole parts of 8 steps (64 blocks: dlog >= 3 unless the CTA holds all of K). Per block, the
+// warpgroup's wgmma gives P_b (the scaled A16 / A4 operand: nvfp4_tile.cu, Exactness; a slow row
+// P_b = D fac_b, one rounding as ldexpf's), then c = fma(P_b, f_b, c) (f_b = f32(wscale_b), Q2_0
+// f32(d)); after a part's last step c is its root, pushed into the counter over parts and
+// restarted at -0.0. At the end the roots fold like tile_finish's (the set bits of the CTA's
+// part count, the lowest first) and go out (tile_store).
+template <int NF, bool SLOW, class F, int ST>
+__device__ __forceinline__ void w4c_body(const unsigned char* __restrict__ xh, const float* __restrict__ fac, int m,
+                                         int row0, const WeightSet& set, int n0, int N, int B, int s_begin, int Sl,
+                                         int dlog, float* __restrict__ partial, int part_i, int gz, int zs,
+                                         unsigned char* smem) {
+    constexpr int ACT = 8 * NF * 256;
+    constexpr int STAGE = tile_stage_bytes<NF, F, true>();
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int K = B * 16;
+    const int dlogp = dlog > 3 ? dlog - 3 : 0;
+    const u32 sbase = (u32)__cvta_generic_to_shared(smem);
+    float4* ctr = (float4*)(smem + ST * STAGE);
+    const u32 rm = (6u - 4u * t) & 31u, rs = (12u - 4u * t) & 31u, sh = 2u * t;
+    const int wc0 = 16 * warp + g;
+    const float* facl = fac + (size_t)(row0 + 2 * t) * B;
+    float c[NF][4];
+#pragma unroll
+    for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) c[nf][j] = -0.0f;
+
+    tile_prologue_x<NF, true, ST>(smem, xh, row0, K, s_begin, Sl, STAGE);
+    for (int ls = 0; ls < Sl; ++ls) {
+        cp_async_wait<ST - 2>();
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // cp.async data to wgmma's reads
+        __syncthreads();
+        if (ls + ST - 1 < Sl)
+            tile_load<NF, F, true>(smem + ((ls + ST - 1) % ST) * STAGE, xh, row0, K, set, n0, N, B,
+                                   s_begin + ls + ST - 1);
+        cp_async_commit();
+        const int buf = ls % ST;
+        const unsigned char* sp = smem + buf * STAGE;
+        const u64 dact = wg_desc(sbase + buf * STAGE);
+        const unsigned char* wp = sp + ACT + wc0 * F::WROW;
+        const unsigned char* sc = sp + ACT + W4B_COLS * F::WROW;
+        const float* facp = facl + 8 * (s_begin + ls);
+        u32 a[2][2][4];
+        float ws[2][2][2];
+        float d[2][4 * NF];
+        tile_pair_operands<F>(a[0], ws[0], 0, wp, sc, wc0, rm, rs, sh);
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+        w4w_mma<NF>(d[0], a[0][0], dact);
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#pragma unroll
+        for (int b = 0; b < 8; ++b) {
+            if (b < 7) {
+                const int nb = b + 1, p = nb >> 1;
+                if ((nb & 1) == 0) tile_pair_operands<F>(a[p & 1], ws[p & 1], p, wp, sc, wc0, rm, rs, sh);
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+                w4w_mma<NF>(d[nb & 1], a[p & 1][nb & 1], w4w_block_desc<NF>(dact, nb));
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                w4w_wait<1>();
+            } else {
+                w4w_wait<0>();
+            }
+            const int p = b >> 1;
+#pragma unroll
+            for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    float P = d[b & 1][4 * nf + j];
+                    if (SLOW) P = ieee_mul(P, __ldg(facp + b + (size_t)(8 * nf + (j & 1)) * B));
+                    c[nf][j] = ieee_fma(P, ws[p & 1][b & 1][j >> 1], c[nf][j]);
+                }
+        }
+        if ((ls & 7) == 7 || ls == Sl - 1) {  // a part's end: its root into the counter
+            chain_push<NF>(ls >> 3, dlogp, c, ctr, tid);
+            if (ls != Sl - 1)
+#pragma unroll
+                for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) c[nf][j] = -0.0f;
+        }
+    }
+    cp_async_wait<0>();
+    const int np = (Sl + 7) >> 3;
+    if (np != (1 << dlogp)) {
+        bool have = false;
+        for (int L = 0; L < dlogp; ++L) {
+            if (((np >> L) & 1) == 0) continue;
+#pragma unroll
+            for (int nf = 0; nf < NF; ++nf) {
+                const float4 v = ctr[(L * NF + nf) * W4B_THREADS + tid];
+                c[nf][0] = have ? ieee_add(v.x, c[nf][0]) : v.x;
+                c[nf][1] = have ? ieee_add(v.y, c[nf][1]) : v.y;
+                c[nf][2] = have ? ieee_add(v.z, c[nf][2]) : v.z;
+                c[nf][3] = have ? ieee_add(v.w, c[nf][3]) : v.w;
+            }
+            have = true;
+        }
+    }
+    tile_store<NF>(c, set, n0, N, row0, m, wc0, t, partial, part_i, gz, zs);
+}
+
+template <int ST>
+struct W4cBody {
+    static constexpr bool WG = true;
+    static constexpr int STAGES = ST;
+    template <int NF, bool SLOW, class F, class... A>
+    static __device__ __forceinline__ void run(A... a) {
+        w4c_body<NF, SLOW, F, ST>(a...);
     }
 };
 
@@ -184,3 +333,7 @@ struct W4wBody {
 // @instances NVFP4_WGMMA_TILE   (lines generated from metrale/cuda/configs.py)
 // @instances NVFP4_A4_WGMMA_TILE
 // @instances Q2_WGMMA_TILE
+#define NVFP4_CHAIN_TILE(NF, ST) TILE_GEMM_KERNEL(w4c_gemm_f##NF, W4cBody<ST>, TileNvfp4, NF, 1)
+#define Q2_CHAIN_TILE(NF, ST) TILE_GEMM_KERNEL(q2c_gemm_f##NF, W4cBody<ST>, TileQ2, NF, 1)
+// @instances NVFP4_CHAIN_TILE
+// @instances Q2_CHAIN_TILE

@@ -105,15 +105,15 @@ __device__ __forceinline__ void tile_load(unsigned char* base, const unsigned ch
     tile_load_w<NF, F>(base, set, n0, N, B, s);
 }
 
-// The prologue's activation rows of the first W4B_STAGES - 1 stages, one commit group each: the
-// launch issued their weights before its pdl_wait (tile_gemm), so group 0 holds stage 0's weights
-// and activations and stage 1's weights, and every later group one stage (cp_async_wait<1> before
-// stage ls is the group count of one load per stage).
-template <int NF, bool WG>
+// The prologue's activation rows of the first ST - 1 stages (ST: the body's stage count), one
+// commit group each: the launch issued their weights before its pdl_wait (tile_gemm), so group 0
+// holds stage 0's weights and activations and the next stages' weights, and every later group one
+// stage (cp_async_wait<ST - 2> before stage ls is the group count of one load per stage).
+template <int NF, bool WG, int ST = W4B_STAGES>
 __device__ __forceinline__ void tile_prologue_x(unsigned char* smem, const unsigned char* __restrict__ xh, int row0,
                                                 int K, int s_begin, int Sl, int stage) {
 #pragma unroll
-    for (int i = 0; i < W4B_STAGES - 1; ++i) {
+    for (int i = 0; i < ST - 1; ++i) {
         if (i < Sl) tile_load_x<NF, WG>(smem + i * stage, xh, row0, K, s_begin + i);
         cp_async_commit();
     }
@@ -226,9 +226,27 @@ __device__ __forceinline__ void tile_counter_push(int ls, int dlog, float (&sr)[
     }
 }
 
+// A lane's roots r[nf][j] (weight row wc0 + 8 (j >> 1), activation row 8 nf + 2 t + (j & 1)) out:
+// y = bf16(root * rowscale) (partial null) or the root into partial [parts][gz][m][N].
+template <int NF>
+__device__ __forceinline__ void tile_store(const float (&r)[NF][4], const WeightSet& set, int n0, int N, int row0,
+                                           int m, int wc0, int t, float* __restrict__ partial, int part_i, int gz,
+                                           int zs) {
+#pragma unroll
+    for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int col = n0 + wc0 + 8 * (j >> 1), row = row0 + 8 * nf + 2 * t + (j & 1);
+            if (col >= N || row >= m) continue;
+            if (partial == nullptr)
+                set.out[(size_t)row * set.ldo + col] = f32_to_bf16(ieee_mul(r[nf][j], set.rowscale));
+            else
+                partial[(((size_t)part_i * gz + zs) * m + row) * N + col] = r[nf][j];
+        }
+}
+
 // The part root of Sl steps (level 0 after a full part of 2^dlog, else the fold of the set bits
-// of Sl, the lowest first, each earlier subtree on the left) into L0, then out: y = bf16(root *
-// rowscale) (partial null) or the root into partial [parts][gz][m][N].
+// of Sl, the lowest first, each earlier subtree on the left) into L0, then out (tile_store).
 template <int NF>
 __device__ __forceinline__ void tile_finish(float (&L0)[NF][4], const float4* ctr, int tid, int Sl, int dlog,
                                             const WeightSet& set, int n0, int N, int row0, int m, int wc0, int t,
@@ -248,25 +266,15 @@ __device__ __forceinline__ void tile_finish(float (&L0)[NF][4], const float4* ct
             have = true;
         }
     }
-#pragma unroll
-    for (int nf = 0; nf < NF; ++nf)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int col = n0 + wc0 + 8 * (j >> 1), row = row0 + 8 * nf + 2 * t + (j & 1);
-            if (col >= N || row >= m) continue;
-            if (partial == nullptr)
-                set.out[(size_t)row * set.ldo + col] = f32_to_bf16(ieee_mul(L0[nf][j], set.rowscale));
-            else
-                partial[(((size_t)part_i * gz + zs) * m + row) * N + col] = L0[nf][j];
-        }
+    tile_store<NF>(L0, set, n0, N, row0, m, wc0, t, partial, part_i, gz, zs);
 }
 
 // The CTA's tile (blockIdx.x: 8 NF rows, y: 128 columns, z: part gz + set), its K part (steps
 // [part kp8, part kp8 + kp8) of B / 8) and whether any of its rows is slow, then Body::run<NF,
-// SLOW, F> over them (the mma.sync body of nvfp4_tile.cu or the wgmma body of nvfp4_wgmma.cu,
-// Body::WG its stage layout) with the dynamic shared memory. Launched programmatically
-// (metrale/cuda/pdl.py): the weights of the first W4B_STAGES - 1 stages are requested before
-// pdl_wait, everything the prologue wrote after it.
+// SLOW, F> over them (the mma.sync body of nvfp4_tile.cu or the wgmma bodies of nvfp4_wgmma.cu,
+// Body::WG their stage layout, Body::STAGES their pipeline depth) with the dynamic shared memory.
+// Launched programmatically (metrale/cuda/pdl.py): the weights of the first Body::STAGES - 1
+// stages are requested before pdl_wait, everything the prologue wrote after it.
 template <int NF, class F, class Body>
 __device__ __forceinline__ void tile_gemm(const unsigned char* __restrict__ xh, const float* __restrict__ fac,
                                           const unsigned char* __restrict__ slow, int m, const WeightSet& set, int N,
@@ -277,7 +285,7 @@ __device__ __forceinline__ void tile_gemm(const unsigned char* __restrict__ xh, 
     const int S8 = B >> 3, s_begin = part_i * kp8, Sl = min(S8 - s_begin, kp8);
     unsigned char* smem = tile_stages<Body::WG>(tile_smem);
 #pragma unroll
-    for (int i = 0; i < W4B_STAGES - 1; ++i)
+    for (int i = 0; i < Body::STAGES - 1; ++i)
         if (i < Sl) tile_load_w<NF, F>(smem + i * tile_stage_bytes<NF, F, Body::WG>(), set, n0, N, B, s_begin + i);
     pdl_wait();
     pdl_trigger();

@@ -1,0 +1,134 @@
+"""Probe: the tile on the block-value chain (w4c_gemm_f{NF} / q2c_gemm_f{NF}, tile.CHAIN) against
+the present exact tile (the tree) and bf16 cuBLAS (torch), Qwen3-8B FFN projections on one GPU:
+µs per projection (a CUDA graph of 6 calls cycling over 3 weight copies, events around it,
+median of 5) and block values per second; the chain's outputs of 4 rows checked against
+chain.project_chain. STAGES16=3 builds NF = 16 with three stages (one counter level); NOSLOW=1
+builds the tiles without their slow epilogue (all rows here are fast: the same bits).
+
+    FMT=nvfp4|q2_0 MS=64,256,1024,4096 VARS=tree,chain16 python docs/bench/runs-2026-12-05/chain_tile.py
+"""
+
+import json
+import os
+
+import cupy as cp
+import numpy as np
+import torch
+
+from metrale.cuda import configs, nvfp4, q2_0, runtime, tile
+from metrale.cuda.weights import upload_generic
+from metrale.reference.chain import project_chain
+from metrale.reference.elements import BF16
+from tests.gpu import gen
+
+rng = np.random.default_rng(0)
+FMT = os.environ.get("FMT", "nvfp4")
+MS = [int(s) for s in os.environ.get("MS", "64,128,256,1024,4096").split(",")]
+VARIANTS = {  # name -> (CHAIN, CHAIN_FRAGS)
+    "tree": (False, None),
+    "chain": (True, (8, 16)),
+    "chain8": (True, (8,)),
+    "chain16": (True, (16,)),
+}
+RUN = os.environ.get("VARS", "tree,chain,chain8,chain16").split(",")
+TAG = os.environ.get("TAG", "")
+if os.environ.get("STAGES16"):
+    configs.TILE_CHAIN_STAGES[16] = int(os.environ["STAGES16"])
+if os.environ.get("NOSLOW") == "1":
+    _src = runtime.source
+    runtime.source = lambda f: _src(f).replace("if (any_slow)", "if (0)") if f == tile.WG_FILE else _src(f)
+
+
+def use(v: str) -> None:
+    tile.CHAIN, frags = VARIANTS[v]
+    if frags:
+        tile.CHAIN_FRAGS = frags
+
+
+STREAM = cp.cuda.Stream(non_blocking=True)
+
+
+def timed(call, copies) -> float:
+    with STREAM:
+        for ws in copies:
+            call(ws)
+        STREAM.synchronize()
+        STREAM.begin_capture()
+        for i in range(6):
+            call(copies[i % 3])
+        graph = STREAM.end_capture()
+        graph.launch(STREAM)
+        STREAM.synchronize()
+        ts = []
+        for _ in range(5):
+            e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+            e0.record(STREAM)
+            graph.launch(STREAM)
+            e1.record(STREAM)
+            e1.synchronize()
+            ts.append(cp.cuda.get_elapsed_time(e0, e1) * 1000 / 6)
+    return float(np.median(ts))
+
+
+def timed_torch(wt, xt) -> float:
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        for w in wt:
+            xt @ w.T
+        s.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=s):
+            for i in range(6):
+                xt @ wt[i % 3].T
+        ts = []
+        for _ in range(5):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record(s)
+            g.replay()
+            e1.record(s)
+            e1.synchronize()
+            ts.append(e0.elapsed_time(e1) * 1000 / 6)
+    return float(np.median(ts))
+
+
+out: dict = {"fmt": FMT, "gpu": torch.cuda.get_device_name(), "cells": {}}
+for tag, n, k, dual in (("gateup", 12288, 4096, True), ("down", 4096, 12288, False)):
+    hosts, copies = [], []
+    for _ in range(3):
+        h = [
+            gen.nvfp4(rng, n, k, a4=False) if FMT == "nvfp4" else gen.q2_0(rng, n, k)
+            for _ in range(2 if dual else 1)
+        ]
+        hosts.append(h)
+        copies.append([upload_generic(w) if FMT == "nvfp4" else q2_0.upload_q2_0(w) for w in h])
+    wt = [torch.randn(n * (2 if dual else 1), k, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+    for m in MS:
+        xh = (rng.standard_normal((m, k)) * 0.5).astype(np.float32).astype(BF16)
+        x = cp.asarray(xh.view(np.uint16))
+        outs = [cp.zeros((m, n), cp.uint16) for _ in range(2)]
+
+        def call(ws, x=x, outs=outs, m=m):
+            if FMT == "nvfp4":
+                nvfp4.nvfp4_a16(x, [(w, outs[i]) for i, w in enumerate(ws)], m, 4)
+            else:
+                for i, w in enumerate(ws):
+                    q2_0.q2_0_gemm(x, w, outs[i])
+
+        xt = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        cub = timed_torch(wt, xt)
+        bv = m * n * k / 16 * (2 if dual else 1)
+        cell = {"cublas_us": round(cub, 1)}
+        for v in RUN:
+            use(v)
+            us = timed(call, copies)
+            cell[v] = [round(us, 1), round(bv / us / 1e6, 2), round(us / cub, 2)]
+            if v.startswith("chain") and m == MS[len(MS) // 2]:
+                call(copies[0])
+                got = outs[0].get()[:4]
+                want = project_chain(xh[:4], hosts[0][0], "A16").view(np.uint16)
+                cell["chain_exact_4_rows"] = bool(np.array_equal(got, want))
+        out["cells"][f"{tag} m={m}"] = cell
+        print(tag, m, cell, flush=True)
+use("tree")
+path = os.path.join(os.environ.get("OUT", "/tmp"), f"chain_tile_{FMT}{TAG}.json")
+json.dump(out, open(path, "w"), indent=1)
