@@ -194,14 +194,22 @@ def test_chain_parts_hold_whole_chains(fmt: tile.TileFormat, nf: int, s8: int, c
     """A chain kernel's CTA K part is whole chain parts of 8 steps (or all of K: a chain cannot be
     cut), its counter over parts fits the shared memory, and K splits no further than needed."""
     kern = tile.TileKernel(
-        tile.WG_FILE, f"{fmt.chain_prefix}_gemm_f{nf}", nf, 1, True, configs.TILE_CHAIN_STAGES[nf], chain=True
+        tile.WG_FILE,
+        f"{fmt.chain_prefix}_gemm_f{nf}",
+        nf,
+        1,
+        True,
+        configs.TILE_CHAIN_BUILDS[nf][0],
+        chain=True,
     )
     dlog, parts = tile.chain_plan(kern, fmt, s8, ctas, 132)
     kp8 = 1 << dlog
     assert (parts - 1) * kp8 < s8 <= parts * kp8
     assert parts == 1 or kp8 % tile.CHAIN_PART_STEPS == 0, (dlog, parts)
     assert parts <= tile.MAX_PARTS
-    assert tile.smem_bytes(nf, dlog, fmt, True, kern.stages, True) <= mma.SMEM_LIMIT
+    smem = tile.smem_bytes(nf, dlog, fmt, True, kern.stages, True)
+    assert smem <= mma.SMEM_LIMIT
+    assert configs.TILE_CHAIN_BUILDS[nf][1] * (smem + CTA_RESERVED) <= SM_SMEM  # the CTAs it is built for
     if ctas >= 132:  # a full grid: K = 4096 (32 steps) in one CTA, the widest K part that fits
         assert parts == 1 or kp8 >= 32, (dlog, parts)
 

@@ -105,11 +105,15 @@ NVFP4_WGMMA_TILE_FRAGS: tuple[int, ...] = (2, 4, 8)
 #: would spill at 128, NF = 8 holds 255.
 NVFP4_WGMMA_TILE_CTAS: dict[int, int] = {2: 2, 4: 1, 8: 1}
 #: nvfp4_wgmma.cu's tiles on the block-value chain (docs/chain-revision.md: ``w4c_gemm_f{NF}``,
-#: ``q2c_gemm_f{NF}``, one CTA per multiprocessor), and each NF's pipeline stages: NF = 16's
-#: three stages (132 KB) would leave room for one 64 KB level of the counter over parts (two
-#: parts per CTA), its two for two levels (four parts: K = 4096 without a K split).
-TILE_CHAIN_STAGES: dict[int, int] = {8: 3, 16: 2}
-TILE_CHAIN_FRAGS: tuple[int, ...] = tuple(TILE_CHAIN_STAGES)
+#: ``q2c_gemm_f{NF}``): each NF's pipeline stages and the CTAs per multiprocessor it is built
+#: for. NF = 16's three stages (132 KB) would leave room for one 64 KB level of the counter over
+#: parts (two parts per CTA), its two for two levels (four parts: K = 4096 without a K split);
+#: NF = 2 holds few registers (two CTAs, as the tree's NF = 2).
+TILE_CHAIN_BUILDS: dict[int, tuple[int, int]] = {2: (3, 2), 4: (3, 1), 8: (3, 1), 16: (2, 1)}
+TILE_CHAIN_FRAGS: tuple[int, ...] = tuple(TILE_CHAIN_BUILDS)
+#: The NF whose chain kernels issue the next stage's first wgmma before a stage's last block
+#: values (three stages only).
+TILE_CHAIN_PREFETCH: frozenset[int] = frozenset()
 #: Its Q2_0 kernels ``q2a16b_gemm_f{NF}``: NF = 8 spills registers there and measured slower
 #: than NF = 4 (3.2 against 3.8 T block values/s at 4096 rows on an H200).
 Q2_0_TILE_FRAGS: tuple[int, ...] = (2, 4)
@@ -445,8 +449,14 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
     "Q2_WGMMA_TILE": lambda: [
         f"Q2_WGMMA_TILE({nf}, {NVFP4_WGMMA_TILE_CTAS[nf]})" for nf in NVFP4_WGMMA_TILE_FRAGS
     ],
-    "NVFP4_CHAIN_TILE": lambda: [f"NVFP4_CHAIN_TILE({nf}, {s})" for nf, s in TILE_CHAIN_STAGES.items()],
-    "Q2_CHAIN_TILE": lambda: [f"Q2_CHAIN_TILE({nf}, {s})" for nf, s in TILE_CHAIN_STAGES.items()],
+    "NVFP4_CHAIN_TILE": lambda: [
+        f"NVFP4_CHAIN_TILE({nf}, {st}, {_bool(nf in TILE_CHAIN_PREFETCH)}, {ctas})"
+        for nf, (st, ctas) in TILE_CHAIN_BUILDS.items()
+    ],
+    "Q2_CHAIN_TILE": lambda: [
+        f"Q2_CHAIN_TILE({nf}, {st}, {_bool(nf in TILE_CHAIN_PREFETCH)}, {ctas})"
+        for nf, (st, ctas) in TILE_CHAIN_BUILDS.items()
+    ],
     "Q2_MMA": lambda: [
         f"Q2_MMA({nt}, {_bool(al)}, {'a' if al else 'u'})" for nt in NVFP4_MMA_TILES for al in (True, False)
     ],

@@ -182,7 +182,8 @@ def pick_kernel(fmt: TileFormat, rows: int) -> TileKernel | None:
         name = f"{fmt.chain_prefix}_gemm_f{nf}"
         if not fmt.chain_prefix or runtime.get_kernel(WG_FILE, name) is None:
             return None
-        return TileKernel(WG_FILE, name, nf, 1, True, configs.TILE_CHAIN_STAGES[nf], chain=True)
+        stages, ctas = configs.TILE_CHAIN_BUILDS[nf]
+        return TileKernel(WG_FILE, name, nf, ctas, True, stages, chain=True)
     if WG_ENABLED and fmt.wg_prefix:
         nf = frags_for(rows, WG_FRAGS)
         name = f"{fmt.wg_prefix}_gemm_f{nf}"

@@ -3,7 +3,8 @@ the present exact tile (the tree) and bf16 cuBLAS (torch), Qwen3-8B FFN projecti
 µs per projection (a CUDA graph of 6 calls cycling over 3 weight copies, events around it,
 median of 5) and block values per second; the chain's outputs of 4 rows checked against
 chain.project_chain. STAGES16=3 builds NF = 16 with three stages (one counter level); NOSLOW=1
-builds the tiles without their slow epilogue (all rows here are fast: the same bits).
+builds the tiles without their slow epilogue (all rows here are fast: the same bits); PF=8,16
+builds those NF with the next stage's first wgmma issued early (three stages).
 
     FMT=nvfp4|q2_0 MS=64,256,1024,4096 VARS=tree,chain16 python docs/bench/runs-2026-12-05/chain_tile.py
 """
@@ -26,14 +27,16 @@ FMT = os.environ.get("FMT", "nvfp4")
 MS = [int(s) for s in os.environ.get("MS", "64,128,256,1024,4096").split(",")]
 VARIANTS = {  # name -> (CHAIN, CHAIN_FRAGS)
     "tree": (False, None),
-    "chain": (True, (8, 16)),
+    "chain": (True, configs.TILE_CHAIN_FRAGS),
     "chain8": (True, (8,)),
     "chain16": (True, (16,)),
 }
 RUN = os.environ.get("VARS", "tree,chain,chain8,chain16").split(",")
 TAG = os.environ.get("TAG", "")
 if os.environ.get("STAGES16"):
-    configs.TILE_CHAIN_STAGES[16] = int(os.environ["STAGES16"])
+    configs.TILE_CHAIN_BUILDS[16] = (int(os.environ["STAGES16"]), 1)
+if os.environ.get("PF"):  # NF list whose chain kernels prefetch (three stages)
+    configs.TILE_CHAIN_PREFETCH = frozenset(int(f) for f in os.environ["PF"].split(","))
 if os.environ.get("NOSLOW") == "1":
     _src = runtime.source
     runtime.source = lambda f: _src(f).replace("if (any_slow)", "if (0)") if f == tile.WG_FILE else _src(f)

@@ -15,6 +15,12 @@
 //       bytes of alignment, 3 stages of (the 8 NF activation rows in wgmma's 128-byte-swizzled
 //       K-major layout, two 1024-byte-aligned halves of 64 K elements | 128 weight rows x WROW |
 //       128 x SB scale bytes) rounded up to 1024 bytes, then the counter's levels 1 .. dlog - 1.
+//   w4c_gemm_f{NF}, q2c_gemm_f{NF}(the same arguments), NF in configs.TILE_CHAIN_FRAGS
+//       the same tile on the block-value chain (docs/chain-revision.md; metrale/reference/chain.py
+//       is their reference, tile.CHAIN routes them): NVFP4 x A16 and A4 (w4a16b_prep's or
+//       w4a4b_prep's operand), Q2_0 x A16; configs.TILE_CHAIN_BUILDS[NF]: stages, CTAs per
+//       multiprocessor. A CTA's K part is whole chain parts (kp8 = 2^dlog steps, dlog >= 3, or all of
+//       K): the counter over parts keeps levels 0 .. dlog - 4 in shared memory after the stages.
 //
 // Exactness: per block, each warpgroup issues one wgmma m64n{8 NF}k16 f32.bf16.bf16 with D
 // overwritten (scale-d 0): A = its 64 weight rows' decoded operand (the m16n8k16 A fragment
@@ -223,7 +229,10 @@ __device__ __forceinline__ void chain_push(int lp, int dlogp, float (&sr)[NF][4]
 // f32(d)); after a part's last step c is its root, pushed into the counter over parts and
 // restarted at -0.0. At the end the roots fold like tile_finish's (the set bits of the CTA's
 // part count, the lowest first) and go out (tile_store).
-template <int NF, bool SLOW, class F, int ST>
+// PF (three stages): the next stage's first wgmma is issued before this stage's last block values
+// form (its barrier and copies there, not at the stage's start): the tensor core does not wait
+// for a barrier between stages; a stage's copies then lead its use by one stage.
+template <int NF, bool SLOW, class F, int ST, bool PF>
 __device__ __forceinline__ void w4c_body(const unsigned char* __restrict__ xh, const float* __restrict__ fac, int m,
                                          int row0, const WeightSet& set, int n0, int N, int B, int s_begin, int Sl,
                                          int dlog, float* __restrict__ partial, int part_i, int gz, int zs,
@@ -238,34 +247,49 @@ __device__ __forceinline__ void w4c_body(const unsigned char* __restrict__ xh, c
     const u32 rm = (6u - 4u * t) & 31u, rs = (12u - 4u * t) & 31u, sh = 2u * t;
     const int wc0 = 16 * warp + g;
     const float* facl = fac + (size_t)(row0 + 2 * t) * B;
+    static_assert(!PF || ST == 3, "the prefetching chain body runs three stages");
     float c[NF][4];
 #pragma unroll
     for (int nf = 0; nf < NF; ++nf)
 #pragma unroll
         for (int j = 0; j < 4; ++j) c[nf][j] = -0.0f;
+    u32 a[2][2][4];
+    float ws[2][2][2];
+    float d[2][4 * NF];
+    // block 0 of the stage in buffer buf: its pair's operands into slot 0, its wgmma into d[0]
+    auto first_block = [&](int buf) {
+        const unsigned char* sp = smem + buf * STAGE;
+        tile_pair_operands<F>(a[0], ws[0], 0, sp + ACT + wc0 * F::WROW, sp + ACT + W4B_COLS * F::WROW, wc0, rm, rs,
+                              sh);
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+        w4w_mma<NF>(d[0], a[0][0], wg_desc(sbase + buf * STAGE));
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    };
 
     tile_prologue_x<NF, true, ST>(smem, xh, row0, K, s_begin, Sl, STAGE);
-    for (int ls = 0; ls < Sl; ++ls) {
+    if (PF) {
         cp_async_wait<ST - 2>();
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // cp.async data to wgmma's reads
         __syncthreads();
-        if (ls + ST - 1 < Sl)
-            tile_load<NF, F, true>(smem + ((ls + ST - 1) % ST) * STAGE, xh, row0, K, set, n0, N, B,
-                                   s_begin + ls + ST - 1);
-        cp_async_commit();
+        first_block(0);
+    }
+    for (int ls = 0; ls < Sl; ++ls) {
         const int buf = ls % ST;
+        if (!PF) {
+            cp_async_wait<ST - 2>();
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            __syncthreads();
+            if (ls + ST - 1 < Sl)
+                tile_load<NF, F, true>(smem + ((ls + ST - 1) % ST) * STAGE, xh, row0, K, set, n0, N, B,
+                                       s_begin + ls + ST - 1);
+            cp_async_commit();
+            first_block(buf);
+        }
         const unsigned char* sp = smem + buf * STAGE;
         const u64 dact = wg_desc(sbase + buf * STAGE);
         const unsigned char* wp = sp + ACT + wc0 * F::WROW;
         const unsigned char* sc = sp + ACT + W4B_COLS * F::WROW;
         const float* facp = facl + 8 * (s_begin + ls);
-        u32 a[2][2][4];
-        float ws[2][2][2];
-        float d[2][4 * NF];
-        tile_pair_operands<F>(a[0], ws[0], 0, wp, sc, wc0, rm, rs, sh);
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-        w4w_mma<NF>(d[0], a[0][0], dact);
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 #pragma unroll
         for (int b = 0; b < 8; ++b) {
             if (b < 7) {
@@ -274,6 +298,18 @@ __device__ __forceinline__ void w4c_body(const unsigned char* __restrict__ xh, c
                 asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
                 w4w_mma<NF>(d[nb & 1], a[p & 1][nb & 1], w4w_block_desc<NF>(dact, nb));
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                w4w_wait<1>();
+            } else if (PF && ls + 1 < Sl) {
+                // stage ls + 1 is in (its copies, the last group); every thread is past stage
+                // ls - 1's wgmmas, so its buffer takes stage ls + 2
+                cp_async_wait<0>();
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                __syncthreads();
+                if (ls + 2 < Sl)
+                    tile_load<NF, F, true>(smem + ((ls + 2) % ST) * STAGE, xh, row0, K, set, n0, N, B,
+                                           s_begin + ls + 2);
+                cp_async_commit();
+                first_block((ls + 1) % ST);
                 w4w_wait<1>();
             } else {
                 w4w_wait<0>();
@@ -317,13 +353,13 @@ __device__ __forceinline__ void w4c_body(const unsigned char* __restrict__ xh, c
     tile_store<NF>(c, set, n0, N, row0, m, wc0, t, partial, part_i, gz, zs);
 }
 
-template <int ST>
+template <int ST, bool PF>
 struct W4cBody {
     static constexpr bool WG = true;
     static constexpr int STAGES = ST;
     template <int NF, bool SLOW, class F, class... A>
     static __device__ __forceinline__ void run(A... a) {
-        w4c_body<NF, SLOW, F, ST>(a...);
+        w4c_body<NF, SLOW, F, ST, PF>(a...);
     }
 };
 
@@ -333,7 +369,10 @@ struct W4cBody {
 // @instances NVFP4_WGMMA_TILE   (lines generated from metrale/cuda/configs.py)
 // @instances NVFP4_A4_WGMMA_TILE
 // @instances Q2_WGMMA_TILE
-#define NVFP4_CHAIN_TILE(NF, ST) TILE_GEMM_KERNEL(w4c_gemm_f##NF, W4cBody<ST>, TileNvfp4, NF, 1)
-#define Q2_CHAIN_TILE(NF, ST) TILE_GEMM_KERNEL(q2c_gemm_f##NF, W4cBody<ST>, TileQ2, NF, 1)
+// ST stages, PF the body's prefetch, MINB CTAs per multiprocessor; W4C_BODY pastes the body's type
+// (no comma in a macro argument).
+#define W4C_BODY(ST, PF) W4cBody<ST, PF>
+#define NVFP4_CHAIN_TILE(NF, ST, PF, MINB) TILE_GEMM_KERNEL(w4c_gemm_f##NF, W4C_BODY(ST, PF), TileNvfp4, NF, MINB)
+#define Q2_CHAIN_TILE(NF, ST, PF, MINB) TILE_GEMM_KERNEL(q2c_gemm_f##NF, W4C_BODY(ST, PF), TileQ2, NF, MINB)
 // @instances NVFP4_CHAIN_TILE
 // @instances Q2_CHAIN_TILE
