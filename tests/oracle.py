@@ -142,13 +142,14 @@ def q2_codes(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return q.reshape(n, nb * 64).astype(np.int64) - 1, d
 
 
-def codes24(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """FP8 (e4m3) or BF16 weights [N, K]: c float64 [N, B, 16], F int [N, B] (scale 2^(F−22))."""
+def codes24(w: np.ndarray, frac: int = 22) -> tuple[np.ndarray, np.ndarray]:
+    """FP8 (e4m3) or BF16 weights [N, K]: c float64 [N, B, 16], F int [N, B] (scale 2^(F−frac);
+    frac 10: the chain's FP8 codes)."""
     if w.dtype == BF16:
         field, bias = bf16_field(w), 127
     else:
         field, bias = ((np.asarray(w).view(np.uint8).astype(np.int64) >> 3) & 0xF), 7
-    return fixed_point(w.astype(np.float64), field, bias, 22)
+    return fixed_point(w.astype(np.float64), field, bias, frac)
 
 
 # --------------------------------------------------------------------------- tree and roots
@@ -302,9 +303,10 @@ def chain_root(x: np.ndarray, w: object, mode: str) -> np.ndarray:
             f = np.repeat(d, 4, axis=1).T[:, None, :]  # [B, 1, N]
             p = mul(f32(_dot(qc.reshape(-1, nb, BLOCK), ac)), p2 * 2.0**-14)
         else:
-            c, fe = codes24(w.weight)  # type: ignore[attr-defined]
+            frac = 10 if fmt == "fp8" else 22  # the chain's FP8 codes: 11 bits
+            c, fe = codes24(w.weight, frac)  # type: ignore[attr-defined]
             s = np.einsum("nbj,mbj->bmn", c, ac)  # exact in float64: |S| < 2^42
-            p = f32(s * np.exp2((fe.T[:, None, :] + e.T[:, :, None] - 36).astype(np.float64)))
+            p = f32(s * np.exp2((fe.T[:, None, :] + e.T[:, :, None] - 14 - frac).astype(np.float64)))
     p = np.where(finite.T[:, :, None], p, F32(np.nan)).astype(F32)
     return pairing(chain(p, None if f is None else np.asarray(f, F32)))
 

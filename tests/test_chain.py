@@ -6,25 +6,30 @@ bit, on seeded and edge rows, K over one, two and three parts (a padded tree ove
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import oracle
 import pytest
-from helpers import BF16, F32, bits
+from helpers import BF16, E4M3, F32, bits
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_root_oracle import PAIRS, make_weight, same, seeded_rows
 
 from metrale.errors import MetraleError
-from metrale.reference.activations import quantize_a4, quantize_a16
+from metrale.reference.activations import quantize_a4, quantize_a16, weight_codes
 from metrale.reference.chain import (
+    FP8_FRAC,
     PART_BLOCKS,
     add_parts,
     chain_parts,
     chain_projection,
     fma_f32,
+    fp8_effective,
     part_count,
     project_chain,
 )
+from metrale.reference.formats import Fp8Weight
 from metrale.reference.projection import project
 
 TINY = float(np.float32(2.0**-149))
@@ -182,3 +187,105 @@ def test_refused_pairs() -> None:
     w8 = make_weight("w8a8", 4, 64, seed=2)
     with pytest.raises(MetraleError, match="no projection for format w8a8 with A16Codes"):
         project_chain(None, w8, codes=quantize_a16(x))
+
+
+# ---- FP8's 11-bit weight codes (FP8_FRAC): rounding at 2^(F−10), F the block's max exponent ----
+
+E4M3_MAXIMA = {
+    "max_448": 448.0,
+    "one": 1.0,
+    "min_normal": 2.0**-6,
+    "max_subnormal": 7 * 2.0**-9,
+    "min_subnormal": 2.0**-9,
+}
+
+
+def _rne_code(v: float, f: int) -> int:
+    """rne(v · 2^(10−f)) from exact rationals (ties to the even integer)."""
+    q = Fraction(v) * Fraction(2) ** (10 - f)
+    fl = q.numerator // q.denominator
+    rest = q - fl
+    return fl + (1 if rest > Fraction(1, 2) or (rest == Fraction(1, 2) and fl % 2) else 0)
+
+
+@pytest.mark.parametrize("name", sorted(E4M3_MAXIMA))
+def test_fp8_codes_every_e4m3_code(name: str) -> None:
+    """Every finite e4m3 code no larger than the block maximum, beside it in one block: the code
+    is rne(w · 2^(10−F)) with F the maximum's exponent (a zero field counting as 1), |c| < 2^11,
+    and the value it stands for, c · 2^(F−10), is an e4m3 (fp8_effective)."""
+    top = E4M3_MAXIMA[name]
+    allc = np.arange(256, dtype=np.uint8).view(E4M3)
+    allc = allc[np.isfinite(allc.astype(np.float64)) & (np.abs(allc.astype(np.float64)) <= top)]
+    w = np.zeros((allc.size, 16), dtype=E4M3)
+    w[:, 0] = E4M3.type(top)
+    w[:, 5] = allc
+    f = max(int(np.floor(np.log2(top))), -6)
+    wb = weight_codes(w, FP8_FRAC)
+    assert (wb.exp == f).all(), name
+    want = np.array([_rne_code(float(v), f) for v in allc.astype(np.float64)], dtype=np.float64)
+    assert np.array_equal(wb.codes[:, 0, 5], want), name
+    assert (np.abs(wb.codes) < 2**11).all()
+    eff = fp8_effective(w).astype(np.float64)
+    assert np.array_equal(eff[:, 5], np.ldexp(want, f - 10)), name
+    small = np.abs(allc.astype(np.float64)) >= 2.0 ** (f - 7)  # within 2^7 of the maximum: exact
+    assert np.array_equal(eff[small, 5], allc.astype(np.float64)[small]), name
+
+
+# name: (block maximum, element, the element's effective value): F = 8, grid 2^-2
+FP8_ROUNDING_CASES = {
+    "tie_down_to_zero": (448.0, 0.125, 0.0),
+    "tie_up_to_even": (448.0, 0.375, 0.5),
+    "tie_down_to_even": (448.0, 0.625, 0.5),
+    "min_subnormal_to_zero": (448.0, 2.0**-9, 0.0),
+    "neg_tie_to_even": (448.0, -0.375, -0.5),
+    "neg_zero": (448.0, -0.0, -0.0),
+    "exact_at_grid": (448.0, 1.75, 1.75),
+    "within_2_7": (256.0, 2.0, 2.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FP8_ROUNDING_CASES))
+def test_fp8_rounding_named(name: str) -> None:
+    top, v, want = FP8_ROUNDING_CASES[name]
+    w = np.zeros((1, 16), dtype=E4M3)
+    w[0, 3], w[0, 9] = top, v
+    eff = fp8_effective(w)
+    assert bits16(eff[0, 9]) == bits16(np.array(want, dtype=E4M3)), name
+    assert eff[0, 3] == top
+
+
+def bits16(x: np.ndarray) -> int:
+    return int(np.asarray(x).view(np.uint8))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 255).filter(lambda b: b & 0x7F != 0x7F), min_size=16, max_size=16))
+def test_fp8_effective_is_a_fixed_point(codes: list[int]) -> None:
+    """fp8_effective's values are e4m3 and their own codes: rounding twice changes nothing, and
+    a block spanning at most 2^7 is kept as it is."""
+    w = np.array(codes, dtype=np.uint8).view(E4M3).reshape(1, 16)
+    eff = fp8_effective(w)
+    assert np.array_equal(weight_codes(eff, FP8_FRAC).codes, weight_codes(w, FP8_FRAC).codes)
+    assert np.array_equal(fp8_effective(eff).view(np.uint8), eff.view(np.uint8))
+    a = np.abs(w.astype(np.float64))
+    nz = a[a > 0]
+    if nz.size == 0 or nz.max() < 2.0**-6 or nz.max() / nz.min() < 2.0**7:
+        assert np.array_equal(eff.astype(np.float64), w.astype(np.float64))
+
+
+def test_fp8_chain_uses_the_rounded_weights() -> None:
+    """One block (no sum to differ): the chain's FP8 output is the product with the rounded
+    weights, the tree's with the exact ones, and they differ by the rounding alone."""
+    w = np.zeros((2, 16), dtype=E4M3)
+    w[:, 0] = 448.0
+    w[1, 1:] = 0.375  # rounds to 0.5 fifteen times
+    wt = Fp8Weight(weight=w, weight_scale=np.ones(2, F32), name="w")
+    x = np.ones((1, 16), dtype=BF16)
+    with np.errstate(all="ignore"):
+        got = chain_projection(quantize_a16(x), wt)
+    from metrale.reference.projection import project_root
+
+    tree = project_root(quantize_a16(x), wt)
+    assert float(got[0, 1]) == 448.0 + 15 * 0.5
+    assert float(tree[0, 1]) == 448.0 + 15 * 0.375
+    assert float(got[0, 0]) == float(tree[0, 0])  # a block without small elements: unchanged

@@ -174,20 +174,28 @@ def quantize_a8(x: np.ndarray) -> A8Codes:
 
 @dataclass(frozen=True)
 class WeightBlockCodes:
-    """24-bit weight block codes of FP8/BF16 weights: ``codes`` [N, B, 16] integers (float64),
-    ``exp`` F int32 [N, B] (block scale 2^(F−22))."""
+    """Weight block codes of FP8/BF16 weights: ``codes`` [N, B, 16] integers (float64), ``exp``
+    F int32 [N, B] (block scale 2^(F−frac), frac = 22 for § codes24)."""
 
     codes: np.ndarray
     exp: np.ndarray
 
 
-def weight_codes24(w: np.ndarray) -> WeightBlockCodes:
-    """c = rne(w · 2^(22−F)), F the block's max exponent (zero field as 1) of e4m3 or bf16."""
+def weight_codes(w: np.ndarray, frac: int = 22) -> WeightBlockCodes:
+    """c = rne(w · 2^(frac−F)), F the block's max exponent (zero field as 1) of e4m3 or bf16:
+    |c| < 2^(frac+1). frac = 22: § codes24 (exact for every e4m3 block); frac = 10: the chain
+    revision's FP8 codes (docs/chain-revision.md), exact for elements within 2^7 of the block
+    maximum, smaller ones rounded at 2^(F−10)."""
     if w.dtype == E4M3:
         field, bias = e4m3_exponent_field(w), 7
     elif w.dtype == BF16:
         field, bias = bf16_exponent_field(w), 127
     else:
         raise MetraleError(f"weight codes: dtype {w.dtype}, want float8_e4m3fn or bfloat16")
-    c, f = block_fixed_point(w.astype(np.float64), field, bias, 22)
+    c, f = block_fixed_point(w.astype(np.float64), field, bias, frac)
     return WeightBlockCodes(codes=c, exp=f)
+
+
+def weight_codes24(w: np.ndarray) -> WeightBlockCodes:
+    """c = rne(w · 2^(22−F)), F the block's max exponent (zero field as 1) of e4m3 or bf16."""
+    return weight_codes(w, 22)

@@ -4,14 +4,20 @@ moving to (docs/chain-revision.md), defined here beside the contract until every
 Per output, the B blocks of K fall into aligned parts of ``PART_BLOCKS`` = 64 blocks (1024
 elements; the last part holds what is left). Inside a part the block terms are chained in K
 order from −0.0: ``c ← fma(P_b, f_b, c)``, one IEEE rounding per block (NVFP4, Q2_0), or
-``c ← c + v_b`` (FP8, BF16: v_b the contract's block value). The part roots are summed by
-§ tree's padded tree over parts; the row scale and ``to_bf16`` follow unchanged.
+``c ← c + v_b`` (FP8, BF16: v_b the contract's block value, FP8's from 11-bit weight codes,
+``FP8_FRAC``). The part roots are summed by § tree's padded tree over parts; the row scale and
+``to_bf16`` follow unchanged.
 
 | pair | P_b (f32) | f_b (f32) |
 | --- | --- | --- |
 | NVFP4 × A16 | ``f32(S_b) · 2^(E_b−15)`` | ``f32(wscale_b)`` |
 | NVFP4 × A4 | ``(f32(S_b) · f32(ascale_b)) · 0.25`` (exact) | ``f32(wscale_b)`` |
 | Q2_0 × A16 | ``f32(S_b) · 2^(E_b−14)`` | ``f32(d_⌊b/4⌋)`` |
+
+| add pair | v_b (f32) |
+| --- | --- |
+| FP8 × A16 | ``f32(S_b · 2^(E_b+F_b−24))``, S_b over the codes ``rne(w · 2^(10−F_b))``: one rounding |
+| BF16 × A16 | ``f32(S_b · 2^(E_b+F_b−36))`` over § codes24, one rounding (unchanged) |
 
 A non-finite activation block has P_b = NaN (FP8/BF16: v_b = NaN), as in § non-finite.
 """
@@ -23,8 +29,8 @@ from collections.abc import Callable
 import numpy as np
 
 from metrale.errors import MetraleError
-from metrale.reference.activations import A4Codes, A8Codes, A16Codes, Mode
-from metrale.reference.elements import to_bf16
+from metrale.reference.activations import A4Codes, A8Codes, A16Codes, Mode, weight_codes
+from metrale.reference.elements import E4M3, to_bf16
 from metrale.reference.formats import DenseWeight, Fp8Weight, Nvfp4Weight, Q2_0Weight, QuantWeight, W8a8Weight
 from metrale.reference.projection import (
     activation_codes,
@@ -39,6 +45,9 @@ from metrale.reference.tree import subtree_roots, subtree_spans
 F32, F64 = np.float32, np.float64
 #: Blocks per part: one chain covers at most 64 blocks (1024 elements) of K.
 PART_BLOCKS = 64
+#: Fraction bits of FP8's weight block codes: |c| <= 1920 < 2^11, so a block dot against one
+#: 8-bit limb of the A16 codes stays below 2^23 and an f16 tensor core's f32 sum is exact.
+FP8_FRAC = 10
 
 _LOW28 = np.uint64((1 << 28) - 1)
 _LOW29 = np.uint64((1 << 29) - 1)
@@ -124,6 +133,15 @@ def add_parts(v: np.ndarray) -> np.ndarray:
     return c
 
 
+def fp8_effective(w: np.ndarray) -> np.ndarray:
+    """e4m3 [N, K]: the FP8 weight values the chain's codes stand for, c · 2^(F−10) per block
+    (``FP8_FRAC``); every one is an e4m3 value (at most 4 significant bits, no larger than its
+    block's maximum), so an uploader can store them as e4m3 bytes."""
+    wb = weight_codes(w, FP8_FRAC)
+    v = np.ldexp(wb.codes, (wb.exp - FP8_FRAC)[..., None]).reshape(w.shape)
+    return v.astype(E4M3)
+
+
 Terms = Callable[[int, int], tuple[np.ndarray, np.ndarray | None]]
 
 
@@ -138,7 +156,7 @@ def _terms(a: A16Codes | A4Codes, w: QuantWeight) -> Terms:
     """(n0, n1) -> (P [B, Nc, m], f [B, Nc, 1]) of the fma pairs, or (v [B, Nc, m], None) of the
     add pairs (FP8, BF16), for weight rows n0:n1."""
     if isinstance(w, (Fp8Weight, DenseWeight)) and isinstance(a, A16Codes):
-        values = wide_values(a, w)
+        values = wide_values(a, w, FP8_FRAC if isinstance(w, Fp8Weight) else 22)
         return lambda n0, n1: (_masked(values(n0, n1), a), None)
     if not isinstance(w, Nvfp4Weight) and not (isinstance(w, Q2_0Weight) and isinstance(a, A16Codes)):
         raise MetraleError(f"{w.name}: no projection for format {w.format} with {type(a).__name__}")

@@ -22,7 +22,7 @@ from metrale.reference.activations import (
     quantize_a4,
     quantize_a8,
     quantize_a16,
-    weight_codes24,
+    weight_codes,
 )
 from metrale.reference.elements import E2M1_CODE2, E4M3, to_bf16
 from metrale.reference.formats import (
@@ -158,15 +158,16 @@ def _q2_a16(a: A16Codes, w: Q2_0Weight) -> BlockValues:
     return values
 
 
-def wide_values(a: A16Codes, w: Fp8Weight | DenseWeight) -> BlockValues:
+def wide_values(a: A16Codes, w: Fp8Weight | DenseWeight, frac: int = 22) -> BlockValues:
     """(n0, n1) -> FP8/BF16 × A16 block values f32 [B, Nc, m] of weight rows n0:n1: the exact
-    float64 S_b · 2^(E_b + F_b − 36), rounded once."""
+    float64 S_b · 2^(E_b + F_b − 14 − frac), rounded once (weight codes of ``frac`` fraction
+    bits: 22 for § codes24)."""
     ac = np.ascontiguousarray(a.codes.transpose(1, 2, 0))  # float64 [B, 16, m]
 
     def values(n0: int, n1: int) -> np.ndarray:
-        wb = weight_codes24(w.weight[n0:n1])
+        wb = weight_codes(w.weight[n0:n1], frac)
         s = np.matmul(wb.codes.transpose(1, 0, 2), ac)  # [B, Nc, m], exact in float64: < 2^42
-        e = wb.exp.T[:, :, None] + a.exp.T[:, None, :] - 36  # [B, Nc, m]
+        e = wb.exp.T[:, :, None] + a.exp.T[:, None, :] - 14 - frac  # [B, Nc, m]
         return np.ldexp(s, e).astype(F32)  # one rounding from the exact value
 
     return values
