@@ -190,6 +190,7 @@ def _pasted(macro: str, a: list[str]) -> tuple[str, ...]:
         "Q2_WGMMA_TILE": lambda: f"q2a16w_gemm_f{a[0]}",
         "NVFP4_CHAIN_TILE": lambda: f"w4c_gemm_f{a[0]}",
         "Q2_CHAIN_TILE": lambda: f"q2c_gemm_f{a[0]}",
+        "FP8_CHAIN_TILE": lambda: f"w8c_gemm_f{a[0]}",
         "Q2_GEMV": lambda: f"q2_0_gemv_r{a[0]}",
         "Q2_DEC": lambda: f"q2_dec_r{a[0]}_c{a[1]}_d{a[2]}_{a[4]}",
         "FP8_BF16_GEMV": lambda: f"{a[0]}_r{a[2]}",

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from metrale.cuda import configs, mma, tile
+from metrale.errors import MetraleError
 
 
 @pytest.mark.parametrize("s8", [1, 2, 3, 9, 31, 32, 33, 96, 112, 4096])
@@ -221,3 +223,33 @@ def test_chain_counter_levels() -> None:
     assert tile.smem_bytes(16, 3, tile.NVFP4, True, 2, True) == 1024 + 2 * stage
     assert tile.smem_bytes(16, 5, tile.NVFP4, True, 2, True) == 1024 + 2 * stage + 2 * 16 * 256 * 16
     assert tile.smem_bytes(16, 0, tile.NVFP4, True, 2, True) == 1024 + 2 * stage
+
+
+def test_fp8_tile_bytes_layout() -> None:
+    """FP8 chain tile weights (fp8_bf16.tile_fp8_bytes): the rounded e4m3 of fp8_effective, and
+    per step lane t's words t of blocks 0..7 as bytes 32 t .. 32 t + 31; K not whole steps is
+    refused."""
+    from metrale.cuda.fp8_bf16 import tile_fp8_bytes
+    from metrale.reference.chain import fp8_effective
+    from metrale.reference.formats import Fp8Weight
+
+    rng = np.random.default_rng(3)
+    src = rng.standard_normal((3, 384)) * np.exp2(rng.integers(-12, 1, (3, 384)))
+    q = Fp8Weight.quantize(src.astype(np.float32)).weight
+    eff = fp8_effective(q)
+    assert not np.array_equal(eff.view(np.uint8), q.view(np.uint8))  # some blocks were rounded
+    got = tile_fp8_bytes(q).reshape(3, 3, 4, 8, 4)  # row, step, t, block, byte
+    want = eff.view(np.uint8).reshape(3, 3, 8, 4, 4).transpose(0, 1, 3, 2, 4)  # row, step, word t, block
+    assert np.array_equal(got, want)
+    with pytest.raises(MetraleError, match="K=144 is not a multiple of 128"):
+        tile_fp8_bytes(q[:, :144])
+
+
+def test_fp8_chain_plan() -> None:
+    """The FP8 tile's stage holds two activation limbs and 144-byte weight rows without block
+    scales; its CTA K parts stop at 32 steps (two counter levels fit in shared memory)."""
+    stage = -(-(2 * 8 * 8 * 256 + tile.COLS * 144) // 1024) * 1024
+    assert tile.smem_bytes(8, 5, tile.FP8, True, 3, True) == 1024 + 3 * stage + 2 * 8 * 256 * 16
+    kern = tile.TileKernel(tile.WG_FILE, "w8c_gemm_f8", 8, 1, True, 3, chain=True)
+    dlog, parts = tile.chain_plan(kern, tile.FP8, 1536, 2, 1)
+    assert (dlog, parts) == (5, 48)

@@ -114,6 +114,10 @@ TILE_CHAIN_FRAGS: tuple[int, ...] = tuple(TILE_CHAIN_BUILDS)
 #: The NF whose chain kernels issue the next stage's first wgmma before a stage's last block
 #: values (three stages only).
 TILE_CHAIN_PREFETCH: frozenset[int] = frozenset()
+#: nvfp4_wgmma.cu's FP8 chain tiles ``w8c_gemm_f{NF}`` (docs/chain-revision.md, "The FP8 chain
+#: tile"): NF -> (stages, CTAs per multiprocessor). Two accumulator pairs of 4 NF and the chains
+#: hold NF = 8 in registers; a stage is 50 KB (two activation limbs, 144-byte weight rows).
+TILE_FP8_CHAIN_BUILDS: dict[int, tuple[int, int]] = {8: (3, 1)}
 #: Its Q2_0 kernels ``q2a16b_gemm_f{NF}``: NF = 8 spills registers there and measured slower
 #: than NF = 4 (3.2 against 3.8 T block values/s at 4096 rows on an H200).
 Q2_0_TILE_FRAGS: tuple[int, ...] = (2, 4)
@@ -452,6 +456,9 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
     "NVFP4_CHAIN_TILE": lambda: [
         f"NVFP4_CHAIN_TILE({nf}, {st}, {_bool(nf in TILE_CHAIN_PREFETCH)}, {ctas})"
         for nf, (st, ctas) in TILE_CHAIN_BUILDS.items()
+    ],
+    "FP8_CHAIN_TILE": lambda: [
+        f"FP8_CHAIN_TILE({nf}, {st}, {ctas})" for nf, (st, ctas) in TILE_FP8_CHAIN_BUILDS.items()
     ],
     "Q2_CHAIN_TILE": lambda: [
         f"Q2_CHAIN_TILE({nf}, {st}, {_bool(nf in TILE_CHAIN_PREFETCH)}, {ctas})"

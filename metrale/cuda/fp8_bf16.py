@@ -30,6 +30,7 @@ from metrale.cuda.runtime import get_kernel, set_dynamic_smem
 from metrale.cuda.weights import DeviceWeight, to_device
 from metrale.errors import MetraleError
 from metrale.reference.activations import weight_codes24
+from metrale.reference.chain import fp8_effective
 from metrale.reference.elements import BF16, bf16_exponent_field
 from metrale.reference.formats import DenseWeight, Fp8Weight
 
@@ -108,6 +109,18 @@ def mma_fragments(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _mma_arrays(w: np.ndarray) -> dict[str, Any]:
     frag, pw = mma_fragments(w)
     return {"mma_w": to_device(frag), "mma_pw": to_device(pw)}
+
+
+def tile_fp8_bytes(w: np.ndarray) -> np.ndarray:
+    """uint8 [N, K] of e4m3 w [N, K] for the FP8 chain tile (tile.FP8; docs/chain-revision.md):
+    the rounded values of ``chain.fp8_effective``, and per 8-block step of a row the 4-byte words
+    in (word t, block) order, so that lane t of the tile reads its words of the step's blocks as
+    two 16-byte chunks."""
+    n, k = w.shape
+    if k % 128 != 0:
+        raise MetraleError(f"FP8 chain tile: K={k} is not a multiple of 128 (whole 8-block steps)")
+    eff = fp8_effective(w).view(np.uint8).reshape(n, k // 128, 8, 4, 4)
+    return np.ascontiguousarray(eff.transpose(0, 1, 3, 2, 4)).reshape(n, k)
 
 
 def upload_fp8(w: Fp8Weight) -> DeviceWeight:

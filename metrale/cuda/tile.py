@@ -81,6 +81,13 @@ class TileFormat:
     wg_prefix: str = ""
     #: Its chain kernels' prefix there (``{chain_prefix}_gemm_f{NF}``, NF in ``CHAIN_FRAGS``).
     chain_prefix: str = ""
+    #: Activation limbs per element (the stage holds ``limbs`` activation tiles; xh 2·limbs·K
+    #: bytes per row) and whether the output scale is per column (the set's scales: f32 [N]).
+    limbs: int = 1
+    col_scale: bool = False
+    #: Its chain kernels' builds, NF -> (stages, CTAs per multiprocessor) (None:
+    #: configs.TILE_CHAIN_BUILDS, the NVFP4 and Q2_0 ones).
+    chain_builds: dict[int, tuple[int, int]] | None = None
 
 
 #: Steps (8 blocks) per K part at most: the counter keeps levels 1 .. dlog - 1 in shared memory.
@@ -114,6 +121,21 @@ Q2_0 = TileFormat(
     configs.Q2_0_TILE_CTAS_PER_SM,
     wg_prefix="q2a16w",
     chain_prefix="q2c",
+)
+#: FP8 × A16 on the chain only (``w8c_prep``, ``w8c_gemm_f{NF}``: docs/chain-revision.md, "The
+#: FP8 chain tile"): weights as ``fp8_bf16.tile_fp8_bytes`` lays them out, 128 bytes per column
+#: and step in 144-byte rows, no block scales, the per-channel scale per column; the prologue's
+#: window is -119 <= E <= 120.
+FP8 = TileFormat(
+    "",
+    144,
+    0,
+    -119,
+    120,
+    chain_prefix="w8c",
+    limbs=2,
+    col_scale=True,
+    chain_builds=configs.TILE_FP8_CHAIN_BUILDS,
 )
 THREADS = 256
 COLS = 128
@@ -152,7 +174,7 @@ def smem_bytes(
     its stages 1024-byte aligned) for K parts of 2^dlog steps: ``stages`` pipeline stages, then
     the counter's levels (over steps, levels 1 .. dlog - 1; chain: over parts of 8 steps, levels
     0 .. dlog - 4), nf x 256 threads x 16 bytes each."""
-    stage = 8 * nf * 256 + COLS * fmt.wrow + COLS * fmt.sb
+    stage = 8 * nf * 256 * fmt.limbs + COLS * fmt.wrow + COLS * fmt.sb
     if wg:
         stage = -(-stage // 1024) * 1024
     levels = max(0, dlog - 3) if chain else max(0, dlog - 1)
@@ -178,11 +200,12 @@ def pick_kernel(fmt: TileFormat, rows: int) -> TileKernel | None:
     this device (sm_90a), else nvfp4_tile.cu's; None when neither is built. CHAIN: the chain
     kernel of nvfp4_wgmma.cu, or None (no other kernel gives its bits)."""
     if CHAIN:
-        nf = frags_for(rows, CHAIN_FRAGS)
+        builds = configs.TILE_CHAIN_BUILDS if fmt.chain_builds is None else fmt.chain_builds
+        nf = frags_for(rows, CHAIN_FRAGS if fmt.chain_builds is None else tuple(builds))
         name = f"{fmt.chain_prefix}_gemm_f{nf}"
-        if not fmt.chain_prefix or runtime.get_kernel(WG_FILE, name) is None:
+        if not fmt.chain_prefix or nf not in builds or runtime.get_kernel(WG_FILE, name) is None:
             return None
-        stages, ctas = configs.TILE_CHAIN_BUILDS[nf]
+        stages, ctas = builds[nf]
         return TileKernel(WG_FILE, name, nf, ctas, True, stages, chain=True)
     if WG_ENABLED and fmt.wg_prefix:
         nf = frags_for(rows, WG_FRAGS)
@@ -264,6 +287,24 @@ def gemm(
     return _run(prologue, rows, b, args0, args1, gz, n, fmt)
 
 
+def gemm_fp8(x: Any, ldx: int, rows: int, b: int, args0: tuple, args1: tuple, gz: int, n: int) -> bool:
+    """FP8 × A16 on the chain (CHAIN only: no other kernel gives its bits): ``rows`` bf16 rows
+    ``x`` times one weight set or two (gz = 2) of N = ``n`` columns and B = ``b`` blocks;
+    ``args0``/``args1`` the sets' (tile bytes, f32 column scales, unused rowscale, out, ldo).
+    False where it does not apply (not CHAIN, B % 8, rows not 16-byte aligned, not built)."""
+    if not (ENABLED and CHAIN) or ldx % 8 != 0 or x.data.ptr % 16 != 0:
+        return False
+    kern = runtime.get_kernel(WG_FILE, "w8c_prep")
+    if kern is None:
+        return False
+
+    def prologue(r0: int, m: int, pad: int, xh: Any, fac: Any, slow: Any) -> None:
+        args = (x[r0:], np.int64(ldx), np.int32(m), np.int32(pad), np.int32(b), xh, fac, slow)
+        pdl.launch(kern, (pad,), (prep_threads(b),), args)
+
+    return _run(prologue, rows, b, args0, args1, gz, n, FP8)
+
+
 def gemm_a4(codes: Any, ldc: int, afac: Any, rows: int, b: int, args: tuple, n: int) -> bool:
     """NVFP4 × A4: ``rows`` rows of w4a4_quantize's codes (int8, row stride ``ldc`` bytes) and
     factors ``afac`` (f32 [rows, B]) times one weight set (``args``: its codes, scales, rowscale
@@ -316,7 +357,7 @@ def _run(
     if smem > mma.SMEM_LIMIT or parts > MAX_PARTS:
         return False
     rows_pad = tile_rows * -(-chunk // tile_rows)
-    xh_bytes = rows_pad * k * 2
+    xh_bytes = rows_pad * k * 2 * fmt.limbs
     fac_bytes = rows_pad * b * 4
     part_bytes = parts * gz * chunk * n * 4 if parts > 1 else 0
     ws = mma.workspace(xh_bytes + fac_bytes + rows_pad + part_bytes)
@@ -378,8 +419,8 @@ def _run(
                     rs1,
                     o1[r0:],
                     ldo1,
-                    np.uint64(0),
-                    np.uint64(0),
+                    s0 if fmt.col_scale else np.uint64(0),
+                    s1 if fmt.col_scale else np.uint64(0),
                 ),
             )
     return True

@@ -21,6 +21,13 @@
 //       w4a4b_prep's operand), Q2_0 x A16; configs.TILE_CHAIN_BUILDS[NF]: stages, CTAs per
 //       multiprocessor. A CTA's K part is whole chain parts (kp8 = 2^dlog steps, dlog >= 3, or all of
 //       K): the counter over parts keeps levels 0 .. dlog - 4 in shared memory after the stages.
+//   w8c_prep(x, ldx, m, rows_pad, B, xh, fac, slow)
+//       the FP8 prologue (docs/chain-revision.md, "The FP8 chain tile"; at its definition below):
+//       the A16 codes' two limbs as f16 in the weight decode's k order, fac = 2^(E - 14), slow
+//       rows outside -119 <= E <= 120.
+//   w8c_gemm_f{NF}(the arguments of w4c_gemm_f{NF}; w = tile_fp8_bytes, s = f32 column scales),
+//       NF in configs.TILE_FP8_CHAIN_BUILDS: FP8 x A16 on the chain (tile.gemm_fp8), two f16
+//       wgmma per block, stages of two activation limbs and 144-byte weight rows.
 //
 // Exactness: per block, each warpgroup issues one wgmma m64n{8 NF}k16 f32.bf16.bf16 with D
 // overwritten (scale-d 0): A = its 64 weight rows' decoded operand (the m16n8k16 A fragment
@@ -363,6 +370,210 @@ struct W4cBody {
     }
 };
 
+// ---- FP8 x A16 on the chain (docs/chain-revision.md, "The FP8 chain tile") ----
+
+// D[64 x 8 NF] f32 = A[64 x 16] (registers, f16) * B[8 NF x 16]^T (shared memory, f16).
+template <int NF>
+__device__ __forceinline__ void w8w_mma(float (&d)[4 * NF], const u32 (&a)[4], u64 db);
+template <>
+__device__ __forceinline__ void w8w_mma<8>(float (&d)[32], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, 0, 1, 1, 0;"
+        : W4W_R8(0), W4W_R8(8), W4W_R8(16), W4W_R8(24)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+// Two e4m3 (the low and high byte of h) as an f16 pair, exactly.
+__device__ __forceinline__ u32 e4m3x2_f16x2(unsigned short h) {
+    u32 r;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(h));
+    return r;
+}
+
+// An integer of at most 11 significant bits as the bits of its f16 (exact).
+__device__ __forceinline__ unsigned short i2h_bits(int v) {
+    unsigned short h;
+    asm("cvt.rn.f16.s32 %0, %1;" : "=h"(h) : "r"(v));
+    return h;
+}
+
+// The FP8 prologue: per row r < rows_pad and block b, the A16 codes c = 2^8 a1 + a0 (a0 in
+// 0 .. 255, a1 in -128 .. 127) as f16 into xh [rows_pad][2 K]: step s's 128 elements of limb 0
+// (blocks 8 s .. 8 s + 7), then of limb 1; inside a block, k slot p holds element
+// 4 ((p & 7) >> 1) + (p & 1) + 2 (p >> 3) (lane t's weight word t: slots 2t, 2t+1, 2t+8, 2t+9).
+// fac [rows_pad][B] = 2^(E - 14) (NaN for a non-finite block; 1 past m); slow[r] = 1 where a
+// block of the row is non-finite or, nonzero, has E outside -119 .. 120 (where D_0 2^(E - 14)
+// may round or overflow). One CTA per row, block prep_threads(B), launched programmatically.
+extern "C" __global__ void __launch_bounds__(1024) w8c_prep(const unsigned short* __restrict__ x, long long ldx,
+                                                            int m, int rows_pad, int B,
+                                                            unsigned short* __restrict__ xh,
+                                                            float* __restrict__ fac,
+                                                            unsigned char* __restrict__ slow) {
+    const int r = blockIdx.x;
+    const bool live = r < m;
+    const unsigned short* src = x + (size_t)r * ldx;
+    pdl_wait();
+    pdl_trigger();
+    int bad = 0;
+    for (int b = threadIdx.x; b < B; b += blockDim.x) {
+        int c[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+        int E = 14;
+        bool fin = true;
+        if (live) {
+            unsigned short xs[16];
+#pragma unroll
+            for (int j = 0; j < 16; ++j) xs[j] = src[(size_t)b * 16 + j];
+            a16_block_int(xs, c, E, fin);
+            bool nz = false;
+#pragma unroll
+            for (int j = 0; j < 16; ++j) nz |= c[j] != 0;
+            bad |= !fin || (nz && (E < -119 || E > 120));
+        }
+        u32 w[2][8];
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {  // slots 2q, 2q + 1
+            const int j0 = 4 * ((2 * q & 7) >> 1) + 2 * (q >> 2);
+#pragma unroll
+            for (int l = 0; l < 2; ++l) {
+                const int v0 = l ? c[j0] >> 8 : c[j0] & 255, v1 = l ? c[j0 + 1] >> 8 : c[j0 + 1] & 255;
+                w[l][q] = (u32)i2h_bits(v0) | ((u32)i2h_bits(v1) << 16);
+            }
+        }
+        const int s = b >> 3, bb = b & 7;
+#pragma unroll
+        for (int l = 0; l < 2; ++l) {
+            uint4* dst = (uint4*)(xh + (size_t)r * 2 * B * 16 + (size_t)s * 256 + l * 128 + bb * 16);
+            dst[0] = make_uint4(w[l][0], w[l][1], w[l][2], w[l][3]);
+            dst[1] = make_uint4(w[l][4], w[l][5], w[l][6], w[l][7]);
+        }
+        fac[(size_t)r * B + b] = !live ? 1.0f : (fin ? pow2f(E - 14) : __uint_as_float(0x7fc00000u));
+    }
+    const bool sl = __syncthreads_or(bad) != 0;
+    if (threadIdx.x == 0) slow[r] = sl ? 1 : 0;
+}
+
+// The CTA's K part on the chain, FP8: per block, the warpgroup's two wgmma (limbs 0 and 1 of the
+// activation operand against the block's rounded e4m3 weights as f16) give the exact limb dots
+// D_0, D_1 (chain-revision.md); v = fma(D_1, 2^8 fac, D_0 fac) (SLOW: f32((2^8 D_1 + D_0) fac)
+// in float64, one rounding), c = c + v; parts, counter and output as w4c_body's (the output
+// scale the weight row's). Weight rows in shared memory: lane t's words t of the step's 8 blocks
+// at bytes 32 t .. 32 t + 31 of its row (the uploader's order).
+template <int NF, bool SLOW, class F, int ST>
+__device__ __forceinline__ void w8c_body(const unsigned char* __restrict__ xh, const float* __restrict__ fac, int m,
+                                         int row0, const WeightSet& set, int n0, int N, int B, int s_begin, int Sl,
+                                         int dlog, float* __restrict__ partial, int part_i, int gz, int zs,
+                                         unsigned char* smem) {
+    constexpr int ACT = 2 * 8 * NF * 256;
+    constexpr int STAGE = tile_stage_bytes<NF, F, true>();
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int K = B * 16;
+    const int dlogp = dlog > 3 ? dlog - 3 : 0;
+    const u32 sbase = (u32)__cvta_generic_to_shared(smem);
+    float4* ctr = (float4*)(smem + ST * STAGE);
+    const int wc0 = 16 * warp + g;
+    const float* facl = fac + (size_t)(row0 + 2 * t) * B;
+    float c[NF][4];
+#pragma unroll
+    for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) c[nf][j] = -0.0f;
+    float d[2][2][4 * NF];  // [block & 1][limb]
+    tile_prologue_x<NF, true, ST, 2>(smem, xh, row0, K, s_begin, Sl, STAGE);
+    for (int ls = 0; ls < Sl; ++ls) {
+        const int buf = ls % ST;
+        cp_async_wait<ST - 2>();
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        __syncthreads();
+        if (ls + ST - 1 < Sl)
+            tile_load<NF, F, true>(smem + ((ls + ST - 1) % ST) * STAGE, xh, row0, K, set, n0, N, B,
+                                   s_begin + ls + ST - 1);
+        cp_async_commit();
+        const unsigned char* wp = smem + buf * STAGE + ACT + wc0 * F::WROW + 32 * t;
+        const uint4 W0a = *(const uint4*)wp, W0b = *(const uint4*)(wp + 16);
+        const uint4 W1a = *(const uint4*)(wp + 8 * F::WROW), W1b = *(const uint4*)(wp + 8 * F::WROW + 16);
+        const u32 w0[8] = {W0a.x, W0a.y, W0a.z, W0a.w, W0b.x, W0b.y, W0b.z, W0b.w};
+        const u32 w1[8] = {W1a.x, W1a.y, W1a.z, W1a.w, W1b.x, W1b.y, W1b.z, W1b.w};
+        const u64 dact = wg_desc(sbase + buf * STAGE);
+        const float* facp = facl + 8 * (s_begin + ls);
+        auto issue = [&](int b) {
+            const u32 a[4] = {e4m3x2_f16x2((unsigned short)(w0[b] & 0xFFFFu)),
+                              e4m3x2_f16x2((unsigned short)(w1[b] & 0xFFFFu)),
+                              e4m3x2_f16x2((unsigned short)(w0[b] >> 16)),
+                              e4m3x2_f16x2((unsigned short)(w1[b] >> 16))};
+            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+            w8w_mma<NF>(d[b & 1][0], a, w4w_block_desc<NF>(dact, b));
+            w8w_mma<NF>(d[b & 1][1], a, w4w_block_desc<NF>(dact, 8 + b));
+            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        };
+        issue(0);
+#pragma unroll
+        for (int b = 0; b < 8; ++b) {
+            if (b < 7) {
+                issue(b + 1);
+                w4w_wait<1>();
+            } else {
+                w4w_wait<0>();
+            }
+#pragma unroll
+            for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const float f = __ldg(facp + b + (size_t)(8 * nf + h) * B);
+#pragma unroll
+                    for (int jj = 0; jj < 2; ++jj) {
+                        const int j = 2 * jj + h;
+                        const float d0 = d[b & 1][0][4 * nf + j], d1 = d[b & 1][1][4 * nf + j];
+                        float v;
+                        if (SLOW)
+                            v = ieee_d2f(__dmul_rn(__fma_rn((double)d1, 256.0, (double)d0), (double)f));
+                        else
+                            v = ieee_fma(d1, ieee_mul(f, 256.0f), ieee_mul(d0, f));
+                        c[nf][j] = ieee_add(c[nf][j], v);
+                    }
+                }
+        }
+        if ((ls & 7) == 7 || ls == Sl - 1) {  // a part's end: its root into the counter
+            chain_push<NF>(ls >> 3, dlogp, c, ctr, tid);
+            if (ls != Sl - 1)
+#pragma unroll
+                for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) c[nf][j] = -0.0f;
+        }
+    }
+    cp_async_wait<0>();
+    const int np = (Sl + 7) >> 3;
+    if (np != (1 << dlogp)) {
+        bool have = false;
+        for (int L = 0; L < dlogp; ++L) {
+            if (((np >> L) & 1) == 0) continue;
+#pragma unroll
+            for (int nf = 0; nf < NF; ++nf) {
+                const float4 v = ctr[(L * NF + nf) * W4B_THREADS + tid];
+                c[nf][0] = have ? ieee_add(v.x, c[nf][0]) : v.x;
+                c[nf][1] = have ? ieee_add(v.y, c[nf][1]) : v.y;
+                c[nf][2] = have ? ieee_add(v.z, c[nf][2]) : v.z;
+                c[nf][3] = have ? ieee_add(v.w, c[nf][3]) : v.w;
+            }
+            have = true;
+        }
+    }
+    tile_store<NF, true>(c, set, n0, N, row0, m, wc0, t, partial, part_i, gz, zs);
+}
+
+template <int ST>
+struct W8cBody {
+    static constexpr bool WG = true;
+    static constexpr int STAGES = ST;
+    template <int NF, bool SLOW, class F, class... A>
+    static __device__ __forceinline__ void run(A... a) {
+        w8c_body<NF, SLOW, F, ST>(a...);
+    }
+};
+
 #define NVFP4_WGMMA_TILE(NF, MINB) TILE_GEMM_KERNEL(w4a16w_gemm_f##NF, W4wBody<false>, TileNvfp4, NF, MINB)
 #define NVFP4_A4_WGMMA_TILE(NF, MINB) TILE_GEMM_KERNEL(w4a4w_gemm_f##NF, W4wBody<true>, TileNvfp4, NF, MINB)
 #define Q2_WGMMA_TILE(NF, MINB) TILE_GEMM_KERNEL(q2a16w_gemm_f##NF, W4wBody<false>, TileQ2, NF, MINB)
@@ -376,3 +587,5 @@ struct W4cBody {
 #define Q2_CHAIN_TILE(NF, ST, PF, MINB) TILE_GEMM_KERNEL(q2c_gemm_f##NF, W4C_BODY(ST, PF), TileQ2, NF, MINB)
 // @instances NVFP4_CHAIN_TILE
 // @instances Q2_CHAIN_TILE
+#define FP8_CHAIN_TILE(NF, ST, MINB) TILE_GEMM_KERNEL(w8c_gemm_f##NF, W8cBody<ST>, TileFp8, NF, MINB)
+// @instances FP8_CHAIN_TILE

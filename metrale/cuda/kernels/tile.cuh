@@ -36,12 +36,20 @@ __device__ __forceinline__ unsigned int q2b_pair(unsigned int Ws, unsigned int s
 
 // The weight formats of the tiled GEMM: per 8-block step and column, the bytes of codes (WB, at
 // a WROW-byte stride in shared memory: 8 distinct 16-byte bank groups for the 8 columns a warp's
-// loads touch) and of scales (SB).
+// loads touch) and of scales (SB); the activation operand's limbs per element (LIMBS: stages hold
+// LIMBS activation tiles) and whether the output scale is per column (COLSCALE: the set's scale
+// pointer holds f32 [N], not block scales).
 struct TileNvfp4 {  // 2 words per block (e2m1 nibbles), 8 e4m3 scales
-    static constexpr int WB = 64, WROW = 80, SB = 8;
+    static constexpr int WB = 64, WROW = 80, SB = 8, LIMBS = 1;
+    static constexpr bool COLSCALE = false;
 };
 struct TileQ2 {  // 1 word per block (2-bit codes), the f16 d of blocks 0-3 and of 4-7
-    static constexpr int WB = 32, WROW = 48, SB = 4;
+    static constexpr int WB = 32, WROW = 48, SB = 4, LIMBS = 1;
+    static constexpr bool COLSCALE = false;
+};
+struct TileFp8 {  // 4 words per block (rounded e4m3, chain.fp8_effective), two A16 limbs, per-column scale
+    static constexpr int WB = 128, WROW = 144, SB = 0, LIMBS = 2;
+    static constexpr bool COLSCALE = true;
 };
 
 // The bytes of one pipeline stage of the 8 NF-row tile on format F (WG: nvfp4_wgmma.cu's, rounded
@@ -49,8 +57,8 @@ struct TileQ2 {  // 1 word per block (2-bit codes), the f16 d of blocks 0-3 and 
 // memory raw (WG: the next 1024-byte boundary; the launcher adds 1024 bytes).
 template <int NF, class F, bool WG>
 __host__ __device__ constexpr int tile_stage_bytes() {
-    return WG ? (8 * NF * 256 + W4B_COLS * F::WROW + W4B_COLS * F::SB + 1023) & ~1023
-              : 8 * NF * 256 + W4B_COLS * F::WROW + W4B_COLS * F::SB;
+    return WG ? (8 * NF * 256 * F::LIMBS + W4B_COLS * F::WROW + W4B_COLS * F::SB + 1023) & ~1023
+              : 8 * NF * 256 * F::LIMBS + W4B_COLS * F::WROW + W4B_COLS * F::SB;
 }
 template <bool WG>
 __device__ __forceinline__ unsigned char* tile_stages(unsigned char* raw) {
@@ -63,23 +71,25 @@ __device__ __forceinline__ unsigned char* tile_stages(unsigned char* raw) {
 // its pdl_wait). Activation layout: WG = false (mma.sync, ldmatrix): row r at 256 r, 16-byte
 // chunk c at c ^ (r & 7); WG = true (wgmma's K-major operand, 128-byte swizzle): K elements
 // 64 h .. 64 h + 63 of every row in the 1024-byte-aligned half h (8 NF rows x 128 bytes), chunk c
-// of row r at 128 r + 16 ((c & 7) ^ (r & 7)).
-template <int NF, bool WG>
+// of row r at 128 r + 16 ((c & 7) ^ (r & 7)). LIMBS = 2 (WG only): xh rows of 2 K elements, a
+// step's 128 elements of limb 0 then of limb 1; the stage holds four such halves.
+template <int NF, bool WG, int LIMBS = 1>
 __device__ __forceinline__ void tile_load_x(unsigned char* base, const unsigned char* __restrict__ xh, int row0,
                                             int K, int s) {
+    static_assert(LIMBS == 1 || (WG && LIMBS == 2), "one limb, or two on wgmma's layout");
     constexpr int ACT = 8 * NF * 256;
     const int tid = threadIdx.x;
 #pragma unroll
-    for (int i = 0; i < NF / 2; ++i) {  // 8 NF rows x 16 chunks of 16 bytes
-        const int q = tid + W4B_THREADS * i, r = q >> 4, c = q & 15;
-        const unsigned char* src = xh + ((size_t)(row0 + r) * K + (size_t)s * 128) * 2 + c * 16;
+    for (int i = 0; i < NF / 2 * LIMBS; ++i) {  // 8 NF rows x 16 LIMBS chunks of 16 bytes
+        const int q = tid + W4B_THREADS * i, r = q >> (LIMBS == 2 ? 5 : 4), c = q & (16 * LIMBS - 1);
+        const unsigned char* src = xh + ((size_t)(row0 + r) * K + (size_t)s * 128) * 2 * LIMBS + c * 16;
         const int dst = WG ? (c >> 3) * (ACT / 2) + r * 128 + (((c & 7) ^ (r & 7)) << 4) : r * 256 + ((c ^ (r & 7)) << 4);
         cp_async16(base + dst, src, 16);
     }
 }
 template <int NF, class F>
 __device__ __forceinline__ void tile_load_w(unsigned char* base, const WeightSet& set, int n0, int N, int B, int s) {
-    constexpr int ACT = 8 * NF * 256, CH = F::WB / 16;
+    constexpr int ACT = 8 * NF * 256 * F::LIMBS, CH = F::WB / 16;
     const int tid = threadIdx.x;
 #pragma unroll
     for (int i = 0; i < CH / 2; ++i) {  // 128 weight rows x CH chunks
@@ -89,19 +99,21 @@ __device__ __forceinline__ void tile_load_w(unsigned char* base, const WeightSet
             set.w + (size_t)(ok ? n : 0) * ((size_t)B * (F::WB / 8)) + (size_t)s * F::WB + p * 16;
         cp_async16(base + ACT + col * F::WROW + p * 16, src, ok ? 16 : 0);
     }
-    if (tid < W4B_COLS) {  // 128 x SB scale bytes
-        const int n = n0 + tid;
-        const bool ok = n < N;
-        const unsigned char* src = set.ws + (size_t)(ok ? n : 0) * ((size_t)B * F::SB / 8) + (size_t)s * F::SB;
-        unsigned char* dst = base + ACT + W4B_COLS * F::WROW + tid * F::SB;
-        if constexpr (F::SB == 8) cp_async8(dst, src, ok ? 8 : 0);
-        else cp_async4(dst, src, ok ? 4 : 0);
+    if constexpr (F::SB > 0) {
+        if (tid < W4B_COLS) {  // 128 x SB scale bytes
+            const int n = n0 + tid;
+            const bool ok = n < N;
+            const unsigned char* src = set.ws + (size_t)(ok ? n : 0) * ((size_t)B * F::SB / 8) + (size_t)s * F::SB;
+            unsigned char* dst = base + ACT + W4B_COLS * F::WROW + tid * F::SB;
+            if constexpr (F::SB == 8) cp_async8(dst, src, ok ? 8 : 0);
+            else cp_async4(dst, src, ok ? 4 : 0);
+        }
     }
 }
 template <int NF, class F, bool WG>
 __device__ __forceinline__ void tile_load(unsigned char* base, const unsigned char* __restrict__ xh, int row0, int K,
                                           const WeightSet& set, int n0, int N, int B, int s) {
-    tile_load_x<NF, WG>(base, xh, row0, K, s);
+    tile_load_x<NF, WG, F::LIMBS>(base, xh, row0, K, s);
     tile_load_w<NF, F>(base, set, n0, N, B, s);
 }
 
@@ -109,12 +121,12 @@ __device__ __forceinline__ void tile_load(unsigned char* base, const unsigned ch
 // commit group each: the launch issued their weights before its pdl_wait (tile_gemm), so group 0
 // holds stage 0's weights and activations and the next stages' weights, and every later group one
 // stage (cp_async_wait<ST - 2> before stage ls is the group count of one load per stage).
-template <int NF, bool WG, int ST = W4B_STAGES>
+template <int NF, bool WG, int ST = W4B_STAGES, int LIMBS = 1>
 __device__ __forceinline__ void tile_prologue_x(unsigned char* smem, const unsigned char* __restrict__ xh, int row0,
                                                 int K, int s_begin, int Sl, int stage) {
 #pragma unroll
     for (int i = 0; i < ST - 1; ++i) {
-        if (i < Sl) tile_load_x<NF, WG>(smem + i * stage, xh, row0, K, s_begin + i);
+        if (i < Sl) tile_load_x<NF, WG, LIMBS>(smem + i * stage, xh, row0, K, s_begin + i);
         cp_async_commit();
     }
 }
@@ -227,8 +239,9 @@ __device__ __forceinline__ void tile_counter_push(int ls, int dlog, float (&sr)[
 }
 
 // A lane's roots r[nf][j] (weight row wc0 + 8 (j >> 1), activation row 8 nf + 2 t + (j & 1)) out:
-// y = bf16(root * rowscale) (partial null) or the root into partial [parts][gz][m][N].
-template <int NF>
+// y = bf16(root * scale) (partial null; scale the set's rowscale, COLSCALE: the column's f32 from
+// the set's scale pointer) or the root into partial [parts][gz][m][N].
+template <int NF, bool COLSCALE = false>
 __device__ __forceinline__ void tile_store(const float (&r)[NF][4], const WeightSet& set, int n0, int N, int row0,
                                            int m, int wc0, int t, float* __restrict__ partial, int part_i, int gz,
                                            int zs) {
@@ -239,7 +252,8 @@ __device__ __forceinline__ void tile_store(const float (&r)[NF][4], const Weight
             const int col = n0 + wc0 + 8 * (j >> 1), row = row0 + 8 * nf + 2 * t + (j & 1);
             if (col >= N || row >= m) continue;
             if (partial == nullptr)
-                set.out[(size_t)row * set.ldo + col] = f32_to_bf16(ieee_mul(r[nf][j], set.rowscale));
+                set.out[(size_t)row * set.ldo + col] = f32_to_bf16(
+                    ieee_mul(r[nf][j], COLSCALE ? __ldg((const float*)set.ws + col) : set.rowscale));
             else
                 partial[(((size_t)part_i * gz + zs) * m + row) * N + col] = r[nf][j];
         }
