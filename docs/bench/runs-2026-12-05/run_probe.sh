@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The chain-tile probes of this run on the device (chain_tile.py), then ncu over one NF = 16 chain
+# The chain tiles' GPU tests (NVFP4 / Q2_0 at every NF, the FP8 limb premise and tile), the chain-tile
+# probes of this run on the device (chain_tile.py), then ncu over one NF = 16 chain
 # launch (gate + up, 4096 rows): stall reasons and pipe use.
 export PYTHONPATH=.
 P=docs/bench/runs-2026-12-05/chain_tile.py
-METRALE_REQUIRE_GPU=1 timeout 150 python -m pytest tests/gpu/test_cuda_chain_tile.py -n 8 -p no:benchmark \
-    -p no:cacheprovider -q -x 2>&1 | tail -4
+METRALE_REQUIRE_GPU=1 timeout 200 python -m pytest tests/gpu/test_cuda_chain_tile.py tests/gpu/test_fp8_limb_block_dot.py \
+    tests/gpu/test_cuda_fp8_chain_tile.py -n 8 -p no:benchmark -p no:cacheprovider -q 2>&1 | tail -8
 VARS=tree,chain MS=16,32,64,128,256,1024,4096 timeout 150 python $P 2>&1 | tail -14
 STAGES16=3 TAG=_s3 VARS=chain16 MS=256,1024,4096 timeout 80 python $P 2>&1 | tail -6
 STAGES16=3 PF=8,16 TAG=_pf VARS=chain8,chain16 MS=256,1024,4096 timeout 90 python $P 2>&1 | tail -6
