@@ -4,9 +4,10 @@ the present exact tile (the tree) and bf16 cuBLAS (torch), Qwen3-8B FFN projecti
 median of 5) and block values per second; the chain's outputs of 4 rows checked against
 chain.project_chain. STAGES16=3 builds NF = 16 with three stages (one counter level); NOSLOW=1
 builds the tiles without their slow epilogue (all rows here are fast: the same bits); PF=8,16
-builds those NF with the next stage's first wgmma issued early (three stages).
+builds those NF with the next stage's first wgmma issued early (three stages). FMT=fp8: the FP8
+chain tile (w8c_gemm_f8, tile.gemm_fp8) against the routed FP8 overlay (w8a16_gemm: "tree").
 
-    FMT=nvfp4|q2_0 MS=64,256,1024,4096 VARS=tree,chain16 python docs/bench/runs-2026-12-05/chain_tile.py
+    FMT=nvfp4|q2_0|fp8 MS=64,256,1024,4096 VARS=tree,chain16 python docs/bench/runs-2026-12-05/chain_tile.py
 """
 
 import json
@@ -16,10 +17,11 @@ import cupy as cp
 import numpy as np
 import torch
 
-from metrale.cuda import configs, nvfp4, q2_0, runtime, tile
+from metrale.cuda import configs, fp8_bf16, nvfp4, q2_0, runtime, tile
 from metrale.cuda.weights import upload_generic
 from metrale.reference.chain import project_chain
 from metrale.reference.elements import BF16
+from metrale.reference.formats import Fp8Weight
 from tests.gpu import gen
 
 rng = np.random.default_rng(0)
@@ -94,24 +96,41 @@ def timed_torch(wt, xt) -> float:
     return float(np.median(ts))
 
 
+def host_weight(n: int, k: int):
+    if FMT == "fp8":
+        src = rng.standard_normal((n, k)) * np.exp2(rng.integers(-8, 1, (n, k)))
+        return Fp8Weight.quantize(src.astype(np.float32))
+    return gen.nvfp4(rng, n, k, a4=False) if FMT == "nvfp4" else gen.q2_0(rng, n, k)
+
+
+def device_weight(w):
+    if FMT == "fp8":  # the routed overlay's weight, and the chain tile's bytes and column scales
+        tb = cp.asarray(fp8_bf16.tile_fp8_bytes(w.weight))
+        return (fp8_bf16.upload_fp8(w), tb, cp.asarray(np.asarray(w.weight_scale, dtype=np.float32)))
+    return upload_generic(w) if FMT == "nvfp4" else q2_0.upload_q2_0(w)
+
+
 out: dict = {"fmt": FMT, "gpu": torch.cuda.get_device_name(), "cells": {}}
 for tag, n, k, dual in (("gateup", 12288, 4096, True), ("down", 4096, 12288, False)):
     hosts, copies = [], []
     for _ in range(3):
-        h = [
-            gen.nvfp4(rng, n, k, a4=False) if FMT == "nvfp4" else gen.q2_0(rng, n, k)
-            for _ in range(2 if dual else 1)
-        ]
+        h = [host_weight(n, k) for _ in range(2 if dual else 1)]
         hosts.append(h)
-        copies.append([upload_generic(w) if FMT == "nvfp4" else q2_0.upload_q2_0(w) for w in h])
+        copies.append([device_weight(w) for w in h])
     wt = [torch.randn(n * (2 if dual else 1), k, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
     for m in MS:
         xh = (rng.standard_normal((m, k)) * 0.5).astype(np.float32).astype(BF16)
         x = cp.asarray(xh.view(np.uint16))
         outs = [cp.zeros((m, n), cp.uint16) for _ in range(2)]
 
-        def call(ws, x=x, outs=outs, m=m):
-            if FMT == "nvfp4":
+        def call(ws, x=x, outs=outs, m=m, n=n, k=k):
+            if FMT == "fp8" and tile.CHAIN:
+                args = [(w[1], w[2], np.float32(1), outs[i], np.int64(n)) for i, w in enumerate(ws)]
+                assert tile.gemm_fp8(x, k, m, k // 16, args[0], args[-1], len(ws), n)
+            elif FMT == "fp8":
+                for i, w in enumerate(ws):
+                    fp8_bf16.w8a16_gemm(x, w[0], outs[i])
+            elif FMT == "nvfp4":
                 nvfp4.nvfp4_a16(x, [(w, outs[i]) for i, w in enumerate(ws)], m, 4)
             else:
                 for i, w in enumerate(ws):

@@ -7,9 +7,10 @@ P=docs/bench/runs-2026-12-05/chain_tile.py
 METRALE_REQUIRE_GPU=1 timeout 200 python -m pytest tests/gpu/test_cuda_chain_tile.py tests/gpu/test_fp8_limb_block_dot.py \
     tests/gpu/test_cuda_fp8_chain_tile.py -n 8 -p no:benchmark -p no:cacheprovider -q 2>&1 | tail -8
 VARS=tree,chain MS=16,32,64,128,256,1024,4096 timeout 150 python $P 2>&1 | tail -14
+FMT=fp8 VARS=tree,chain MS=16,64,256,1024,4096 timeout 120 python $P 2>&1 | tail -12
+FMT=q2_0 VARS=tree,chain MS=256,1024,4096 timeout 90 python $P 2>&1 | tail -8
 STAGES16=3 TAG=_s3 VARS=chain16 MS=256,1024,4096 timeout 80 python $P 2>&1 | tail -6
 STAGES16=3 PF=8,16 TAG=_pf VARS=chain8,chain16 MS=256,1024,4096 timeout 90 python $P 2>&1 | tail -6
-FMT=q2_0 VARS=tree,chain MS=256,1024,4096 timeout 90 python $P 2>&1 | tail -8
 MS=4096 VARS=chain16 TAG=_ncu timeout 110 ncu --kernel-name regex:w4c_gemm_f16 --launch-count 1 \
     --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
     --section InstructionStats python $P >"$OUT/ncu_chain16.txt" 2>&1
