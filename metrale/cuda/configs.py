@@ -108,16 +108,19 @@ NVFP4_WGMMA_TILE_CTAS: dict[int, int] = {2: 2, 4: 1, 8: 1}
 #: ``q2c_gemm_f{NF}``): each NF's pipeline stages and the CTAs per multiprocessor it is built
 #: for. NF = 16's three stages (132 KB) would leave room for one 64 KB level of the counter over
 #: parts (two parts per CTA), its two for two levels (four parts: K = 4096 without a K split);
-#: NF = 2 holds few registers (two CTAs, as the tree's NF = 2).
-TILE_CHAIN_BUILDS: dict[int, tuple[int, int]] = {2: (3, 2), 4: (3, 1), 8: (3, 1), 16: (2, 1)}
+#: NF = 2 holds few registers (two CTAs, as the tree's NF = 2); NF = 1 (8 rows, m64n8k16: the
+#: decode-size tile) four CTAs of four 13 KB stages, so that a multiprocessor keeps about 150 KB
+#: of weights in flight.
+TILE_CHAIN_BUILDS: dict[int, tuple[int, int]] = {1: (4, 3), 2: (3, 2), 4: (3, 1), 8: (3, 1), 16: (2, 1)}
 TILE_CHAIN_FRAGS: tuple[int, ...] = tuple(TILE_CHAIN_BUILDS)
 #: The NF whose chain kernels issue the next stage's first wgmma before a stage's last block
 #: values (three stages only).
 TILE_CHAIN_PREFETCH: frozenset[int] = frozenset()
 #: nvfp4_wgmma.cu's FP8 chain tiles ``w8c_gemm_f{NF}`` (docs/chain-revision.md, "The FP8 chain
 #: tile"): NF -> (stages, CTAs per multiprocessor). Two accumulator pairs of 4 NF and the chains
-#: hold NF = 8 in registers; a stage is 50 KB (two activation limbs, 144-byte weight rows).
-TILE_FP8_CHAIN_BUILDS: dict[int, tuple[int, int]] = {8: (3, 1)}
+#: hold NF = 8 in registers; a stage is 50 KB at NF = 8, 22 KB at NF = 1 (two activation limbs,
+#: 144-byte weight rows).
+TILE_FP8_CHAIN_BUILDS: dict[int, tuple[int, int]] = {1: (3, 2), 2: (3, 2), 4: (3, 1), 8: (3, 1)}
 #: Its Q2_0 kernels ``q2a16b_gemm_f{NF}``: NF = 8 spills registers there and measured slower
 #: than NF = 4 (3.2 against 3.8 T block values/s at 4096 rows on an H200).
 Q2_0_TILE_FRAGS: tuple[int, ...] = (2, 4)

@@ -1,7 +1,7 @@
 """The tiled NVFP4 × A16 / A4 and Q2_0 × A16 GEMM on the block-value chain (nvfp4_wgmma.cu's
 ``w4c_gemm_f{NF}`` / ``q2c_gemm_f{NF}``, tile.CHAIN; docs/chain-revision.md) against the
 revision's reference ``chain.project_chain``, bit for bit: fast and slow epilogues at each
-format's window edges, rows of every edge kind, every CTA height (NF = 2, 4, 8, 16), gate and
+format's window edges, rows of every edge kind, every CTA height (NF = 1, 2, 4, 8, 16), gate and
 up in one launch, CTA K parts of 1 to 16 chain parts (full and short: the counter over parts
 and its fold), K split across CTAs (mma_finish over the CTA roots), every weight code, guard
 bands."""
@@ -108,7 +108,7 @@ def test_chain_tile_nvfp4_matches_chain_reference(
     dw, dw1 = cuda.upload(w), cuda.upload(w1)
     x = mixed_rows(fresh_rng, 150, k, -102, 110)
     want, want1 = ref(x, w), ref(x, w1)
-    for m in (1, 17, 64, 65, 150):
+    for m in (1, 8, 9, 17, 64, 65, 150):
         gen.bits_equal(run_nvfp4(cuda, fresh_rng, x[:m], dw, n), want[:m], f"chain m={m} {shape}")
     for m in (3, 140):
         b1, v1, i1 = gen.guarded(cp, fresh_rng, m, n)
@@ -118,7 +118,7 @@ def test_chain_tile_nvfp4_matches_chain_reference(
         gen.bits_equal(gen.check_guard(b2, i2, m, n), want1[:m], f"chain dual m={m} up {shape}")
     edge = gen.rows(fresh_rng, 140, k)
     gen.bits_equal(run_nvfp4(cuda, fresh_rng, edge, dw, n), ref(edge, w), f"chain edge rows {shape}")
-    assert {f"w4c_gemm_f{nf}" for nf in (2, 4, 8, 16)} <= set(chained["picked"]), chained["picked"]
+    assert {f"w4c_gemm_f{nf}" for nf in (1, 2, 4, 8, 16)} <= set(chained["picked"]), chained["picked"]
 
 
 @pytest.mark.parametrize("exp", [-126, -103, 111, 127])
@@ -190,7 +190,7 @@ def test_chain_tile_q2(cuda: Any, fresh_rng: np.random.Generator, chained: dict,
         gen.bits_equal(run_q2(cuda, fresh_rng, x[:m], dw, n), want[:m], f"chain q2 m={m} {shape}")
     edge = gen.rows(fresh_rng, 140, k)
     gen.bits_equal(run_q2(cuda, fresh_rng, edge, dw, n), ref(edge, host), f"chain q2 edge rows {shape}")
-    assert {f"q2c_gemm_f{nf}" for nf in (2, 4, 8, 16)} <= set(chained["picked"]), chained["picked"]
+    assert {f"q2c_gemm_f{nf}" for nf in (1, 2, 4, 8, 16)} <= set(chained["picked"]), chained["picked"]
 
 
 def test_chain_tile_codes_exhaustive(cuda: Any, fresh_rng: np.random.Generator, chained: dict) -> None:

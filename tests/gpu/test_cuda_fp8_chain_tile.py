@@ -88,7 +88,7 @@ def test_fp8_chain_tile_matches_chain_reference(
     x = np.concatenate([inner, window_rows(fresh_rng, 40, k, (-119, -118, 119, 120))])
     x = x[fresh_rng.permutation(len(x))]
     want, want1 = ref(x, w), ref(x, w1)
-    for m in (1, 63, 64, 65, 140):
+    for m in (1, 9, 30, 63, 64, 65, 140):  # NF = 1, 2, 4, 8 (one and three tiles)
         (got,) = run(fresh_rng, x[:m], [d], n)
         gen.bits_equal(got, want[:m], f"fp8 chain m={m} {shape}")
     g0, g1 = run(fresh_rng, x[:70], [d, d1], n)
@@ -97,7 +97,7 @@ def test_fp8_chain_tile_matches_chain_reference(
     edge = gen.rows(fresh_rng, 70, k)
     (got,) = run(fresh_rng, edge, [d], n)
     gen.bits_equal(got, ref(edge, w), f"fp8 chain edge rows {shape}")
-    assert set(fp8_tile["picked"]) == {"w8c_gemm_f8"}
+    assert set(fp8_tile["picked"]) == {f"w8c_gemm_f{nf}" for nf in (1, 2, 4, 8)}
 
 
 @pytest.mark.parametrize("exp", [-126, -120, 121, 127])

@@ -2,7 +2,8 @@
 the present exact tile (the tree) and bf16 cuBLAS (torch), Qwen3-8B FFN projections on one GPU:
 µs per projection (a CUDA graph of 6 calls cycling over 3 weight copies, events around it,
 median of 5) and block values per second; the chain's outputs of 4 rows checked against
-chain.project_chain. STAGES16=3 builds NF = 16 with three stages (one counter level); NOSLOW=1
+chain.project_chain; a chain variant takes every row count, the tree is the routed path there
+(decode and tensor-core kernels below 25 rows). STAGES16=3 builds NF = 16 with three stages (one counter level); NOSLOW=1
 builds the tiles without their slow epilogue (all rows here are fast: the same bits); PF=8,16
 builds those NF with the next stage's first wgmma issued early (three stages). FMT=fp8: the FP8
 chain tile (w8c_gemm_f8, tile.gemm_fp8) against the routed FP8 overlay (w8a16_gemm: "tree").
@@ -30,6 +31,7 @@ MS = [int(s) for s in os.environ.get("MS", "64,128,256,1024,4096").split(",")]
 VARIANTS = {  # name -> (CHAIN, CHAIN_FRAGS)
     "tree": (False, None),
     "chain": (True, configs.TILE_CHAIN_FRAGS),
+    "chain1": (True, (1,)),
     "chain8": (True, (8,)),
     "chain16": (True, (16,)),
 }
@@ -45,9 +47,15 @@ if os.environ.get("NOSLOW") == "1":
 
 
 def use(v: str) -> None:
+    """The variant's kernels; a chain variant takes every row count (tile.MIN_ROWS = 1), the tree
+    the routed path (below 25 rows but 9..16 the decode and tensor-core kernels)."""
     tile.CHAIN, frags = VARIANTS[v]
+    tile.MIN_ROWS = 1 if tile.CHAIN else MIN_ROWS
     if frags:
         tile.CHAIN_FRAGS = frags
+
+
+MIN_ROWS = tile.MIN_ROWS
 
 
 STREAM = cp.cuda.Stream(non_blocking=True)

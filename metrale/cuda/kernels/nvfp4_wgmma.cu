@@ -100,6 +100,15 @@ __device__ __forceinline__ void w4w_mma<2>(float (&d)[8], const u32 (&a)[4], u64
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 
+template <>
+__device__ __forceinline__ void w4w_mma<1>(float (&d)[4], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, 0, 1, 1, 0;"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
 // The descriptor of block b of a stage from the stage's (dact: its activation halves' start).
 template <int NF>
 __device__ __forceinline__ u64 w4w_block_desc(u64 dact, int b) {
@@ -383,6 +392,32 @@ __device__ __forceinline__ void w8w_mma<8>(float (&d)[32], const u32 (&a)[4], u6
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
         "{%32, %33, %34, %35}, %36, 0, 1, 1, 0;"
         : W4W_R8(0), W4W_R8(8), W4W_R8(16), W4W_R8(24)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+template <>
+__device__ __forceinline__ void w8w_mma<4>(float (&d)[16], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "{%16, %17, %18, %19}, %20, 0, 1, 1, 0;"
+        : W4W_R8(0), W4W_R8(8)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+template <>
+__device__ __forceinline__ void w8w_mma<2>(float (&d)[8], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, 0, 1, 1, 0;"
+        : W4W_R8(0)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+template <>
+__device__ __forceinline__ void w8w_mma<1>(float (&d)[4], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, 0, 1, 1, 0;"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 

@@ -80,8 +80,9 @@ __device__ __forceinline__ void tile_load_x(unsigned char* base, const unsigned 
     constexpr int ACT = 8 * NF * 256;
     const int tid = threadIdx.x;
 #pragma unroll
-    for (int i = 0; i < NF / 2 * LIMBS; ++i) {  // 8 NF rows x 16 LIMBS chunks of 16 bytes
+    for (int i = 0; i < (NF * LIMBS + 1) / 2; ++i) {  // 8 NF rows x 16 LIMBS chunks of 16 bytes
         const int q = tid + W4B_THREADS * i, r = q >> (LIMBS == 2 ? 5 : 4), c = q & (16 * LIMBS - 1);
+        if (NF * LIMBS == 1 && q >= 128) break;  // NF = 1, one limb: 128 chunks
         const unsigned char* src = xh + ((size_t)(row0 + r) * K + (size_t)s * 128) * 2 * LIMBS + c * 16;
         const int dst = WG ? (c >> 3) * (ACT / 2) + r * 128 + (((c & 7) ^ (r & 7)) << 4) : r * 256 + ((c ^ (r & 7)) << 4);
         cp_async16(base + dst, src, 16);
