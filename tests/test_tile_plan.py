@@ -195,7 +195,9 @@ CHAIN_KERNELS = [
 ]
 
 
-@pytest.mark.parametrize(("fmt", "nf"), CHAIN_KERNELS, ids=[f"{f.chain_prefix}-f{nf}" for f, nf in CHAIN_KERNELS])
+@pytest.mark.parametrize(
+    ("fmt", "nf"), CHAIN_KERNELS, ids=[f"{f.chain_prefix}-f{nf}" for f, nf in CHAIN_KERNELS]
+)
 @pytest.mark.parametrize("s8", [1, 5, 8, 9, 32, 96, 112, 768])
 @pytest.mark.parametrize("ctas", [1, 132, 10_000])
 def test_chain_parts_hold_whole_chains(fmt: tile.TileFormat, nf: int, s8: int, ctas: int) -> None:
@@ -203,7 +205,9 @@ def test_chain_parts_hold_whole_chains(fmt: tile.TileFormat, nf: int, s8: int, c
     cut), its counter over parts fits the shared memory of the CTAs per multiprocessor it is built
     for, and K splits no further than needed."""
     builds = configs.TILE_CHAIN_BUILDS if fmt.chain_builds is None else fmt.chain_builds
-    kern = tile.TileKernel(tile.WG_FILE, f"{fmt.chain_prefix}_gemm_f{nf}", nf, builds[nf][1], True, builds[nf][0], True)
+    kern = tile.TileKernel(
+        tile.WG_FILE, f"{fmt.chain_prefix}_gemm_f{nf}", nf, builds[nf][1], True, builds[nf][0], True
+    )
     dlog, parts = tile.chain_plan(kern, fmt, s8, ctas, 132)
     kp8 = 1 << dlog
     assert (parts - 1) * kp8 < s8 <= parts * kp8

@@ -116,9 +116,14 @@ def compile_cubin(cu_file: str, arch: str) -> Path:
     """NVRTC-compile ``cu_file`` (headers inlined) for ``arch`` (e.g. ``sm_90``) with exactly
     COMPILE_OPTIONS; return the path of the cubin (cached on disk, or a temporary file that
     lives as long as the process). Raise RuntimeError carrying the compiler log on failure."""
+    return compile_text(cu_file, source(cu_file), arch)
+
+
+def compile_text(cu_file: str, src: str, arch: str) -> Path:
+    """``compile_cubin`` for the CUDA source ``src`` named ``cu_file`` (probes and tests that
+    need the kernels' options: no flush to zero, no contraction)."""
     from cupy_backends.cuda.libs import nvrtc
 
-    src = source(cu_file)
     opts = (*COMPILE_OPTIONS, f"--gpu-architecture={arch}")
     key = hashlib.sha256(repr((src, opts, nvrtc.getVersion())).encode()).hexdigest()[:32]
     path = cache_dir() / f"{cu_file}.{arch}.{key}.cubin"

@@ -186,7 +186,7 @@ def test_chain_tile_q2(cuda: Any, fresh_rng: np.random.Generator, chained: dict,
     x[11, :16] = window_rows(fresh_rng, 1, 16, (-89,))[0]
     x[120, -16:] = window_rows(fresh_rng, 1, 16, (106,))[0]
     want = ref(x, host)
-    for m in (1, 17, 33, 150):
+    for m in (1, 9, 17, 33, 150):
         gen.bits_equal(run_q2(cuda, fresh_rng, x[:m], dw, n), want[:m], f"chain q2 m={m} {shape}")
     edge = gen.rows(fresh_rng, 140, k)
     gen.bits_equal(run_q2(cuda, fresh_rng, edge, dw, n), ref(edge, host), f"chain q2 edge rows {shape}")

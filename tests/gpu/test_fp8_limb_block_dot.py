@@ -65,7 +65,11 @@ PERM = np.array([4 * ((p & 7) >> 1) + (p & 1) + 2 * (p >> 3) for p in range(16)]
 
 def _device(w: np.ndarray, codes: np.ndarray, e: np.ndarray) -> np.ndarray:
     """f32 V [tiles, 16, 8] for e4m3 w [tiles, 16, 16], A16 codes [tiles, 8, 16], E [tiles, 8]."""
-    fn = cp.RawModule(code=_SRC, options=("-std=c++17", "-arch=sm_90")).get_function("fp8_limb_values")
+    from metrale.cuda import runtime
+
+    # the kernels' NVRTC options (CuPy's RawModule(code=...) would flush subnormals to zero)
+    cubin = runtime.compile_text("fp8_limb_values.cu", _SRC, "sm_90")
+    fn = cp.RawModule(path=str(cubin)).get_function("fp8_limb_values")
     tiles = w.shape[0]
     c = codes.astype(np.int64)[:, :, PERM]
     limbs = np.stack([c & 255, c >> 8], axis=1).astype(np.float16)  # [tiles, 2, 8, 16]

@@ -4,7 +4,8 @@ the present exact tile (the tree) and bf16 cuBLAS (torch), Qwen3-8B FFN projecti
 median of 5) and block values per second; the chain's outputs of 4 rows checked against
 chain.project_chain; a chain variant takes every row count, the tree is the routed path there
 (decode and tensor-core kernels below 25 rows). STAGES16=3 builds NF = 16 with three stages (one counter level); NOSLOW=1
-builds the tiles without their slow epilogue (all rows here are fast: the same bits); PF=8,16
+builds the tiles without their slow epilogue (all rows here are fast: the same bits); INLINE_SLOW=1
+inlines it (tile_slow_run); PF=8,16
 builds those NF with the next stage's first wgmma issued early (three stages). FMT=fp8: the FP8
 chain tile (w8c_gemm_f8, tile.gemm_fp8) against the routed FP8 overlay (w8a16_gemm: "tree").
 
@@ -41,6 +42,13 @@ if os.environ.get("STAGES16"):
     configs.TILE_CHAIN_BUILDS[16] = (int(os.environ["STAGES16"]), 1)
 if os.environ.get("PF"):  # NF list whose chain kernels prefetch (three stages)
     configs.TILE_CHAIN_PREFETCH = frozenset(int(f) for f in os.environ["PF"].split(","))
+if os.environ.get("INLINE_SLOW") == "1":  # the slow epilogue inlined (as before tile_slow_run)
+    _src0 = runtime.source
+    runtime.source = lambda f: (
+        _src0(f).replace("__noinline__ void tile_slow_run", "__forceinline__ void tile_slow_run")
+        if f == tile.WG_FILE
+        else _src0(f)
+    )
 if os.environ.get("NOSLOW") == "1":
     _src = runtime.source
     runtime.source = lambda f: _src(f).replace("if (any_slow)", "if (0)") if f == tile.WG_FILE else _src(f)

@@ -284,6 +284,16 @@ __device__ __forceinline__ void tile_finish(float (&L0)[NF][4], const float4* ct
     tile_store<NF>(L0, set, n0, N, row0, m, wc0, t, partial, part_i, gz, zs);
 }
 
+// Body::run on a CTA with a slow row, out of line: the fast body's registers are allocated
+// without the slow epilogue's (inlined, the NF = 16 chain kernels spilled in their fast body too).
+template <int NF, class F, class Body>
+__device__ __noinline__ void tile_slow_run(const unsigned char* __restrict__ xh, const float* __restrict__ fac, int m,
+                                           int row0, const WeightSet set, int n0, int N, int B, int s_begin, int Sl,
+                                           int dlog, float* __restrict__ partial, int part_i, int gz, int zs,
+                                           unsigned char* smem) {
+    Body::template run<NF, true, F>(xh, fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, smem);
+}
+
 // The CTA's tile (blockIdx.x: 8 NF rows, y: 128 columns, z: part gz + set), its K part (steps
 // [part kp8, part kp8 + kp8) of B / 8) and whether any of its rows is slow, then Body::run<NF,
 // SLOW, F> over them (the mma.sync body of nvfp4_tile.cu or the wgmma bodies of nvfp4_wgmma.cu,
@@ -306,8 +316,7 @@ __device__ __forceinline__ void tile_gemm(const unsigned char* __restrict__ xh, 
     pdl_trigger();
     const int any_slow = __syncthreads_or(threadIdx.x < 8 * NF ? slow[row0 + threadIdx.x] : 0);
     if (any_slow)
-        Body::template run<NF, true, F>(xh, fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs,
-                                        smem);
+        tile_slow_run<NF, F, Body>(xh, fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, smem);
     else
         Body::template run<NF, false, F>(xh, fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs,
                                          smem);
