@@ -3,11 +3,11 @@ the present exact tile (the tree) and bf16 cuBLAS (torch), Qwen3-8B FFN projecti
 µs per projection (a CUDA graph of 6 calls cycling over 3 weight copies, events around it,
 median of 5) and block values per second; the chain's outputs of 4 rows checked against
 chain.project_chain; a chain variant takes every row count, the tree is the routed path there
-(decode and tensor-core kernels below 25 rows). STAGES16=3 builds NF = 16 with three stages (one counter level); NOSLOW=1
-builds the tiles without their slow epilogue (all rows here are fast: the same bits); INLINE_SLOW=1
-inlines it (tile_slow_run); PF=8,16
-builds those NF with the next stage's first wgmma issued early (three stages). FMT=fp8: the FP8
-chain tile (w8c_gemm_f8, tile.gemm_fp8) against the routed FP8 overlay (w8a16_gemm: "tree").
+(decode and tensor-core kernels below 25 rows). STAGES16=3 builds NF = 16 with three stages (one
+counter level); NOSLOW=1 builds the tiles without their slow epilogue (all rows here are fast:
+the same bits); INLINE_SLOW=1 inlines it (tile_slow_run); PF=8,16 builds those NF with the next
+stage's first wgmma issued early (three stages). FMT=fp8: the FP8 chain tile (w8c_gemm_f{NF},
+tile.gemm_fp8) against the routed FP8 overlay (w8a16_gemm: "tree").
 
     FMT=nvfp4|q2_0|fp8 MS=64,256,1024,4096 VARS=tree,chain16 python docs/bench/runs-2026-12-05/chain_tile.py
 """

@@ -39,7 +39,8 @@ for name, q in (("fp8", Fp8Weight.quantize(w).weight), ("bf16", w.astype(ml_dtyp
         print(
             f"{name} codes of {frac + 1} bits: elements changed {100 * (e != exact).mean():.2f} %, "
             f"blocks {100 * (e != exact).reshape(N, -1, 16).any(-1).mean():.1f} %; "
-            f"|error| / sum|w x| max {np.abs(d / mag).max():.2e}; |error| / |y| median {np.median(np.abs(d) / np.abs(y)):.2e}; "
+            f"|error| / sum|w x| max {np.abs(d / mag).max():.2e}; "
+            f"|error| / |y| median {np.median(np.abs(d) / np.abs(y)):.2e}; "
             f"bf16 outputs changed {100 * (bf16(y + d) != bf16(y)).mean():.2f} %"
         )
 
