@@ -188,11 +188,7 @@ def test_prologue_threads_one_block_each_up_to_1024(b: int, threads: int) -> Non
     assert tile.prep_threads(b) == threads
 
 
-CHAIN_KERNELS = [
-    (fmt, nf)
-    for fmt in (tile.NVFP4, tile.Q2_0, tile.FP8)
-    for nf in (configs.TILE_CHAIN_BUILDS if fmt.chain_builds is None else fmt.chain_builds)
-]
+CHAIN_KERNELS = [(fmt, nf) for fmt in (tile.NVFP4, tile.Q2_0, tile.FP8) for nf in tile.chain_builds(fmt)]
 
 
 @pytest.mark.parametrize(
@@ -204,7 +200,7 @@ def test_chain_parts_hold_whole_chains(fmt: tile.TileFormat, nf: int, s8: int, c
     """A chain kernel's CTA K part is whole chain parts of 8 steps (or all of K: a chain cannot be
     cut), its counter over parts fits the shared memory of the CTAs per multiprocessor it is built
     for, and K splits no further than needed."""
-    builds = configs.TILE_CHAIN_BUILDS if fmt.chain_builds is None else fmt.chain_builds
+    builds = tile.chain_builds(fmt)
     kern = tile.TileKernel(
         tile.WG_FILE, f"{fmt.chain_prefix}_gemm_f{nf}", nf, builds[nf][1], True, builds[nf][0], True
     )

@@ -200,7 +200,7 @@ def pick_kernel(fmt: TileFormat, rows: int) -> TileKernel | None:
     this device (sm_90a), else nvfp4_tile.cu's; None when neither is built. CHAIN: the chain
     kernel of nvfp4_wgmma.cu, or None (no other kernel gives its bits)."""
     if CHAIN:
-        builds = configs.TILE_CHAIN_BUILDS if fmt.chain_builds is None else fmt.chain_builds
+        builds = chain_builds(fmt)
         nf = frags_for(rows, CHAIN_FRAGS if fmt.chain_builds is None else tuple(builds))
         name = f"{fmt.chain_prefix}_gemm_f{nf}"
         if not fmt.chain_prefix or nf not in builds or runtime.get_kernel(WG_FILE, name) is None:
@@ -217,6 +217,11 @@ def pick_kernel(fmt: TileFormat, rows: int) -> TileKernel | None:
     if runtime.get_kernel(FILE, name) is None:
         return None
     return TileKernel(FILE, name, nf, fmt.ctas_per_sm, False)
+
+
+def chain_builds(fmt: TileFormat) -> dict[int, tuple[int, int]]:
+    """The format's chain kernels: NF -> (stages, CTAs per multiprocessor)."""
+    return configs.TILE_CHAIN_BUILDS if fmt.chain_builds is None else fmt.chain_builds
 
 
 def chain_smem(kern: TileKernel, fmt: TileFormat, dlog: int) -> int:

@@ -42,16 +42,18 @@ if os.environ.get("STAGES16"):
     configs.TILE_CHAIN_BUILDS[16] = (int(os.environ["STAGES16"]), 1)
 if os.environ.get("PF"):  # NF list whose chain kernels prefetch (three stages)
     configs.TILE_CHAIN_PREFETCH = frozenset(int(f) for f in os.environ["PF"].split(","))
+
+
+def patch_wg_source(old: str, new: str) -> None:
+    """Build nvfp4_wgmma.cu with ``old`` replaced by ``new`` (this process only)."""
+    src = runtime.source
+    runtime.source = lambda f: src(f).replace(old, new) if f == tile.WG_FILE else src(f)
+
+
 if os.environ.get("INLINE_SLOW") == "1":  # the slow epilogue inlined (as before tile_slow_run)
-    _src0 = runtime.source
-    runtime.source = lambda f: (
-        _src0(f).replace("__noinline__ void tile_slow_run", "__forceinline__ void tile_slow_run")
-        if f == tile.WG_FILE
-        else _src0(f)
-    )
+    patch_wg_source("__noinline__ void tile_slow_run", "__forceinline__ void tile_slow_run")
 if os.environ.get("NOSLOW") == "1":
-    _src = runtime.source
-    runtime.source = lambda f: _src(f).replace("if (any_slow)", "if (0)") if f == tile.WG_FILE else _src(f)
+    patch_wg_source("if (any_slow)", "if (0)")
 
 
 def use(v: str) -> None:
