@@ -52,47 +52,62 @@
 #include "tile.cuh"
 #include "wgmma.cuh"
 
-#define W4W_R4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
-#define W4W_R8(i) W4W_R4(i), W4W_R4(i + 4)
-#define W4W_R16(i) W4W_R8(i), W4W_R8(i + 8)
-#define W4W_R32(i) W4W_R16(i), W4W_R16(i + 16)
-#define W4W_R64(i) W4W_R32(i), W4W_R32(i + 32)
-// The operand lists of wgmma m64n{8 NF}k16 with f32 accumulators and A in registers: the 4 NF
-// accumulators, A's four registers, B's descriptor.
-#define W4W_OPS1 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8"
-#define W4W_OPS2 "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12"
-#define W4W_OPS4                                                                                     \
-    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20"
-#define W4W_OPS8                                                                            \
-    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "               \
-    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "     \
-    "{%32, %33, %34, %35}, %36"
-#define W4W_OPS16                                                                           \
-    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "               \
-    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "      \
-    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "      \
-    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "     \
-    "{%64, %65, %66, %67}, %68"
-// FN<NF>: D[64 x 8 NF] f32 = A[64 x 16] (registers a) * B[8 NF x 16]^T (shared memory,
-// descriptor db), elements of type T (bf16, f16), D overwritten (scale-d 0); N = 8 NF.
-#define W4W_MMA(FN, NF, N, T, OUTS)                                                               \
-    template <>                                                                                   \
-    __device__ __forceinline__ void FN<NF>(float(&d)[4 * NF], const u32(&a)[4], u64 db) {        \
-        asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." T "." T " " W4W_OPS##NF \
-                     ", 0, 1, 1, 0;"                                                              \
-                     : OUTS                                                                       \
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));                      \
-    }
+#define W4W_R8(i)                                                                                    \
+    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]),     \
+        "+f"(d[i + 6]), "+f"(d[i + 7])
 
-// The bf16 wgmma of the NVFP4 / Q2_0 tiles, NF in configs.NVFP4_WGMMA_TILE_FRAGS or
-// configs.TILE_CHAIN_FRAGS.
+// D[64 x 8 NF] f32 = A[64 x 16] (registers a) * B[8 NF x 16]^T (shared memory, descriptor db), NF
+// in configs.NVFP4_WGMMA_TILE_FRAGS or configs.TILE_CHAIN_FRAGS.
 template <int NF>
 __device__ __forceinline__ void w4w_mma(float (&d)[4 * NF], const u32 (&a)[4], u64 db);
-W4W_MMA(w4w_mma, 16, 128, "bf16", W4W_R64(0))
-W4W_MMA(w4w_mma, 8, 64, "bf16", W4W_R32(0))
-W4W_MMA(w4w_mma, 4, 32, "bf16", W4W_R16(0))
-W4W_MMA(w4w_mma, 2, 16, "bf16", W4W_R8(0))
-W4W_MMA(w4w_mma, 1, 8, "bf16", W4W_R4(0))
+template <>
+__device__ __forceinline__ void w4w_mma<16>(float (&d)[64], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, 0, 1, 1, 0;"
+        : W4W_R8(0), W4W_R8(8), W4W_R8(16), W4W_R8(24), W4W_R8(32), W4W_R8(40), W4W_R8(48), W4W_R8(56)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+template <>
+__device__ __forceinline__ void w4w_mma<8>(float (&d)[32], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, 0, 1, 1, 0;"
+        : W4W_R8(0), W4W_R8(8), W4W_R8(16), W4W_R8(24)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+template <>
+__device__ __forceinline__ void w4w_mma<4>(float (&d)[16], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "{%16, %17, %18, %19}, %20, 0, 1, 1, 0;"
+        : W4W_R8(0), W4W_R8(8)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+template <>
+__device__ __forceinline__ void w4w_mma<2>(float (&d)[8], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, 0, 1, 1, 0;"
+        : W4W_R8(0)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+template <>
+__device__ __forceinline__ void w4w_mma<1>(float (&d)[4], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, 0, 1, 1, 0;"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
 
 // The descriptor of block b of a stage from the stage's (dact: its activation halves' start).
 template <int NF>
@@ -366,13 +381,45 @@ struct W4cBody {
 
 // ---- FP8 x A16 on the chain (docs/chain-revision.md, "The FP8 chain tile") ----
 
-// The f16 wgmma of the FP8 chain tile, NF in configs.TILE_FP8_CHAIN_BUILDS.
+// D[64 x 8 NF] f32 = A[64 x 16] (registers, f16) * B[8 NF x 16]^T (shared memory, f16).
 template <int NF>
 __device__ __forceinline__ void w8w_mma(float (&d)[4 * NF], const u32 (&a)[4], u64 db);
-W4W_MMA(w8w_mma, 8, 64, "f16", W4W_R32(0))
-W4W_MMA(w8w_mma, 4, 32, "f16", W4W_R16(0))
-W4W_MMA(w8w_mma, 2, 16, "f16", W4W_R8(0))
-W4W_MMA(w8w_mma, 1, 8, "f16", W4W_R4(0))
+template <>
+__device__ __forceinline__ void w8w_mma<8>(float (&d)[32], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, 0, 1, 1, 0;"
+        : W4W_R8(0), W4W_R8(8), W4W_R8(16), W4W_R8(24)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+template <>
+__device__ __forceinline__ void w8w_mma<4>(float (&d)[16], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "{%16, %17, %18, %19}, %20, 0, 1, 1, 0;"
+        : W4W_R8(0), W4W_R8(8)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+template <>
+__device__ __forceinline__ void w8w_mma<2>(float (&d)[8], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, 0, 1, 1, 0;"
+        : W4W_R8(0)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+template <>
+__device__ __forceinline__ void w8w_mma<1>(float (&d)[4], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, 0, 1, 1, 0;"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
 
 // Two e4m3 (the low and high byte of h) as an f16 pair, exactly.
 __device__ __forceinline__ u32 e4m3x2_f16x2(unsigned short h) {
