@@ -200,18 +200,16 @@ def test_chain_parts_hold_whole_chains(fmt: tile.TileFormat, nf: int, s8: int, c
     """A chain kernel's CTA K part is whole chain parts of 8 steps (or all of K: a chain cannot be
     cut), its counter over parts fits the shared memory of the CTAs per multiprocessor it is built
     for, and K splits no further than needed."""
-    builds = tile.chain_builds(fmt)
-    kern = tile.TileKernel(
-        tile.WG_FILE, f"{fmt.chain_prefix}_gemm_f{nf}", nf, builds[nf][1], True, builds[nf][0], True
-    )
+    kern = tile.chain_kernel(fmt, nf)
     dlog, parts = tile.chain_plan(kern, fmt, s8, ctas, 132)
     kp8 = 1 << dlog
     assert (parts - 1) * kp8 < s8 <= parts * kp8
     assert parts == 1 or kp8 % tile.CHAIN_PART_STEPS == 0, (dlog, parts)
     assert parts <= tile.MAX_PARTS
-    smem = tile.smem_bytes(nf, dlog, fmt, True, kern.stages, True)
+    assert not kern.local or kp8 <= tile.CHAIN_PART_STEPS << configs.TILE_CHAIN_LEVELS  # its levels
+    smem = tile.smem_bytes(nf, dlog, fmt, True, kern.stages, True, kern.local)
     assert smem <= mma.SMEM_LIMIT
-    assert builds[nf][1] * (smem + CTA_RESERVED) <= SM_SMEM  # the CTAs it is built for
+    assert kern.ctas_per_sm * (smem + CTA_RESERVED) <= SM_SMEM  # the CTAs it is built for
     if ctas >= 132 and fmt is not tile.FP8:  # a full grid: K = 4096 (32 steps) in one CTA
         assert parts == 1 or kp8 >= 32, (dlog, parts)
 
@@ -223,6 +221,7 @@ def test_chain_counter_levels() -> None:
     assert tile.smem_bytes(16, 3, tile.NVFP4, True, 2, True) == 1024 + 2 * stage
     assert tile.smem_bytes(16, 5, tile.NVFP4, True, 2, True) == 1024 + 2 * stage + 2 * 16 * 256 * 16
     assert tile.smem_bytes(16, 0, tile.NVFP4, True, 2, True) == 1024 + 2 * stage
+    assert tile.smem_bytes(16, 7, tile.NVFP4, True, 3, True, local=True) == 1024 + 3 * stage  # no levels
 
 
 def test_fp8_tile_bytes_layout() -> None:
@@ -246,10 +245,13 @@ def test_fp8_tile_bytes_layout() -> None:
 
 
 def test_fp8_chain_plan() -> None:
-    """The FP8 tile's stage holds two activation limbs and 144-byte weight rows without block
-    scales; its CTA K parts stop at 32 steps (two counter levels fit in shared memory)."""
-    stage = -(-(2 * 8 * 8 * 256 + tile.COLS * 144) // 1024) * 1024
+    """The FP8 tile's stage holds two activation limbs, 144-byte weight rows without block
+    scales and the step's 8 x 8 NF factors; NF = 8 keeps its counter in local memory, so its CTA K
+    parts reach CHAIN_CTA_STEPS (128 steps) beside three stages."""
+    stage = -(-(2 * 8 * 8 * 256 + tile.COLS * 144 + 8 * 64 * 4) // 1024) * 1024
     assert tile.smem_bytes(8, 5, tile.FP8, True, 3, True) == 1024 + 3 * stage + 2 * 8 * 256 * 16
-    kern = tile.TileKernel(tile.WG_FILE, "w8c_gemm_f8", 8, 1, True, 3, chain=True)
+    kern = tile.chain_kernel(tile.FP8, 8)
+    assert kern.local and kern.stages == 3
+    assert tile.chain_smem(kern, tile.FP8, 7) == 1024 + 3 * stage
     dlog, parts = tile.chain_plan(kern, tile.FP8, 1536, 2, 1)
-    assert (dlog, parts) == (5, 48)
+    assert (dlog, parts) == (7, 12)

@@ -111,15 +111,22 @@ NVFP4_WGMMA_TILE_CTAS: dict[int, int] = {2: 2, 4: 1, 8: 1}
 #: NF = 2 holds few registers (two CTAs, as the tree's NF = 2); NF = 1 (8 rows, m64n8k16: the
 #: decode-size tile) four CTAs of four 13 KB stages, so that a multiprocessor keeps about 150 KB
 #: of weights in flight.
-TILE_CHAIN_BUILDS: dict[int, tuple[int, int]] = {1: (4, 3), 2: (3, 2), 4: (3, 1), 8: (3, 1), 16: (2, 1)}
+TILE_CHAIN_BUILDS: dict[int, tuple[int, int]] = {1: (4, 3), 2: (3, 2), 4: (3, 1), 8: (3, 1), 16: (3, 1)}
 TILE_CHAIN_FRAGS: tuple[int, ...] = tuple(TILE_CHAIN_BUILDS)
 #: The NF whose chain kernels issue the next stage's first wgmma before a stage's last block
 #: values (three stages only).
 TILE_CHAIN_PREFETCH: frozenset[int] = frozenset()
+#: The NF whose chain kernels keep the counter over parts in local memory (L1 / L2, touched once
+#: per part) instead of shared memory, so that their stages have all of it whatever the CTA's K
+#: part; ``TILE_FP8_CHAIN_LOCAL`` the FP8 tiles'.
+TILE_CHAIN_LOCAL: frozenset[int] = frozenset({16})
+TILE_FP8_CHAIN_LOCAL: frozenset[int] = frozenset({8})
+#: Levels of a local counter over parts: CTA K parts of at most 2^4 chain parts (tile.CHAIN_CTA_STEPS).
+TILE_CHAIN_LEVELS = 4
 #: nvfp4_wgmma.cu's FP8 chain tiles ``w8c_gemm_f{NF}`` (docs/chain-revision.md, "The FP8 chain
 #: tile"): NF -> (stages, CTAs per multiprocessor). Two accumulator pairs of 4 NF and the chains
-#: hold NF = 8 in registers; a stage is 50 KB at NF = 8, 22 KB at NF = 1 (two activation limbs,
-#: 144-byte weight rows).
+#: hold NF = 8 in registers; a stage is 52 KB at NF = 8, 23 KB at NF = 1 (two activation limbs,
+#: 144-byte weight rows, the step's factors).
 TILE_FP8_CHAIN_BUILDS: dict[int, tuple[int, int]] = {1: (3, 2), 2: (3, 2), 4: (3, 1), 8: (3, 1)}
 #: Its Q2_0 kernels ``q2a16b_gemm_f{NF}``: NF = 8 spills registers there and measured slower
 #: than NF = 4 (3.2 against 3.8 T block values/s at 4096 rows on an H200).
@@ -457,14 +464,15 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         f"Q2_WGMMA_TILE({nf}, {NVFP4_WGMMA_TILE_CTAS[nf]})" for nf in NVFP4_WGMMA_TILE_FRAGS
     ],
     "NVFP4_CHAIN_TILE": lambda: [
-        f"NVFP4_CHAIN_TILE({nf}, {st}, {_bool(nf in TILE_CHAIN_PREFETCH)}, {ctas})"
+        f"NVFP4_CHAIN_TILE({nf}, {st}, {_bool(nf in TILE_CHAIN_PREFETCH)}, {_bool(nf in TILE_CHAIN_LOCAL)}, {ctas})"
         for nf, (st, ctas) in TILE_CHAIN_BUILDS.items()
     ],
     "FP8_CHAIN_TILE": lambda: [
-        f"FP8_CHAIN_TILE({nf}, {st}, {ctas})" for nf, (st, ctas) in TILE_FP8_CHAIN_BUILDS.items()
+        f"FP8_CHAIN_TILE({nf}, {st}, {_bool(nf in TILE_FP8_CHAIN_LOCAL)}, {ctas})"
+        for nf, (st, ctas) in TILE_FP8_CHAIN_BUILDS.items()
     ],
     "Q2_CHAIN_TILE": lambda: [
-        f"Q2_CHAIN_TILE({nf}, {st}, {_bool(nf in TILE_CHAIN_PREFETCH)}, {ctas})"
+        f"Q2_CHAIN_TILE({nf}, {st}, {_bool(nf in TILE_CHAIN_PREFETCH)}, {_bool(nf in TILE_CHAIN_LOCAL)}, {ctas})"
         for nf, (st, ctas) in TILE_CHAIN_BUILDS.items()
     ],
     "Q2_MMA": lambda: [
@@ -525,6 +533,7 @@ _DEFINES: dict[str, dict[str, int]] = {
     "NVFP4_FAST": {"FAST_THREADS": NVFP4_FAST_THREADS},
     "NVFP4_FAST_SLOT": {"FAST_SLOT": NVFP4_FAST_SLOT},
     "Q2_0_DEC": {"Q2D_WARPS": Q2_0_DEC_WARPS},
+    "CHAIN": {"CHAIN_LEVELS": TILE_CHAIN_LEVELS},
 }
 
 

@@ -58,6 +58,8 @@ def family_prefix(s8: str, family: str | None = None) -> str:
 
 #: Dynamic shared memory a launch may ask for (of the H200's 227 KB per CTA, with headroom).
 SMEM_LIMIT = 220 * 1024
+#: Shared memory of a multiprocessor (sm_90) and what the system keeps of it per CTA.
+SM_SMEM, CTA_RESERVED = 228 * 1024, 1024
 #: Threads per CTA of the prologues (one per row and block).
 PREP_THREADS = 256
 #: prep(r0, m, rows8, nb, act, fac): launch the prologue of rows r0 .. r0 + m - 1 into act/fac.

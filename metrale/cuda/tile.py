@@ -59,6 +59,7 @@ CHAIN_PART_STEPS = 8
 #: Steps per CTA K part of the chain kernels (first, last), powers of two from CHAIN_PART_STEPS;
 #: the last also bounded by the counter's levels that fit in shared memory. Tests narrow it.
 CHAIN_CTA_STEPS = (CHAIN_PART_STEPS, 128)
+assert CHAIN_CTA_STEPS[1] <= CHAIN_PART_STEPS << configs.TILE_CHAIN_LEVELS, "a local counter's levels"
 
 
 @dataclass(frozen=True)
@@ -85,9 +86,14 @@ class TileFormat:
     #: bytes per row) and whether the output scale is per column (the set's scales: f32 [N]).
     limbs: int = 1
     col_scale: bool = False
-    #: Its chain kernels' builds, NF -> (stages, CTAs per multiprocessor) (None:
-    #: configs.TILE_CHAIN_BUILDS, the NVFP4 and Q2_0 ones).
+    #: Its chain kernels' builds, NF -> (stages, CTAs per multiprocessor), and the NF whose
+    #: counter over parts is in local memory (None: configs.TILE_CHAIN_BUILDS and
+    #: TILE_CHAIN_LOCAL, the NVFP4 and Q2_0 ones).
     chain_builds: dict[int, tuple[int, int]] | None = None
+    chain_local: frozenset[int] | None = None
+    #: Whether a stage holds the step's per-row block factors (``FAC`` of tile.cuh: 8 blocks x
+    #: 8 NF rows of f32; the prologue writes them block-major, fac [B][rows_pad]).
+    staged_fac: bool = False
 
 
 #: Steps (8 blocks) per K part at most: the counter keeps levels 1 .. dlog - 1 in shared memory.
@@ -136,6 +142,8 @@ FP8 = TileFormat(
     limbs=2,
     col_scale=True,
     chain_builds=configs.TILE_FP8_CHAIN_BUILDS,
+    chain_local=configs.TILE_FP8_CHAIN_LOCAL,
+    staged_fac=True,
 )
 THREADS = 256
 COLS = 128
@@ -168,23 +176,31 @@ def takes(rows: int, fmt: TileFormat) -> bool:
 
 
 def smem_bytes(
-    nf: int, dlog: int, fmt: TileFormat = NVFP4, wg: bool = False, stages: int = STAGES, chain: bool = False
+    nf: int,
+    dlog: int,
+    fmt: TileFormat = NVFP4,
+    wg: bool = False,
+    stages: int = STAGES,
+    chain: bool = False,
+    local: bool = False,
 ) -> int:
     """Dynamic shared memory of the format's GEMM ``{prefix}_gemm_f{nf}`` (wg: nvfp4_wgmma.cu's,
     its stages 1024-byte aligned) for K parts of 2^dlog steps: ``stages`` pipeline stages, then
     the counter's levels (over steps, levels 1 .. dlog - 1; chain: over parts of 8 steps, levels
-    0 .. dlog - 4), nf x 256 threads x 16 bytes each."""
-    stage = 8 * nf * 256 * fmt.limbs + COLS * fmt.wrow + COLS * fmt.sb
+    0 .. dlog - 4; none where ``local``, the counter in local memory), nf x 256 threads x 16
+    bytes each."""
+    stage = 8 * nf * 256 * fmt.limbs + COLS * fmt.wrow + COLS * fmt.sb + 256 * nf * fmt.staged_fac
     if wg:
         stage = -(-stage // 1024) * 1024
-    levels = max(0, dlog - 3) if chain else max(0, dlog - 1)
+    levels = 0 if local else max(0, dlog - 3) if chain else max(0, dlog - 1)
     return (1024 if wg else 0) + stages * stage + levels * nf * THREADS * 16
 
 
 @dataclass(frozen=True)
 class TileKernel:
     """The GEMM kernel a chunk runs on: its file and name, NF, CTAs per multiprocessor, whether
-    it is nvfp4_wgmma.cu's, its pipeline stages and whether it runs the block-value chain."""
+    it is nvfp4_wgmma.cu's, its pipeline stages, whether it runs the block-value chain and whether
+    its counter over parts is in local memory."""
 
     file: str
     name: str
@@ -193,6 +209,7 @@ class TileKernel:
     wg: bool
     stages: int = STAGES
     chain: bool = False
+    local: bool = False
 
 
 def pick_kernel(fmt: TileFormat, rows: int) -> TileKernel | None:
@@ -202,11 +219,10 @@ def pick_kernel(fmt: TileFormat, rows: int) -> TileKernel | None:
     if CHAIN:
         builds = chain_builds(fmt)
         nf = frags_for(rows, CHAIN_FRAGS if fmt.chain_builds is None else tuple(builds))
-        name = f"{fmt.chain_prefix}_gemm_f{nf}"
-        if not fmt.chain_prefix or nf not in builds or runtime.get_kernel(WG_FILE, name) is None:
+        if not fmt.chain_prefix or nf not in builds:
             return None
-        stages, ctas = builds[nf]
-        return TileKernel(WG_FILE, name, nf, ctas, True, stages, chain=True)
+        kern = chain_kernel(fmt, nf)
+        return kern if runtime.get_kernel(WG_FILE, kern.name) is not None else None
     if WG_ENABLED and fmt.wg_prefix:
         nf = frags_for(rows, WG_FRAGS)
         name = f"{fmt.wg_prefix}_gemm_f{nf}"
@@ -224,16 +240,25 @@ def chain_builds(fmt: TileFormat) -> dict[int, tuple[int, int]]:
     return configs.TILE_CHAIN_BUILDS if fmt.chain_builds is None else fmt.chain_builds
 
 
+def chain_kernel(fmt: TileFormat, nf: int) -> TileKernel:
+    """The format's chain kernel of NF ``nf`` as built (stages, CTAs, where its counter lives)."""
+    stages, ctas = chain_builds(fmt)[nf]
+    local = configs.TILE_CHAIN_LOCAL if fmt.chain_local is None else fmt.chain_local
+    return TileKernel(WG_FILE, f"{fmt.chain_prefix}_gemm_f{nf}", nf, ctas, True, stages, True, nf in local)
+
+
 def chain_smem(kern: TileKernel, fmt: TileFormat, dlog: int) -> int:
     """Shared memory of a chain kernel for K parts of 2^dlog steps."""
-    return smem_bytes(kern.nf, dlog, fmt, True, kern.stages, True)
+    return smem_bytes(kern.nf, dlog, fmt, True, kern.stages, True, kern.local)
 
 
 def chain_plan(kern: TileKernel, fmt: TileFormat, s8: int, ctas: int, slots: int) -> tuple[int, int]:
     """(dlog, parts) of a chain kernel: ``plan_parts`` within CHAIN_CTA_STEPS, CTA K parts of
-    whole chain parts (8 steps; or all of K), at most as many as the counter's levels fit."""
+    whole chain parts (8 steps; or all of K), at most as many as the counter's levels fit beside
+    the stages of the CTAs per multiprocessor it is built for."""
     lo, hi = CHAIN_CTA_STEPS
-    fits = (d for d in range(hi.bit_length() - 1, 3, -1) if chain_smem(kern, fmt, d) <= mma.SMEM_LIMIT)
+    limit = min(mma.SMEM_LIMIT, mma.SM_SMEM // kern.ctas_per_sm - mma.CTA_RESERVED)
+    fits = (d for d in range(hi.bit_length() - 1, 3, -1) if chain_smem(kern, fmt, d) <= limit)
     return plan_parts(s8, ctas, slots, lo, 1 << next(fits, 3))
 
 
@@ -358,7 +383,7 @@ def _run(
         dlog, parts = chain_plan(pick, fmt, s8, ctas, slots)
     else:
         dlog, parts = plan_parts(s8, ctas, slots)
-    smem = smem_bytes(nf, dlog, fmt, pick.wg, pick.stages, pick.chain)
+    smem = smem_bytes(nf, dlog, fmt, pick.wg, pick.stages, pick.chain, pick.local)
     if smem > mma.SMEM_LIMIT or parts > MAX_PARTS:
         return False
     rows_pad = tile_rows * -(-chunk // tile_rows)

@@ -215,16 +215,44 @@ struct W4wBody {
 
 // ---- the block-value chain (docs/chain-revision.md; built beside the tree, routed by tile.CHAIN) ----
 
-// The part root sr of local part lp into the CTA's counter over parts (levels 0 .. dlogp - 1 in
-// shared memory: ctr float4 [dlogp][NF][256 threads]): added into levels 0 .. lvl - 1, parked at
-// the first clear bit lvl of lp; the last part of a full CTA part (lvl = dlogp) keeps the root.
+// The CTA's counter over parts: levels 0 .. dlogp - 1 of this thread's NF float4 part-root sums,
+// in shared memory after the stages (LOCAL false: float4 [dlogp][NF][256 threads]) or in the
+// thread's local memory (LOCAL true: L1 / L2, touched once per part; the stages keep all of shared
+// memory, whatever the CTA's K part). CHAIN_LEVELS bounds dlogp (tile.CHAIN_CTA_STEPS).
+// @defines CHAIN (CHAIN_LEVELS from metrale/cuda/configs.py)
+template <int NF, bool LOCAL>
+struct ChainCtr;
 template <int NF>
-__device__ __forceinline__ void chain_push(int lp, int dlogp, float (&sr)[NF][4], float4* ctr, int tid) {
+struct ChainCtr<NF, false> {
+    float4* s;
+    int tid;
+    __device__ __forceinline__ float4& at(int L, int nf) { return s[(L * NF + nf) * W4B_THREADS + tid]; }
+};
+template <int NF>
+struct ChainCtr<NF, true> {
+    float4 v[CHAIN_LEVELS][NF];
+    __device__ __forceinline__ float4& at(int L, int nf) { return v[L][nf]; }
+};
+template <int NF, bool LOCAL>
+__device__ __forceinline__ ChainCtr<NF, LOCAL> chain_ctr(unsigned char* after_stages) {
+    ChainCtr<NF, LOCAL> c;
+    if constexpr (!LOCAL) {
+        c.s = (float4*)after_stages;
+        c.tid = threadIdx.x;
+    }
+    return c;
+}
+
+// The part root sr of local part lp into the counter over parts: added into levels 0 .. lvl - 1,
+// parked at the first clear bit lvl of lp; the last part of a full CTA part (lvl = dlogp) keeps
+// the root.
+template <int NF, class Ctr>
+__device__ __forceinline__ void chain_push(int lp, int dlogp, float (&sr)[NF][4], Ctr& ctr) {
     const int lvl = __ffs(~lp) - 1;
     for (int L = 0; L < lvl; ++L) {
 #pragma unroll
         for (int nf = 0; nf < NF; ++nf) {
-            const float4 c = ctr[(L * NF + nf) * W4B_THREADS + tid];
+            const float4 c = ctr.at(L, nf);
             sr[nf][0] = ieee_add(c.x, sr[nf][0]);
             sr[nf][1] = ieee_add(c.y, sr[nf][1]);
             sr[nf][2] = ieee_add(c.z, sr[nf][2]);
@@ -233,8 +261,27 @@ __device__ __forceinline__ void chain_push(int lp, int dlogp, float (&sr)[NF][4]
     }
     if (lvl < dlogp) {
 #pragma unroll
-        for (int nf = 0; nf < NF; ++nf)
-            ctr[(lvl * NF + nf) * W4B_THREADS + tid] = make_float4(sr[nf][0], sr[nf][1], sr[nf][2], sr[nf][3]);
+        for (int nf = 0; nf < NF; ++nf) ctr.at(lvl, nf) = make_float4(sr[nf][0], sr[nf][1], sr[nf][2], sr[nf][3]);
+    }
+}
+
+// The CTA's roots at its end: np parts pushed (fewer than 2^dlogp: the set bits of np, the lowest
+// first, as tile_finish folds) into c, which holds the last part's root.
+template <int NF, class Ctr>
+__device__ __forceinline__ void chain_fold(int np, int dlogp, float (&c)[NF][4], Ctr& ctr) {
+    if (np == (1 << dlogp)) return;
+    bool have = false;
+    for (int L = 0; L < dlogp; ++L) {
+        if (((np >> L) & 1) == 0) continue;
+#pragma unroll
+        for (int nf = 0; nf < NF; ++nf) {
+            const float4 v = ctr.at(L, nf);
+            c[nf][0] = have ? ieee_add(v.x, c[nf][0]) : v.x;
+            c[nf][1] = have ? ieee_add(v.y, c[nf][1]) : v.y;
+            c[nf][2] = have ? ieee_add(v.z, c[nf][2]) : v.z;
+            c[nf][3] = have ? ieee_add(v.w, c[nf][3]) : v.w;
+        }
+        have = true;
     }
 }
 
@@ -248,7 +295,7 @@ __device__ __forceinline__ void chain_push(int lp, int dlogp, float (&sr)[NF][4]
 // PF (three stages): the next stage's first wgmma is issued before this stage's last block values
 // form (its barrier and copies there, not at the stage's start): the tensor core does not wait
 // for a barrier between stages; a stage's copies then lead its use by one stage.
-template <int NF, bool SLOW, class F, int ST, bool PF>
+template <int NF, bool SLOW, class F, int ST, bool PF, bool LOCAL>
 __device__ __forceinline__ void w4c_body(const unsigned char* __restrict__ xh, const float* __restrict__ fac, int m,
                                          int row0, const WeightSet& set, int n0, int N, int B, int s_begin, int Sl,
                                          int dlog, float* __restrict__ partial, int part_i, int gz, int zs,
@@ -259,7 +306,7 @@ __device__ __forceinline__ void w4c_body(const unsigned char* __restrict__ xh, c
     const int K = B * 16;
     const int dlogp = dlog > 3 ? dlog - 3 : 0;
     const u32 sbase = (u32)__cvta_generic_to_shared(smem);
-    float4* ctr = (float4*)(smem + ST * STAGE);
+    auto ctr = chain_ctr<NF, LOCAL>(smem + ST * STAGE);
     const u32 rm = (6u - 4u * t) & 31u, rs = (12u - 4u * t) & 31u, sh = 2u * t;
     const int wc0 = 16 * warp + g;
     const float* facl = fac + (size_t)(row0 + 2 * t) * B;
@@ -341,7 +388,7 @@ __device__ __forceinline__ void w4c_body(const unsigned char* __restrict__ xh, c
                 }
         }
         if ((ls & 7) == 7 || ls == Sl - 1) {  // a part's end: its root into the counter
-            chain_push<NF>(ls >> 3, dlogp, c, ctr, tid);
+            chain_push<NF>(ls >> 3, dlogp, c, ctr);
             if (ls != Sl - 1)
 #pragma unroll
                 for (int nf = 0; nf < NF; ++nf)
@@ -350,32 +397,17 @@ __device__ __forceinline__ void w4c_body(const unsigned char* __restrict__ xh, c
         }
     }
     cp_async_wait<0>();
-    const int np = (Sl + 7) >> 3;
-    if (np != (1 << dlogp)) {
-        bool have = false;
-        for (int L = 0; L < dlogp; ++L) {
-            if (((np >> L) & 1) == 0) continue;
-#pragma unroll
-            for (int nf = 0; nf < NF; ++nf) {
-                const float4 v = ctr[(L * NF + nf) * W4B_THREADS + tid];
-                c[nf][0] = have ? ieee_add(v.x, c[nf][0]) : v.x;
-                c[nf][1] = have ? ieee_add(v.y, c[nf][1]) : v.y;
-                c[nf][2] = have ? ieee_add(v.z, c[nf][2]) : v.z;
-                c[nf][3] = have ? ieee_add(v.w, c[nf][3]) : v.w;
-            }
-            have = true;
-        }
-    }
+    chain_fold<NF>((Sl + 7) >> 3, dlogp, c, ctr);
     tile_store<NF>(c, set, n0, N, row0, m, wc0, t, partial, part_i, gz, zs);
 }
 
-template <int ST, bool PF>
+template <int ST, bool PF, bool LOCAL>
 struct W4cBody {
     static constexpr bool WG = true;
     static constexpr int STAGES = ST;
     template <int NF, bool SLOW, class F, class... A>
     static __device__ __forceinline__ void run(A... a) {
-        w4c_body<NF, SLOW, F, ST, PF>(a...);
+        w4c_body<NF, SLOW, F, ST, PF, LOCAL>(a...);
     }
 };
 
@@ -439,7 +471,7 @@ __device__ __forceinline__ unsigned short i2h_bits(int v) {
 // 0 .. 255, a1 in -128 .. 127) as f16 into xh [rows_pad][2 K]: step s's 128 elements of limb 0
 // (blocks 8 s .. 8 s + 7), then of limb 1; inside a block, k slot p holds element
 // 4 ((p & 7) >> 1) + (p & 1) + 2 (p >> 3) (lane t's weight word t: slots 2t, 2t+1, 2t+8, 2t+9).
-// fac [rows_pad][B] = 2^(E - 14) (NaN for a non-finite block; 1 past m); slow[r] = 1 where a
+// fac [B][rows_pad] = 2^(E - 14) (NaN for a non-finite block; 1 past m); slow[r] = 1 where a
 // block of the row is non-finite or, nonzero, has E outside -119 .. 120 (where D_0 2^(E - 14)
 // may round or overflow). One CTA per row, block prep_threads(B), launched programmatically.
 extern "C" __global__ void __launch_bounds__(1024) w8c_prep(const unsigned short* __restrict__ x, long long ldx,
@@ -484,10 +516,25 @@ extern "C" __global__ void __launch_bounds__(1024) w8c_prep(const unsigned short
             dst[0] = make_uint4(w[l][0], w[l][1], w[l][2], w[l][3]);
             dst[1] = make_uint4(w[l][4], w[l][5], w[l][6], w[l][7]);
         }
-        fac[(size_t)r * B + b] = !live ? 1.0f : (fin ? pow2f(E - 14) : __uint_as_float(0x7fc00000u));
+        fac[(size_t)b * rows_pad + r] = !live ? 1.0f : (fin ? pow2f(E - 14) : __uint_as_float(0x7fc00000u));
     }
     const bool sl = __syncthreads_or(bad) != 0;
     if (threadIdx.x == 0) slow[r] = sl ? 1 : 0;
+}
+
+// Step s's factors of the CTA's 8 NF rows (w8c_prep's fac [B][rows_pad], rows row0 ..) into the
+// stage at base, block-major after its weight rows (block b's 8 NF factors at 32 NF b): 16 NF
+// copies of 16 bytes, in the caller's commit group.
+template <int NF, class F>
+__device__ __forceinline__ void w8c_load_fac(unsigned char* base, const float* __restrict__ fac, int row0,
+                                             int rows_pad, int s) {
+    constexpr int OFF = 8 * NF * 256 * F::LIMBS + W4B_COLS * F::WROW + W4B_COLS * F::SB;
+    static_assert(16 * NF <= W4B_THREADS, "one copy per thread");
+    const int q = threadIdx.x;
+    if (q < 16 * NF) {
+        const int b = q / (2 * NF), c = q % (2 * NF);
+        cp_async16(base + OFF + b * 32 * NF + c * 16, fac + (size_t)(8 * s + b) * rows_pad + row0 + 4 * c, 16);
+    }
 }
 
 // The CTA's K part on the chain, FP8: per block, the warpgroup's two wgmma (limbs 0 and 1 of the
@@ -496,7 +543,7 @@ extern "C" __global__ void __launch_bounds__(1024) w8c_prep(const unsigned short
 // in float64, one rounding), c = c + v; parts, counter and output as w4c_body's (the output
 // scale the weight row's). Weight rows in shared memory: lane t's words t of the step's 8 blocks
 // at bytes 32 t .. 32 t + 31 of its row (the uploader's order).
-template <int NF, bool SLOW, class F, int ST>
+template <int NF, bool SLOW, class F, int ST, bool LOCAL>
 __device__ __forceinline__ void w8c_body(const unsigned char* __restrict__ xh, const float* __restrict__ fac, int m,
                                          int row0, const WeightSet& set, int n0, int N, int B, int s_begin, int Sl,
                                          int dlog, float* __restrict__ partial, int part_i, int gz, int zs,
@@ -507,24 +554,33 @@ __device__ __forceinline__ void w8c_body(const unsigned char* __restrict__ xh, c
     const int K = B * 16;
     const int dlogp = dlog > 3 ? dlog - 3 : 0;
     const u32 sbase = (u32)__cvta_generic_to_shared(smem);
-    float4* ctr = (float4*)(smem + ST * STAGE);
+    auto ctr = chain_ctr<NF, LOCAL>(smem + ST * STAGE);
     const int wc0 = 16 * warp + g;
-    const float* facl = fac + (size_t)(row0 + 2 * t) * B;
+    const int rows_pad = gridDim.x * 8 * NF;
     float c[NF][4];
 #pragma unroll
     for (int nf = 0; nf < NF; ++nf)
 #pragma unroll
         for (int j = 0; j < 4; ++j) c[nf][j] = -0.0f;
     float d[2][2][4 * NF];  // [block & 1][limb]
-    tile_prologue_x<NF, true, ST, 2>(smem, xh, row0, K, s_begin, Sl, STAGE);
+#pragma unroll
+    for (int i = 0; i < ST - 1; ++i) {  // tile_prologue_x's groups, with the stages' factors
+        if (i < Sl) {
+            tile_load_x<NF, true, 2>(smem + i * STAGE, xh, row0, K, s_begin + i);
+            w8c_load_fac<NF, F>(smem + i * STAGE, fac, row0, rows_pad, s_begin + i);
+        }
+        cp_async_commit();
+    }
     for (int ls = 0; ls < Sl; ++ls) {
         const int buf = ls % ST;
         cp_async_wait<ST - 2>();
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         __syncthreads();
-        if (ls + ST - 1 < Sl)
-            tile_load<NF, F, true>(smem + ((ls + ST - 1) % ST) * STAGE, xh, row0, K, set, n0, N, B,
-                                   s_begin + ls + ST - 1);
+        if (ls + ST - 1 < Sl) {
+            unsigned char* next = smem + ((ls + ST - 1) % ST) * STAGE;
+            tile_load<NF, F, true>(next, xh, row0, K, set, n0, N, B, s_begin + ls + ST - 1);
+            w8c_load_fac<NF, F>(next, fac, row0, rows_pad, s_begin + ls + ST - 1);
+        }
         cp_async_commit();
         const unsigned char* wp = smem + buf * STAGE + ACT + wc0 * F::WROW + 32 * t;
         const uint4 W0a = *(const uint4*)wp, W0b = *(const uint4*)(wp + 16);
@@ -532,7 +588,8 @@ __device__ __forceinline__ void w8c_body(const unsigned char* __restrict__ xh, c
         const u32 w0[8] = {W0a.x, W0a.y, W0a.z, W0a.w, W0b.x, W0b.y, W0b.z, W0b.w};
         const u32 w1[8] = {W1a.x, W1a.y, W1a.z, W1a.w, W1b.x, W1b.y, W1b.z, W1b.w};
         const u64 dact = wg_desc(sbase + buf * STAGE);
-        const float* facp = facl + 8 * (s_begin + ls);
+        const float* facs =
+            (const float*)(smem + buf * STAGE + ACT + W4B_COLS * F::WROW + W4B_COLS * F::SB) + 2 * t;
         auto issue = [&](int b) {
             const u32 a[4] = {e4m3x2_f16x2((unsigned short)(w0[b] & 0xFFFFu)),
                               e4m3x2_f16x2((unsigned short)(w1[b] & 0xFFFFu)),
@@ -553,10 +610,11 @@ __device__ __forceinline__ void w8c_body(const unsigned char* __restrict__ xh, c
                 w4w_wait<0>();
             }
 #pragma unroll
-            for (int nf = 0; nf < NF; ++nf)
+            for (int nf = 0; nf < NF; ++nf) {
+                const float2 f2 = *(const float2*)(facs + 8 * NF * b + 8 * nf);  // rows 8 nf + 2 t, + 1
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    const float f = __ldg(facp + b + (size_t)(8 * nf + h) * B);
+                    const float f = h ? f2.y : f2.x;
 #pragma unroll
                     for (int jj = 0; jj < 2; ++jj) {
                         const int j = 2 * jj + h;
@@ -569,9 +627,10 @@ __device__ __forceinline__ void w8c_body(const unsigned char* __restrict__ xh, c
                         c[nf][j] = ieee_add(c[nf][j], v);
                     }
                 }
+            }
         }
         if ((ls & 7) == 7 || ls == Sl - 1) {  // a part's end: its root into the counter
-            chain_push<NF>(ls >> 3, dlogp, c, ctr, tid);
+            chain_push<NF>(ls >> 3, dlogp, c, ctr);
             if (ls != Sl - 1)
 #pragma unroll
                 for (int nf = 0; nf < NF; ++nf)
@@ -580,32 +639,17 @@ __device__ __forceinline__ void w8c_body(const unsigned char* __restrict__ xh, c
         }
     }
     cp_async_wait<0>();
-    const int np = (Sl + 7) >> 3;
-    if (np != (1 << dlogp)) {
-        bool have = false;
-        for (int L = 0; L < dlogp; ++L) {
-            if (((np >> L) & 1) == 0) continue;
-#pragma unroll
-            for (int nf = 0; nf < NF; ++nf) {
-                const float4 v = ctr[(L * NF + nf) * W4B_THREADS + tid];
-                c[nf][0] = have ? ieee_add(v.x, c[nf][0]) : v.x;
-                c[nf][1] = have ? ieee_add(v.y, c[nf][1]) : v.y;
-                c[nf][2] = have ? ieee_add(v.z, c[nf][2]) : v.z;
-                c[nf][3] = have ? ieee_add(v.w, c[nf][3]) : v.w;
-            }
-            have = true;
-        }
-    }
+    chain_fold<NF>((Sl + 7) >> 3, dlogp, c, ctr);
     tile_store<NF, true>(c, set, n0, N, row0, m, wc0, t, partial, part_i, gz, zs);
 }
 
-template <int ST>
+template <int ST, bool LOCAL>
 struct W8cBody {
     static constexpr bool WG = true;
     static constexpr int STAGES = ST;
     template <int NF, bool SLOW, class F, class... A>
     static __device__ __forceinline__ void run(A... a) {
-        w8c_body<NF, SLOW, F, ST>(a...);
+        w8c_body<NF, SLOW, F, ST, LOCAL>(a...);
     }
 };
 
@@ -615,12 +659,14 @@ struct W8cBody {
 // @instances NVFP4_WGMMA_TILE   (lines generated from metrale/cuda/configs.py)
 // @instances NVFP4_A4_WGMMA_TILE
 // @instances Q2_WGMMA_TILE
-// ST stages, PF the body's prefetch, MINB CTAs per multiprocessor; W4C_BODY pastes the body's type
-// (no comma in a macro argument).
-#define W4C_BODY(ST, PF) W4cBody<ST, PF>
-#define NVFP4_CHAIN_TILE(NF, ST, PF, MINB) TILE_GEMM_KERNEL(w4c_gemm_f##NF, W4C_BODY(ST, PF), TileNvfp4, NF, MINB)
-#define Q2_CHAIN_TILE(NF, ST, PF, MINB) TILE_GEMM_KERNEL(q2c_gemm_f##NF, W4C_BODY(ST, PF), TileQ2, NF, MINB)
+// ST stages, PF the body's prefetch, LC its counter in local memory, MINB CTAs per multiprocessor;
+// W4C_BODY / W8C_BODY paste the body's type (no comma in a macro argument).
+#define W4C_BODY(ST, PF, LC) W4cBody<ST, PF, LC>
+#define NVFP4_CHAIN_TILE(NF, ST, PF, LC, MINB) \
+    TILE_GEMM_KERNEL(w4c_gemm_f##NF, W4C_BODY(ST, PF, LC), TileNvfp4, NF, MINB)
+#define Q2_CHAIN_TILE(NF, ST, PF, LC, MINB) TILE_GEMM_KERNEL(q2c_gemm_f##NF, W4C_BODY(ST, PF, LC), TileQ2, NF, MINB)
 // @instances NVFP4_CHAIN_TILE
 // @instances Q2_CHAIN_TILE
-#define FP8_CHAIN_TILE(NF, ST, MINB) TILE_GEMM_KERNEL(w8c_gemm_f##NF, W8cBody<ST>, TileFp8, NF, MINB)
+#define W8C_BODY(ST, LC) W8cBody<ST, LC>
+#define FP8_CHAIN_TILE(NF, ST, LC, MINB) TILE_GEMM_KERNEL(w8c_gemm_f##NF, W8C_BODY(ST, LC), TileFp8, NF, MINB)
 // @instances FP8_CHAIN_TILE

@@ -37,18 +37,19 @@ __device__ __forceinline__ unsigned int q2b_pair(unsigned int Ws, unsigned int s
 // The weight formats of the tiled GEMM: per 8-block step and column, the bytes of codes (WB, at
 // a WROW-byte stride in shared memory: 8 distinct 16-byte bank groups for the 8 columns a warp's
 // loads touch) and of scales (SB); the activation operand's limbs per element (LIMBS: stages hold
-// LIMBS activation tiles) and whether the output scale is per column (COLSCALE: the set's scale
-// pointer holds f32 [N], not block scales).
+// LIMBS activation tiles), whether the output scale is per column (COLSCALE: the set's scale
+// pointer holds f32 [N], not block scales) and whether a stage holds the step's per-row block
+// factors (FAC: 8 blocks x 8 NF rows of f32, block-major, after the scales).
 struct TileNvfp4 {  // 2 words per block (e2m1 nibbles), 8 e4m3 scales
-    static constexpr int WB = 64, WROW = 80, SB = 8, LIMBS = 1;
+    static constexpr int WB = 64, WROW = 80, SB = 8, LIMBS = 1, FAC = 0;
     static constexpr bool COLSCALE = false;
 };
 struct TileQ2 {  // 1 word per block (2-bit codes), the f16 d of blocks 0-3 and of 4-7
-    static constexpr int WB = 32, WROW = 48, SB = 4, LIMBS = 1;
+    static constexpr int WB = 32, WROW = 48, SB = 4, LIMBS = 1, FAC = 0;
     static constexpr bool COLSCALE = false;
 };
 struct TileFp8 {  // 4 words per block (rounded e4m3, chain.fp8_effective), two A16 limbs, per-column scale
-    static constexpr int WB = 128, WROW = 144, SB = 0, LIMBS = 2;
+    static constexpr int WB = 128, WROW = 144, SB = 0, LIMBS = 2, FAC = 1;
     static constexpr bool COLSCALE = true;
 };
 
@@ -57,8 +58,8 @@ struct TileFp8 {  // 4 words per block (rounded e4m3, chain.fp8_effective), two 
 // memory raw (WG: the next 1024-byte boundary; the launcher adds 1024 bytes).
 template <int NF, class F, bool WG>
 __host__ __device__ constexpr int tile_stage_bytes() {
-    return WG ? (8 * NF * 256 * F::LIMBS + W4B_COLS * F::WROW + W4B_COLS * F::SB + 1023) & ~1023
-              : 8 * NF * 256 * F::LIMBS + W4B_COLS * F::WROW + W4B_COLS * F::SB;
+    constexpr int bytes = 8 * NF * 256 * F::LIMBS + W4B_COLS * F::WROW + W4B_COLS * F::SB + 256 * NF * F::FAC;
+    return WG ? (bytes + 1023) & ~1023 : bytes;
 }
 template <bool WG>
 __device__ __forceinline__ unsigned char* tile_stages(unsigned char* raw) {
