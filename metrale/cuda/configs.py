@@ -464,7 +464,8 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         f"Q2_WGMMA_TILE({nf}, {NVFP4_WGMMA_TILE_CTAS[nf]})" for nf in NVFP4_WGMMA_TILE_FRAGS
     ],
     "NVFP4_CHAIN_TILE": lambda: [
-        f"NVFP4_CHAIN_TILE({nf}, {st}, {_bool(nf in TILE_CHAIN_PREFETCH)}, {_bool(nf in TILE_CHAIN_LOCAL)}, {ctas})"
+        f"NVFP4_CHAIN_TILE({nf}, {st}, {_bool(nf in TILE_CHAIN_PREFETCH)}, "
+        f"{_bool(nf in TILE_CHAIN_LOCAL)}, {ctas})"
         for nf, (st, ctas) in TILE_CHAIN_BUILDS.items()
     ],
     "FP8_CHAIN_TILE": lambda: [
@@ -472,7 +473,8 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         for nf, (st, ctas) in TILE_FP8_CHAIN_BUILDS.items()
     ],
     "Q2_CHAIN_TILE": lambda: [
-        f"Q2_CHAIN_TILE({nf}, {st}, {_bool(nf in TILE_CHAIN_PREFETCH)}, {_bool(nf in TILE_CHAIN_LOCAL)}, {ctas})"
+        f"Q2_CHAIN_TILE({nf}, {st}, {_bool(nf in TILE_CHAIN_PREFETCH)}, "
+        f"{_bool(nf in TILE_CHAIN_LOCAL)}, {ctas})"
         for nf, (st, ctas) in TILE_CHAIN_BUILDS.items()
     ],
     "Q2_MMA": lambda: [

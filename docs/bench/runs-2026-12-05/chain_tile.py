@@ -4,7 +4,8 @@ the present exact tile (the tree) and bf16 cuBLAS (torch), Qwen3-8B FFN projecti
 median of 5) and block values per second; the chain's outputs of 4 rows checked against
 chain.project_chain; a chain variant takes every row count, the tree is the routed path there
 (decode and tensor-core kernels below 25 rows). STAGES16=3 builds NF = 16 with three stages;
-LOCAL=16 (or empty) lists the NF whose counter over parts is in local memory; NOSLOW=1 builds the tiles without their slow epilogue (all rows here are fast:
+LOCAL=16 (or empty) lists the NF whose counter over parts is in local memory; NOSLOW=1 builds
+the tiles without their slow epilogue (all rows here are fast:
 the same bits); INLINE_SLOW=1 inlines it (tile_slow_run); PF=8,16 builds those NF with the next
 stage's first wgmma issued early (three stages). FMT=fp8: the FP8 chain tile (w8c_gemm_f{NF},
 tile.gemm_fp8) against the routed FP8 overlay (w8a16_gemm: "tree").
