@@ -52,6 +52,9 @@ GEMM_WARPS = 8
 NVFP4_WARPS = 8
 NVFP4_FAST_THREADS = 512
 NVFP4_FAST_SLOT = 2304
+#: f32 per row of the fast kernels' chain scratch (64 blocks, padded so that the chain lanes'
+#: float4 reads of rows 68 words apart fall in distinct banks).
+NVFP4_FAST_CHAIN_ROW = 68
 #: q2_0_dec.cu's most warps per CTA (its ``// @defines Q2_0_DEC``; metrale/cuda/q2_0.py starts
 #: from it and halves it while the grid would leave multiprocessors idle).
 Q2_0_DEC_WARPS = 8
@@ -436,10 +439,16 @@ def _pairs(macro: str, rows: tuple[int, ...], yes: str, no: str) -> list[str]:
 _INSTANCES: dict[str, Callable[[], list[str]]] = {
     "NVFP4_A16": lambda: _pairs("NVFP4_A16", NVFP4_A16_ROWS, "e", "o"),
     "NVFP4_A16F": lambda: [
-        f"NVFP4_A16F({r}, {d}, {_bool(NVFP4_FAST_PQ[r])})" for r, d in NVFP4_FAST_DEPTH.items()
+        f"NVFP4_A16F({r}, {d}, {_bool(NVFP4_FAST_PQ[r])}, {_bool(c)}, {'fc' if c else 'f'})"
+        for c in (False, True)
+        for r, d in NVFP4_FAST_DEPTH.items()
     ],
     "NVFP4_A4": lambda: _pairs("NVFP4_A4", NVFP4_A4_ROWS, "e", "o"),
-    "NVFP4_A4F": lambda: [f"NVFP4_A4F({r}, {d})" for r, d in NVFP4_A4F_DEPTH.items()],
+    "NVFP4_A4F": lambda: [
+        f"NVFP4_A4F({r}, {d}, {_bool(c)}, {'fc' if c else 'f'})"
+        for c in (False, True)
+        for r, d in NVFP4_A4F_DEPTH.items()
+    ],
     "NVFP4_MMA": lambda: [
         f"NVFP4_MMA({prefix}, {mode}, {nt}, {_bool(al)}, {'a' if al else 'u'})"
         for prefix, mode in NVFP4_MMA_MODES
@@ -532,7 +541,7 @@ _DEFINES: dict[str, dict[str, int]] = {
     "MMA_GEMM": {"MMA_WARPS": MMA_WARPS, "MMA_RUN": MMA_RUN, "GEMM_WARPS": GEMM_WARPS},
     "FP8_BF16_MMA": {"FP8_BF16_MMA_WARPS": FP8_BF16_MMA_WARPS},
     "NVFP4": {"NVFP4_WARPS": NVFP4_WARPS},
-    "NVFP4_FAST": {"FAST_THREADS": NVFP4_FAST_THREADS},
+    "NVFP4_FAST": {"FAST_THREADS": NVFP4_FAST_THREADS, "FAST_CHAIN_ROW": NVFP4_FAST_CHAIN_ROW},
     "NVFP4_FAST_SLOT": {"FAST_SLOT": NVFP4_FAST_SLOT},
     "Q2_0_DEC": {"Q2D_WARPS": Q2_0_DEC_WARPS},
     "CHAIN": {"CHAIN_LEVELS": TILE_CHAIN_LEVELS},

@@ -122,9 +122,18 @@ A4F_DEPTH = configs.NVFP4_A4F_DEPTH
 
 
 def _fast_smem(r: int, k: int, depths: dict[int, int] = FAST_DEPTH) -> int:
+    """The fast kernel's records and rings, then (tile.CHAIN: its chain kernel ``*fc_r{r}``)
+    each warp's chain scratch of (r + 1) x 4 rows of FAST_CHAIN_ROW f32."""
     b, _, _ = _geometry(k)
     items = -(-b // FAST_ITEM_BLOCKS)
-    return (r * items * (FAST_ITEM_BLOCKS // 64) + (FAST_THREADS // 32) * depths[r]) * FAST_SLOT
+    chain = (FAST_THREADS // 32) * (r + 1) * 4 * configs.NVFP4_FAST_CHAIN_ROW * 4 if tile.CHAIN else 0
+    return (r * items * (FAST_ITEM_BLOCKS // 64) + (FAST_THREADS // 32) * depths[r]) * FAST_SLOT + chain
+
+
+def _fast_name(mode: str, r: int) -> str:
+    """The fast kernel of ``mode`` ("a16", "a4") and r rows: ``nvfp4_{mode}f_r{r}``, or its chain
+    twin ``nvfp4_{mode}fc_r{r}`` where tile.CHAIN (docs/chain-revision.md)."""
+    return f"nvfp4_{mode}f{'c' if tile.CHAIN else ''}_r{r}"
 
 
 def _fast_grid_x(n: int, gz: int) -> int:
@@ -190,8 +199,7 @@ def nvfp4_a16(x: Any, sets: list[tuple[Any, Any]], rows: int, r_want: int) -> No
         if mma.launch(MMA_FILE, prefix, prep, rows, b, args0, args1, len(sets), w0.n):
             return
     if fast is not None:
-        name = f"nvfp4_a16f_r{fast}"
-        kern = runtime.get_kernel(A16_FILE, name)
+        kern = runtime.get_kernel(A16_FILE, _fast_name("a16", fast))
         if kern is not None:
             smem = _fast_smem(fast, k)
             runtime.set_dynamic_smem(kern, smem)
@@ -325,7 +333,7 @@ def w4a4_gemv_small_m(codes: DeviceA4Codes, w: Any, out: Any) -> None:
     args = _set(w, out, rowscale, m)
     tail = (np.int32(w.n), np.int32(k))
     smem = a4_fast_smem(m, k)
-    kern = runtime.get_kernel(A4_FILE, f"nvfp4_a4f_r{m}") if smem is not None else None
+    kern = runtime.get_kernel(A4_FILE, _fast_name("a4", m)) if smem is not None else None
     if kern is not None:
         runtime.set_dynamic_smem(kern, smem)
         a4_args = (c, np.int64(ldc), codes.afac, np.int32(m), *args, *args, *tail)

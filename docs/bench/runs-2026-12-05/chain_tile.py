@@ -20,7 +20,7 @@ import cupy as cp
 import numpy as np
 import torch
 
-from metrale.cuda import configs, fp8_bf16, nvfp4, q2_0, runtime, tile
+from metrale.cuda import configs, fp8_bf16, mma, nvfp4, q2_0, runtime, tile
 from metrale.cuda.weights import upload_generic
 from metrale.reference.chain import project_chain
 from metrale.reference.elements import BF16
@@ -36,6 +36,7 @@ VARIANTS = {  # name -> (CHAIN, CHAIN_FRAGS)
     "chain1": (True, (1,)),
     "chain8": (True, (8,)),
     "chain16": (True, (16,)),
+    "gemv": (True, None),  # the fast decode kernels on the chain (nvfp4_a16fc_r*; m <= 4)
 }
 RUN = os.environ.get("VARS", "tree,chain,chain8,chain16").split(",")
 TAG = os.environ.get("TAG", "")
@@ -61,9 +62,11 @@ if os.environ.get("NOSLOW") == "1":
 
 def use(v: str) -> None:
     """The variant's kernels; a chain variant takes every row count (tile.MIN_ROWS = 1), the tree
-    the routed path (below 25 rows but 9..16 the decode and tensor-core kernels)."""
+    the routed path (below 25 rows but 9..16 the decode and tensor-core kernels), gemv the fast
+    decode kernels on the chain (tensor cores off: m <= 4 only)."""
     tile.CHAIN, frags = VARIANTS[v]
-    tile.MIN_ROWS = 1 if tile.CHAIN else MIN_ROWS
+    tile.MIN_ROWS = 1 if tile.CHAIN and v != "gemv" else MIN_ROWS
+    mma.ENABLED = v != "gemv"
     if frags:
         tile.CHAIN_FRAGS = frags
 
@@ -165,11 +168,11 @@ for tag, n, k, dual in (("gateup", 12288, 4096, True), ("down", 4096, 12288, Fal
             use(v)
             us = timed(call, copies)
             cell[v] = [round(us, 1), round(bv / us / 1e6, 2), round(us / cub, 2)]
-            if v.startswith("chain") and m == MS[len(MS) // 2]:
+            if v != "tree" and m == MS[len(MS) // 2]:
                 call(copies[0])
                 got = outs[0].get()[:4]
                 want = project_chain(xh[:4], hosts[0][0], "A16").view(np.uint16)
-                cell["chain_exact_4_rows"] = bool(np.array_equal(got, want))
+                cell[f"{v}_exact_4_rows"] = bool(np.array_equal(got, want))
         out["cells"][f"{tag} m={m}"] = cell
         print(tag, m, cell, flush=True)
 use("tree")

@@ -1,19 +1,13 @@
 #!/usr/bin/env bash
 # The chain tile's counter over parts in local memory (configs.TILE_CHAIN_LOCAL): exactness of
 # every NF, then NF = 16 at three stages (local counter) against two stages (shared counter, the
-# earlier build) and two stages with the local counter; Q2_0 tree against chain; SASS.
+# earlier build) and two stages with the local counter; the fast decode kernels on the chain
+# (nvfp4_a16fc_r*) against the routed ones; FP8 and Q2_0 tree against chain; SASS.
 export PYTHONPATH=.
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 P=docs/bench/runs-2026-12-05/chain_tile.py
-timeout 200 python -m pytest -q -x tests/gpu/test_cuda_chain_tile.py tests/gpu/test_cuda_fp8_chain_tile.py 2>&1 | tail -3
+timeout 240 python -m pytest -q -x tests/gpu/test_cuda_chain_gemv.py tests/gpu/test_cuda_chain_tile.py tests/gpu/test_cuda_fp8_chain_tile.py 2>&1 | tail -4
+VARS=tree,gemv,chain MS=1,2,3,4 TAG=_gemv timeout 100 python $P 2>&1 | tail -8
 TAG=_s2shared STAGES16=2 LOCAL= VARS=chain16 MS=256,1024,4096 timeout 80 python $P 2>&1 | tail -6
 TAG=_s3local VARS=chain16 MS=256,1024,4096 timeout 80 python $P 2>&1 | tail -6
-TAG=_s2local STAGES16=2 VARS=chain16 MS=1024,4096 timeout 80 python $P 2>&1 | tail -4
-FMT=fp8 VARS=tree,chain MS=8,64,256,1024,4096 timeout 120 python $P 2>&1 | tail -12
-FMT=q2_0 VARS=tree,chain MS=8,64,256,4096 timeout 100 python $P 2>&1 | tail -10
-C=$(ls -t ~/.cache/metrale/kernels/nvfp4_wgmma.cu.sm_90a.*.cubin | head -1)
-ptxas -arch=sm_90a -o /tmp/wg.cubin "$C" && for k in w4c_gemm_f16 w4c_gemm_f8; do
-  cuobjdump -sass -fun $k /tmp/wg.cubin >"$OUT/sass_$k.txt" 2>&1
-  echo "== $k: $(grep -cE '/\*[0-9a-f]{4}\*/' "$OUT/sass_$k.txt") instructions"
-done
 ls "$OUT"

@@ -290,7 +290,7 @@ __device__ __forceinline__ void nvfp4_body(const void* act, long long lda, const
 // offset inside an item is an immediate.
 // R * 72 * P bytes of records, P = 128 * items, then the 16 rings (16 * DEPTH * 2304 bytes).
 // ---------------------------------------------------------------------------------------------
-// @defines NVFP4_FAST (FAST_THREADS from metrale/cuda/configs.py)
+// @defines NVFP4_FAST (FAST_THREADS, FAST_CHAIN_ROW from metrale/cuda/configs.py)
 #define FAST_WARPS (FAST_THREADS / 32)
 #define FAST_REC 2304
 #define FAST_PRE 3  // prologue units (half or whole blocks) per thread whose x is requested first
@@ -574,7 +574,14 @@ __device__ __forceinline__ void fast_prologue_a4(unsigned char* smem, const unsi
 // MODE 0 (A16): act = bf16 rows x (lda in elements), afac unused; PQ: block_dot_pq instead of
 // nib8_codes_k + block_dot_codes (same S). MODE 1 (A4): act = codes (lda = row stride in bytes, a
 // multiple of 16) and afac of w4a4_quantize; PQ false.
-template <int MODE, int R, int DEPTH, bool PQ>
+// CHAIN (docs/chain-revision.md, metrale/reference/chain.py): a chunk of 64 blocks is a chain
+// part. Per item, lane l writes its term pairs of blocks 2l, 2l + 1 of each part into this warp's
+// chain scratch (after the rings: P [R][4][68] then f [4][68] f32, rows padded to 68 so the chain
+// lanes' float4 reads hit distinct banks): P_b = f32(S_b) 2^(E_b - 15) (A16; one rounding, as
+// ldexpf's, where subnormal) or (f32(S_b) f32(ascale_b)) 0.25 (A4, exact), f_b = f32(wscale_b).
+// Lane 4 r + j (r < R) then runs part j's chain for row r, c = fma(P_b, f_b, c) from -0.0 in K
+// order; the item root is (c_0 + c_1) + (c_2 + c_3) (xor 1, 2) and the tree over items as above.
+template <int MODE, int R, int DEPTH, bool PQ, bool CHAIN = false>
 __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, const float* afac, int m,
                                                 WeightSet set, int N, int K) {
     static_assert(MODE == 0 || !PQ, "the P/Q block dot is A16's");
@@ -589,6 +596,9 @@ __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, 
     const long long wrow = (long long)(K >> 1);
     // this warp's ring of DEPTH slots, after the activation records (R * items * 4 records)
     unsigned char* const ring = smem + (size_t)R * items * 4 * FAST_REC + (size_t)warp * DEPTH * FAST_SLOT;
+    // CHAIN: this warp's scratch (P rows 4 r + j, then f rows j), after all the rings
+    float* const cs = (float*)(smem + (size_t)R * items * 4 * FAST_REC + (size_t)FAST_WARPS * DEPTH * FAST_SLOT) +
+                      (size_t)warp * (R + 1) * 4 * FAST_CHAIN_ROW;
     const NibConsts kc = nib_consts();
 
     // PDL (common.cuh, metrale/cuda/pdl.py): the next launch may start now; nothing is read
@@ -659,6 +669,7 @@ __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, 
                     }
                     float we, wo;
                     e4m3x2_to_f32(sc, we, wo);
+                    if constexpr (CHAIN) *(float2*)(cs + (R * 4 + j) * FAST_CHAIN_ROW + 2 * lane) = make_float2(we, wo);
 #pragma unroll
                     for (int r = 0; r < R; ++r) {
                         const int off = (j * R + r) * FAST_REC;
@@ -675,17 +686,51 @@ __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, 
                                               : block_dot_codes(e0, e1, e2, e3, le, hE);
                             const int so = PQ ? block_dot_pq(wv.z, wv.w, lo, hO)
                                               : block_dot_codes(o0, o1, o2, o3, lo, hO);
+                            if constexpr (CHAIN) {
+                                *(float2*)(cs + (r * 4 + j) * FAST_CHAIN_ROW + 2 * lane) =
+                                    make_float2(ieee_mul((float)se, f.x), ieee_mul((float)so, f.y));
+                                continue;
+                            }
                             const float ve = ((float)se * we) * f.x;
                             const float vo = ((float)so * wo) * f.y;
                             pr[r][j] = ve + vo;
+                        } else if constexpr (CHAIN) {
+                            const float pe = ieee_mul((float)a4_dot(e0, e1, e2, e3, le), f.x) * 0.25f;
+                            const float po = ieee_mul((float)a4_dot(o0, o1, o2, o3, lo), f.y) * 0.25f;
+                            *(float2*)(cs + (r * 4 + j) * FAST_CHAIN_ROW + 2 * lane) = make_float2(pe, po);
                         } else {
                             pr[r][j] = a4_value(a4_dot(e0, e1, e2, e3, le), we, f.x) +
                                        a4_value(a4_dot(o0, o1, o2, o3, lo), wo, f.y);
                         }
                     }
                 }
+                if constexpr (CHAIN) {
+                    __syncwarp();  // every lane's terms are in the scratch
+                    float c = -0.0f;
+                    if (lane < 4 * R) {  // lane 4 r + j: part j of row r
+                        const float4* p4 = (const float4*)(cs + lane * FAST_CHAIN_ROW);
+                        const float4* f4 = (const float4*)(cs + (R * 4 + (lane & 3)) * FAST_CHAIN_ROW);
 #pragma unroll
-                for (int r = 0; r < R; ++r) {
+                        for (int q = 0; q < 16; ++q) {
+                            const float4 p = p4[q], w = f4[q];
+                            c = ieee_fma(p.x, w.x, c);
+                            c = ieee_fma(p.y, w.y, c);
+                            c = ieee_fma(p.z, w.z, c);
+                            c = ieee_fma(p.w, w.w, c);
+                        }
+                    }
+                    __syncwarp();  // the scratch is free for the next item
+                    c = c + __shfl_xor_sync(0xffffffffu, c, 1);
+                    c = c + __shfl_xor_sync(0xffffffffu, c, 2);
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        const float k = __shfl_sync(0xffffffffu, c, 4 * r);  // row r's item root
+                        keep[r] = lane == s ? k : keep[r];
+                        last[r] = k;
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < R && !CHAIN; ++r) {
                     // xor 1: even lanes keep chunks 0, 2; odd lanes chunks 1, 3
                     float k0 = odd1 ? pr[r][1] : pr[r][0];
                     const float t0 = odd1 ? pr[r][0] : pr[r][1];

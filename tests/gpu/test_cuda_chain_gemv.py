@@ -1,0 +1,139 @@
+"""The fast NVFP4 decode kernels on the block-value chain (nvfp4.cuh ``nvfp4_fast_body``'s CHAIN:
+``nvfp4_a16fc_r{R}``, ``nvfp4_a4fc_r{R}``, tile.CHAIN; docs/chain-revision.md) against the
+revision's reference ``chain.project_chain``, bit for bit: every R (1-4 rows per pass, and more
+rows in groups of R over grid.y), gate and up in one launch, K of one part to 14 parts (items of
+four parts, the last one padded), rows of every edge kind (non-finite blocks, subnormal and
+saturated exponents), every weight code against every finite e4m3 scale, guard bands."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from metrale.reference.chain import project_chain
+from tests.gpu import gen
+from tests.gpu.test_cuda_nvfp4_tile import dev_rows, window_rows
+
+cp = pytest.importorskip("cupy")
+
+
+def ref(x: np.ndarray, w: Any, mode: str = "A16") -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return project_chain(x, w, mode).view(np.uint16)
+
+
+@pytest.fixture
+def chained(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The fast chain kernels for every row count here, every other path off (none gives the
+    chain's bits, so a miss fails); returns the fast kernels' names as launched."""
+    from metrale.cuda import mma, nvfp4, tile
+
+    monkeypatch.setattr(tile, "CHAIN", True)
+    monkeypatch.setattr(tile, "ENABLED", False)
+    monkeypatch.setattr(mma, "ENABLED", False)
+    names: list[str] = []
+    real_name = nvfp4._fast_name
+
+    def fast_name(mode: str, r: int) -> str:
+        names.append(real_name(mode, r))
+        return names[-1]
+
+    def no_generic(*a: Any) -> int:
+        raise AssertionError(f"the generic (tree) kernels ran: {a}")
+
+    monkeypatch.setattr(nvfp4, "_fast_name", fast_name)
+    monkeypatch.setattr(nvfp4, "_rows_per_pass", no_generic)
+    return names
+
+
+def run_a16(cuda: Any, rng: np.random.Generator, x: np.ndarray, dw: Any, n: int) -> np.ndarray:
+    m = x.shape[0]
+    buf, view, init = gen.guarded(cp, rng, m, n)
+    cuda.launch("w4a16_gemm", dev_rows(x), dw, view)
+    return gen.check_guard(buf, init, m, n)
+
+
+#: (N, K): one part (one item, three padded parts), three parts, 4 parts (Qwen3-8B gate / up),
+#: 12 parts (its down: three items), 14 (Llama-3-8B's down: the last item half padding).
+SHAPES = ((37, 1024), (70, 3072), (130, 4096), (45, 12288), (20, 14336))
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"N{n}-K{k}" for n, k in SHAPES])
+def test_chain_gemv_a16_matches_chain_reference(
+    cuda: Any, fresh_rng: np.random.Generator, chained: list[str], shape: tuple
+) -> None:
+    """R = 1..4 in one pass, 7 rows (groups of 4), in-window and edge rows, single and dual."""
+    from metrale.cuda import nvfp4
+
+    n, k = shape
+    w, w1 = gen.nvfp4(fresh_rng, n, k), gen.nvfp4(fresh_rng, n, k, name="up")
+    dw, dw1 = cuda.upload(w), cuda.upload(w1)
+    x = np.concatenate([window_rows(fresh_rng, 4, k, tuple(range(-30, 31))), gen.rows(fresh_rng, 7, k)])
+    x = x[fresh_rng.permutation(len(x))]
+    want, want1 = ref(x, w), ref(x, w1)
+    for m in (1, 2, 3, 4, 7, 11):
+        gen.bits_equal(run_a16(cuda, fresh_rng, x[:m], dw, n), want[:m], f"chain gemv m={m} {shape}")
+    for m in (1, 3):
+        b1, v1, i1 = gen.guarded(cp, fresh_rng, m, n)
+        b2, v2, i2 = gen.guarded(cp, fresh_rng, m, n)
+        nvfp4.nvfp4_a16(dev_rows(x[:m]), [(dw, v1), (dw1, v2)], m, 4)
+        gen.bits_equal(gen.check_guard(b1, i1, m, n), want[:m], f"chain gemv dual m={m} gate {shape}")
+        gen.bits_equal(gen.check_guard(b2, i2, m, n), want1[:m], f"chain gemv dual m={m} up {shape}")
+    assert {f"nvfp4_a16fc_r{r}" for r in (1, 2, 3, 4)} <= set(chained), chained
+
+
+@pytest.mark.parametrize("exp", [-133, -126, -110, 100, 127])
+def test_chain_gemv_extreme_blocks(
+    cuda: Any, fresh_rng: np.random.Generator, chained: list[str], exp: int
+) -> None:
+    """Blocks whose exponent makes P_b subnormal (one rounding, as ldexpf's) or the chain
+    overflow, beside ordinary blocks of the same rows."""
+    n, k = 66, 4096
+    w = gen.nvfp4(fresh_rng, n, k)
+    dw = cuda.upload(w)
+    x = window_rows(fresh_rng, 4, k, (-20, 0, 20))
+    for r, b in ((0, 3), (1, 64), (2, 255), (3, 130)):
+        x[r, 16 * b : 16 * b + 16] = window_rows(fresh_rng, 1, 16, (exp,))[0]
+    want = ref(x, w)
+    for m in (1, 4):
+        gen.bits_equal(run_a16(cuda, fresh_rng, x[:m], dw, n), want[:m], f"chain gemv E={exp} m={m}")
+
+
+@pytest.mark.parametrize("shape", [(37, 1024), (130, 4096), (45, 12288)], ids=["K1024", "K4096", "K12288"])
+def test_chain_gemv_a4(cuda: Any, fresh_rng: np.random.Generator, chained: list[str], shape: tuple) -> None:
+    """NVFP4 × A4 (w4a4_quantize's codes) on the fast chain kernels, m = 1..4, rows of every edge
+    kind, against project_chain(..., "A4")."""
+    from metrale.cuda import nvfp4
+
+    n, k = shape
+    w = gen.nvfp4(fresh_rng, n, k)
+    dw = cuda.upload(w)
+    x = gen.rows(fresh_rng, 4, k)
+    want = ref(x, w, "A4")
+    xd = dev_rows(x)
+    for m in (1, 2, 3, 4):
+        codes = nvfp4.w4a4_quantize(xd[:m], w.input_scale)
+        buf, view, init = gen.guarded(cp, fresh_rng, m, n)
+        nvfp4.w4a4_gemv_small_m(codes, dw, view)
+        gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"chain gemv A4 m={m} {shape}")
+    assert {f"nvfp4_a4fc_r{r}" for r in (1, 2, 3, 4)} <= set(chained), chained
+
+
+def test_chain_gemv_codes_exhaustive(cuda: Any, fresh_rng: np.random.Generator, chained: list[str]) -> None:
+    """Every NVFP4 nibble in every k position against every finite e4m3 scale (gen.nvfp4's
+    scales): one-hot rows pick element r of every block, 16 rows in groups of four."""
+    from metrale.reference.elements import BF16
+    from metrale.reference.formats import Nvfp4Weight
+
+    n, k = 128, 1024
+    w = gen.nvfp4(fresh_rng, n, k)
+    nib = ((np.arange(k)[None, :] + np.arange(n)[:, None]) % 16).astype(np.uint8)
+    packed = (nib[:, 0::2] | (nib[:, 1::2] << 4)).astype(np.uint8)
+    w = Nvfp4Weight(weight=packed, weight_scale=w.weight_scale, weight_scale_2=w.weight_scale_2, name="w")
+    x = np.zeros((16, k), dtype=np.float32)
+    for r in range(16):
+        x[r, np.arange(r, k, 16)] = 1.0 + r / 4
+    x = x.astype(BF16)
+    gen.bits_equal(run_a16(cuda, fresh_rng, x, cuda.upload(w), n), ref(x, w), "chain gemv one-hot")
