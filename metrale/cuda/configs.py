@@ -52,9 +52,6 @@ GEMM_WARPS = 8
 NVFP4_WARPS = 8
 NVFP4_FAST_THREADS = 512
 NVFP4_FAST_SLOT = 2304
-#: f32 per row of the fast kernels' chain scratch (64 blocks, padded so that the chain lanes'
-#: float4 reads of rows 68 words apart fall in distinct banks).
-NVFP4_FAST_CHAIN_ROW = 68
 #: q2_0_dec.cu's most warps per CTA (its ``// @defines Q2_0_DEC``; metrale/cuda/q2_0.py starts
 #: from it and halves it while the grid would leave multiprocessors idle).
 Q2_0_DEC_WARPS = 8
@@ -114,7 +111,7 @@ NVFP4_WGMMA_TILE_CTAS: dict[int, int] = {2: 2, 4: 1, 8: 1}
 #: NF = 2 holds few registers (two CTAs, as the tree's NF = 2); NF = 1 (8 rows, m64n8k16: the
 #: decode-size tile) four CTAs of four 13 KB stages, so that a multiprocessor keeps about 150 KB
 #: of weights in flight.
-TILE_CHAIN_BUILDS: dict[int, tuple[int, int]] = {1: (4, 3), 2: (3, 2), 4: (3, 1), 8: (3, 1), 16: (3, 1)}
+TILE_CHAIN_BUILDS: dict[int, tuple[int, int]] = {1: (4, 3), 2: (3, 2), 4: (3, 1), 8: (3, 1), 16: (2, 1)}
 TILE_CHAIN_FRAGS: tuple[int, ...] = tuple(TILE_CHAIN_BUILDS)
 #: The NF whose chain kernels issue the next stage's first wgmma before a stage's last block
 #: values (three stages only).
@@ -122,7 +119,7 @@ TILE_CHAIN_PREFETCH: frozenset[int] = frozenset()
 #: The NF whose chain kernels keep the counter over parts in local memory (L1 / L2, touched once
 #: per part) instead of shared memory, so that their stages have all of it whatever the CTA's K
 #: part; ``TILE_FP8_CHAIN_LOCAL`` the FP8 tiles'.
-TILE_CHAIN_LOCAL: frozenset[int] = frozenset({16})
+TILE_CHAIN_LOCAL: frozenset[int] = frozenset()
 TILE_FP8_CHAIN_LOCAL: frozenset[int] = frozenset({8})
 #: Levels of a local counter over parts: CTA K parts of at most 2^4 chain parts (tile.CHAIN_CTA_STEPS).
 TILE_CHAIN_LEVELS = 4
@@ -541,7 +538,7 @@ _DEFINES: dict[str, dict[str, int]] = {
     "MMA_GEMM": {"MMA_WARPS": MMA_WARPS, "MMA_RUN": MMA_RUN, "GEMM_WARPS": GEMM_WARPS},
     "FP8_BF16_MMA": {"FP8_BF16_MMA_WARPS": FP8_BF16_MMA_WARPS},
     "NVFP4": {"NVFP4_WARPS": NVFP4_WARPS},
-    "NVFP4_FAST": {"FAST_THREADS": NVFP4_FAST_THREADS, "FAST_CHAIN_ROW": NVFP4_FAST_CHAIN_ROW},
+    "NVFP4_FAST": {"FAST_THREADS": NVFP4_FAST_THREADS},
     "NVFP4_FAST_SLOT": {"FAST_SLOT": NVFP4_FAST_SLOT},
     "Q2_0_DEC": {"Q2D_WARPS": Q2_0_DEC_WARPS},
     "CHAIN": {"CHAIN_LEVELS": TILE_CHAIN_LEVELS},

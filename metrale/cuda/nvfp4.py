@@ -122,12 +122,14 @@ A4F_DEPTH = configs.NVFP4_A4F_DEPTH
 
 
 def _fast_smem(r: int, k: int, depths: dict[int, int] = FAST_DEPTH) -> int:
-    """The fast kernel's records and rings, then (tile.CHAIN: its chain kernel ``*fc_r{r}``)
-    each warp's chain scratch of (r + 1) x 4 rows of FAST_CHAIN_ROW f32."""
+    """The fast kernel's activation records and each warp's ring of item slots; tile.CHAIN: its
+    chain twin's (``*fc_r{r}``, nvfp4.cuh nvfp4_run_body: 36 bytes of records per block and row)."""
     b, _, _ = _geometry(k)
+    rings = (FAST_THREADS // 32) * depths[r] * FAST_SLOT
+    if tile.CHAIN:
+        return r * 36 * b + rings
     items = -(-b // FAST_ITEM_BLOCKS)
-    chain = (FAST_THREADS // 32) * (r + 1) * 4 * configs.NVFP4_FAST_CHAIN_ROW * 4 if tile.CHAIN else 0
-    return (r * items * (FAST_ITEM_BLOCKS // 64) + (FAST_THREADS // 32) * depths[r]) * FAST_SLOT + chain
+    return r * items * (FAST_ITEM_BLOCKS // 64) * FAST_SLOT + rings
 
 
 def _fast_name(mode: str, r: int) -> str:
@@ -148,14 +150,21 @@ def a4_fast_smem(m: int, k: int) -> int | None:
     b, _, _ = _geometry(k)
     if not (FAST_ENABLED and m <= A4_FAST_MAX_ROWS and m in A4F_DEPTH and b % 64 == 0):
         return None
+    if tile.CHAIN and b // 64 > CHAIN_MAX_PARTS:
+        return None
     smem = _fast_smem(m, k, A4F_DEPTH)
     return smem if smem <= mma.SMEM_LIMIT else None
 
 
+#: Chain parts (64 blocks) per column the fast chain kernels take at most (a warp's 32 lanes).
+CHAIN_MAX_PARTS = 32
+
+
 def _fast_rows(want: int, k: int) -> int | None:
-    """Rows per pass of the fast A16 kernel (B % 64 == 0), or None when it does not apply."""
+    """Rows per pass of the fast A16 kernel (B % 64 == 0; tile.CHAIN: at most CHAIN_MAX_PARTS
+    parts), or None when it does not apply."""
     b, _, _ = _geometry(k)
-    if b % 64:
+    if b % 64 or (tile.CHAIN and b // 64 > CHAIN_MAX_PARTS):
         return None
     r = max(c for c in A16_ROWS if c <= max(1, want))
     while _fast_smem(r, k) > mma.SMEM_LIMIT:

@@ -290,7 +290,7 @@ __device__ __forceinline__ void nvfp4_body(const void* act, long long lda, const
 // offset inside an item is an immediate.
 // R * 72 * P bytes of records, P = 128 * items, then the 16 rings (16 * DEPTH * 2304 bytes).
 // ---------------------------------------------------------------------------------------------
-// @defines NVFP4_FAST (FAST_THREADS, FAST_CHAIN_ROW from metrale/cuda/configs.py)
+// @defines NVFP4_FAST (FAST_THREADS from metrale/cuda/configs.py)
 #define FAST_WARPS (FAST_THREADS / 32)
 #define FAST_REC 2304
 #define FAST_PRE 3  // prologue units (half or whole blocks) per thread whose x is requested first
@@ -574,14 +574,7 @@ __device__ __forceinline__ void fast_prologue_a4(unsigned char* smem, const unsi
 // MODE 0 (A16): act = bf16 rows x (lda in elements), afac unused; PQ: block_dot_pq instead of
 // nib8_codes_k + block_dot_codes (same S). MODE 1 (A4): act = codes (lda = row stride in bytes, a
 // multiple of 16) and afac of w4a4_quantize; PQ false.
-// CHAIN (docs/chain-revision.md, metrale/reference/chain.py): a chunk of 64 blocks is a chain
-// part. Per item, lane l writes its term pairs of blocks 2l, 2l + 1 of each part into this warp's
-// chain scratch (after the rings: P [R][4][68] then f [4][68] f32, rows padded to 68 so the chain
-// lanes' float4 reads hit distinct banks): P_b = f32(S_b) 2^(E_b - 15) (A16; one rounding, as
-// ldexpf's, where subnormal) or (f32(S_b) f32(ascale_b)) 0.25 (A4, exact), f_b = f32(wscale_b).
-// Lane 4 r + j (r < R) then runs part j's chain for row r, c = fma(P_b, f_b, c) from -0.0 in K
-// order; the item root is (c_0 + c_1) + (c_2 + c_3) (xor 1, 2) and the tree over items as above.
-template <int MODE, int R, int DEPTH, bool PQ, bool CHAIN = false>
+template <int MODE, int R, int DEPTH, bool PQ>
 __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, const float* afac, int m,
                                                 WeightSet set, int N, int K) {
     static_assert(MODE == 0 || !PQ, "the P/Q block dot is A16's");
@@ -596,9 +589,6 @@ __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, 
     const long long wrow = (long long)(K >> 1);
     // this warp's ring of DEPTH slots, after the activation records (R * items * 4 records)
     unsigned char* const ring = smem + (size_t)R * items * 4 * FAST_REC + (size_t)warp * DEPTH * FAST_SLOT;
-    // CHAIN: this warp's scratch (P rows 4 r + j, then f rows j), after all the rings
-    float* const cs = (float*)(smem + (size_t)R * items * 4 * FAST_REC + (size_t)FAST_WARPS * DEPTH * FAST_SLOT) +
-                      (size_t)warp * (R + 1) * 4 * FAST_CHAIN_ROW;
     const NibConsts kc = nib_consts();
 
     // PDL (common.cuh, metrale/cuda/pdl.py): the next launch may start now; nothing is read
@@ -669,7 +659,6 @@ __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, 
                     }
                     float we, wo;
                     e4m3x2_to_f32(sc, we, wo);
-                    if constexpr (CHAIN) *(float2*)(cs + (R * 4 + j) * FAST_CHAIN_ROW + 2 * lane) = make_float2(we, wo);
 #pragma unroll
                     for (int r = 0; r < R; ++r) {
                         const int off = (j * R + r) * FAST_REC;
@@ -686,51 +675,17 @@ __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, 
                                               : block_dot_codes(e0, e1, e2, e3, le, hE);
                             const int so = PQ ? block_dot_pq(wv.z, wv.w, lo, hO)
                                               : block_dot_codes(o0, o1, o2, o3, lo, hO);
-                            if constexpr (CHAIN) {
-                                *(float2*)(cs + (r * 4 + j) * FAST_CHAIN_ROW + 2 * lane) =
-                                    make_float2(ieee_mul((float)se, f.x), ieee_mul((float)so, f.y));
-                                continue;
-                            }
                             const float ve = ((float)se * we) * f.x;
                             const float vo = ((float)so * wo) * f.y;
                             pr[r][j] = ve + vo;
-                        } else if constexpr (CHAIN) {
-                            const float pe = ieee_mul((float)a4_dot(e0, e1, e2, e3, le), f.x) * 0.25f;
-                            const float po = ieee_mul((float)a4_dot(o0, o1, o2, o3, lo), f.y) * 0.25f;
-                            *(float2*)(cs + (r * 4 + j) * FAST_CHAIN_ROW + 2 * lane) = make_float2(pe, po);
                         } else {
                             pr[r][j] = a4_value(a4_dot(e0, e1, e2, e3, le), we, f.x) +
                                        a4_value(a4_dot(o0, o1, o2, o3, lo), wo, f.y);
                         }
                     }
                 }
-                if constexpr (CHAIN) {
-                    __syncwarp();  // every lane's terms are in the scratch
-                    float c = -0.0f;
-                    if (lane < 4 * R) {  // lane 4 r + j: part j of row r
-                        const float4* p4 = (const float4*)(cs + lane * FAST_CHAIN_ROW);
-                        const float4* f4 = (const float4*)(cs + (R * 4 + (lane & 3)) * FAST_CHAIN_ROW);
 #pragma unroll
-                        for (int q = 0; q < 16; ++q) {
-                            const float4 p = p4[q], w = f4[q];
-                            c = ieee_fma(p.x, w.x, c);
-                            c = ieee_fma(p.y, w.y, c);
-                            c = ieee_fma(p.z, w.z, c);
-                            c = ieee_fma(p.w, w.w, c);
-                        }
-                    }
-                    __syncwarp();  // the scratch is free for the next item
-                    c = c + __shfl_xor_sync(0xffffffffu, c, 1);
-                    c = c + __shfl_xor_sync(0xffffffffu, c, 2);
-#pragma unroll
-                    for (int r = 0; r < R; ++r) {
-                        const float k = __shfl_sync(0xffffffffu, c, 4 * r);  // row r's item root
-                        keep[r] = lane == s ? k : keep[r];
-                        last[r] = k;
-                    }
-                }
-#pragma unroll
-                for (int r = 0; r < R && !CHAIN; ++r) {
+                for (int r = 0; r < R; ++r) {
                     // xor 1: even lanes keep chunks 0, 2; odd lanes chunks 1, 3
                     float k0 = odd1 ? pr[r][1] : pr[r][0];
                     const float t0 = odd1 ? pr[r][0] : pr[r][1];
@@ -772,5 +727,196 @@ __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, 
             }
         }
         cp_async_wait<0>();  // the zero-filled copies past the last column, before the ring is reused
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fast path on the block-value chain (docs/chain-revision.md; metrale/reference/chain.py is
+// the reference; tile.CHAIN routes it), B % 64 == 0 and Q = B / 64 <= 32 chain parts per column:
+//   * a run is one (column, part): its 64 blocks in K order, one lane's. A warp item is the runs
+//     of CPI = 32 / Q whole columns (lane l: column l / Q of the item, part l % Q; lanes from
+//     CPI Q on idle), items persistent over the grid as the columns of nvfp4_fast_body;
+//   * a run streams in 8 slices of 8 blocks through the warp's ring (FAST_SLOT bytes per slice:
+//     lane l's 64 weight bytes at 64 l, 16-byte chunk c at chunk c ^ ((l >> 1) & 3) so that a
+//     quarter warp's reads hit distinct banks, then its 8 scale bytes at 2048 + 8 l), DEPTH - 1
+//     slices in flight (cp.async), across items;
+//   * per block and row: S_b as nvfp4_fast_body (A16 limbs, or A4 codes), the term pair
+//     P_b = f32(S_b) * 2^(E_b - 15) (A16, one rounding as ldexpf's where subnormal) or
+//     (f32(S_b) * f32(ascale_b)) * 0.25 (A4, exact), f_b = f32(wscale_b); the chain
+//     c = fma(P_b, f_b, c) from -0.0. Lane l ends with its part's root for each row;
+//   * the tree over parts: lanes of one column (Q consecutive lanes) by shuffles, a missing
+//     partner of the padded tree a -0.0 leaf (x + -0.0 = x: the add is skipped); the column's
+//     first lane writes y = to_bf16(root * rowscale).
+// Activation records (per row r, R * B * 36 bytes): the limbs of block b = 64 j + p at slot
+// p Q + j of three arrays, LO (16 bytes) | HI (16 bytes, A4: unused) | FAC (f32): the lanes of a
+// warp read one p at a time, their distinct parts in consecutive slots.
+template <int MODE, int R, int DEPTH, bool PQ>
+__device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, const float* afac, int m,
+                                               WeightSet set, int N, int K) {
+    static_assert(MODE == 0 || !PQ, "the P/Q block dot is A16's");
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int B = K >> 4;
+    const int Q = B >> 6;                   // parts per column, 1 .. 32
+    const int cpi = 32 / Q, used = cpi * Q;  // columns per warp item, lanes in use
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int ngroups = (m + R - 1) / R;
+    const int items = (N + cpi - 1) / cpi;
+    const int i_first = blockIdx.x * FAST_WARPS + warp, i_step = gridDim.x * FAST_WARPS;
+    const long long wrow = (long long)(K >> 1);
+    const size_t rec = (size_t)B * 36;  // bytes of one row's records
+    unsigned char* const ring = smem + (size_t)R * rec + (size_t)warp * DEPTH * FAST_SLOT;
+    const int lq = lane % Q, lcol = lane / Q;  // this lane's part, column in the item
+    const int swz = (lane >> 1) & 3;
+    const NibConsts kc = nib_consts();
+
+    pdl_trigger();
+    pdl_wait();
+
+    for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
+        const int row0 = g * R;
+        __syncthreads();
+        // issue cursor: item it_i, slice s_i (8 per item)
+        int it_i = i_first, s_i = 0;
+        auto issue = [&](int slot) {
+            const int n = it_i * cpi + lcol;
+            const bool live = it_i < items && lane < used && n < N;
+            unsigned char* dst = ring + slot * FAST_SLOT;
+            const unsigned char* wsrc = live ? set.w + (long long)n * wrow + (long long)(64 * lq + 8 * s_i) * 8 : set.w;
+            const unsigned char* ssrc = live ? set.ws + (long long)n * B + 64 * lq + 8 * s_i : set.ws;
+#pragma unroll
+            for (int c = 0; c < 4; ++c) cp_async16(dst + lane * 64 + ((c ^ swz) << 4), wsrc + 16 * c, live ? 16 : 0);
+            cp_async8(dst + 2048 + lane * 8, ssrc, live ? 8 : 0);
+            cp_async_commit();
+            if (++s_i == 8) {
+                s_i = 0;
+                it_i += i_step;
+            }
+        };
+#pragma unroll
+        for (int d = 0; d < DEPTH - 1; ++d) issue(d);
+
+        // ---- prologue: the records of rows row0 .. row0 + R - 1 (block b = 64 j + p at slot p Q + j) ----
+        for (int it = threadIdx.x; it < R * B; it += FAST_THREADS) {
+            const int r = it / B, b = it - r * B;
+            const int row = row0 + r;
+            const bool valid = row < m;
+            unsigned char* lo = smem + (size_t)r * rec + (size_t)((b & 63) * Q + (b >> 6)) * 16;
+            unsigned char* hi = lo + (size_t)B * 16;
+            float* fac = (float*)(smem + (size_t)r * rec + (size_t)B * 32) + (b & 63) * Q + (b >> 6);
+            if constexpr (MODE == 0) {
+                const unsigned short* src = (const unsigned short*)act + (size_t)row * lda + (size_t)b * 16;
+                unsigned int w[2][4] = {{0u, 0u, 0u, 0u}, {0u, 0u, 0u, 0u}};
+                if (valid) {
+#pragma unroll
+                    for (int j = 0; j < 8; ++j)
+                        w[j >> 2][j & 3] = (unsigned int)src[2 * j] | ((unsigned int)src[2 * j + 1] << 16);
+                }
+                const unsigned int mx = max(a16_mag_max4(w[0]), a16_mag_max4(w[1]));
+                int E = 0;
+                bool fin = true;
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    int c[8];
+                    a16_codes8_f32(w[e], mx, c, E, fin);
+                    unsigned int l[2], hh[2];
+                    a16_limbs8_prmt(c, l, hh);
+                    *(uint2*)(lo + e * 8) = valid ? make_uint2(l[0], l[1]) : make_uint2(0u, 0u);
+                    *(uint2*)(hi + e * 8) = valid ? make_uint2(hh[0], hh[1]) : make_uint2(0u, 0u);
+                }
+                *fac = valid ? a16_factor(E, fin) : METRALE_NEG_ZERO;
+            } else {
+                const unsigned char* src = valid ? (const unsigned char*)act + (size_t)row * lda + (size_t)b * 16
+                                                 : (const unsigned char*)act;
+                cp_async16(lo, src, valid ? 16 : 0);
+                if (valid) cp_async4(fac, afac + (size_t)row * B + b);
+                else *fac = METRALE_NEG_ZERO;
+            }
+        }
+        if constexpr (MODE == 1) {
+            cp_async_commit();
+            cp_async_wait<0>();  // the records (and the ring's first slices)
+        }
+        __syncthreads();
+
+        const unsigned char* const alo = smem + (size_t)lq * 16;  // slot p Q + lq: + p Q 16
+        const float* const afc = (const float*)(smem + (size_t)B * 32) + lq;
+        float c[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) c[r] = -0.0f;
+        int it = i_first, s = 0;
+        while (it < items) {
+#pragma unroll
+            for (int d = 0; d < DEPTH; ++d) {
+                if (it >= items) break;
+                cp_async_wait<DEPTH - 2>();  // this lane's slice in slot d landed
+                __syncwarp();                // every lane is past slot d - 1: it takes a new slice
+                issue((d + DEPTH - 1) % DEPTH);
+                const unsigned char* const cur = ring + d * FAST_SLOT;
+                const uint2 scw = *(const uint2*)(cur + 2048 + lane * 8);
+                float ws[8];
+                e4m3x2_to_f32(scw.x, ws[0], ws[1]);
+                e4m3x2_to_f32(scw.x >> 16, ws[2], ws[3]);
+                e4m3x2_to_f32(scw.y, ws[4], ws[5]);
+                e4m3x2_to_f32(scw.y >> 16, ws[6], ws[7]);
+#pragma unroll
+                for (int h = 0; h < 4; ++h) {  // blocks 2h, 2h + 1 of the slice: chunk h
+                    const uint4 wv = *(const uint4*)(cur + lane * 64 + ((h ^ swz) << 4));
+                    unsigned int e0 = 0, e1 = 0, e2 = 0, e3 = 0, o0 = 0, o1 = 0, o2 = 0, o3 = 0;
+                    if (!PQ) {
+                        nib8_codes_k(wv.x, kc, e0, e1);
+                        nib8_codes_k(wv.y, kc, e2, e3);
+                        nib8_codes_k(wv.z, kc, o0, o1);
+                        nib8_codes_k(wv.w, kc, o2, o3);
+                    }
+#pragma unroll
+                    for (int u = 0; u < 2; ++u) {
+                        const int p = 8 * s + 2 * h + u;  // block of the part
+#pragma unroll
+                        for (int r = 0; r < R; ++r) {
+                            const unsigned char* lo = alo + (size_t)r * rec + (size_t)p * Q * 16;
+                            const uint4 L = *(const uint4*)lo;
+                            const float f = afc[(size_t)r * (rec / 4) + p * Q];
+                            float P;
+                            if constexpr (MODE == 0) {
+                                const uint4 H = *(const uint4*)(lo + (size_t)B * 16);
+                                const int S = PQ ? block_dot_pq(u ? wv.z : wv.x, u ? wv.w : wv.y, L, H)
+                                                 : (u ? block_dot_codes(o0, o1, o2, o3, L, H)
+                                                      : block_dot_codes(e0, e1, e2, e3, L, H));
+                                P = ieee_mul((float)S, f);
+                            } else {
+                                const int S = u ? a4_dot(o0, o1, o2, o3, L) : a4_dot(e0, e1, e2, e3, L);
+                                P = ieee_mul((float)S, f) * 0.25f;
+                            }
+                            c[r] = ieee_fma(P, ws[2 * h + u], c[r]);
+                        }
+                    }
+                }
+                if (++s == 8) {  // the runs are done: the tree over each column's parts, the outputs
+                    float root[R];
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        root[r] = c[r];
+                        c[r] = -0.0f;
+                    }
+                    for (int h = 1; h < Q; h <<= 1) {
+                        const bool takes = (lq & (2 * h - 1)) == 0 && lq + h < Q;
+#pragma unroll
+                        for (int r = 0; r < R; ++r) {
+                            const float o = __shfl_down_sync(0xffffffffu, root[r], h);
+                            root[r] = takes ? root[r] + o : root[r];
+                        }
+                    }
+                    const int n = it * cpi + lcol;
+                    if (lq == 0 && lane < used && n < N) {
+#pragma unroll
+                        for (int r = 0; r < R; ++r)
+                            if (row0 + r < m) set.out[(size_t)(row0 + r) * set.ldo + n] = f32_to_bf16(root[r] * set.rowscale);
+                    }
+                    s = 0;
+                    it += i_step;
+                }
+            }
+        }
+        cp_async_wait<0>();  // the zero-filled copies past the last item, before the ring is reused
     }
 }

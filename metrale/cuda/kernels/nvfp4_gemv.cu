@@ -28,16 +28,17 @@
 //   grid.x, dynamic shared memory R * 72 * P + 16 * D * 2304 bytes, P = 128 * ceil(B / 256): the activation records, then
 //   each warp's ring of D work-item slots (D = 3 for R = 1, 4 for R = 2, 3 for R = 3, 4), D - 1 items in
 //   flight per warp (cp.async); R <= 2 use the P/Q block dot (nvfp4.cuh block_dot_pq).
-// nvfp4_a16fc_r{1,2,3,4}: the same kernels on the block-value chain (docs/chain-revision.md;
-// nvfp4_fast_body's CHAIN, chain.project_chain's bits; tile.CHAIN routes them): 16 (R + 1) * 4 *
-// 68 * 4 more bytes of shared memory, each warp's chain scratch after the rings.
+// nvfp4_a16fc_r{1,2,3,4}: the same arguments and launch on the block-value chain
+// (docs/chain-revision.md; nvfp4.cuh nvfp4_run_body, chain.project_chain's bits; tile.CHAIN routes
+// them), B % 64 == 0 and B <= 2048: dynamic shared memory R * 36 * B + 16 * D * 2304 bytes.
 #define NVFP4_A16F(R, D, PQ, C, SUFFIX)                                                               \
     extern "C" __global__ void __launch_bounds__(FAST_THREADS, 1) nvfp4_a16##SUFFIX##_r##R(              \
         const unsigned short* x, long long ldx, int m, const unsigned char* w0, const unsigned char* s0, \
         float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, const unsigned char* s1, \
         float rs1, unsigned short* out1, long long ldo1, int N, int K) {                               \
         const WeightSet set = weight_set(w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);             \
-        nvfp4_fast_body<0, R, D, PQ, C>(x, ldx, nullptr, m, set, N, K);                                \
+        if constexpr (C) nvfp4_run_body<0, R, D, PQ>(x, ldx, nullptr, m, set, N, K);                   \
+        else nvfp4_fast_body<0, R, D, PQ>(x, ldx, nullptr, m, set, N, K);                              \
     }
 
 // @instances NVFP4_A16F   (lines generated from metrale/cuda/configs.py)
