@@ -81,7 +81,8 @@ def test_chain_gemv_a16_matches_chain_reference(
         nvfp4.nvfp4_a16(dev_rows(x[:m]), [(dw, v1), (dw1, v2)], m, 4)
         gen.bits_equal(gen.check_guard(b1, i1, m, n), want[:m], f"chain gemv dual m={m} gate {shape}")
         gen.bits_equal(gen.check_guard(b2, i2, m, n), want1[:m], f"chain gemv dual m={m} up {shape}")
-    assert {f"nvfp4_a16fc_r{r}" for r in nvfp4.A16_ROWS} <= set(chained), chained
+    fits = {r for r in nvfp4.A16_ROWS if nvfp4._fast_rows(r, k) == r}  # R = 4 of K = 14336 does not
+    assert {f"nvfp4_a16fc_r{r}" for r in fits} <= set(chained), chained
 
 
 @pytest.mark.parametrize("exp", [-133, -126, -110, 100, 127])

@@ -739,7 +739,7 @@ __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, 
 //   * a run streams in 8 slices of 8 blocks through the warp's ring (FAST_SLOT bytes per slice:
 //     lane l's 64 weight bytes at 64 l, 16-byte chunk c at chunk c ^ ((l >> 1) & 3) so that a
 //     quarter warp's reads hit distinct banks, then its 8 scale bytes at 2048 + 8 l), DEPTH - 1
-//     slices in flight (cp.async), across items;
+//     slices in flight (cp.async, the weights copied by four lanes per run slice), across items;
 //   * per block and row: S_b as nvfp4_fast_body (A16 limbs, or A4 codes), the term pair
 //     P_b = f32(S_b) * 2^(E_b - 15) (A16, one rounding as ldexpf's where subnormal) or
 //     (f32(S_b) * f32(ascale_b)) * 0.25 (A4, exact), f_b = f32(wscale_b); the chain
@@ -775,16 +775,31 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
     for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
         const int row0 = g * R;
         __syncthreads();
-        // issue cursor: item it_i, slice s_i (8 per item)
+        // issue cursor: item it_i, slice s_i (8 per item). The warp copies a slice's weights
+        // together, lane L chunk L & 3 of runs (L >> 2) + 8 k (each 64-byte run slice by four
+        // neighbouring lanes: whole sectors per request), its own 8 scale bytes.
+        int cpy_col[4], cpy_off[4];  // per k: the run's column in the item and its part's byte offset
+        bool cpy_ok[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const int run = (lane >> 2) + 8 * k;
+            cpy_col[k] = run / Q;
+            cpy_off[k] = (run % Q) * 512 + (lane & 3) * 16;
+            cpy_ok[k] = run < used;
+        }
         int it_i = i_first, s_i = 0;
         auto issue = [&](int slot) {
+            unsigned char* dst = ring + slot * FAST_SLOT;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int run = (lane >> 2) + 8 * k, n = it_i * cpi + cpy_col[k];
+                const bool live = it_i < items && cpy_ok[k] && n < N;
+                const unsigned char* src = live ? set.w + (long long)n * wrow + cpy_off[k] + 64 * s_i : set.w;
+                cp_async16(dst + run * 64 + (((lane & 3) ^ ((run >> 1) & 3)) << 4), src, live ? 16 : 0);
+            }
             const int n = it_i * cpi + lcol;
             const bool live = it_i < items && lane < used && n < N;
-            unsigned char* dst = ring + slot * FAST_SLOT;
-            const unsigned char* wsrc = live ? set.w + (long long)n * wrow + (long long)(64 * lq + 8 * s_i) * 8 : set.w;
             const unsigned char* ssrc = live ? set.ws + (long long)n * B + 64 * lq + 8 * s_i : set.ws;
-#pragma unroll
-            for (int c = 0; c < 4; ++c) cp_async16(dst + lane * 64 + ((c ^ swz) << 4), wsrc + 16 * c, live ? 16 : 0);
             cp_async8(dst + 2048 + lane * 8, ssrc, live ? 8 : 0);
             cp_async_commit();
             if (++s_i == 8) {
@@ -848,8 +863,8 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
 #pragma unroll
             for (int d = 0; d < DEPTH; ++d) {
                 if (it >= items) break;
-                cp_async_wait<DEPTH - 2>();  // this lane's slice in slot d landed
-                __syncwarp();                // every lane is past slot d - 1: it takes a new slice
+                cp_async_wait<DEPTH - 2>();  // this lane's copies into slot d landed
+                __syncwarp();                // ... and every lane's; every lane is past slot d - 1
                 issue((d + DEPTH - 1) % DEPTH);
                 const unsigned char* const cur = ring + d * FAST_SLOT;
                 const uint2 scw = *(const uint2*)(cur + 2048 + lane * 8);
