@@ -52,6 +52,10 @@ GEMM_WARPS = 8
 NVFP4_WARPS = 8
 NVFP4_FAST_THREADS = 512
 NVFP4_FAST_SLOT = 2304
+#: The fast chain decode kernels (nvfp4.cuh ``nvfp4_run_body``) copy a run's scales for this many
+#: slices of 8 blocks at once (1: 8 bytes with each slice, in its ring slot; 4: 32 bytes, a whole
+#: sector, into two per-warp buffers of 1 KB after the rings).
+NVFP4_RUN_SCALE_SLICES = 4
 #: q2_0_dec.cu's most warps per CTA (its ``// @defines Q2_0_DEC``; metrale/cuda/q2_0.py starts
 #: from it and halves it while the grid would leave multiprocessors idle).
 Q2_0_DEC_WARPS = 8
@@ -538,7 +542,7 @@ _DEFINES: dict[str, dict[str, int]] = {
     "MMA_GEMM": {"MMA_WARPS": MMA_WARPS, "MMA_RUN": MMA_RUN, "GEMM_WARPS": GEMM_WARPS},
     "FP8_BF16_MMA": {"FP8_BF16_MMA_WARPS": FP8_BF16_MMA_WARPS},
     "NVFP4": {"NVFP4_WARPS": NVFP4_WARPS},
-    "NVFP4_FAST": {"FAST_THREADS": NVFP4_FAST_THREADS},
+    "NVFP4_FAST": {"FAST_THREADS": NVFP4_FAST_THREADS, "RUN_SCALE_SLICES": NVFP4_RUN_SCALE_SLICES},
     "NVFP4_FAST_SLOT": {"FAST_SLOT": NVFP4_FAST_SLOT},
     "Q2_0_DEC": {"Q2D_WARPS": Q2_0_DEC_WARPS},
     "CHAIN": {"CHAIN_LEVELS": TILE_CHAIN_LEVELS},

@@ -123,11 +123,13 @@ A4F_DEPTH = configs.NVFP4_A4F_DEPTH
 
 def _fast_smem(r: int, k: int, depths: dict[int, int] = FAST_DEPTH) -> int:
     """The fast kernel's activation records and each warp's ring of item slots; tile.CHAIN: its
-    chain twin's (``*fc_r{r}``, nvfp4.cuh nvfp4_run_body: 36 bytes of records per block and row)."""
+    chain twin's (``*fc_r{r}``, nvfp4.cuh nvfp4_run_body: 36 bytes of records per block and row,
+    the rings, two scale buffers per warp where NVFP4_RUN_SCALE_SLICES > 1)."""
     b, _, _ = _geometry(k)
     rings = (FAST_THREADS // 32) * depths[r] * FAST_SLOT
     if tile.CHAIN:
-        return r * 36 * b + rings
+        sg = configs.NVFP4_RUN_SCALE_SLICES
+        return r * 36 * b + rings + ((FAST_THREADS // 32) * 2 * 32 * 8 * sg if sg > 1 else 0)
     items = -(-b // FAST_ITEM_BLOCKS)
     return r * items * (FAST_ITEM_BLOCKS // 64) * FAST_SLOT + rings
 

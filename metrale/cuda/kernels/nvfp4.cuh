@@ -290,7 +290,7 @@ __device__ __forceinline__ void nvfp4_body(const void* act, long long lda, const
 // offset inside an item is an immediate.
 // R * 72 * P bytes of records, P = 128 * items, then the 16 rings (16 * DEPTH * 2304 bytes).
 // ---------------------------------------------------------------------------------------------
-// @defines NVFP4_FAST (FAST_THREADS from metrale/cuda/configs.py)
+// @defines NVFP4_FAST (FAST_THREADS, RUN_SCALE_SLICES from metrale/cuda/configs.py)
 #define FAST_WARPS (FAST_THREADS / 32)
 #define FAST_REC 2304
 #define FAST_PRE 3  // prologue units (half or whole blocks) per thread whose x is requested first
@@ -740,6 +740,8 @@ __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, 
 //     lane l's 64 weight bytes at 64 l, 16-byte chunk c at chunk c ^ ((l >> 1) & 3) so that a
 //     quarter warp's reads hit distinct banks, then its 8 scale bytes at 2048 + 8 l), DEPTH - 1
 //     slices in flight (cp.async, the weights copied by four lanes per run slice), across items;
+//     with RUN_SCALE_SLICES = SG > 1 a run's scales of SG slices come with the group's first
+//     slice (8 SG bytes: whole sectors) into one of two per-warp buffers after the rings;
 //   * per block and row: S_b as nvfp4_fast_body (A16 limbs, or A4 codes), the term pair
 //     P_b = f32(S_b) * 2^(E_b - 15) (A16, one rounding as ldexpf's where subnormal) or
 //     (f32(S_b) * f32(ascale_b)) * 0.25 (A4, exact), f_b = f32(wscale_b); the chain
@@ -765,6 +767,12 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
     const long long wrow = (long long)(K >> 1);
     const size_t rec = (size_t)B * 36;  // bytes of one row's records
     unsigned char* const ring = smem + (size_t)R * rec + (size_t)warp * DEPTH * FAST_SLOT;
+    // scale bytes: SG slices' worth per run and copy (8 SG bytes); SG = 1 in the slice's slot,
+    // else two buffers of 32 runs per warp after all the rings (groups of SG slices alternate)
+    constexpr int SG = RUN_SCALE_SLICES, SGB = 8 * SG, SCH = SGB >= 16 ? SGB / 16 : 1;
+    static_assert(SG == 1 || (SGB % 16 == 0 && 8 % SG == 0), "whole 16-byte copies, whole groups per run");
+    unsigned char* const sbuf =
+        smem + (size_t)R * rec + (size_t)FAST_WARPS * DEPTH * FAST_SLOT + (size_t)warp * 2 * 32 * SGB;
     const int lq = lane % Q, lcol = lane / Q;  // this lane's part, column in the item
     const int swz = (lane >> 1) & 3;
     const NibConsts kc = nib_consts();
@@ -787,6 +795,15 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
             cpy_off[k] = (run % Q) * 512 + (lane & 3) * 16;
             cpy_ok[k] = run < used;
         }
+        int sc_col[SCH], sc_off[SCH];  // SG > 1: lane L's scale copies, chunk i of run (L + 32 i) / SCH
+        bool sc_ok[SCH];
+#pragma unroll
+        for (int i = 0; i < SCH; ++i) {
+            const int q = lane + 32 * i, run = q / SCH;
+            sc_col[i] = run / Q;
+            sc_off[i] = (run % Q) * 64 + (q % SCH) * 16;
+            sc_ok[i] = run < used;
+        }
         int it_i = i_first, s_i = 0;
         auto issue = [&](int slot) {
             unsigned char* dst = ring + slot * FAST_SLOT;
@@ -797,10 +814,21 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
                 const unsigned char* src = live ? set.w + (long long)n * wrow + cpy_off[k] + 64 * s_i : set.w;
                 cp_async16(dst + run * 64 + (((lane & 3) ^ ((run >> 1) & 3)) << 4), src, live ? 16 : 0);
             }
-            const int n = it_i * cpi + lcol;
-            const bool live = it_i < items && lane < used && n < N;
-            const unsigned char* ssrc = live ? set.ws + (long long)n * B + 64 * lq + 8 * s_i : set.ws;
-            cp_async8(dst + 2048 + lane * 8, ssrc, live ? 8 : 0);
+            if constexpr (SG == 1) {
+                const int n = it_i * cpi + lcol;
+                const bool live = it_i < items && lane < used && n < N;
+                const unsigned char* ssrc = live ? set.ws + (long long)n * B + 64 * lq + 8 * s_i : set.ws;
+                cp_async8(dst + 2048 + lane * 8, ssrc, live ? 8 : 0);
+            } else if (s_i % SG == 0) {
+                unsigned char* sdst = sbuf + ((s_i / SG) & 1) * 32 * SGB;
+#pragma unroll
+                for (int i = 0; i < SCH; ++i) {
+                    const int q = lane + 32 * i, n = it_i * cpi + sc_col[i];
+                    const bool live = it_i < items && sc_ok[i] && n < N;
+                    const unsigned char* ssrc = live ? set.ws + (long long)n * B + sc_off[i] + 8 * s_i : set.ws;
+                    cp_async16(sdst + q * 16, ssrc, live ? 16 : 0);
+                }
+            }
             cp_async_commit();
             if (++s_i == 8) {
                 s_i = 0;
@@ -867,7 +895,8 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
                 __syncwarp();                // ... and every lane's; every lane is past slot d - 1
                 issue((d + DEPTH - 1) % DEPTH);
                 const unsigned char* const cur = ring + d * FAST_SLOT;
-                const uint2 scw = *(const uint2*)(cur + 2048 + lane * 8);
+                const uint2 scw = SG == 1 ? *(const uint2*)(cur + 2048 + lane * 8)
+                                          : *(const uint2*)(sbuf + ((s / SG) & 1) * 32 * SGB + lane * SGB + (s % SG) * 8);
                 float ws[8];
                 e4m3x2_to_f32(scw.x, ws[0], ws[1]);
                 e4m3x2_to_f32(scw.x >> 16, ws[2], ws[3]);
