@@ -7,6 +7,7 @@ bit, on seeded and edge rows, K over one, two and three parts (a padded tree ove
 from __future__ import annotations
 
 from fractions import Fraction
+from itertools import pairwise
 
 import numpy as np
 import oracle
@@ -24,13 +25,16 @@ from metrale.reference.chain import (
     add_parts,
     chain_parts,
     chain_projection,
+    chain_range_roots,
     fma_f32,
     fp8_effective,
     part_count,
+    part_ranges,
     project_chain,
 )
+from metrale.reference.elements import to_bf16
 from metrale.reference.formats import Fp8Weight
-from metrale.reference.projection import project
+from metrale.reference.projection import finish_roots, project
 
 TINY = float(np.float32(2.0**-149))
 MAX = float(np.finfo(np.float32).max)
@@ -289,3 +293,44 @@ def test_fp8_chain_uses_the_rounded_weights() -> None:
     assert float(got[0, 1]) == 448.0 + 15 * 0.5
     assert float(tree[0, 1]) == 448.0 + 15 * 0.375
     assert float(got[0, 0]) == float(tree[0, 0])  # a block without small elements: unchanged
+
+
+TP_CASES = [(nb, size) for nb in (64, 200, 768, 896) for size in (1, 2, 3, 4, 8) if size <= part_count(nb)]
+
+
+@pytest.mark.parametrize(("fmt", "mode"), [p for p in PAIRS if p[1] != "A8"])
+@pytest.mark.parametrize(("nb", "size"), TP_CASES, ids=[f"B{nb}-T{t}" for nb, t in TP_CASES])
+def test_k_split_by_parts_gives_the_single_device_bits(fmt: str, mode: str, nb: int, size: int) -> None:
+    """The revision's tensor-parallel K split: each rank's part range (``part_ranges``) of a
+    ``k_slice`` shard against its columns' codes, the ranks' roots over parts gathered and
+    finished, equals ``project_chain`` bit for bit: one part to 14, a partial last part (B = 200),
+    1 to 8 ranks, every format."""
+    from metrale.distributed.shard import k_slice
+
+    w = make_weight(fmt, 6, 16 * nb, seed=nb + size)
+    x = seeded_rows(nb * size, 2, 16 * nb)
+    codes = quantize_a4(x, w.input_scale) if mode == "A4" else quantize_a16(x)
+    nodes: dict[tuple[int, int], np.ndarray] = {}
+    ranges = part_ranges(nb, size)
+    assert ranges[0][0] == 0 and ranges[-1][1] == nb
+    assert all(r0[1] == r1[0] for r0, r1 in pairwise(ranges))
+    for b0, b1 in ranges:
+        shard = k_slice(w, b0, b1)
+        k0, k1 = 16 * shard.first_block, 16 * shard.first_block + shard.weight.k
+        xs = x[:, k0:k1]
+        a = quantize_a4(xs, w.input_scale) if mode == "A4" else quantize_a16(xs)
+        with np.errstate(all="ignore"):
+            spans, roots = chain_range_roots(a, shard.weight, (b0, b1), shard.first_block)
+        nodes.update(zip(spans, roots, strict=True))
+    with np.errstate(all="ignore"):
+        got = to_bf16(finish_roots(nodes, part_count(nb), w, codes))
+        want = project_chain(x, w, mode)
+    assert np.array_equal(bits(got), bits(want)), f"{fmt}x{mode} B={nb} T={size}"
+
+
+def test_part_ranges_refuse_more_ranks_than_parts() -> None:
+    with pytest.raises(MetraleError, match=r"tp_size=5 needs 1 <= tp_size <= 4 \(K = 4096 has 4 chain parts"):
+        part_ranges(256, 5)
+    with pytest.raises(MetraleError, match="cut a chain part"):
+        w = make_weight("nvfp4", 2, 16 * 128, seed=1)
+        chain_range_roots(quantize_a16(seeded_rows(1, 1, 16 * 128)), w, (32, 128))

@@ -40,7 +40,7 @@ from metrale.reference.projection import (
     w8a8_output,
     wide_values,
 )
-from metrale.reference.tree import subtree_roots, subtree_spans
+from metrale.reference.tree import Span, subtree_roots, subtree_spans
 
 F32, F64 = np.float32, np.float64
 #: Blocks per part: one chain covers at most 64 blocks (1024 elements) of K.
@@ -181,26 +181,63 @@ def _terms(a: A16Codes | A4Codes, w: QuantWeight) -> Terms:
     return a16
 
 
-def chain_roots(a: A16Codes | A4Codes, w: QuantWeight) -> np.ndarray:
-    """Part roots f32 [parts, m, N] of ``w`` [N, K] against codes ``a`` [m, K/16 blocks]."""
+def chain_roots(a: A16Codes | A4Codes, w: QuantWeight, lo: int = 0, hi: int | None = None) -> np.ndarray:
+    """Part roots f32 [parts, m, N] of blocks [lo, hi) (default all) of ``w`` [N, K] against codes
+    ``a`` [m, K/16 blocks], parts counted from ``lo``."""
     m, nb = a.finite.shape
+    hi = nb if hi is None else hi
     terms = _terms(a, w)
-    out = np.empty((part_count(nb), m, w.n), dtype=F32)
+    out = np.empty((part_count(hi - lo), m, w.n), dtype=F32)
     step = max(1, (1 << 19) // (max(16, m) * nb))
     for n0 in range(0, w.n, step):
         n1 = min(w.n, n0 + step)
         p, f = terms(n0, n1)
-        roots = add_parts(p) if f is None else chain_parts(p, f)  # [parts, Nc, m]
+        p = p[lo:hi]
+        roots = add_parts(p) if f is None else chain_parts(p, f[lo:hi])  # [parts, Nc, m]
         out[:, :, n0:n1] = roots.transpose(0, 2, 1)
     return out
 
 
+def part_ranges(nblocks: int, size: int) -> list[tuple[int, int]]:
+    """[b0, b1) per tensor-parallel rank under the revision (docs/chain-revision.md,
+    Invariance): rank r owns parts [⌊rQ/T⌋, ⌊(r+1)Q/T⌋) of the Q parts of ``nblocks`` blocks, as
+    blocks (part-aligned; the last range ends at ``nblocks``)."""
+    q = part_count(nblocks)
+    if size < 1 or q < size:
+        raise MetraleError(
+            f"tensor parallel: tp_size={size} needs 1 <= tp_size <= {q} (K = {16 * nblocks} has {q} "
+            f"chain parts of {16 * PART_BLOCKS} elements)"
+        )
+    return [
+        (min(nblocks, PART_BLOCKS * (r * q // size)), min(nblocks, PART_BLOCKS * ((r + 1) * q // size)))
+        for r in range(size)
+    ]
+
+
+def chain_range_roots(
+    a: A16Codes | A4Codes, w: QuantWeight, blocks: tuple[int, int] | None = None, first_block: int = 0
+) -> tuple[list[Span], np.ndarray]:
+    """A rank's share of the tree over parts (``projection.project_roots`` under the revision):
+    ``a`` [m, B_w] and ``w`` [N, 16·B_w] cover blocks ``first_block`` … of the full K, the rank
+    owns ``blocks`` = [b0, b1) (part-aligned: ``part_ranges``; default all of them). Returns the
+    aligned spans over parts covering its parts and their roots f32 [S, m, N]."""
+    nb = a.finite.shape[1]
+    b0, b1 = (first_block, first_block + nb) if blocks is None else blocks
+    if not first_block <= b0 < b1 <= first_block + nb:
+        raise MetraleError(f"{w.name}: blocks [{b0}, {b1}) outside [{first_block}, {first_block + nb})")
+    if b0 % PART_BLOCKS or (b1 % PART_BLOCKS and b1 != first_block + nb):
+        raise MetraleError(f"{w.name}: blocks [{b0}, {b1}) cut a chain part of {PART_BLOCKS} blocks")
+    roots = chain_roots(a, w, b0 - first_block, b1 - first_block)
+    p0 = b0 // PART_BLOCKS
+    spans = subtree_spans(p0, p0 + roots.shape[0])
+    return spans, subtree_roots(roots, spans, p0)
+
+
 def chain_projection(a: A16Codes | A4Codes, w: QuantWeight) -> np.ndarray:
-    """f32 [m, N] before ``to_bf16``: part roots, the padded tree over parts, the row scale."""
-    roots = chain_roots(a, w)
-    spans = subtree_spans(0, roots.shape[0])
-    nodes = dict(zip(spans, subtree_roots(roots, spans), strict=True))
-    return finish_roots(nodes, roots.shape[0], w, a)
+    """f32 [m, N] before ``to_bf16``: the whole K as one rank's range (part roots, the padded tree
+    over parts), finished and row-scaled."""
+    spans, roots = chain_range_roots(a, w)
+    return finish_roots(dict(zip(spans, roots, strict=True)), part_count(w.k // 16), w, a)
 
 
 def project_chain(
