@@ -733,11 +733,9 @@ __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, 
 // ---------------------------------------------------------------------------------------------
 // The fast path on the block-value chain (docs/chain-revision.md; metrale/reference/chain.py is
 // the reference; tile.CHAIN routes it), B % 64 == 0 and Q = B / 64 <= 32 chain parts per column:
-//   * a run is one (column, part): its 64 blocks in K order, one lane's. A unit of U lanes (16
-//     where Q <= 16, else 32; a warp runs 32 / U units side by side) takes items of the runs of
-//     CPI = U / Q whole columns (lane u of a unit: column u / Q of its item, part u % Q; lanes
-//     from CPI Q on idle), items persistent over the grid (half-warp units: twice as many, finer
-//     work per warp than whole-warp items of 8 columns at K = 4096);
+//   * a run is one (column, part): its 64 blocks in K order, one lane's. A warp item is the runs
+//     of CPI = 32 / Q whole columns (lane l: column l / Q of the item, part l % Q; lanes from
+//     CPI Q on idle), items persistent over the grid as the columns of nvfp4_fast_body;
 //   * a run streams in 8 slices of 8 blocks through the warp's ring (FAST_SLOT bytes per slice:
 //     lane l's 64 weight bytes at 64 l, 16-byte chunk c at chunk c ^ ((l >> 1) & 3) so that a
 //     quarter warp's reads hit distinct banks, then its 8 scale bytes at 2048 + 8 l), DEPTH - 1
@@ -761,13 +759,11 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
     extern __shared__ __align__(16) unsigned char smem[];
     const int B = K >> 4;
     const int Q = B >> 6;                   // parts per column, 1 .. 32
-    const int U = Q <= 16 ? 16 : 32;         // lanes per unit: a warp runs 32 / U units side by side
-    const int cpi = U / Q, used = cpi * Q;   // columns per unit item, lanes in use per unit
+    const int cpi = 32 / Q, used = cpi * Q;  // columns per warp item, lanes in use
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int ngroups = (m + R - 1) / R;
     const int items = (N + cpi - 1) / cpi;
-    // unit h of the warp takes items it + h, it stepping from i_first by i_step
-    const int i_first = (blockIdx.x * FAST_WARPS + warp) * (32 / U), i_step = gridDim.x * FAST_WARPS * (32 / U);
+    const int i_first = blockIdx.x * FAST_WARPS + warp, i_step = gridDim.x * FAST_WARPS;
     const long long wrow = (long long)(K >> 1);
     const size_t rec = (size_t)B * 36;  // bytes of one row's records
     unsigned char* const ring = smem + (size_t)R * rec + (size_t)warp * DEPTH * FAST_SLOT;
@@ -777,8 +773,7 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
     static_assert(SG == 1 || (SGB % 16 == 0 && 8 % SG == 0), "whole 16-byte copies, whole groups per run");
     unsigned char* const sbuf =
         smem + (size_t)R * rec + (size_t)FAST_WARPS * DEPTH * FAST_SLOT + (size_t)warp * 2 * 32 * SGB;
-    const int lh = lane / U, lu = lane % U;   // this lane's unit, lane in the unit
-    const int lq = lu % Q, lcol = lu / Q;      // its part, its column in the unit's item
+    const int lq = lane % Q, lcol = lane / Q;  // this lane's part, column in the item
     const int swz = (lane >> 1) & 3;
     const NibConsts kc = nib_consts();
 
@@ -788,47 +783,49 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
     for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
         const int row0 = g * R;
         __syncthreads();
-        // issue cursor: item it_i (unit h: it_i + h), slice s_i (8 per item). The warp copies a
-        // slice's weights together, lane L chunk L & 3 of runs (L >> 2) + 8 k (each 64-byte run
-        // slice by four neighbouring lanes: whole sectors per request); run r is lane r's (unit
-        // r / U, lane r % U of it).
-        // (a run's unit: run >= U; its lane in the unit: run & (U - 1); live where that is < used)
-        // per k: the run's column in its unit's item << 16 | its part's byte offset (one register)
-        int cpy[4];
+        // issue cursor: item it_i, slice s_i (8 per item). The warp copies a slice's weights
+        // together, lane L chunk L & 3 of runs (L >> 2) + 8 k (each 64-byte run slice by four
+        // neighbouring lanes: whole sectors per request), its own 8 scale bytes.
+        int cpy_col[4], cpy_off[4];  // per k: the run's column in the item and its part's byte offset
+        bool cpy_ok[4];
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            const int ru = ((lane >> 2) + 8 * k) & (U - 1);
-            cpy[k] = (ru / Q) << 16 | ((ru % Q) * 512 + (lane & 3) * 16);
+            const int run = (lane >> 2) + 8 * k;
+            cpy_col[k] = run / Q;
+            cpy_off[k] = (run % Q) * 512 + (lane & 3) * 16;
+            cpy_ok[k] = run < used;
         }
-        int scp[SCH];  // SG > 1: lane L's scale copies, chunk i of run (L + 32 i) / SCH, packed as cpy
+        int sc_col[SCH], sc_off[SCH];  // SG > 1: lane L's scale copies, chunk i of run (L + 32 i) / SCH
+        bool sc_ok[SCH];
 #pragma unroll
         for (int i = 0; i < SCH; ++i) {
-            const int q = lane + 32 * i, ru = (q / SCH) & (U - 1);
-            scp[i] = (ru / Q) << 16 | ((ru % Q) * 64 + (q % SCH) * 16);
+            const int q = lane + 32 * i, run = q / SCH;
+            sc_col[i] = run / Q;
+            sc_off[i] = (run % Q) * 64 + (q % SCH) * 16;
+            sc_ok[i] = run < used;
         }
         int it_i = i_first, s_i = 0;
         auto issue = [&](int slot) {
             unsigned char* dst = ring + slot * FAST_SLOT;
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
-                const int run = (lane >> 2) + 8 * k, it_r = it_i + (run >= U), n = it_r * cpi + (cpy[k] >> 16);
-                const bool live = it_r < items && (run & (U - 1)) < used && n < N;
-                const unsigned char* src = live ? set.w + (long long)n * wrow + (cpy[k] & 0xffff) + 64 * s_i : set.w;
+                const int run = (lane >> 2) + 8 * k, n = it_i * cpi + cpy_col[k];
+                const bool live = it_i < items && cpy_ok[k] && n < N;
+                const unsigned char* src = live ? set.w + (long long)n * wrow + cpy_off[k] + 64 * s_i : set.w;
                 cp_async16(dst + run * 64 + (((lane & 3) ^ ((run >> 1) & 3)) << 4), src, live ? 16 : 0);
             }
             if constexpr (SG == 1) {
-                const int n = (it_i + lh) * cpi + lcol;
-                const bool live = it_i + lh < items && lu < used && n < N;
+                const int n = it_i * cpi + lcol;
+                const bool live = it_i < items && lane < used && n < N;
                 const unsigned char* ssrc = live ? set.ws + (long long)n * B + 64 * lq + 8 * s_i : set.ws;
                 cp_async8(dst + 2048 + lane * 8, ssrc, live ? 8 : 0);
             } else if (s_i % SG == 0) {
                 unsigned char* sdst = sbuf + ((s_i / SG) & 1) * 32 * SGB;
 #pragma unroll
                 for (int i = 0; i < SCH; ++i) {
-                    const int q = lane + 32 * i, run = q / SCH, it_r = it_i + (run >= U);
-                    const int n = it_r * cpi + (scp[i] >> 16);
-                    const bool live = it_r < items && (run & (U - 1)) < used && n < N;
-                    const unsigned char* ssrc = live ? set.ws + (long long)n * B + (scp[i] & 0xffff) + 8 * s_i : set.ws;
+                    const int q = lane + 32 * i, n = it_i * cpi + sc_col[i];
+                    const bool live = it_i < items && sc_ok[i] && n < N;
+                    const unsigned char* ssrc = live ? set.ws + (long long)n * B + sc_off[i] + 8 * s_i : set.ws;
                     cp_async16(sdst + q * 16, ssrc, live ? 16 : 0);
                 }
             }
@@ -953,8 +950,8 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
                             root[r] = takes ? root[r] + o : root[r];
                         }
                     }
-                    const int n = (it + lh) * cpi + lcol;
-                    if (lq == 0 && lu < used && it + lh < items && n < N) {
+                    const int n = it * cpi + lcol;
+                    if (lq == 0 && lane < used && n < N) {
 #pragma unroll
                         for (int r = 0; r < R; ++r)
                             if (row0 + r < m) set.out[(size_t)(row0 + r) * set.ldo + n] = f32_to_bf16(root[r] * set.rowscale);
