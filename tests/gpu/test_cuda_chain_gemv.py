@@ -1,8 +1,8 @@
 """The fast NVFP4 decode kernels on the block-value chain (nvfp4.cuh ``nvfp4_fast_body``'s CHAIN:
 ``nvfp4_a16fc_r{R}``, ``nvfp4_a4fc_r{R}``, tile.CHAIN; docs/chain-revision.md) against the
 revision's reference ``chain.project_chain``, bit for bit: every R (1-4 rows per pass, and more
-rows in groups of R over grid.y), gate and up in one launch, K of one part to 14 parts (items of
-four parts, the last one padded), rows of every edge kind (non-finite blocks, subnormal and
+rows in groups of R over grid.y), gate and up in one launch, K of one part to 32 (warp items of
+one to 32 columns, idle lanes), rows of every edge kind (non-finite blocks, subnormal and
 saturated exponents), every weight code against every finite e4m3 scale, guard bands."""
 
 from __future__ import annotations
@@ -55,9 +55,10 @@ def run_a16(cuda: Any, rng: np.random.Generator, x: np.ndarray, dw: Any, n: int)
     return gen.check_guard(buf, init, m, n)
 
 
-#: (N, K): one part (one item, three padded parts), three parts, 4 parts (Qwen3-8B gate / up),
-#: 12 parts (its down: three items), 14 (Llama-3-8B's down: the last item half padding).
-SHAPES = ((37, 1024), (70, 3072), (130, 4096), (45, 12288), (20, 14336))
+#: (N, K): Q = 1 part (32 columns per warp item), 3 (ten columns, two lanes idle), 4 (Qwen3-8B
+#: gate / up), 12 (its down: two columns, eight lanes idle), 14 (Llama-3-8B's down), 20 and 32
+#: (one column per item).
+SHAPES = ((37, 1024), (70, 3072), (130, 4096), (45, 12288), (20, 14336), (11, 20480), (5, 32768))
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=[f"N{n}-K{k}" for n, k in SHAPES])
