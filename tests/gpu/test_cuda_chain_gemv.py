@@ -1,4 +1,4 @@
-"""The fast NVFP4 decode kernels on the block-value chain (nvfp4.cuh ``nvfp4_fast_body``'s CHAIN:
+"""The fast NVFP4 decode kernels on the block-value chain (nvfp4.cuh ``nvfp4_run_body``:
 ``nvfp4_a16fc_r{R}``, ``nvfp4_a4fc_r{R}``, tile.CHAIN; docs/chain-revision.md) against the
 revision's reference ``chain.project_chain``, bit for bit: every R (1-4 rows per pass, and more
 rows in groups of R over grid.y), gate and up in one launch, K of one part to 32 (warp items of
