@@ -121,17 +121,23 @@ FAST_DEPTH = configs.NVFP4_FAST_DEPTH
 A4F_DEPTH = configs.NVFP4_A4F_DEPTH
 
 
+def _fast_threads() -> int:
+    """Threads per CTA of the fast kernels (tile.CHAIN: their chain twins', NVFP4_RUN_THREADS)."""
+    return configs.NVFP4_RUN_THREADS if tile.CHAIN else FAST_THREADS
+
+
 def _fast_smem(r: int, k: int, depths: dict[int, int] = FAST_DEPTH) -> int:
     """The fast kernel's activation records and each warp's ring of item slots; tile.CHAIN: its
     chain twin's (``*fc_r{r}``, nvfp4.cuh nvfp4_run_body: 36 bytes of records per block and row,
-    the rings, two scale buffers per warp where NVFP4_RUN_SCALE_SLICES > 1)."""
+    NVFP4_RUN_THREADS / 32 rings of NVFP4_RUN_DEPTH slots, two scale buffers per warp where
+    NVFP4_RUN_SCALE_SLICES > 1)."""
     b, _, _ = _geometry(k)
-    rings = (FAST_THREADS // 32) * depths[r] * FAST_SLOT
     if tile.CHAIN:
-        sg = configs.NVFP4_RUN_SCALE_SLICES
-        return r * 36 * b + rings + ((FAST_THREADS // 32) * 2 * 32 * 8 * sg if sg > 1 else 0)
+        warps, sg = configs.NVFP4_RUN_THREADS // 32, configs.NVFP4_RUN_SCALE_SLICES
+        rings = warps * configs.NVFP4_RUN_DEPTH[r] * FAST_SLOT
+        return r * 36 * b + rings + (warps * 2 * 32 * 8 * sg if sg > 1 else 0)
     items = -(-b // FAST_ITEM_BLOCKS)
-    return r * items * (FAST_ITEM_BLOCKS // 64) * FAST_SLOT + rings
+    return r * items * (FAST_ITEM_BLOCKS // 64) * FAST_SLOT + (FAST_THREADS // 32) * depths[r] * FAST_SLOT
 
 
 def _fast_name(mode: str, r: int) -> str:
@@ -142,8 +148,8 @@ def _fast_name(mode: str, r: int) -> str:
 
 def _fast_grid_x(n: int, gz: int) -> int:
     """CTAs along grid.x of a fast kernel: one per SM (shared by ``gz`` weight sets), at most
-    one per 16 columns."""
-    return max(1, min(-(-n // (FAST_THREADS // 32)), runtime.sm_count() // gz))
+    one per column per warp."""
+    return max(1, min(-(-n // (_fast_threads() // 32)), runtime.sm_count() // gz))
 
 
 def a4_fast_smem(m: int, k: int) -> int | None:
@@ -214,7 +220,7 @@ def nvfp4_a16(x: Any, sets: list[tuple[Any, Any]], rows: int, r_want: int) -> No
         if kern is not None:
             smem = _fast_smem(fast, k)
             runtime.set_dynamic_smem(kern, smem)
-            threads = FAST_THREADS
+            threads = _fast_threads()
             gz = len(sets)
             gx = _fast_grid_x(w0.n, gz)
             gy = max(1, min(-(-rows // fast), runtime.sm_count() // (gx * gz)))
@@ -348,7 +354,7 @@ def w4a4_gemv_small_m(codes: DeviceA4Codes, w: Any, out: Any) -> None:
     if kern is not None:
         runtime.set_dynamic_smem(kern, smem)
         a4_args = (c, np.int64(ldc), codes.afac, np.int32(m), *args, *args, *tail)
-        pdl.launch(kern, (_fast_grid_x(w.n, 1),), (FAST_THREADS,), a4_args, smem)
+        pdl.launch(kern, (_fast_grid_x(w.n, 1),), (_fast_threads(),), a4_args, smem)
         return
     if tile.takes(m, tile.A4_FORMAT) and tile.gemm_a4(c, ldc, codes.afac, m, b, args, w.n):
         return

@@ -290,7 +290,7 @@ __device__ __forceinline__ void nvfp4_body(const void* act, long long lda, const
 // offset inside an item is an immediate.
 // R * 72 * P bytes of records, P = 128 * items, then the 16 rings (16 * DEPTH * 2304 bytes).
 // ---------------------------------------------------------------------------------------------
-// @defines NVFP4_FAST (FAST_THREADS, RUN_SCALE_SLICES from metrale/cuda/configs.py)
+// @defines NVFP4_FAST (FAST_THREADS, RUN_THREADS, RUN_SCALE_SLICES from metrale/cuda/configs.py)
 #define FAST_WARPS (FAST_THREADS / 32)
 #define FAST_REC 2304
 #define FAST_PRE 3  // prologue units (half or whole blocks) per thread whose x is requested first
@@ -749,6 +749,9 @@ __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, 
 //   * the tree over parts: lanes of one column (Q consecutive lanes) by shuffles, a missing
 //     partner of the padded tree a -0.0 leaf (x + -0.0 = x: the add is skipped); the column's
 //     first lane writes y = to_bf16(root * rowscale).
+// CTAs of RUN_THREADS threads (RUN_WARPS warps; fewer than the tree kernels' FAST_THREADS, each
+// with a deeper ring: a lane's work comes in whole runs, so fewer lanes take more runs each).
+#define RUN_WARPS (RUN_THREADS / 32)
 // Activation records (per row r, R * B * 36 bytes): the limbs of block b = 64 j + p at slot
 // p Q + j of three arrays, LO (16 bytes) | HI (16 bytes, A4: unused) | FAC (f32): the lanes of a
 // warp read one p at a time, their distinct parts in consecutive slots.
@@ -763,7 +766,7 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int ngroups = (m + R - 1) / R;
     const int items = (N + cpi - 1) / cpi;
-    const int i_first = blockIdx.x * FAST_WARPS + warp, i_step = gridDim.x * FAST_WARPS;
+    const int i_first = blockIdx.x * RUN_WARPS + warp, i_step = gridDim.x * RUN_WARPS;
     const long long wrow = (long long)(K >> 1);
     const size_t rec = (size_t)B * 36;  // bytes of one row's records
     unsigned char* const ring = smem + (size_t)R * rec + (size_t)warp * DEPTH * FAST_SLOT;
@@ -772,7 +775,7 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
     constexpr int SG = RUN_SCALE_SLICES, SGB = 8 * SG, SCH = SGB >= 16 ? SGB / 16 : 1;
     static_assert(SG == 1 || (SGB % 16 == 0 && 8 % SG == 0), "whole 16-byte copies, whole groups per run");
     unsigned char* const sbuf =
-        smem + (size_t)R * rec + (size_t)FAST_WARPS * DEPTH * FAST_SLOT + (size_t)warp * 2 * 32 * SGB;
+        smem + (size_t)R * rec + (size_t)RUN_WARPS * DEPTH * FAST_SLOT + (size_t)warp * 2 * 32 * SGB;
     const int lq = lane % Q, lcol = lane / Q;  // this lane's part, column in the item
     const int swz = (lane >> 1) & 3;
     const NibConsts kc = nib_consts();
@@ -839,7 +842,7 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
         for (int d = 0; d < DEPTH - 1; ++d) issue(d);
 
         // ---- prologue: the records of rows row0 .. row0 + R - 1 (block b = 64 j + p at slot p Q + j) ----
-        for (int it = threadIdx.x; it < R * B; it += FAST_THREADS) {
+        for (int it = threadIdx.x; it < R * B; it += RUN_THREADS) {
             const int r = it / B, b = it - r * B;
             const int row = row0 + r;
             const bool valid = row < m;

@@ -32,7 +32,7 @@
 // (docs/chain-revision.md; nvfp4.cuh nvfp4_run_body, chain.project_chain's bits; tile.CHAIN routes
 // them), B % 64 == 0 and B <= 2048: dynamic shared memory R * 36 * B + 16 * D * 2304 bytes.
 #define NVFP4_A16F(R, D, PQ, C, SUFFIX)                                                               \
-    extern "C" __global__ void __launch_bounds__(FAST_THREADS, 1) nvfp4_a16##SUFFIX##_r##R(              \
+    extern "C" __global__ void __launch_bounds__(C ? RUN_THREADS : FAST_THREADS, 1) nvfp4_a16##SUFFIX##_r##R(              \
         const unsigned short* x, long long ldx, int m, const unsigned char* w0, const unsigned char* s0, \
         float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, const unsigned char* s1, \
         float rs1, unsigned short* out1, long long ldo1, int N, int K) {                               \
