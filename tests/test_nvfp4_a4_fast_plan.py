@@ -92,3 +92,30 @@ def test_a16_four_rows_one_pass(k: int, one_pass: bool) -> None:
 def test_a16_one_pass_off_without_fast_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(nvfp4, "FAST_ENABLED", False)
     assert nvfp4.fast_one_pass(4, 4096, 4) is False
+
+
+@pytest.mark.parametrize(
+    ("r", "k", "want"),
+    [
+        # R * 36 B (records) + 8 warps x depth x 2304 (rings) + 8 warps x NBUF x 32 runs x 32 B
+        # (scale groups of four slices: NBUF = 3 groups at depth 6, 2 at depth 5)
+        (1, 4096, 36 * 256 + 8 * 6 * REC + 8 * 3 * 1024),
+        (4, 12288, 4 * 36 * 768 + 8 * 5 * REC + 8 * 2 * 1024),
+        (3, 14336, 3 * 36 * 896 + 8 * 5 * REC + 8 * 2 * 1024),
+    ],
+)
+def test_chain_run_kernels_shared_memory(monkeypatch: pytest.MonkeyPatch, r: int, k: int, want: int) -> None:
+    """The fast chain kernels (nvfp4.cuh nvfp4_run_body, tile.CHAIN): 36 bytes of records per block
+    and row, the rings of NVFP4_RUN_THREADS / 32 warps, each warp's scale group buffers; the
+    Qwen3-8B down projection takes four rows in one pass (within mma.SMEM_LIMIT), Llama-3-8B's
+    three."""
+    from metrale.cuda import tile
+
+    monkeypatch.setattr(tile, "CHAIN", True)
+    monkeypatch.setattr(configs, "NVFP4_RUN_THREADS", 256)
+    monkeypatch.setattr(configs, "NVFP4_RUN_SCALE_SLICES", 4)
+    monkeypatch.setattr(configs, "NVFP4_RUN_DEPTH", {1: 6, 2: 6, 3: 5, 4: 5})
+    assert nvfp4._fast_smem(r, k) == want
+    assert nvfp4._fast_rows(r, k) == r
+    if k == 14336:  # four rows of K = 14336 exceed mma.SMEM_LIMIT: three per pass
+        assert nvfp4._fast_rows(4, k) == 3

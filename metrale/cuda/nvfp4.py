@@ -129,13 +129,14 @@ def _fast_threads() -> int:
 def _fast_smem(r: int, k: int, depths: dict[int, int] = FAST_DEPTH) -> int:
     """The fast kernel's activation records and each warp's ring of item slots; tile.CHAIN: its
     chain twin's (``*fc_r{r}``, nvfp4.cuh nvfp4_run_body: 36 bytes of records per block and row,
-    NVFP4_RUN_THREADS / 32 rings of NVFP4_RUN_DEPTH slots, two scale buffers per warp where
-    NVFP4_RUN_SCALE_SLICES > 1)."""
+    NVFP4_RUN_THREADS / 32 rings of NVFP4_RUN_DEPTH slots, a ring of scale group buffers per warp
+    where NVFP4_RUN_SCALE_SLICES > 1)."""
     b, _, _ = _geometry(k)
     if tile.CHAIN:
-        warps, sg = configs.NVFP4_RUN_THREADS // 32, configs.NVFP4_RUN_SCALE_SLICES
-        rings = warps * configs.NVFP4_RUN_DEPTH[r] * FAST_SLOT
-        return r * 36 * b + rings + (warps * 2 * 32 * 8 * sg if sg > 1 else 0)
+        warps, depth = configs.NVFP4_RUN_THREADS // 32, configs.NVFP4_RUN_DEPTH[r]
+        sg = configs.NVFP4_RUN_SCALE_SLICES
+        nbuf = (sg - 1 + depth - 1) // sg + 1  # scale group buffers per warp (nvfp4_run_body's NBUF)
+        return r * 36 * b + warps * depth * FAST_SLOT + (warps * nbuf * 32 * 8 * sg if sg > 1 else 0)
     items = -(-b // FAST_ITEM_BLOCKS)
     return r * items * (FAST_ITEM_BLOCKS // 64) * FAST_SLOT + (FAST_THREADS // 32) * depths[r] * FAST_SLOT
 

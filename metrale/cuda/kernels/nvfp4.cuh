@@ -741,7 +741,7 @@ __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, 
 //     quarter warp's reads hit distinct banks, then its 8 scale bytes at 2048 + 8 l), DEPTH - 1
 //     slices in flight (cp.async, the weights copied by four lanes per run slice), across items;
 //     with RUN_SCALE_SLICES = SG > 1 a run's scales of SG slices come with the group's first
-//     slice (8 SG bytes: whole sectors) into one of two per-warp buffers after the rings;
+//     slice (8 SG bytes: whole sectors) into a per-warp ring of group buffers after the rings;
 //   * per block and row: S_b as nvfp4_fast_body (A16 limbs, or A4 codes), the term pair
 //     P_b = f32(S_b) * 2^(E_b - 15) (A16, one rounding as ldexpf's where subnormal) or
 //     (f32(S_b) * f32(ascale_b)) * 0.25 (A4, exact), f_b = f32(wscale_b); the chain
@@ -771,11 +771,13 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
     const size_t rec = (size_t)B * 36;  // bytes of one row's records
     unsigned char* const ring = smem + (size_t)R * rec + (size_t)warp * DEPTH * FAST_SLOT;
     // scale bytes: SG slices' worth per run and copy (8 SG bytes); SG = 1 in the slice's slot,
-    // else two buffers of 32 runs per warp after all the rings (groups of SG slices alternate)
+    // else a ring of NBUF group buffers of 32 runs per warp after all the rings: the copies run
+    // DEPTH - 1 slices ahead, so up to NBUF - 1 groups past the one being read are written
     constexpr int SG = RUN_SCALE_SLICES, SGB = 8 * SG, SCH = SGB >= 16 ? SGB / 16 : 1;
+    constexpr int NBUF = (SG - 1 + DEPTH - 1) / SG + 1;
     static_assert(SG == 1 || (SGB % 16 == 0 && 8 % SG == 0), "whole 16-byte copies, whole groups per run");
     unsigned char* const sbuf =
-        smem + (size_t)R * rec + (size_t)RUN_WARPS * DEPTH * FAST_SLOT + (size_t)warp * 2 * 32 * SGB;
+        smem + (size_t)R * rec + (size_t)RUN_WARPS * DEPTH * FAST_SLOT + (size_t)warp * NBUF * 32 * SGB;
     const int lq = lane % Q, lcol = lane / Q;  // this lane's part, column in the item
     const int swz = (lane >> 1) & 3;
     const NibConsts kc = nib_consts();
@@ -807,7 +809,7 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
             sc_off[i] = (run % Q) * 64 + (q % SCH) * 16;
             sc_ok[i] = run < used;
         }
-        int it_i = i_first, s_i = 0;
+        int it_i = i_first, s_i = 0, g_i = 0;  // g_i: scale groups issued (SG > 1)
         auto issue = [&](int slot) {
             unsigned char* dst = ring + slot * FAST_SLOT;
 #pragma unroll
@@ -823,7 +825,7 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
                 const unsigned char* ssrc = live ? set.ws + (long long)n * B + 64 * lq + 8 * s_i : set.ws;
                 cp_async8(dst + 2048 + lane * 8, ssrc, live ? 8 : 0);
             } else if (s_i % SG == 0) {
-                unsigned char* sdst = sbuf + ((s_i / SG) & 1) * 32 * SGB;
+                unsigned char* sdst = sbuf + (g_i++ % NBUF) * 32 * SGB;
 #pragma unroll
                 for (int i = 0; i < SCH; ++i) {
                     const int q = lane + 32 * i, n = it_i * cpi + sc_col[i];
@@ -889,7 +891,7 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
         float c[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) c[r] = -0.0f;
-        int it = i_first, s = 0;
+        int it = i_first, s = 0, g_c = 0;  // g_c: the scale group being read (SG > 1)
         while (it < items) {
 #pragma unroll
             for (int d = 0; d < DEPTH; ++d) {
@@ -899,7 +901,8 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
                 issue((d + DEPTH - 1) % DEPTH);
                 const unsigned char* const cur = ring + d * FAST_SLOT;
                 const uint2 scw = SG == 1 ? *(const uint2*)(cur + 2048 + lane * 8)
-                                          : *(const uint2*)(sbuf + ((s / SG) & 1) * 32 * SGB + lane * SGB + (s % SG) * 8);
+                                          : *(const uint2*)(sbuf + (g_c % NBUF) * 32 * SGB + lane * SGB + (s % SG) * 8);
+                if (s % SG == SG - 1) ++g_c;
                 float ws[8];
                 e4m3x2_to_f32(scw.x, ws[0], ws[1]);
                 e4m3x2_to_f32(scw.x >> 16, ws[2], ws[3]);
