@@ -12,16 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from metrale.reference.chain import project_chain
 from tests.gpu import gen
+from tests.gpu.test_cuda_chain_tile import ref, run_nvfp4
 from tests.gpu.test_cuda_nvfp4_tile import dev_rows, window_rows
 
 cp = pytest.importorskip("cupy")
-
-
-def ref(x: np.ndarray, w: Any, mode: str = "A16") -> np.ndarray:
-    with np.errstate(all="ignore"):
-        return project_chain(x, w, mode).view(np.uint16)
 
 
 @pytest.fixture
@@ -48,13 +43,6 @@ def chained(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return names
 
 
-def run_a16(cuda: Any, rng: np.random.Generator, x: np.ndarray, dw: Any, n: int) -> np.ndarray:
-    m = x.shape[0]
-    buf, view, init = gen.guarded(cp, rng, m, n)
-    cuda.launch("w4a16_gemm", dev_rows(x), dw, view)
-    return gen.check_guard(buf, init, m, n)
-
-
 #: (N, K): Q = 1 part (32 columns per warp item), 3 (ten columns, two lanes idle), 4 (Qwen3-8B
 #: gate / up), 12 (its down: two columns, eight lanes idle), 14 (Llama-3-8B's down), 20 and 32
 #: (one column per item).
@@ -75,7 +63,7 @@ def test_chain_gemv_a16_matches_chain_reference(
     x = x[fresh_rng.permutation(len(x))]
     want, want1 = ref(x, w), ref(x, w1)
     for m in (1, 2, 3, 4, 7, 11):
-        gen.bits_equal(run_a16(cuda, fresh_rng, x[:m], dw, n), want[:m], f"chain gemv m={m} {shape}")
+        gen.bits_equal(run_nvfp4(cuda, fresh_rng, x[:m], dw, n), want[:m], f"chain gemv m={m} {shape}")
     for m in (1, 3):
         b1, v1, i1 = gen.guarded(cp, fresh_rng, m, n)
         b2, v2, i2 = gen.guarded(cp, fresh_rng, m, n)
@@ -100,7 +88,7 @@ def test_chain_gemv_extreme_blocks(
         x[r, 16 * b : 16 * b + 16] = window_rows(fresh_rng, 1, 16, (exp,))[0]
     want = ref(x, w)
     for m in (1, 4):
-        gen.bits_equal(run_a16(cuda, fresh_rng, x[:m], dw, n), want[:m], f"chain gemv E={exp} m={m}")
+        gen.bits_equal(run_nvfp4(cuda, fresh_rng, x[:m], dw, n), want[:m], f"chain gemv E={exp} m={m}")
 
 
 @pytest.mark.parametrize("shape", [(37, 1024), (130, 4096), (45, 12288)], ids=["K1024", "K4096", "K12288"])
@@ -138,4 +126,4 @@ def test_chain_gemv_codes_exhaustive(cuda: Any, fresh_rng: np.random.Generator, 
     for r in range(16):
         x[r, np.arange(r, k, 16)] = 1.0 + r / 4
     x = x.astype(BF16)
-    gen.bits_equal(run_a16(cuda, fresh_rng, x, cuda.upload(w), n), ref(x, w), "chain gemv one-hot")
+    gen.bits_equal(run_nvfp4(cuda, fresh_rng, x, cuda.upload(w), n), ref(x, w), "chain gemv one-hot")

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The chain tile's counter over parts in local memory (configs.TILE_CHAIN_LOCAL): exactness of
-# every NF, then NF = 16 at three stages (local counter) against two stages (shared counter, the
-# earlier build) and two stages with the local counter; the fast decode kernels on the chain
-# (nvfp4_a16fc_r*) against the routed ones; FP8 and Q2_0 tree against chain; SASS.
+# The chain tile's counter over parts in local memory (configs.TILE_CHAIN_LOCAL): the chain tests,
+# the fast decode kernels on the chain (nvfp4_a16fc_r*) against the routed ones and the chain tile
+# at m = 1..4, then NF = 16 at two stages with the shared counter (the earlier build) against
+# three stages with the local counter.
 export PYTHONPATH=.
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 P=docs/bench/runs-2026-12-05/chain_tile.py

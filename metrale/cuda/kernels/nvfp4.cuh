@@ -415,6 +415,26 @@ __device__ __forceinline__ int block_dot_pq(unsigned int w0, unsigned int w1, ui
     return (hp - hq) * 256 + (lp - lq);
 }
 
+// One A16 block's record from its 16 bf16 values w (two groups of 8, pair words): the limbs of
+// its codes (a16_codes8_f32, a16_limbs8_prmt) as 16 bytes at lo (low limbs) and hi (high limbs),
+// its factor a16_factor at fac; an invalid block (row past m) zeros and factor -0.0.
+__device__ __forceinline__ void a16_block_record(const unsigned int (&w)[2][4], bool valid, unsigned char* lo,
+                                                 unsigned char* hi, float* fac) {
+    const unsigned int mx = max(a16_mag_max4(w[0]), a16_mag_max4(w[1]));
+    int E = 0;
+    bool fin = true;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        int c[8];
+        a16_codes8_f32(w[e], mx, c, E, fin);
+        unsigned int l[2], hh[2];
+        a16_limbs8_prmt(c, l, hh);
+        *(uint2*)(lo + e * 8) = valid ? make_uint2(l[0], l[1]) : make_uint2(0u, 0u);
+        *(uint2*)(hi + e * 8) = valid ? make_uint2(hh[0], hh[1]) : make_uint2(0u, 0u);
+    }
+    *fac = valid ? a16_factor(E, fin) : METRALE_NEG_ZERO;
+}
+
 // The prologue of nvfp4_fast_body for rows row0 .. row0+R-1 into the activation records at smem,
 // with issue_ring() (the weight ring's first items) called after this thread's x requests. One row
 // (R = 1): half-blocks over all FAST_THREADS threads (the two halves of a block in adjacent lanes,
@@ -527,20 +547,8 @@ __device__ __forceinline__ void fast_prologue(unsigned char* smem, const unsigne
                         w[j >> 2][j & 3] = (unsigned int)src[2 * j] | ((unsigned int)src[2 * j + 1] << 16);
                 }
             }
-            const unsigned int mx = max(a16_mag_max4(w[0]), a16_mag_max4(w[1]));
-            int E = 0;
-            bool fin = true;
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                int c[8];
-                a16_codes8_f32(w[e], mx, c, E, fin);
-                unsigned int l[2], hh[2];
-                a16_limbs8_prmt(c, l, hh);
-                const int off = q * 16 + e * 8;
-                *(uint2*)(rec + h * 512 + off) = valid ? make_uint2(l[0], l[1]) : make_uint2(0u, 0u);
-                *(uint2*)(rec + (2 + h) * 512 + off) = valid ? make_uint2(hh[0], hh[1]) : make_uint2(0u, 0u);
-            }
-            *(float*)(rec + 2048 + q * 8 + h * 4) = valid ? a16_factor(E, fin) : METRALE_NEG_ZERO;
+            a16_block_record(w, valid, rec + h * 512 + q * 16, rec + (2 + h) * 512 + q * 16,
+                             (float*)(rec + 2048 + q * 8 + h * 4));
         }
     }
 }
@@ -859,19 +867,7 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
                     for (int j = 0; j < 8; ++j)
                         w[j >> 2][j & 3] = (unsigned int)src[2 * j] | ((unsigned int)src[2 * j + 1] << 16);
                 }
-                const unsigned int mx = max(a16_mag_max4(w[0]), a16_mag_max4(w[1]));
-                int E = 0;
-                bool fin = true;
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    int c[8];
-                    a16_codes8_f32(w[e], mx, c, E, fin);
-                    unsigned int l[2], hh[2];
-                    a16_limbs8_prmt(c, l, hh);
-                    *(uint2*)(lo + e * 8) = valid ? make_uint2(l[0], l[1]) : make_uint2(0u, 0u);
-                    *(uint2*)(hi + e * 8) = valid ? make_uint2(hh[0], hh[1]) : make_uint2(0u, 0u);
-                }
-                *fac = valid ? a16_factor(E, fin) : METRALE_NEG_ZERO;
+                a16_block_record(w, valid, lo, hi, fac);
             } else {
                 const unsigned char* src = valid ? (const unsigned char*)act + (size_t)row * lda + (size_t)b * 16
                                                  : (const unsigned char*)act;
