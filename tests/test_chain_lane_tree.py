@@ -1,8 +1,9 @@
 """CPU replay of the tree over parts in the fast chain decode kernels (nvfp4.cuh
-``nvfp4_run_body``): a warp holds CPI = 32 // Q columns of Q part roots, lane l column l // Q
-and part l % Q; at stride h = 1, 2, 4, ... < Q a lane whose part is a multiple of 2h adds the
-root of lane l + h (``__shfl_down_sync``) where part + h < Q, else keeps its value (the padded
-tree's −0.0 leaf: x + −0.0 = x). The replay, symbolic, must give every column the padded tree
+``nvfp4_run_body``): with G lanes per run a warp holds CPI = (32 // G) // Q columns of Q part
+roots, lane l (run slot i = l // G) column i // Q and part i % Q, the G lanes of a run the same
+root; at stride h = 1, 2, 4, ... < Q a lane whose part is a multiple of 2h adds the root of lane
+l + h G (``__shfl_down_sync``) where part + h < Q, else keeps its value (the padded tree's −0.0
+leaf: x + −0.0 = x). The replay, symbolic, must give every column the padded tree
 over its parts (``chain`` § tree over parts; arithmetic.md § tree) for every Q the kernels take."""
 
 from __future__ import annotations
@@ -25,22 +26,27 @@ def padded_tree(leaves: list[str]) -> Node:
     return nodes[0]
 
 
-def warp_tree(q: int) -> list[Node]:
-    """The kernel's shuffle schedule over one warp's 32 lanes; the roots in each column's lane 0."""
-    lanes: list[Node] = [f"c{i // q}p{i % q}" if i < (32 // q) * q else "idle" for i in range(32)]
+def warp_tree(q: int, g: int) -> list[Node]:
+    """The kernel's shuffle schedule over one warp's 32 lanes, G = ``g`` lanes per run; the roots
+    in each column's first lane."""
+    slots = 32 // g
+    lanes: list[Node] = [
+        f"c{(i // g) // q}p{(i // g) % q}" if i // g < (slots // q) * q else "idle" for i in range(32)
+    ]
     h = 1
     while h < q:
         old = list(lanes)
         for lane in range(32):
-            down = old[lane + h] if lane + h < 32 else old[lane]  # __shfl_down_sync
-            if (lane % q) & (2 * h - 1) == 0 and lane % q + h < q:
+            part = (lane // g) % q
+            down = old[lane + h * g] if lane + h * g < 32 else old[lane]  # __shfl_down_sync
+            if part & (2 * h - 1) == 0 and part + h < q:
                 lanes[lane] = f"({old[lane]}+{down})"
         h *= 2
-    return [lanes[c * q] for c in range(32 // q)]
+    return [lanes[c * q * g] for c in range(slots // q)]
 
 
-@pytest.mark.parametrize("q", range(1, 33))
-def test_run_body_tree_is_the_padded_tree_over_parts(q: int) -> None:
-    for col, got in enumerate(warp_tree(q)):
+@pytest.mark.parametrize(("g", "q"), [(g, q) for g in (1, 2, 4) for q in range(1, 32 // g + 1)])
+def test_run_body_tree_is_the_padded_tree_over_parts(g: int, q: int) -> None:
+    for col, got in enumerate(warp_tree(q, g)):
         assert got == padded_tree([f"c{col}p{j}" for j in range(q)]), (q, col, got)
         assert got is not None and "idle" not in got

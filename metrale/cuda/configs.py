@@ -54,12 +54,16 @@ NVFP4_FAST_THREADS = 512
 NVFP4_FAST_SLOT = 2304
 #: The fast chain decode kernels (nvfp4.cuh ``nvfp4_run_body``) copy a run's scales for this many
 #: slices of 8 blocks at once (1: 8 bytes with each slice, in its ring slot; 4: 32 bytes, a whole
-#: sector, into two per-warp buffers of 1 KB after the rings).
+#: sector, into a per-warp ring of group buffers after the rings).
 NVFP4_RUN_SCALE_SLICES = 4
-#: Their CTA (one per SM) and ring depth per R: a lane's work comes in whole runs (64 blocks), so
-#: half the tree kernels' warps, each with twice the slices in flight, leave fewer lanes idle in
-#: the last round (the Qwen3-8B gate + up at one row: 2.9 runs per lane instead of 1.45).
-NVFP4_RUN_THREADS = 256
+#: Their lanes per run (1, 2 or 4: a run's 64 blocks in K order are the work of that many
+#: neighbouring lanes, which pass each other their block terms and each run the whole chain),
+#: CTA (one per SM) and ring depth per R: a lane's work comes in shares of whole runs, so the
+#: runs in flight per SM (RUN_THREADS / RUN_LANES) are kept few enough that the last round is
+#: nearly full (the Qwen3-8B gate + up at one row: 2.9 runs per slot), the warps as many as the
+#: tree kernels'. Columns of more than 32 / RUN_LANES parts take the generic kernels.
+NVFP4_RUN_LANES = 2
+NVFP4_RUN_THREADS = 512
 NVFP4_RUN_DEPTH: dict[int, int] = {1: 6, 2: 6, 3: 5, 4: 5}
 #: q2_0_dec.cu's most warps per CTA (its ``// @defines Q2_0_DEC``; metrale/cuda/q2_0.py starts
 #: from it and halves it while the grid would leave multiprocessors idle).
@@ -544,18 +548,19 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
 }
 
 
-_DEFINES: dict[str, dict[str, int]] = {
-    "MMA_GEMM": {"MMA_WARPS": MMA_WARPS, "MMA_RUN": MMA_RUN, "GEMM_WARPS": GEMM_WARPS},
-    "FP8_BF16_MMA": {"FP8_BF16_MMA_WARPS": FP8_BF16_MMA_WARPS},
-    "NVFP4": {"NVFP4_WARPS": NVFP4_WARPS},
-    "NVFP4_FAST": {
+_DEFINES: dict[str, Callable[[], dict[str, int]]] = {  # read at build time: a probe may set the values
+    "MMA_GEMM": lambda: {"MMA_WARPS": MMA_WARPS, "MMA_RUN": MMA_RUN, "GEMM_WARPS": GEMM_WARPS},
+    "FP8_BF16_MMA": lambda: {"FP8_BF16_MMA_WARPS": FP8_BF16_MMA_WARPS},
+    "NVFP4": lambda: {"NVFP4_WARPS": NVFP4_WARPS},
+    "NVFP4_FAST": lambda: {
         "FAST_THREADS": NVFP4_FAST_THREADS,
         "RUN_THREADS": NVFP4_RUN_THREADS,
+        "RUN_LANES": NVFP4_RUN_LANES,
         "RUN_SCALE_SLICES": NVFP4_RUN_SCALE_SLICES,
     },
-    "NVFP4_FAST_SLOT": {"FAST_SLOT": NVFP4_FAST_SLOT},
-    "Q2_0_DEC": {"Q2D_WARPS": Q2_0_DEC_WARPS},
-    "CHAIN": {"CHAIN_LEVELS": TILE_CHAIN_LEVELS},
+    "NVFP4_FAST_SLOT": lambda: {"FAST_SLOT": NVFP4_FAST_SLOT},
+    "Q2_0_DEC": lambda: {"Q2D_WARPS": Q2_0_DEC_WARPS},
+    "CHAIN": lambda: {"CHAIN_LEVELS": TILE_CHAIN_LEVELS},
 }
 
 
@@ -564,7 +569,7 @@ def defines(group: str) -> list[str]:
     values = _DEFINES.get(group)
     if values is None:
         raise KeyError(f"no constants for kernel define group {group!r} (metrale/cuda/configs.py)")
-    return [f"#define {name} {value}" for name, value in values.items()]
+    return [f"#define {name} {value}" for name, value in values().items()]
 
 
 def instances(macro: str) -> list[str]:

@@ -129,14 +129,15 @@ def _fast_threads() -> int:
 def _fast_smem(r: int, k: int, depths: dict[int, int] = FAST_DEPTH) -> int:
     """The fast kernel's activation records and each warp's ring of item slots; tile.CHAIN: its
     chain twin's (``*fc_r{r}``, nvfp4.cuh nvfp4_run_body: 36 bytes of records per block and row,
-    NVFP4_RUN_THREADS / 32 rings of NVFP4_RUN_DEPTH slots, a ring of scale group buffers per warp
-    where NVFP4_RUN_SCALE_SLICES > 1)."""
+    NVFP4_RUN_THREADS / 32 rings of NVFP4_RUN_DEPTH slots of FAST_SLOT / NVFP4_RUN_LANES bytes, a
+    ring of scale group buffers per warp where NVFP4_RUN_SCALE_SLICES > 1)."""
     b, _, _ = _geometry(k)
     if tile.CHAIN:
         warps, depth = configs.NVFP4_RUN_THREADS // 32, configs.NVFP4_RUN_DEPTH[r]
-        sg = configs.NVFP4_RUN_SCALE_SLICES
+        slots, sg = _run_slots(), configs.NVFP4_RUN_SCALE_SLICES
         nbuf = (sg - 1 + depth - 1) // sg + 1  # scale group buffers per warp (nvfp4_run_body's NBUF)
-        return r * 36 * b + warps * depth * FAST_SLOT + (warps * nbuf * 32 * 8 * sg if sg > 1 else 0)
+        rings = warps * depth * (FAST_SLOT // configs.NVFP4_RUN_LANES)
+        return r * 36 * b + rings + (warps * nbuf * slots * 8 * sg if sg > 1 else 0)
     items = -(-b // FAST_ITEM_BLOCKS)
     return r * items * (FAST_ITEM_BLOCKS // 64) * FAST_SLOT + (FAST_THREADS // 32) * depths[r] * FAST_SLOT
 
@@ -159,21 +160,23 @@ def a4_fast_smem(m: int, k: int) -> int | None:
     b, _, _ = _geometry(k)
     if not (FAST_ENABLED and m <= A4_FAST_MAX_ROWS and m in A4F_DEPTH and b % 64 == 0):
         return None
-    if tile.CHAIN and b // 64 > CHAIN_MAX_PARTS:
+    if tile.CHAIN and b // 64 > _run_slots():
         return None
     smem = _fast_smem(m, k, A4F_DEPTH)
     return smem if smem <= mma.SMEM_LIMIT else None
 
 
-#: Chain parts (64 blocks) per column the fast chain kernels take at most (a warp's 32 lanes).
-CHAIN_MAX_PARTS = 32
+def _run_slots() -> int:
+    """Runs per warp item pass of the fast chain kernels (32 / NVFP4_RUN_LANES): the most chain
+    parts (64 blocks) per column they take."""
+    return 32 // configs.NVFP4_RUN_LANES
 
 
 def _fast_rows(want: int, k: int) -> int | None:
-    """Rows per pass of the fast A16 kernel (B % 64 == 0; tile.CHAIN: at most CHAIN_MAX_PARTS
+    """Rows per pass of the fast A16 kernel (B % 64 == 0; tile.CHAIN: at most ``_run_slots()``
     parts), or None when it does not apply."""
     b, _, _ = _geometry(k)
-    if b % 64 or (tile.CHAIN and b // 64 > CHAIN_MAX_PARTS):
+    if b % 64 or (tile.CHAIN and b // 64 > _run_slots()):
         return None
     r = max(c for c in A16_ROWS if c <= max(1, want))
     while _fast_smem(r, k) > mma.SMEM_LIMIT:

@@ -1,8 +1,9 @@
 """The fast NVFP4 decode kernels on the block-value chain (nvfp4.cuh ``nvfp4_run_body``:
 ``nvfp4_a16fc_r{R}``, ``nvfp4_a4fc_r{R}``, tile.CHAIN; docs/chain-revision.md) against the
 revision's reference ``chain.project_chain``, bit for bit: every R (1-4 rows per pass, and more
-rows in groups of R over grid.y), gate and up in one launch, K of one part to 32 (warp items of
-one to 32 columns, idle lanes), rows of every edge kind (non-finite blocks, subnormal and
+rows in groups of R over grid.y), gate and up in one launch, one, two and four lanes per run
+(configs.NVFP4_RUN_LANES), K of one part to 32 / lanes (warp items of one to 32 columns, idle
+run slots), rows of every edge kind (non-finite blocks, subnormal and
 saturated exponents), every weight code against every finite e4m3 scale, guard bands."""
 
 from __future__ import annotations
@@ -43,15 +44,34 @@ def chained(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return names
 
 
-#: (N, K): Q = 1 part (32 columns per warp item), 3 (ten columns, two lanes idle), 4 (Qwen3-8B
-#: gate / up), 12 (its down: two columns, eight lanes idle), 14 (Llama-3-8B's down), 20 and 32
-#: (one column per item).
+@pytest.fixture
+def lanes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """The fast chain kernels built with ``request.param`` lanes per run (CTAs of 256 threads for
+    one lane, 512 for more), this test's own modules of their files."""
+    from metrale.cuda import configs, nvfp4, runtime
+
+    g = request.param
+    monkeypatch.setattr(configs, "NVFP4_RUN_LANES", g)
+    monkeypatch.setattr(configs, "NVFP4_RUN_THREADS", 256 if g == 1 else 512)
+    files = (nvfp4.A16_FILE, nvfp4.A4_FILE)
+    monkeypatch.setattr(runtime, "_modules", {k: v for k, v in runtime._modules.items() if k[0] not in files})
+    monkeypatch.setattr(runtime, "_kernels", {k: v for k, v in runtime._kernels.items() if k[0] not in files})
+    return g
+
+
+#: (N, K): Q = 1 part (32 columns per warp item at one lane per run), 3 (ten columns, two run
+#: slots idle), 4 (Qwen3-8B gate / up), 12 (its down: two columns, eight run slots idle), 14
+#: (Llama-3-8B's down), 20 and 32 (one column per item); each with every lane count that has
+#: as many run slots as parts.
 SHAPES = ((37, 1024), (70, 3072), (130, 4096), (45, 12288), (20, 14336), (11, 20480), (5, 32768))
+CASES = [(g, s) for g in (1, 2, 4) for s in SHAPES if s[1] // 1024 <= 32 // g]
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=[f"N{n}-K{k}" for n, k in SHAPES])
+@pytest.mark.parametrize(
+    ("lanes", "shape"), CASES, ids=[f"G{g}-N{n}-K{k}" for g, (n, k) in CASES], indirect=["lanes"]
+)
 def test_chain_gemv_a16_matches_chain_reference(
-    cuda: Any, fresh_rng: np.random.Generator, chained: list[str], shape: tuple
+    cuda: Any, fresh_rng: np.random.Generator, chained: list[str], lanes: int, shape: tuple
 ) -> None:
     """R = 1..4 in one pass, 7 rows (groups of 4), in-window and edge rows, single and dual."""
     from metrale.cuda import nvfp4
@@ -91,8 +111,17 @@ def test_chain_gemv_extreme_blocks(
         gen.bits_equal(run_nvfp4(cuda, fresh_rng, x[:m], dw, n), want[:m], f"chain gemv E={exp} m={m}")
 
 
-@pytest.mark.parametrize("shape", [(37, 1024), (130, 4096), (45, 12288)], ids=["K1024", "K4096", "K12288"])
-def test_chain_gemv_a4(cuda: Any, fresh_rng: np.random.Generator, chained: list[str], shape: tuple) -> None:
+A4_CASES = [
+    (g, s) for g in (1, 2, 4) for s in ((37, 1024), (130, 4096), (45, 12288)) if s[1] // 1024 <= 32 // g
+]
+
+
+@pytest.mark.parametrize(
+    ("lanes", "shape"), A4_CASES, ids=[f"G{g}-K{k}" for g, (_, k) in A4_CASES], indirect=["lanes"]
+)
+def test_chain_gemv_a4(
+    cuda: Any, fresh_rng: np.random.Generator, chained: list[str], lanes: int, shape: tuple
+) -> None:
     """NVFP4 × A4 (w4a4_quantize's codes) on the fast chain kernels, m = 1..4, rows of every edge
     kind, against project_chain(..., "A4")."""
     from metrale.cuda import nvfp4

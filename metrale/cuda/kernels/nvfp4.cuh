@@ -290,7 +290,7 @@ __device__ __forceinline__ void nvfp4_body(const void* act, long long lda, const
 // offset inside an item is an immediate.
 // R * 72 * P bytes of records, P = 128 * items, then the 16 rings (16 * DEPTH * 2304 bytes).
 // ---------------------------------------------------------------------------------------------
-// @defines NVFP4_FAST (FAST_THREADS, RUN_THREADS, RUN_SCALE_SLICES from metrale/cuda/configs.py)
+// @defines NVFP4_FAST (FAST_THREADS, RUN_THREADS, RUN_LANES, RUN_SCALE_SLICES from metrale/cuda/configs.py)
 #define FAST_WARPS (FAST_THREADS / 32)
 #define FAST_REC 2304
 #define FAST_PRE 3  // prologue units (half or whole blocks) per thread whose x is requested first
@@ -740,54 +740,67 @@ __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, 
 
 // ---------------------------------------------------------------------------------------------
 // The fast path on the block-value chain (docs/chain-revision.md; metrale/reference/chain.py is
-// the reference; tile.CHAIN routes it), B % 64 == 0 and Q = B / 64 <= 32 chain parts per column:
-//   * a run is one (column, part): its 64 blocks in K order, one lane's. A warp item is the runs
-//     of CPI = 32 / Q whole columns (lane l: column l / Q of the item, part l % Q; lanes from
-//     CPI Q on idle), items persistent over the grid as the columns of nvfp4_fast_body;
-//   * a run streams in 8 slices of 8 blocks through the warp's ring (FAST_SLOT bytes per slice:
-//     lane l's 64 weight bytes at 64 l, 16-byte chunk c at chunk c ^ ((l >> 1) & 3) so that a
-//     quarter warp's reads hit distinct banks, then its 8 scale bytes at 2048 + 8 l), DEPTH - 1
-//     slices in flight (cp.async, the weights copied by four lanes per run slice), across items;
-//     with RUN_SCALE_SLICES = SG > 1 a run's scales of SG slices come with the group's first
-//     slice (8 SG bytes: whole sectors) into a per-warp ring of group buffers after the rings;
-//   * per block and row: S_b as nvfp4_fast_body (A16 limbs, or A4 codes), the term pair
+// the reference; tile.CHAIN routes it), B % 64 == 0 and Q = B / 64 <= RUN_SLOTS chain parts per
+// column:
+//   * a run is one (column, part): its 64 blocks in K order, the work of RUN_LANES = G
+//     neighbouring lanes. A warp item is the runs of CPI = RUN_SLOTS / Q whole columns (run slot
+//     i = lane / G: column i / Q of the item, part i % Q; slots from CPI Q on idle), items
+//     persistent over the grid as the columns of nvfp4_fast_body;
+//   * a run streams in 8 slices of 8 blocks through the warp's ring (RUN_SLOT bytes per slice:
+//     slot i's 64 weight bytes at 64 i, 16-byte chunk c at chunk c ^ ((i >> 1) & 3) so that the
+//     lanes of one load phase hit distinct banks, then its 8 scale bytes at 64 RUN_SLOTS + 8 i),
+//     DEPTH - 1 slices in flight (cp.async, the weights copied by four lanes per run slice),
+//     across items; with RUN_SCALE_SLICES = SG > 1 a run's scales of SG slices come with the
+//     group's first slice (8 SG bytes: whole sectors) into a per-warp ring of group buffers after
+//     the rings;
+//   * lane g of a run's G takes chunks 4g/G .. 4(g+1)/G - 1 of each slice (blocks 8g/G ..
+//     8(g+1)/G - 1): per block and row S_b as nvfp4_fast_body (A16 limbs, or A4 codes), the term
 //     P_b = f32(S_b) * 2^(E_b - 15) (A16, one rounding as ldexpf's where subnormal) or
-//     (f32(S_b) * f32(ascale_b)) * 0.25 (A4, exact), f_b = f32(wscale_b); the chain
-//     c = fma(P_b, f_b, c) from -0.0. Lane l ends with its part's root for each row;
-//   * the tree over parts: lanes of one column (Q consecutive lanes) by shuffles, a missing
+//     (f32(S_b) * f32(ascale_b)) * 0.25 (A4, exact). The run's lanes then pass each other their
+//     terms (shuffles) and every one of them runs the whole chain c = fma(P_b, f_b, c) from -0.0
+//     in block order (f_b = f32(wscale_b)): the same operations in every lane, so the same root;
+//   * the tree over parts: the runs of one column (Q consecutive slots) by shuffles, a missing
 //     partner of the padded tree a -0.0 leaf (x + -0.0 = x: the add is skipped); the column's
 //     first lane writes y = to_bf16(root * rowscale).
-// CTAs of RUN_THREADS threads (RUN_WARPS warps; fewer than the tree kernels' FAST_THREADS, each
-// with a deeper ring: a lane's work comes in whole runs, so fewer lanes take more runs each).
+// CTAs of RUN_THREADS threads (RUN_WARPS warps): a lane's work comes in shares of whole runs, so
+// G > 1 keeps as many warps as the tree kernels while the runs per round stay few enough that
+// the last round is nearly full.
 #define RUN_WARPS (RUN_THREADS / 32)
+#define RUN_SLOTS (32 / RUN_LANES)
+#define RUN_SLOT (FAST_SLOT / RUN_LANES)
 // Activation records (per row r, R * B * 36 bytes): the limbs of block b = 64 j + p at slot
 // p Q + j of three arrays, LO (16 bytes) | HI (16 bytes, A4: unused) | FAC (f32): the lanes of a
-// warp read one p at a time, their distinct parts in consecutive slots.
+// warp read one p (G: up to G consecutive ones) at a time, their distinct parts in consecutive
+// slots.
 template <int MODE, int R, int DEPTH, bool PQ>
 __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, const float* afac, int m,
                                                WeightSet set, int N, int K) {
     static_assert(MODE == 0 || !PQ, "the P/Q block dot is A16's");
+    static_assert(RUN_LANES == 1 || RUN_LANES == 2 || RUN_LANES == 4, "1, 2 or 4 lanes per run");
+    constexpr int G = RUN_LANES, CH = 4 / G, NB = 2 * CH;  // lanes per run; chunks, blocks per lane
     extern __shared__ __align__(16) unsigned char smem[];
     const int B = K >> 4;
-    const int Q = B >> 6;                   // parts per column, 1 .. 32
-    const int cpi = 32 / Q, used = cpi * Q;  // columns per warp item, lanes in use
+    const int Q = B >> 6;                          // parts per column, 1 .. RUN_SLOTS
+    const int cpi = RUN_SLOTS / Q, used = cpi * Q;  // columns per warp item, run slots in use
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int gi = lane / G, gl = lane % G;  // this lane's run slot, its place among the run's lanes
     const int ngroups = (m + R - 1) / R;
     const int items = (N + cpi - 1) / cpi;
     const int i_first = blockIdx.x * RUN_WARPS + warp, i_step = gridDim.x * RUN_WARPS;
     const long long wrow = (long long)(K >> 1);
     const size_t rec = (size_t)B * 36;  // bytes of one row's records
-    unsigned char* const ring = smem + (size_t)R * rec + (size_t)warp * DEPTH * FAST_SLOT;
+    unsigned char* const ring = smem + (size_t)R * rec + (size_t)warp * DEPTH * RUN_SLOT;
     // scale bytes: SG slices' worth per run and copy (8 SG bytes); SG = 1 in the slice's slot,
-    // else a ring of NBUF group buffers of 32 runs per warp after all the rings: the copies run
-    // DEPTH - 1 slices ahead, so up to NBUF - 1 groups past the one being read are written
+    // else a ring of NBUF group buffers of RUN_SLOTS runs per warp after all the rings: the copies
+    // run DEPTH - 1 slices ahead, so up to NBUF - 1 groups past the one being read are written
     constexpr int SG = RUN_SCALE_SLICES, SGB = 8 * SG, SCH = SGB >= 16 ? SGB / 16 : 1;
     constexpr int NBUF = (SG - 1 + DEPTH - 1) / SG + 1;
+    constexpr int NSC = RUN_SLOTS * SCH, SCL = (NSC + 31) / 32;  // scale copies per warp, per lane
     static_assert(SG == 1 || (SGB % 16 == 0 && 8 % SG == 0), "whole 16-byte copies, whole groups per run");
-    unsigned char* const sbuf =
-        smem + (size_t)R * rec + (size_t)RUN_WARPS * DEPTH * FAST_SLOT + (size_t)warp * NBUF * 32 * SGB;
-    const int lq = lane % Q, lcol = lane / Q;  // this lane's part, column in the item
-    const int swz = (lane >> 1) & 3;
+    unsigned char* const sbuf = smem + (size_t)R * rec + (size_t)RUN_WARPS * DEPTH * RUN_SLOT +
+                                (size_t)warp * NBUF * RUN_SLOTS * SGB;
+    const int lq = gi % Q, lcol = gi / Q;  // this lane's part, column in the item
+    const int swz = (gi >> 1) & 3;
     const NibConsts kc = nib_consts();
 
     pdl_trigger();
@@ -798,30 +811,30 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
         __syncthreads();
         // issue cursor: item it_i, slice s_i (8 per item). The warp copies a slice's weights
         // together, lane L chunk L & 3 of runs (L >> 2) + 8 k (each 64-byte run slice by four
-        // neighbouring lanes: whole sectors per request), its own 8 scale bytes.
-        int cpy_col[4], cpy_off[4];  // per k: the run's column in the item and its part's byte offset
-        bool cpy_ok[4];
+        // neighbouring lanes: whole sectors per request), and the scales.
+        int cpy_col[CH], cpy_off[CH];  // per k: the run's column in the item and its part's byte offset
+        bool cpy_ok[CH];
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
+        for (int k = 0; k < CH; ++k) {
             const int run = (lane >> 2) + 8 * k;
             cpy_col[k] = run / Q;
             cpy_off[k] = (run % Q) * 512 + (lane & 3) * 16;
             cpy_ok[k] = run < used;
         }
-        int sc_col[SCH], sc_off[SCH];  // SG > 1: lane L's scale copies, chunk i of run (L + 32 i) / SCH
-        bool sc_ok[SCH];
+        int sc_col[SCL], sc_off[SCL];  // SG > 1: lane L's scale copies, chunk q % SCH of run q / SCH
+        bool sc_ok[SCL];
 #pragma unroll
-        for (int i = 0; i < SCH; ++i) {
+        for (int i = 0; i < SCL; ++i) {
             const int q = lane + 32 * i, run = q / SCH;
             sc_col[i] = run / Q;
             sc_off[i] = (run % Q) * 64 + (q % SCH) * 16;
-            sc_ok[i] = run < used;
+            sc_ok[i] = q < NSC && run < used;
         }
         int it_i = i_first, s_i = 0, g_i = 0;  // g_i: scale groups issued (SG > 1)
         auto issue = [&](int slot) {
-            unsigned char* dst = ring + slot * FAST_SLOT;
+            unsigned char* dst = ring + slot * RUN_SLOT;
 #pragma unroll
-            for (int k = 0; k < 4; ++k) {
+            for (int k = 0; k < CH; ++k) {
                 const int run = (lane >> 2) + 8 * k, n = it_i * cpi + cpy_col[k];
                 const bool live = it_i < items && cpy_ok[k] && n < N;
                 const unsigned char* src = live ? set.w + (long long)n * wrow + cpy_off[k] + 64 * s_i : set.w;
@@ -829,17 +842,17 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
             }
             if constexpr (SG == 1) {
                 const int n = it_i * cpi + lcol;
-                const bool live = it_i < items && lane < used && n < N;
+                const bool live = it_i < items && gi < used && n < N;
                 const unsigned char* ssrc = live ? set.ws + (long long)n * B + 64 * lq + 8 * s_i : set.ws;
-                cp_async8(dst + 2048 + lane * 8, ssrc, live ? 8 : 0);
+                if (gl == 0) cp_async8(dst + 64 * RUN_SLOTS + gi * 8, ssrc, live ? 8 : 0);
             } else if (s_i % SG == 0) {
-                unsigned char* sdst = sbuf + (g_i++ % NBUF) * 32 * SGB;
+                unsigned char* sdst = sbuf + (g_i++ % NBUF) * RUN_SLOTS * SGB;
 #pragma unroll
-                for (int i = 0; i < SCH; ++i) {
+                for (int i = 0; i < SCL; ++i) {
                     const int q = lane + 32 * i, n = it_i * cpi + sc_col[i];
                     const bool live = it_i < items && sc_ok[i] && n < N;
                     const unsigned char* ssrc = live ? set.ws + (long long)n * B + sc_off[i] + 8 * s_i : set.ws;
-                    cp_async16(sdst + q * 16, ssrc, live ? 16 : 0);
+                    if (q < NSC) cp_async16(sdst + q * 16, ssrc, live ? 16 : 0);
                 }
             }
             cp_async_commit();
@@ -884,6 +897,7 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
 
         const unsigned char* const alo = smem + (size_t)lq * 16;  // slot p Q + lq: + p Q 16
         const float* const afc = (const float*)(smem + (size_t)B * 32) + lq;
+        const int src0 = lane - gl;  // the run's first lane
         float c[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) c[r] = -0.0f;
@@ -895,18 +909,20 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
                 cp_async_wait<DEPTH - 2>();  // this lane's copies into slot d landed
                 __syncwarp();                // ... and every lane's; every lane is past slot d - 1
                 issue((d + DEPTH - 1) % DEPTH);
-                const unsigned char* const cur = ring + d * FAST_SLOT;
-                const uint2 scw = SG == 1 ? *(const uint2*)(cur + 2048 + lane * 8)
-                                          : *(const uint2*)(sbuf + (g_c % NBUF) * 32 * SGB + lane * SGB + (s % SG) * 8);
+                const unsigned char* const cur = ring + d * RUN_SLOT;
+                const uint2 scw = SG == 1 ? *(const uint2*)(cur + 64 * RUN_SLOTS + gi * 8)
+                                          : *(const uint2*)(sbuf + (g_c % NBUF) * RUN_SLOTS * SGB + gi * SGB + (s % SG) * 8);
                 if (s % SG == SG - 1) ++g_c;
                 float ws[8];
                 e4m3x2_to_f32(scw.x, ws[0], ws[1]);
                 e4m3x2_to_f32(scw.x >> 16, ws[2], ws[3]);
                 e4m3x2_to_f32(scw.y, ws[4], ws[5]);
                 e4m3x2_to_f32(scw.y >> 16, ws[6], ws[7]);
+                float pt[R][NB];  // this lane's terms P_b, blocks NB gl .. NB gl + NB - 1 of the slice
 #pragma unroll
-                for (int h = 0; h < 4; ++h) {  // blocks 2h, 2h + 1 of the slice: chunk h
-                    const uint4 wv = *(const uint4*)(cur + lane * 64 + ((h ^ swz) << 4));
+                for (int t = 0; t < CH; ++t) {  // chunk h = CH gl + t: blocks 2h, 2h + 1 of the slice
+                    const int h = CH * gl + t;
+                    const uint4 wv = *(const uint4*)(cur + gi * 64 + ((h ^ swz) << 4));
                     unsigned int e0 = 0, e1 = 0, e2 = 0, e3 = 0, o0 = 0, o1 = 0, o2 = 0, o3 = 0;
                     if (!PQ) {
                         nib8_codes_k(wv.x, kc, e0, e1);
@@ -922,19 +938,25 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
                             const unsigned char* lo = alo + (size_t)r * rec + (size_t)p * Q * 16;
                             const uint4 L = *(const uint4*)lo;
                             const float f = afc[(size_t)r * (rec / 4) + p * Q];
-                            float P;
                             if constexpr (MODE == 0) {
                                 const uint4 H = *(const uint4*)(lo + (size_t)B * 16);
                                 const int S = PQ ? block_dot_pq(u ? wv.z : wv.x, u ? wv.w : wv.y, L, H)
                                                  : (u ? block_dot_codes(o0, o1, o2, o3, L, H)
                                                       : block_dot_codes(e0, e1, e2, e3, L, H));
-                                P = ieee_mul((float)S, f);
+                                pt[r][2 * t + u] = ieee_mul((float)S, f);
                             } else {
                                 const int S = u ? a4_dot(o0, o1, o2, o3, L) : a4_dot(e0, e1, e2, e3, L);
-                                P = ieee_mul((float)S, f) * 0.25f;
+                                pt[r][2 * t + u] = ieee_mul((float)S, f) * 0.25f;
                             }
-                            c[r] = ieee_fma(P, ws[2 * h + u], c[r]);
                         }
+                    }
+                }
+#pragma unroll
+                for (int b = 0; b < 8; ++b) {  // the chain over the slice's blocks, in K order
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        const float P = G == 1 ? pt[r][b] : __shfl_sync(0xffffffffu, pt[r][b % NB], src0 + b / NB);
+                        c[r] = ieee_fma(P, ws[b], c[r]);
                     }
                 }
                 if (++s == 8) {  // the runs are done: the tree over each column's parts, the outputs
@@ -948,12 +970,12 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
                         const bool takes = (lq & (2 * h - 1)) == 0 && lq + h < Q;
 #pragma unroll
                         for (int r = 0; r < R; ++r) {
-                            const float o = __shfl_down_sync(0xffffffffu, root[r], h);
+                            const float o = __shfl_down_sync(0xffffffffu, root[r], h * G);
                             root[r] = takes ? root[r] + o : root[r];
                         }
                     }
                     const int n = it * cpi + lcol;
-                    if (lq == 0 && lane < used && n < N) {
+                    if (lq == 0 && gl == 0 && gi < used && n < N) {
 #pragma unroll
                         for (int r = 0; r < R; ++r)
                             if (row0 + r < m) set.out[(size_t)(row0 + r) * set.ldo + n] = f32_to_bf16(root[r] * set.rowscale);
