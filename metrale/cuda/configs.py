@@ -58,12 +58,14 @@ NVFP4_FAST_SLOT = 2304
 NVFP4_RUN_SCALE_SLICES = 4
 #: Their lanes per run (1, 2 or 4: a run's 64 blocks in K order are the work of that many
 #: neighbouring lanes, which pass each other their block terms and each run the whole chain),
-#: CTA (one per SM) and ring depth per R: a lane's work comes in shares of whole runs, so the
-#: runs in flight per SM (RUN_THREADS / RUN_LANES) are kept few enough that the last round is
-#: nearly full (the Qwen3-8B gate + up at one row: 2.9 runs per slot), the warps as many as the
-#: tree kernels'. Columns of more than 32 / RUN_LANES parts take the generic kernels.
-NVFP4_RUN_LANES = 2
-NVFP4_RUN_THREADS = 512
+#: CTA (one per SM) and ring depth per R. A lane's work comes in shares of whole runs, so the runs
+#: in flight per SM (RUN_THREADS / RUN_LANES) are kept few enough that the last round is nearly
+#: full (the Qwen3-8B gate + up at one row: 2.9 runs per slot). Two or four lanes per run, in
+#: 512-thread CTAs, were slower at every row count (H100, docs/performance-log.md "2026-12-06
+#: (morning)": the shuffles and the repeated scale decode cost more issue slots than the extra
+#: warps hide). Columns of more than 32 / RUN_LANES parts take the generic kernels.
+NVFP4_RUN_LANES = 1
+NVFP4_RUN_THREADS = 256
 NVFP4_RUN_DEPTH: dict[int, int] = {1: 6, 2: 6, 3: 5, 4: 5}
 #: q2_0_dec.cu's most warps per CTA (its ``// @defines Q2_0_DEC``; metrale/cuda/q2_0.py starts
 #: from it and halves it while the grid would leave multiprocessors idle).
