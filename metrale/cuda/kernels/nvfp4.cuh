@@ -861,11 +861,26 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
                 it_i += i_step;
             }
         };
+        // A16: the x bytes of this thread's first FAST_PRE blocks are requested before the ring
+        uint4 xv[FAST_PRE][2];
+#pragma unroll
+        for (int u = 0; u < FAST_PRE; ++u) {
+            const int it = threadIdx.x + u * RUN_THREADS;
+            xv[u][0] = xv[u][1] = make_uint4(0, 0, 0, 0);
+            if (MODE == 0 && it < R * B) {
+                const int r = it / B, b = it - r * B;
+                const unsigned short* src = (const unsigned short*)act + (size_t)(row0 + r) * lda + (size_t)b * 16;
+                if (row0 + r < m && (((size_t)src) & 15) == 0) {
+                    xv[u][0] = *(const uint4*)src;
+                    xv[u][1] = *(const uint4*)(src + 8);
+                }
+            }
+        }
 #pragma unroll
         for (int d = 0; d < DEPTH - 1; ++d) issue(d);
 
         // ---- prologue: the records of rows row0 .. row0 + R - 1 (block b = 64 j + p at slot p Q + j) ----
-        for (int it = threadIdx.x; it < R * B; it += RUN_THREADS) {
+        for (int it = threadIdx.x, u = 0; it < R * B; it += RUN_THREADS, ++u) {
             const int r = it / B, b = it - r * B;
             const int row = row0 + r;
             const bool valid = row < m;
@@ -875,7 +890,17 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
             if constexpr (MODE == 0) {
                 const unsigned short* src = (const unsigned short*)act + (size_t)row * lda + (size_t)b * 16;
                 unsigned int w[2][4] = {{0u, 0u, 0u, 0u}, {0u, 0u, 0u, 0u}};
-                if (valid) {
+                if (valid && (((size_t)src) & 15) == 0) {
+                    static_assert(FAST_PRE == 3, "the selects below name xv[0..2]");
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const uint4 v = u == 0   ? xv[0][e]
+                                        : u == 1 ? xv[1][e]
+                                        : u == 2 ? xv[2][e]
+                                                 : *(const uint4*)(src + e * 8);
+                        w[e][0] = v.x, w[e][1] = v.y, w[e][2] = v.z, w[e][3] = v.w;
+                    }
+                } else if (valid) {
 #pragma unroll
                     for (int j = 0; j < 8; ++j)
                         w[j >> 2][j & 3] = (unsigned int)src[2 * j] | ((unsigned int)src[2 * j + 1] << 16);
