@@ -348,6 +348,13 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_b
     const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
 }
+// The same with the L2 asked to fetch the whole aligned 256 bytes around the source (the chain
+// decode kernels read a run's weights in 64-byte slices at 8 times: one DRAM request of 256).
+__device__ __forceinline__ void cp_async16_l2_256(void* dst, const void* src, int src_bytes) {
+    const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes)
+                 : "memory");
+}
 // The same for 8 bytes (L1 allocating: cp.async.ca), source size 0 or 8.
 __device__ __forceinline__ void cp_async8(void* dst, const void* src, int src_bytes) {
     const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
@@ -749,8 +756,8 @@ __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, 
 //   * a run streams in 8 slices of 8 blocks through the warp's ring (RUN_SLOT bytes per slice:
 //     slot i's 64 weight bytes at 64 i, 16-byte chunk c at chunk c ^ ((i >> 1) & 3) so that the
 //     lanes of one load phase hit distinct banks, then its 8 scale bytes at 64 RUN_SLOTS + 8 i),
-//     DEPTH - 1 slices in flight (cp.async, the weights copied by four lanes per run slice),
-//     across items; with RUN_SCALE_SLICES = SG > 1 a run's scales of SG slices come with the
+//     DEPTH - 1 slices in flight (cp.async, the weights copied by four lanes per run slice, the
+//     L2 asked for 256 bytes per request), across items; with RUN_SCALE_SLICES = SG > 1 a run's scales of SG slices come with the
 //     group's first slice (8 SG bytes: whole sectors) into a per-warp ring of group buffers after
 //     the rings;
 //   * lane g of a run's G takes chunks 4g/G .. 4(g+1)/G - 1 of each slice (blocks 8g/G ..
@@ -838,7 +845,7 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
                 const int run = (lane >> 2) + 8 * k, n = it_i * cpi + cpy_col[k];
                 const bool live = it_i < items && cpy_ok[k] && n < N;
                 const unsigned char* src = live ? set.w + (long long)n * wrow + cpy_off[k] + 64 * s_i : set.w;
-                cp_async16(dst + run * 64 + (((lane & 3) ^ ((run >> 1) & 3)) << 4), src, live ? 16 : 0);
+                cp_async16_l2_256(dst + run * 64 + (((lane & 3) ^ ((run >> 1) & 3)) << 4), src, live ? 16 : 0);
             }
             if constexpr (SG == 1) {
                 const int n = it_i * cpi + lcol;
