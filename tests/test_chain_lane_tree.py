@@ -1,8 +1,9 @@
 """CPU replay of the tree over parts in the fast chain decode kernels (nvfp4.cuh
 ``nvfp4_run_body``): with G lanes per run a warp holds CPI = (32 // G) // Q columns of Q part
-roots, lane l (run slot i = l // G) column i // Q and part i % Q, the G lanes of a run the same
-root; at stride h = 1, 2, 4, ... < Q a lane whose part is a multiple of 2h adds the root of lane
-l + h G (``__shfl_down_sync``) where part + h < Q, else keeps its value (the padded tree's −0.0
+roots, part-major: lane l (run slot i = l // G) column i % CPI and part i // CPI (idle slots
+part Q - 1), the G lanes of a run the same root; at stride h = 1, 2, 4, ... < Q a lane whose
+part is a multiple of 2h adds the root of lane l + h CPI G (``__shfl_down_sync``) where
+part + h < Q, else keeps its value (the padded tree's −0.0
 leaf: x + −0.0 = x). The replay, symbolic, must give every column the padded tree
 over its parts (``chain`` § tree over parts; arithmetic.md § tree) for every Q the kernels take."""
 
@@ -30,19 +31,21 @@ def warp_tree(q: int, g: int) -> list[Node]:
     """The kernel's shuffle schedule over one warp's 32 lanes, G = ``g`` lanes per run; the roots
     in each column's first lane."""
     slots = 32 // g
+    cpi = slots // q
     lanes: list[Node] = [
-        f"c{(i // g) // q}p{(i // g) % q}" if i // g < (slots // q) * q else "idle" for i in range(32)
+        f"c{(i // g) % cpi}p{(i // g) // cpi}" if i // g < cpi * q else "idle" for i in range(32)
     ]
     h = 1
     while h < q:
         old = list(lanes)
         for lane in range(32):
-            part = (lane // g) % q
-            down = old[lane + h * g] if lane + h * g < 32 else old[lane]  # __shfl_down_sync
+            part = min((lane // g) // cpi, q - 1)
+            d = h * cpi * g
+            down = old[lane + d] if lane + d < 32 else old[lane]  # __shfl_down_sync
             if part & (2 * h - 1) == 0 and part + h < q:
                 lanes[lane] = f"({old[lane]}+{down})"
         h *= 2
-    return [lanes[c * q * g] for c in range(slots // q)]
+    return [lanes[c * g] for c in range(cpi)]
 
 
 @pytest.mark.parametrize(("g", "q"), [(g, q) for g in (1, 2, 4) for q in range(1, 32 // g + 1)])

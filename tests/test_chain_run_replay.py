@@ -1,8 +1,8 @@
 """CPU replay of the data movement of the fast chain decode kernels (nvfp4.cuh ``nvfp4_run_body``):
 one warp's issue cursor (the cp.async copies of each run slice's weight bytes by four lanes, with
 the chunk swizzle, and of the scales, per slice in the slot or per group of SG slices in a ring of
-NBUF group buffers) against its consumer (lane l, the share l % G of run slot l / G, reading its
-chunks of slice s and the run's scales), with one, two and four lanes per run, over several items
+NBUF group buffers) against its consumer (lane l, the share l % G of run slot i = l / G: column
+i % CPI of the item, part i / CPI, reading its chunks of slice s and the run's scales), with one, two and four lanes per run, over several items
 and ring turns. Every byte a lane reads must be the weight or scale byte of its
 own (column, part, slice) as copied by the latest write to that place, and no copy may land on a
 place a lane reads later in the same ring turn (the race two scale buffers had at six slots)."""
@@ -32,18 +32,18 @@ def replay(
         for lane in range(32):
             for k in range(4 // g):  # weights: lane L copies chunk L & 3 of run (L >> 2) + 8 k
                 run, c = (lane >> 2) + 8 * k, lane & 3
-                n = it_i * cpi + run // q
+                n = it_i * cpi + run % cpi
                 live = it_i < items and run < used and n < n_cols
                 dst = run * 64 + ((c ^ ((run >> 1) & 3)) << 4)
-                off = (run % q) * 512 + c * 16 + 64 * s_i  # byte of the weight row (K / 2 bytes)
+                off = (run // cpi) * 512 + c * 16 + 64 * s_i  # byte of the weight row (K / 2 bytes)
                 for j in range(16):
                     ring[(slot, dst + j)] = ("w", n, off + j) if live else None
             if sg == 1 and lane % g == 0:  # the run's first lane copies its 8 scale bytes
                 run = lane // g
-                n = it_i * cpi + run // q
+                n = it_i * cpi + run % cpi
                 live = it_i < items and run < used and n < n_cols
                 for j in range(8):
-                    src = ("s", n, 64 * (run % q) + 8 * s_i + j) if live else None
+                    src = ("s", n, 64 * (run // cpi) + 8 * s_i + j) if live else None
                     ring[(slot, 64 * slots + run * 8 + j)] = src
         if sg > 1 and s_i % sg == 0:
             buf = state["g"] % nbuf
@@ -55,9 +55,9 @@ def replay(
                     if qq >= slots * sch:
                         continue
                     run = qq // sch
-                    n = it_i * cpi + run // q
+                    n = it_i * cpi + run % cpi
                     live = it_i < items and run < used and n < n_cols
-                    off = (run % q) * 64 + (qq % sch) * 16 + 8 * s_i
+                    off = (run // cpi) * 64 + (qq % sch) * 16 + 8 * s_i
                     for j in range(16):
                         sbuf[(buf, qq * 16 + j)] = ("s", n, off + j) if live else None
         state["s"] += 1
@@ -74,7 +74,7 @@ def replay(
             issue((d + depth - 1) % depth)  # after the wait and the warp's sync, before the reads
             for lane in range(32):
                 run, gl = lane // g, lane % g
-                n, part = it * cpi + run // q, run % q
+                n, part = it * cpi + run % cpi, run // cpi
                 if run >= used or n >= n_cols:
                     continue
                 swz = (run >> 1) & 3

@@ -348,11 +348,12 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_b
     const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
 }
-// The same with the L2 asked to fetch the whole aligned 256 bytes around the source (the chain
-// decode kernels read a run's weights in 64-byte slices at 8 times: one DRAM request of 256).
-__device__ __forceinline__ void cp_async16_l2_256(void* dst, const void* src, int src_bytes) {
+// The same with the L2 asked to fetch the whole aligned 128 bytes around the source (the chain
+// decode kernels read a run's weights in 64-byte slices at 8 times; 1-7 % faster on the H100
+// than sector requests at m = 1..4, 256 bytes no better: docs/performance-log.md).
+__device__ __forceinline__ void cp_async16_l2_128(void* dst, const void* src, int src_bytes) {
     const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes)
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes)
                  : "memory");
 }
 // The same for 8 bytes (L1 allocating: cp.async.ca), source size 0 or 8.
@@ -750,23 +751,25 @@ __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, 
 // the reference; tile.CHAIN routes it), B % 64 == 0 and Q = B / 64 <= RUN_SLOTS chain parts per
 // column:
 //   * a run is one (column, part): its 64 blocks in K order, the work of RUN_LANES = G
-//     neighbouring lanes. A warp item is the runs of CPI = RUN_SLOTS / Q whole columns (run slot
-//     i = lane / G: column i / Q of the item, part i % Q; slots from CPI Q on idle), items
-//     persistent over the grid as the columns of nvfp4_fast_body;
+//     neighbouring lanes. A warp item is the runs of CPI = RUN_SLOTS / Q whole columns, part-major
+//     (run slot i = lane / G: column i % CPI of the item, part i / CPI; slots from CPI Q on idle,
+//     reading part Q - 1), items persistent over the grid as the columns of nvfp4_fast_body. The
+//     slots of one load phase (8 lanes) then read at most 8 consecutive record slots of one block
+//     whatever Q: four wavefronts per 16-byte record load (Q = 12 in column-major order: five);
 //   * a run streams in 8 slices of 8 blocks through the warp's ring (RUN_SLOT bytes per slice:
 //     slot i's 64 weight bytes at 64 i, 16-byte chunk c at chunk c ^ ((i >> 1) & 3) so that the
 //     lanes of one load phase hit distinct banks, then its 8 scale bytes at 64 RUN_SLOTS + 8 i),
 //     DEPTH - 1 slices in flight (cp.async, the weights copied by four lanes per run slice, the
-//     L2 asked for 256 bytes per request), across items; with RUN_SCALE_SLICES = SG > 1 a run's scales of SG slices come with the
-//     group's first slice (8 SG bytes: whole sectors) into a per-warp ring of group buffers after
-//     the rings;
+//     L2 asked for 128 bytes per request), across items; with RUN_SCALE_SLICES = SG > 1 a run's
+//     scales of SG slices come with the group's first slice (8 SG bytes: whole sectors) into a
+//     per-warp ring of group buffers after the rings;
 //   * lane g of a run's G takes chunks 4g/G .. 4(g+1)/G - 1 of each slice (blocks 8g/G ..
 //     8(g+1)/G - 1): per block and row S_b as nvfp4_fast_body (A16 limbs, or A4 codes), the term
 //     P_b = f32(S_b) * 2^(E_b - 15) (A16, one rounding as ldexpf's where subnormal) or
 //     (f32(S_b) * f32(ascale_b)) * 0.25 (A4, exact). The run's lanes then pass each other their
 //     terms (shuffles) and every one of them runs the whole chain c = fma(P_b, f_b, c) from -0.0
 //     in block order (f_b = f32(wscale_b)): the same operations in every lane, so the same root;
-//   * the tree over parts: the runs of one column (Q consecutive slots) by shuffles, a missing
+//   * the tree over parts: the runs of one column (slots CPI apart) by shuffles, a missing
 //     partner of the padded tree a -0.0 leaf (x + -0.0 = x: the add is skipped); the column's
 //     first lane writes y = to_bf16(root * rowscale).
 // CTAs of RUN_THREADS threads (RUN_WARPS warps): a lane's work comes in shares of whole runs, so
@@ -806,7 +809,7 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
     static_assert(SG == 1 || (SGB % 16 == 0 && 8 % SG == 0), "whole 16-byte copies, whole groups per run");
     unsigned char* const sbuf = smem + (size_t)R * rec + (size_t)RUN_WARPS * DEPTH * RUN_SLOT +
                                 (size_t)warp * NBUF * RUN_SLOTS * SGB;
-    const int lq = gi % Q, lcol = gi / Q;  // this lane's part, column in the item
+    const int lq = min(gi / cpi, Q - 1), lcol = gi % cpi;  // this lane's part, column in the item
     const int swz = (gi >> 1) & 3;
     const NibConsts kc = nib_consts();
 
@@ -824,8 +827,8 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
 #pragma unroll
         for (int k = 0; k < CH; ++k) {
             const int run = (lane >> 2) + 8 * k;
-            cpy_col[k] = run / Q;
-            cpy_off[k] = (run % Q) * 512 + (lane & 3) * 16;
+            cpy_col[k] = run % cpi;
+            cpy_off[k] = (run / cpi) * 512 + (lane & 3) * 16;
             cpy_ok[k] = run < used;
         }
         int sc_col[SCL], sc_off[SCL];  // SG > 1: lane L's scale copies, chunk q % SCH of run q / SCH
@@ -833,8 +836,8 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
 #pragma unroll
         for (int i = 0; i < SCL; ++i) {
             const int q = lane + 32 * i, run = q / SCH;
-            sc_col[i] = run / Q;
-            sc_off[i] = (run % Q) * 64 + (q % SCH) * 16;
+            sc_col[i] = run % cpi;
+            sc_off[i] = (run / cpi) * 64 + (q % SCH) * 16;
             sc_ok[i] = q < NSC && run < used;
         }
         int it_i = i_first, s_i = 0, g_i = 0;  // g_i: scale groups issued (SG > 1)
@@ -845,7 +848,7 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
                 const int run = (lane >> 2) + 8 * k, n = it_i * cpi + cpy_col[k];
                 const bool live = it_i < items && cpy_ok[k] && n < N;
                 const unsigned char* src = live ? set.w + (long long)n * wrow + cpy_off[k] + 64 * s_i : set.w;
-                cp_async16_l2_256(dst + run * 64 + (((lane & 3) ^ ((run >> 1) & 3)) << 4), src, live ? 16 : 0);
+                cp_async16_l2_128(dst + run * 64 + (((lane & 3) ^ ((run >> 1) & 3)) << 4), src, live ? 16 : 0);
             }
             if constexpr (SG == 1) {
                 const int n = it_i * cpi + lcol;
@@ -1002,12 +1005,12 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
                         const bool takes = (lq & (2 * h - 1)) == 0 && lq + h < Q;
 #pragma unroll
                         for (int r = 0; r < R; ++r) {
-                            const float o = __shfl_down_sync(0xffffffffu, root[r], h * G);
+                            const float o = __shfl_down_sync(0xffffffffu, root[r], h * cpi * G);
                             root[r] = takes ? root[r] + o : root[r];
                         }
                     }
                     const int n = it * cpi + lcol;
-                    if (lq == 0 && gl == 0 && gi < used && n < N) {
+                    if (gi < cpi && gl == 0 && n < N) {
 #pragma unroll
                         for (int r = 0; r < R; ++r)
                             if (row0 + r < m) set.out[(size_t)(row0 + r) * set.ldo + n] = f32_to_bf16(root[r] * set.rowscale);
