@@ -79,7 +79,8 @@ NVFP4_A16_ROWS: tuple[int, ...] = (1, 2, 3, 4)
 #: nvfp4_a4.cu kernels ``nvfp4_a4_r{R}_{e,o}``: activation rows per pass.
 NVFP4_A4_ROWS: tuple[int, ...] = (1, 4)
 #: nvfp4_gemv.cu fast kernels ``nvfp4_a16f_r{R}``: rows -> cp.async ring depth (work-item slots
-#: per warp; depth − 1 items in flight), and whether R uses the P/Q block dot.
+#: per warp; depth − 1 items in flight), and whether R uses the P/Q block dot (their chain twins
+#: never do: without it they were 4-12 % faster at R = 1, 2 on the H100, performance-log.md).
 NVFP4_FAST_DEPTH: dict[int, int] = {1: 3, 2: 4, 3: 3, 4: 3}
 NVFP4_FAST_PQ: dict[int, bool] = {1: True, 2: True, 3: False, 4: False}
 #: nvfp4_a4.cu fast kernels ``nvfp4_a4f_r{R}`` (W4A4 decode, one pass of R = m rows): rows ->
@@ -451,7 +452,7 @@ def _pairs(macro: str, rows: tuple[int, ...], yes: str, no: str) -> list[str]:
 _INSTANCES: dict[str, Callable[[], list[str]]] = {
     "NVFP4_A16": lambda: _pairs("NVFP4_A16", NVFP4_A16_ROWS, "e", "o"),
     "NVFP4_A16F": lambda: [
-        f"NVFP4_A16F({r}, {(NVFP4_RUN_DEPTH if c else NVFP4_FAST_DEPTH)[r]}, {_bool(NVFP4_FAST_PQ[r])}, "
+        f"NVFP4_A16F({r}, {(NVFP4_RUN_DEPTH if c else NVFP4_FAST_DEPTH)[r]}, {_bool(NVFP4_FAST_PQ[r] and not c)}, "
         f"{_bool(c)}, {'fc' if c else 'f'})"
         for c in (False, True)
         for r in NVFP4_FAST_DEPTH
