@@ -80,7 +80,8 @@ NVFP4_A16_ROWS: tuple[int, ...] = (1, 2, 3, 4)
 NVFP4_A4_ROWS: tuple[int, ...] = (1, 4)
 #: nvfp4_gemv.cu fast kernels ``nvfp4_a16f_r{R}``: rows -> cp.async ring depth (work-item slots
 #: per warp; depth − 1 items in flight), and whether R uses the P/Q block dot (their chain twins
-#: never do: without it they were 4-12 % faster at R = 1, 2 on the H100, performance-log.md).
+#: never do: without it they were up to 12 % faster at R = 1, 2 on the H100, equal on the
+#: Qwen3-8B down projection at one row; docs/performance-log.md "2026-12-06 (morning)").
 NVFP4_FAST_DEPTH: dict[int, int] = {1: 3, 2: 4, 3: 3, 4: 3}
 NVFP4_FAST_PQ: dict[int, bool] = {1: True, 2: True, 3: False, 4: False}
 #: nvfp4_a4.cu fast kernels ``nvfp4_a4f_r{R}`` (W4A4 decode, one pass of R = m rows): rows ->

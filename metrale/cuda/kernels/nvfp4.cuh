@@ -349,7 +349,7 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_b
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
 }
 // The same with the L2 asked to fetch the whole aligned 128 bytes around the source (the chain
-// decode kernels read a run's weights in 64-byte slices at 8 times; 1-7 % faster on the H100
+// decode kernels read a run's weights in 64-byte slices at 8 times; 0-7 % faster on the H100
 // than sector requests at m = 1..4, 256 bytes no better: docs/performance-log.md).
 __device__ __forceinline__ void cp_async16_l2_128(void* dst, const void* src, int src_bytes) {
     const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
