@@ -2,10 +2,11 @@
 one warp's issue cursor (the cp.async copies of each run slice's weight bytes by four lanes, with
 the chunk swizzle, and of the scales, per slice in the slot or per group of SG slices in a ring of
 NBUF group buffers) against its consumer (lane l, the share l % G of run slot i = l / G: column
-i % CPI of the item, part i / CPI, reading its chunks of slice s and the run's scales), with one, two and four lanes per run, over several items
-and ring turns. Every byte a lane reads must be the weight or scale byte of its
-own (column, part, slice) as copied by the latest write to that place, and no copy may land on a
-place a lane reads later in the same ring turn (the race two scale buffers had at six slots)."""
+i % CPI of the item, part i / CPI, reading its chunks of slice s and the run's scales), with one,
+two and four lanes per run, over several items and ring turns. Every byte a lane reads must be
+the weight or scale byte of its own (column, part, slice) as copied by the latest write to that
+place, and no copy may land on a place a lane reads later in the same ring turn (the race two
+scale buffers had at six slots)."""
 
 from __future__ import annotations
 

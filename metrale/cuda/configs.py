@@ -453,8 +453,8 @@ def _pairs(macro: str, rows: tuple[int, ...], yes: str, no: str) -> list[str]:
 _INSTANCES: dict[str, Callable[[], list[str]]] = {
     "NVFP4_A16": lambda: _pairs("NVFP4_A16", NVFP4_A16_ROWS, "e", "o"),
     "NVFP4_A16F": lambda: [
-        f"NVFP4_A16F({r}, {(NVFP4_RUN_DEPTH if c else NVFP4_FAST_DEPTH)[r]}, {_bool(NVFP4_FAST_PQ[r] and not c)}, "
-        f"{_bool(c)}, {'fc' if c else 'f'})"
+        f"NVFP4_A16F({r}, {(NVFP4_RUN_DEPTH if c else NVFP4_FAST_DEPTH)[r]}, "
+        f"{_bool(NVFP4_FAST_PQ[r] and not c)}, {_bool(c)}, {'fc' if c else 'f'})"
         for c in (False, True)
         for r in NVFP4_FAST_DEPTH
     ],
