@@ -95,31 +95,27 @@ def test_a16_one_pass_off_without_fast_kernels(monkeypatch: pytest.MonkeyPatch) 
 
 
 @pytest.mark.parametrize(
-    ("g", "threads", "r", "k", "want"),
+    ("r", "k", "want"),
     [
-        # R * 36 B (records) + warps x depth x 2304 / G (rings) + warps x NBUF x 32 / G runs x 32 B
-        # (scale groups of four slices: NBUF = 3 groups at depth 6, 2 at depth 5)
-        (1, 256, 1, 4096, 36 * 256 + 8 * 6 * REC + 8 * 3 * 32 * 32),
-        (1, 256, 4, 12288, 4 * 36 * 768 + 8 * 5 * REC + 8 * 2 * 32 * 32),
-        (2, 512, 4, 12288, 4 * 36 * 768 + 16 * 5 * 1152 + 16 * 2 * 16 * 32),
-        (2, 512, 3, 14336, 3 * 36 * 896 + 16 * 5 * 1152 + 16 * 2 * 16 * 32),
-        (4, 512, 1, 4096, 36 * 256 + 16 * 6 * 576 + 16 * 3 * 8 * 32),
+        # R * 36 B (records) + 12 warps x depth x 2304 (rings) + 12 warps x NBUF x 32 runs x 32 B
+        # (scale groups of four slices: NBUF = 2 groups at depths 3-5) + R x 384 roots x 4 B
+        (1, 4096, 36 * 256 + 12 * 5 * REC + 12 * 2 * 1024 + 384 * 4),
+        (2, 14336, 2 * 36 * 896 + 12 * 4 * REC + 12 * 2 * 1024 + 2 * 384 * 4),
+        (4, 12288, 4 * 36 * 768 + 12 * 3 * REC + 12 * 2 * 1024 + 4 * 384 * 4),
+        (3, 14336, 3 * 36 * 896 + 12 * 3 * REC + 12 * 2 * 1024 + 3 * 384 * 4),
     ],
 )
-def test_chain_run_kernels_shared_memory(
-    monkeypatch: pytest.MonkeyPatch, g: int, threads: int, r: int, k: int, want: int
-) -> None:
+def test_chain_run_kernels_shared_memory(monkeypatch: pytest.MonkeyPatch, r: int, k: int, want: int) -> None:
     """The fast chain kernels (nvfp4.cuh nvfp4_run_body, tile.CHAIN): 36 bytes of records per block
-    and row, the rings of NVFP4_RUN_THREADS / 32 warps (slots of 2304 / NVFP4_RUN_LANES bytes),
-    each warp's scale group buffers; the Qwen3-8B down projection takes four rows in one pass
-    (within mma.SMEM_LIMIT), Llama-3-8B's three."""
+    and row, the rings of NVFP4_RUN_THREADS / 32 warps, each warp's scale group buffers, a root
+    per thread and row; the Qwen3-8B down projection takes four rows in one pass (within
+    mma.SMEM_LIMIT), Llama-3-8B's three."""
     from metrale.cuda import tile
 
     monkeypatch.setattr(tile, "CHAIN", True)
-    monkeypatch.setattr(configs, "NVFP4_RUN_LANES", g)
-    monkeypatch.setattr(configs, "NVFP4_RUN_THREADS", threads)
+    monkeypatch.setattr(configs, "NVFP4_RUN_THREADS", 384)
     monkeypatch.setattr(configs, "NVFP4_RUN_SCALE_SLICES", 4)
-    monkeypatch.setattr(configs, "NVFP4_RUN_DEPTH", {1: 6, 2: 6, 3: 5, 4: 5})
+    monkeypatch.setattr(configs, "NVFP4_RUN_DEPTH", {1: 5, 2: 4, 3: 3, 4: 3})
     assert nvfp4._fast_smem(r, k) == want
     assert nvfp4._fast_rows(r, k) == r
     if k == 14336:  # four rows of K = 14336 exceed mma.SMEM_LIMIT: three per pass

@@ -56,17 +56,15 @@ NVFP4_FAST_SLOT = 2304
 #: slices of 8 blocks at once (1: 8 bytes with each slice, in its ring slot; 4: 32 bytes, a whole
 #: sector, into a per-warp ring of group buffers after the rings).
 NVFP4_RUN_SCALE_SLICES = 4
-#: Their lanes per run (1, 2 or 4: a run's 64 blocks in K order are the work of that many
-#: neighbouring lanes, which pass each other their block terms and each run the whole chain),
-#: CTA (one per SM) and ring depth per R. A lane's work comes in shares of whole runs, so the runs
-#: in flight per SM (RUN_THREADS / RUN_LANES) are kept few enough that the last round is nearly
-#: full (the Qwen3-8B gate + up at one row: 2.9 runs per slot). Two or four lanes per run, in
-#: 512-thread CTAs, were slower at every row count (H100, docs/performance-log.md "2026-12-06
-#: (morning)": the shuffles and the repeated scale decode cost more issue slots than the extra
-#: warps hide). Columns of more than 32 / RUN_LANES parts take the generic kernels.
-NVFP4_RUN_LANES = 1
-NVFP4_RUN_THREADS = 256
-NVFP4_RUN_DEPTH: dict[int, int] = {1: 6, 2: 6, 3: 5, 4: 5}
+#: Their CTA (one per SM) and ring depth per R. A thread's work comes in whole runs (one column's
+#: 64-block part) and a CTA round takes RUN_THREADS // Q whole columns, so 384 threads hold as
+#: many runs as the Qwen3-8B down projection has per SM at one row (one round, 32 columns of 12
+#: parts); the depths are what fits mma.SMEM_LIMIT at K = 12288 with the records of R rows.
+#: Warp items of 32 // Q columns in 256-thread CTAs left 8 of 32 lanes idle at Q = 12 and ran two
+#: rounds (docs/performance-log.md "2026-12-06 (morning)"); two or four lanes sharing a run
+#: (their terms passed by shuffles) were slower at every row count.
+NVFP4_RUN_THREADS = 384
+NVFP4_RUN_DEPTH: dict[int, int] = {1: 5, 2: 4, 3: 3, 4: 3}
 #: q2_0_dec.cu's most warps per CTA (its ``// @defines Q2_0_DEC``; metrale/cuda/q2_0.py starts
 #: from it and halves it while the grid would leave multiprocessors idle).
 Q2_0_DEC_WARPS = 8
@@ -559,7 +557,6 @@ _DEFINES: dict[str, Callable[[], dict[str, int]]] = {  # read at build time: a p
     "NVFP4_FAST": lambda: {
         "FAST_THREADS": NVFP4_FAST_THREADS,
         "RUN_THREADS": NVFP4_RUN_THREADS,
-        "RUN_LANES": NVFP4_RUN_LANES,
         "RUN_SCALE_SLICES": NVFP4_RUN_SCALE_SLICES,
     },
     "NVFP4_FAST_SLOT": lambda: {"FAST_SLOT": NVFP4_FAST_SLOT},

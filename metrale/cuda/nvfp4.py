@@ -129,15 +129,15 @@ def _fast_threads() -> int:
 def _fast_smem(r: int, k: int, depths: dict[int, int] = FAST_DEPTH) -> int:
     """The fast kernel's activation records and each warp's ring of item slots; tile.CHAIN: its
     chain twin's (``*fc_r{r}``, nvfp4.cuh nvfp4_run_body: 36 bytes of records per block and row,
-    NVFP4_RUN_THREADS / 32 rings of NVFP4_RUN_DEPTH slots of FAST_SLOT / NVFP4_RUN_LANES bytes, a
-    ring of scale group buffers per warp where NVFP4_RUN_SCALE_SLICES > 1)."""
+    NVFP4_RUN_THREADS / 32 rings of NVFP4_RUN_DEPTH slots, a ring of scale group buffers per warp
+    where NVFP4_RUN_SCALE_SLICES > 1, a root per thread and row)."""
     b, _, _ = _geometry(k)
     if tile.CHAIN:
-        warps, depth = configs.NVFP4_RUN_THREADS // 32, configs.NVFP4_RUN_DEPTH[r]
-        slots, sg = _run_slots(), configs.NVFP4_RUN_SCALE_SLICES
+        threads, depth = configs.NVFP4_RUN_THREADS, configs.NVFP4_RUN_DEPTH[r]
+        warps, sg = threads // 32, configs.NVFP4_RUN_SCALE_SLICES
         nbuf = (sg - 1 + depth - 1) // sg + 1  # scale group buffers per warp (nvfp4_run_body's NBUF)
-        rings = warps * depth * (FAST_SLOT // configs.NVFP4_RUN_LANES)
-        return r * 36 * b + rings + (warps * nbuf * slots * 8 * sg if sg > 1 else 0)
+        groups = warps * nbuf * 32 * 8 * sg if sg > 1 else 0
+        return r * 36 * b + warps * depth * FAST_SLOT + groups + r * threads * 4
     items = -(-b // FAST_ITEM_BLOCKS)
     return r * items * (FAST_ITEM_BLOCKS // 64) * FAST_SLOT + (FAST_THREADS // 32) * depths[r] * FAST_SLOT
 
@@ -148,10 +148,14 @@ def _fast_name(mode: str, r: int) -> str:
     return f"nvfp4_{mode}f{'c' if tile.CHAIN else ''}_r{r}"
 
 
-def _fast_grid_x(n: int, gz: int) -> int:
+def _fast_grid_x(n: int, gz: int, k: int) -> int:
     """CTAs along grid.x of a fast kernel: one per SM (shared by ``gz`` weight sets), at most
-    one per column per warp."""
-    return max(1, min(-(-n // (_fast_threads() // 32)), runtime.sm_count() // gz))
+    one per column per warp; tile.CHAIN: at most one per round of NVFP4_RUN_THREADS // Q columns
+    (nvfp4_run_body)."""
+    per_cta = _fast_threads() // 32
+    if tile.CHAIN:
+        per_cta = configs.NVFP4_RUN_THREADS // (_geometry(k)[0] // 64)
+    return max(1, min(-(-n // per_cta), runtime.sm_count() // gz))
 
 
 def a4_fast_smem(m: int, k: int) -> int | None:
@@ -160,23 +164,17 @@ def a4_fast_smem(m: int, k: int) -> int | None:
     b, _, _ = _geometry(k)
     if not (FAST_ENABLED and m <= A4_FAST_MAX_ROWS and m in A4F_DEPTH and b % 64 == 0):
         return None
-    if tile.CHAIN and b // 64 > _run_slots():
+    if tile.CHAIN and b // 64 > configs.NVFP4_RUN_THREADS:
         return None
     smem = _fast_smem(m, k, A4F_DEPTH)
     return smem if smem <= mma.SMEM_LIMIT else None
 
 
-def _run_slots() -> int:
-    """Runs per warp item pass of the fast chain kernels (32 / NVFP4_RUN_LANES): the most chain
-    parts (64 blocks) per column they take."""
-    return 32 // configs.NVFP4_RUN_LANES
-
-
 def _fast_rows(want: int, k: int) -> int | None:
-    """Rows per pass of the fast A16 kernel (B % 64 == 0; tile.CHAIN: at most ``_run_slots()``
-    parts), or None when it does not apply."""
+    """Rows per pass of the fast A16 kernel (B % 64 == 0; tile.CHAIN: at most
+    NVFP4_RUN_THREADS parts), or None when it does not apply."""
     b, _, _ = _geometry(k)
-    if b % 64 or (tile.CHAIN and b // 64 > _run_slots()):
+    if b % 64 or (tile.CHAIN and b // 64 > configs.NVFP4_RUN_THREADS):
         return None
     r = max(c for c in A16_ROWS if c <= max(1, want))
     while _fast_smem(r, k) > mma.SMEM_LIMIT:
@@ -226,7 +224,7 @@ def nvfp4_a16(x: Any, sets: list[tuple[Any, Any]], rows: int, r_want: int) -> No
             runtime.set_dynamic_smem(kern, smem)
             threads = _fast_threads()
             gz = len(sets)
-            gx = _fast_grid_x(w0.n, gz)
+            gx = _fast_grid_x(w0.n, gz, k)
             gy = max(1, min(-(-rows // fast), runtime.sm_count() // (gx * gz)))
             pdl.launch(
                 kern,
@@ -358,7 +356,7 @@ def w4a4_gemv_small_m(codes: DeviceA4Codes, w: Any, out: Any) -> None:
     if kern is not None:
         runtime.set_dynamic_smem(kern, smem)
         a4_args = (c, np.int64(ldc), codes.afac, np.int32(m), *args, *args, *tail)
-        pdl.launch(kern, (_fast_grid_x(w.n, 1),), (_fast_threads(),), a4_args, smem)
+        pdl.launch(kern, (_fast_grid_x(w.n, 1, k),), (_fast_threads(),), a4_args, smem)
         return
     if tile.takes(m, tile.A4_FORMAT) and tile.gemm_a4(c, ldc, codes.afac, m, b, args, w.n):
         return

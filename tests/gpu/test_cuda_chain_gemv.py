@@ -1,10 +1,10 @@
 """The fast NVFP4 decode kernels on the block-value chain (nvfp4.cuh ``nvfp4_run_body``:
 ``nvfp4_a16fc_r{R}``, ``nvfp4_a4fc_r{R}``, tile.CHAIN; docs/chain-revision.md) against the
 revision's reference ``chain.project_chain``, bit for bit: every R (1-4 rows per pass, and more
-rows in groups of R over grid.y), gate and up in one launch, one, two and four lanes per run
-(configs.NVFP4_RUN_LANES), K of one part to 32 / lanes (warp items of one to 32 columns, idle
-run slots), rows of every edge kind (non-finite blocks, subnormal and
-saturated exponents), every weight code against every finite e4m3 scale, guard bands."""
+rows in groups of R over grid.y), gate and up in one launch, K of one part to 48 (CTA rounds of
+384 to 8 columns, idle threads), CTAs of one warp that run several rounds, rows of every edge
+kind (non-finite blocks, subnormal and saturated exponents), every weight code against every
+finite e4m3 scale, guard bands."""
 
 from __future__ import annotations
 
@@ -45,33 +45,37 @@ def chained(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 @pytest.fixture
-def lanes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
-    """The fast chain kernels built with ``request.param`` lanes per run (CTAs of 256 threads for
-    one lane, 512 for more), this test's own modules of their files."""
+def threads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """The fast chain kernels built for CTAs of ``request.param`` threads (32: one warp, so that
+    a CTA runs several rounds and a round's columns are few), this test's own modules of their
+    files."""
     from metrale.cuda import configs, nvfp4, runtime
 
-    g = request.param
-    monkeypatch.setattr(configs, "NVFP4_RUN_LANES", g)
-    monkeypatch.setattr(configs, "NVFP4_RUN_THREADS", 256 if g == 1 else 512)
+    monkeypatch.setattr(configs, "NVFP4_RUN_THREADS", request.param)
     files = (nvfp4.A16_FILE, nvfp4.A4_FILE)
     monkeypatch.setattr(runtime, "_modules", {k: v for k, v in runtime._modules.items() if k[0] not in files})
     monkeypatch.setattr(runtime, "_kernels", {k: v for k, v in runtime._kernels.items() if k[0] not in files})
-    return g
+    return int(request.param)
 
 
-#: (N, K): Q = 1 part (32 columns per warp item at one lane per run), 3 (ten columns, two run
-#: slots idle), 4 (Qwen3-8B gate / up), 12 (its down: two columns, eight run slots idle), 14
-#: (Llama-3-8B's down), 20 and 32 (one column per item); each with every lane count that has
-#: as many run slots as parts.
-SHAPES = ((37, 1024), (70, 3072), (130, 4096), (45, 12288), (20, 14336), (11, 20480), (5, 32768))
-CASES = [(g, s) for g in (1, 2, 4) for s in SHAPES if s[1] // 1024 <= 32 // g]
+#: (threads, (N, K)). At 384 threads: Q = 1 part (384 columns per round), 3 (128), 4 (Qwen3-8B
+#: gate / up: 96), 12 (its down: 32), 14 (Llama-3-8B's down: 27, six threads idle), 20 (19, four
+#: idle); at 32 threads more rounds than CTAs (rounds of 8, 2 and 1 columns) and K of 32 and 48
+#: parts (one row's records fit beside one warp's ring).
+SHAPES = ((37, 1024), (70, 3072), (130, 4096), (45, 12288), (20, 14336), (11, 20480))
+CASES = [(384, s) for s in SHAPES] + [
+    (32, (1100, 4096)),
+    (32, (300, 12288)),
+    (32, (140, 32768)),
+    (32, (9, 49152)),
+]
 
 
 @pytest.mark.parametrize(
-    ("lanes", "shape"), CASES, ids=[f"G{g}-N{n}-K{k}" for g, (n, k) in CASES], indirect=["lanes"]
+    ("threads", "shape"), CASES, ids=[f"T{t}-N{n}-K{k}" for t, (n, k) in CASES], indirect=["threads"]
 )
 def test_chain_gemv_a16_matches_chain_reference(
-    cuda: Any, fresh_rng: np.random.Generator, chained: list[str], lanes: int, shape: tuple
+    cuda: Any, fresh_rng: np.random.Generator, chained: list[str], threads: int, shape: tuple
 ) -> None:
     """R = 1..4 in one pass, 7 rows (groups of 4), in-window and edge rows, single and dual."""
     from metrale.cuda import nvfp4
@@ -111,16 +115,14 @@ def test_chain_gemv_extreme_blocks(
         gen.bits_equal(run_nvfp4(cuda, fresh_rng, x[:m], dw, n), want[:m], f"chain gemv E={exp} m={m}")
 
 
-A4_CASES = [
-    (g, s) for g in (1, 2, 4) for s in ((37, 1024), (130, 4096), (45, 12288)) if s[1] // 1024 <= 32 // g
-]
+A4_CASES = [(384, (37, 1024)), (384, (130, 4096)), (384, (45, 12288)), (32, (300, 12288))]
 
 
 @pytest.mark.parametrize(
-    ("lanes", "shape"), A4_CASES, ids=[f"G{g}-K{k}" for g, (_, k) in A4_CASES], indirect=["lanes"]
+    ("threads", "shape"), A4_CASES, ids=[f"T{t}-K{k}" for t, (_, k) in A4_CASES], indirect=["threads"]
 )
 def test_chain_gemv_a4(
-    cuda: Any, fresh_rng: np.random.Generator, chained: list[str], lanes: int, shape: tuple
+    cuda: Any, fresh_rng: np.random.Generator, chained: list[str], threads: int, shape: tuple
 ) -> None:
     """NVFP4 × A4 (w4a4_quantize's codes) on the fast chain kernels, m = 1..4, rows of every edge
     kind, against project_chain(..., "A4")."""

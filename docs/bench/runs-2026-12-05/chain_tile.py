@@ -5,8 +5,8 @@ median of 5) and block values per second; the chain's outputs of 4 rows checked 
 chain.project_chain; a chain variant takes every row count, the tree is the routed path there
 (decode and tensor-core kernels below 25 rows). STAGES16=3 builds NF = 16 with three stages;
 LOCAL=16 (or empty) lists the NF whose counter over parts is in local memory; SG=1 or 4 sets
-configs.NVFP4_RUN_SCALE_SLICES, LANES configs.NVFP4_RUN_LANES, RUN=threads,depth the run kernels'
-CTA and rings (the gemv variant); NOSLOW=1 builds
+configs.NVFP4_RUN_SCALE_SLICES, RUN=threads,depth the run kernels' CTA and rings (the gemv
+variant); NOSLOW=1 builds
 the tiles without their slow epilogue (all rows here are fast:
 the same bits); INLINE_SLOW=1 inlines it (tile_slow_run); PF=8,16 builds those NF with the next
 stage's first wgmma issued early (three stages). FMT=fp8: the FP8 chain tile (w8c_gemm_f{NF},
@@ -46,8 +46,6 @@ if os.environ.get("STAGES16"):
     configs.TILE_CHAIN_BUILDS[16] = (int(os.environ["STAGES16"]), 1)
 if "SG" in os.environ:  # slices per scale copy of the fast chain decode kernels
     configs.NVFP4_RUN_SCALE_SLICES = int(os.environ["SG"])
-if "LANES" in os.environ:  # their lanes per run
-    configs.NVFP4_RUN_LANES = int(os.environ["LANES"])
 if "RUN" in os.environ:  # their threads per CTA and ring depth for every R: RUN=512,3
     threads, depth = (int(v) for v in os.environ["RUN"].split(","))
     configs.NVFP4_RUN_THREADS = threads

@@ -290,7 +290,7 @@ __device__ __forceinline__ void nvfp4_body(const void* act, long long lda, const
 // offset inside an item is an immediate.
 // R * 72 * P bytes of records, P = 128 * items, then the 16 rings (16 * DEPTH * 2304 bytes).
 // ---------------------------------------------------------------------------------------------
-// @defines NVFP4_FAST (FAST_THREADS, RUN_THREADS, RUN_LANES, RUN_SCALE_SLICES from metrale/cuda/configs.py)
+// @defines NVFP4_FAST (FAST_THREADS, RUN_THREADS, RUN_SCALE_SLICES from metrale/cuda/configs.py)
 #define FAST_WARPS (FAST_THREADS / 32)
 #define FAST_REC 2304
 #define FAST_PRE 3  // prologue units (half or whole blocks) per thread whose x is requested first
@@ -748,69 +748,59 @@ __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, 
 
 // ---------------------------------------------------------------------------------------------
 // The fast path on the block-value chain (docs/chain-revision.md; metrale/reference/chain.py is
-// the reference; tile.CHAIN routes it), B % 64 == 0 and Q = B / 64 <= RUN_SLOTS chain parts per
-// column:
-//   * a run is one (column, part): its 64 blocks in K order, the work of RUN_LANES = G
-//     neighbouring lanes. A warp item is the runs of CPI = RUN_SLOTS / Q whole columns, part-major
-//     (run slot i = lane / G: column i % CPI of the item, part i / CPI; slots from CPI Q on idle,
-//     reading part Q - 1), items persistent over the grid as the columns of nvfp4_fast_body. The
-//     slots of one load phase (8 lanes) then read at most 8 consecutive record slots of one block
-//     whatever Q: four wavefronts per 16-byte record load (Q = 12 in column-major order: five);
-//   * a run streams in 8 slices of 8 blocks through the warp's ring (RUN_SLOT bytes per slice:
-//     slot i's 64 weight bytes at 64 i, 16-byte chunk c at chunk c ^ ((i >> 1) & 3) so that the
-//     lanes of one load phase hit distinct banks, then its 8 scale bytes at 64 RUN_SLOTS + 8 i),
-//     DEPTH - 1 slices in flight (cp.async, the weights copied by four lanes per run slice, the
-//     L2 asked for 128 bytes per request), across items; with RUN_SCALE_SLICES = SG > 1 a run's
-//     scales of SG slices come with the group's first slice (8 SG bytes: whole sectors) into a
-//     per-warp ring of group buffers after the rings;
-//   * lane g of a run's G takes chunks 4g/G .. 4(g+1)/G - 1 of each slice (blocks 8g/G ..
-//     8(g+1)/G - 1): per block and row S_b as nvfp4_fast_body (A16 limbs, or A4 codes), the term
+// the reference; tile.CHAIN routes it), B % 64 == 0 and Q = B / 64 <= RUN_THREADS chain parts
+// per column:
+//   * a run is one (column, part): its 64 blocks in K order, one thread's. A CTA round is the
+//     runs of C = RUN_THREADS / Q whole columns, part-major: thread t takes part t / C of column
+//     t % C of the round (threads from C Q on idle, reading part Q - 1), so that the lanes of a
+//     warp read at most two parts' record slots at a time; rounds are persistent over the grid;
+//   * a run streams in 8 slices of 8 blocks through its warp's ring (FAST_SLOT bytes per slice:
+//     lane l's 64 weight bytes at 64 l, 16-byte chunk c at chunk c ^ ((l >> 1) & 3) so that the
+//     lanes of one load phase hit distinct banks, then its 8 scale bytes at 2048 + 8 l), DEPTH -
+//     1 slices in flight (cp.async, the weights copied by four lanes per run slice, the L2 asked
+//     for 128 bytes per request), across rounds; with RUN_SCALE_SLICES = SG > 1 a run's scales of
+//     SG slices come with the group's first slice (8 SG bytes: whole sectors) into a per-warp
+//     ring of group buffers after the rings;
+//   * per block and row: S_b as nvfp4_fast_body (A16 limbs, or A4 codes), the term pair
 //     P_b = f32(S_b) * 2^(E_b - 15) (A16, one rounding as ldexpf's where subnormal) or
-//     (f32(S_b) * f32(ascale_b)) * 0.25 (A4, exact). The run's lanes then pass each other their
-//     terms (shuffles) and every one of them runs the whole chain c = fma(P_b, f_b, c) from -0.0
-//     in block order (f_b = f32(wscale_b)): the same operations in every lane, so the same root;
-//   * the tree over parts: the runs of one column (slots CPI apart) by shuffles, a missing
-//     partner of the padded tree a -0.0 leaf (x + -0.0 = x: the add is skipped); the column's
-//     first lane writes y = to_bf16(root * rowscale).
-// CTAs of RUN_THREADS threads (RUN_WARPS warps): a lane's work comes in shares of whole runs, so
-// G > 1 keeps as many warps as the tree kernels while the runs per round stay few enough that
-// the last round is nearly full.
+//     (f32(S_b) * f32(ascale_b)) * 0.25 (A4, exact), f_b = f32(wscale_b); the chain
+//     c = fma(P_b, f_b, c) from -0.0. Thread t ends the round with its part's root for each row;
+//   * the tree over parts: the roots go to shared memory (roots[r][t], after the scale
+//     buffers), __syncthreads, and thread j < C sums column j's Q roots in place by the padded
+//     tree (at stride h = 1, 2, 4, ..: part p += part p + h for p a multiple of 2h where p + h
+//     < Q; a missing partner is a -0.0 leaf, x + -0.0 = x), writes y = to_bf16(root * rowscale);
+//     a second __syncthreads before the next round's roots.
+// CTAs of RUN_THREADS threads (RUN_WARPS warps), one per SM: a thread's work comes in whole runs,
+// so the CTA takes about as many runs per round as the Qwen3-8B down projection has per SM at
+// one row (49,152 runs: 384 threads, C = 32, 128 rounds for 132 SMs).
 #define RUN_WARPS (RUN_THREADS / 32)
-#define RUN_SLOTS (32 / RUN_LANES)
-#define RUN_SLOT (FAST_SLOT / RUN_LANES)
 // Activation records (per row r, R * B * 36 bytes): the limbs of block b = 64 j + p at slot
-// p Q + j of three arrays, LO (16 bytes) | HI (16 bytes, A4: unused) | FAC (f32): the lanes of a
-// warp read one p (G: up to G consecutive ones) at a time, their distinct parts in consecutive
-// slots.
+// p Q + j of three arrays, LO (16 bytes) | HI (16 bytes, A4: unused) | FAC (f32).
 template <int MODE, int R, int DEPTH, bool PQ>
 __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, const float* afac, int m,
                                                WeightSet set, int N, int K) {
     static_assert(MODE == 0 || !PQ, "the P/Q block dot is A16's");
-    static_assert(RUN_LANES == 1 || RUN_LANES == 2 || RUN_LANES == 4, "1, 2 or 4 lanes per run");
-    constexpr int G = RUN_LANES, CH = 4 / G, NB = 2 * CH;  // lanes per run; chunks, blocks per lane
     extern __shared__ __align__(16) unsigned char smem[];
     const int B = K >> 4;
-    const int Q = B >> 6;                          // parts per column, 1 .. RUN_SLOTS
-    const int cpi = RUN_SLOTS / Q, used = cpi * Q;  // columns per warp item, run slots in use
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int gi = lane / G, gl = lane % G;  // this lane's run slot, its place among the run's lanes
+    const int Q = B >> 6;                        // parts per column, 1 .. RUN_THREADS
+    const int C = RUN_THREADS / Q, used = C * Q;  // columns per round, threads in use
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
     const int ngroups = (m + R - 1) / R;
-    const int items = (N + cpi - 1) / cpi;
-    const int i_first = blockIdx.x * RUN_WARPS + warp, i_step = gridDim.x * RUN_WARPS;
+    const int rounds = (N + C - 1) / C;
     const long long wrow = (long long)(K >> 1);
     const size_t rec = (size_t)B * 36;  // bytes of one row's records
-    unsigned char* const ring = smem + (size_t)R * rec + (size_t)warp * DEPTH * RUN_SLOT;
+    unsigned char* const ring = smem + (size_t)R * rec + (size_t)warp * DEPTH * FAST_SLOT;
     // scale bytes: SG slices' worth per run and copy (8 SG bytes); SG = 1 in the slice's slot,
-    // else a ring of NBUF group buffers of RUN_SLOTS runs per warp after all the rings: the copies
-    // run DEPTH - 1 slices ahead, so up to NBUF - 1 groups past the one being read are written
+    // else a ring of NBUF group buffers of 32 runs per warp after all the rings: the copies run
+    // DEPTH - 1 slices ahead, so up to NBUF - 1 groups past the one being read are written
     constexpr int SG = RUN_SCALE_SLICES, SGB = 8 * SG, SCH = SGB >= 16 ? SGB / 16 : 1;
     constexpr int NBUF = (SG - 1 + DEPTH - 1) / SG + 1;
-    constexpr int NSC = RUN_SLOTS * SCH, SCL = (NSC + 31) / 32;  // scale copies per warp, per lane
     static_assert(SG == 1 || (SGB % 16 == 0 && 8 % SG == 0), "whole 16-byte copies, whole groups per run");
-    unsigned char* const sbuf = smem + (size_t)R * rec + (size_t)RUN_WARPS * DEPTH * RUN_SLOT +
-                                (size_t)warp * NBUF * RUN_SLOTS * SGB;
-    const int lq = min(gi / cpi, Q - 1), lcol = gi % cpi;  // this lane's part, column in the item
-    const int swz = (gi >> 1) & 3;
+    unsigned char* const sbase = smem + (size_t)R * rec + (size_t)RUN_WARPS * DEPTH * FAST_SLOT;
+    unsigned char* const sbuf = sbase + (size_t)warp * NBUF * 32 * SGB;
+    float* const roots = (float*)(sbase + (SG > 1 ? (size_t)RUN_WARPS * NBUF * 32 * SGB : 0));  // [R][RUN_THREADS]
+    const int lq = min(t / C, Q - 1), lcol = t % C;  // this thread's part, column in the round
+    const int swz = (lane >> 1) & 3;
     const NibConsts kc = nib_consts();
 
     pdl_trigger();
@@ -819,63 +809,63 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
     for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
         const int row0 = g * R;
         __syncthreads();
-        // issue cursor: item it_i, slice s_i (8 per item). The warp copies a slice's weights
-        // together, lane L chunk L & 3 of runs (L >> 2) + 8 k (each 64-byte run slice by four
+        // issue cursor: round it_i, slice s_i (8 per round). The warp copies a slice's weights
+        // together, lane L chunk L & 3 of its runs (L >> 2) + 8 k (each 64-byte run slice by four
         // neighbouring lanes: whole sectors per request), and the scales.
-        int cpy_col[CH], cpy_off[CH];  // per k: the run's column in the item and its part's byte offset
-        bool cpy_ok[CH];
+        int cpy_col[4], cpy_off[4];  // per k: the run's column in the round and its part's byte offset
+        bool cpy_ok[4];
 #pragma unroll
-        for (int k = 0; k < CH; ++k) {
-            const int run = (lane >> 2) + 8 * k;
-            cpy_col[k] = run % cpi;
-            cpy_off[k] = (run / cpi) * 512 + (lane & 3) * 16;
+        for (int k = 0; k < 4; ++k) {
+            const int run = warp * 32 + (lane >> 2) + 8 * k;
+            cpy_col[k] = run % C;
+            cpy_off[k] = (run / C) * 512 + (lane & 3) * 16;
             cpy_ok[k] = run < used;
         }
-        int sc_col[SCL], sc_off[SCL];  // SG > 1: lane L's scale copies, chunk q % SCH of run q / SCH
-        bool sc_ok[SCL];
+        int sc_col[SCH], sc_off[SCH];  // SG > 1: lane L's scale copies, chunk q % SCH of lane q / SCH's run
+        bool sc_ok[SCH];
 #pragma unroll
-        for (int i = 0; i < SCL; ++i) {
-            const int q = lane + 32 * i, run = q / SCH;
-            sc_col[i] = run % cpi;
-            sc_off[i] = (run / cpi) * 64 + (q % SCH) * 16;
-            sc_ok[i] = q < NSC && run < used;
+        for (int i = 0; i < SCH; ++i) {
+            const int q = lane + 32 * i, run = warp * 32 + q / SCH;
+            sc_col[i] = run % C;
+            sc_off[i] = (run / C) * 64 + (q % SCH) * 16;
+            sc_ok[i] = run < used;
         }
-        int it_i = i_first, s_i = 0, g_i = 0;  // g_i: scale groups issued (SG > 1)
+        int it_i = blockIdx.x, s_i = 0, g_i = 0;  // g_i: scale groups issued (SG > 1)
         auto issue = [&](int slot) {
-            unsigned char* dst = ring + slot * RUN_SLOT;
+            unsigned char* dst = ring + slot * FAST_SLOT;
 #pragma unroll
-            for (int k = 0; k < CH; ++k) {
-                const int run = (lane >> 2) + 8 * k, n = it_i * cpi + cpy_col[k];
-                const bool live = it_i < items && cpy_ok[k] && n < N;
+            for (int k = 0; k < 4; ++k) {
+                const int run = (lane >> 2) + 8 * k, n = it_i * C + cpy_col[k];
+                const bool live = it_i < rounds && cpy_ok[k] && n < N;
                 const unsigned char* src = live ? set.w + (long long)n * wrow + cpy_off[k] + 64 * s_i : set.w;
                 cp_async16_l2_128(dst + run * 64 + (((lane & 3) ^ ((run >> 1) & 3)) << 4), src, live ? 16 : 0);
             }
             if constexpr (SG == 1) {
-                const int n = it_i * cpi + lcol;
-                const bool live = it_i < items && gi < used && n < N;
+                const int n = it_i * C + lcol;
+                const bool live = it_i < rounds && t < used && n < N;
                 const unsigned char* ssrc = live ? set.ws + (long long)n * B + 64 * lq + 8 * s_i : set.ws;
-                if (gl == 0) cp_async8(dst + 64 * RUN_SLOTS + gi * 8, ssrc, live ? 8 : 0);
+                cp_async8(dst + 2048 + lane * 8, ssrc, live ? 8 : 0);
             } else if (s_i % SG == 0) {
-                unsigned char* sdst = sbuf + (g_i++ % NBUF) * RUN_SLOTS * SGB;
+                unsigned char* sdst = sbuf + (g_i++ % NBUF) * 32 * SGB;
 #pragma unroll
-                for (int i = 0; i < SCL; ++i) {
-                    const int q = lane + 32 * i, n = it_i * cpi + sc_col[i];
-                    const bool live = it_i < items && sc_ok[i] && n < N;
+                for (int i = 0; i < SCH; ++i) {
+                    const int q = lane + 32 * i, n = it_i * C + sc_col[i];
+                    const bool live = it_i < rounds && sc_ok[i] && n < N;
                     const unsigned char* ssrc = live ? set.ws + (long long)n * B + sc_off[i] + 8 * s_i : set.ws;
-                    if (q < NSC) cp_async16(sdst + q * 16, ssrc, live ? 16 : 0);
+                    cp_async16(sdst + q * 16, ssrc, live ? 16 : 0);
                 }
             }
             cp_async_commit();
             if (++s_i == 8) {
                 s_i = 0;
-                it_i += i_step;
+                it_i += gridDim.x;
             }
         };
         // A16: the x bytes of this thread's first FAST_PRE blocks are requested before the ring
         uint4 xv[FAST_PRE][2];
 #pragma unroll
         for (int u = 0; u < FAST_PRE; ++u) {
-            const int it = threadIdx.x + u * RUN_THREADS;
+            const int it = t + u * RUN_THREADS;
             xv[u][0] = xv[u][1] = make_uint4(0, 0, 0, 0);
             if (MODE == 0 && it < R * B) {
                 const int r = it / B, b = it - r * B;
@@ -890,7 +880,7 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
         for (int d = 0; d < DEPTH - 1; ++d) issue(d);
 
         // ---- prologue: the records of rows row0 .. row0 + R - 1 (block b = 64 j + p at slot p Q + j) ----
-        for (int it = threadIdx.x, u = 0; it < R * B; it += RUN_THREADS, ++u) {
+        for (int it = t, u = 0; it < R * B; it += RUN_THREADS, ++u) {
             const int r = it / B, b = it - r * B;
             const int row = row0 + r;
             const bool valid = row < m;
@@ -932,32 +922,29 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
 
         const unsigned char* const alo = smem + (size_t)lq * 16;  // slot p Q + lq: + p Q 16
         const float* const afc = (const float*)(smem + (size_t)B * 32) + lq;
-        const int src0 = lane - gl;  // the run's first lane
         float c[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) c[r] = -0.0f;
-        int it = i_first, s = 0, g_c = 0;  // g_c: the scale group being read (SG > 1)
-        while (it < items) {
+        int it = blockIdx.x, s = 0, g_c = 0;  // g_c: the scale group being read (SG > 1)
+        while (it < rounds) {
 #pragma unroll
             for (int d = 0; d < DEPTH; ++d) {
-                if (it >= items) break;
+                if (it >= rounds) break;
                 cp_async_wait<DEPTH - 2>();  // this lane's copies into slot d landed
                 __syncwarp();                // ... and every lane's; every lane is past slot d - 1
                 issue((d + DEPTH - 1) % DEPTH);
-                const unsigned char* const cur = ring + d * RUN_SLOT;
-                const uint2 scw = SG == 1 ? *(const uint2*)(cur + 64 * RUN_SLOTS + gi * 8)
-                                          : *(const uint2*)(sbuf + (g_c % NBUF) * RUN_SLOTS * SGB + gi * SGB + (s % SG) * 8);
+                const unsigned char* const cur = ring + d * FAST_SLOT;
+                const uint2 scw = SG == 1 ? *(const uint2*)(cur + 2048 + lane * 8)
+                                          : *(const uint2*)(sbuf + (g_c % NBUF) * 32 * SGB + lane * SGB + (s % SG) * 8);
                 if (s % SG == SG - 1) ++g_c;
                 float ws[8];
                 e4m3x2_to_f32(scw.x, ws[0], ws[1]);
                 e4m3x2_to_f32(scw.x >> 16, ws[2], ws[3]);
                 e4m3x2_to_f32(scw.y, ws[4], ws[5]);
                 e4m3x2_to_f32(scw.y >> 16, ws[6], ws[7]);
-                float pt[R][NB];  // this lane's terms P_b, blocks NB gl .. NB gl + NB - 1 of the slice
 #pragma unroll
-                for (int t = 0; t < CH; ++t) {  // chunk h = CH gl + t: blocks 2h, 2h + 1 of the slice
-                    const int h = CH * gl + t;
-                    const uint4 wv = *(const uint4*)(cur + gi * 64 + ((h ^ swz) << 4));
+                for (int h = 0; h < 4; ++h) {  // blocks 2h, 2h + 1 of the slice: chunk h
+                    const uint4 wv = *(const uint4*)(cur + lane * 64 + ((h ^ swz) << 4));
                     unsigned int e0 = 0, e1 = 0, e2 = 0, e3 = 0, o0 = 0, o1 = 0, o2 = 0, o3 = 0;
                     if (!PQ) {
                         nib8_codes_k(wv.x, kc, e0, e1);
@@ -973,53 +960,44 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
                             const unsigned char* lo = alo + (size_t)r * rec + (size_t)p * Q * 16;
                             const uint4 L = *(const uint4*)lo;
                             const float f = afc[(size_t)r * (rec / 4) + p * Q];
+                            float P;
                             if constexpr (MODE == 0) {
                                 const uint4 H = *(const uint4*)(lo + (size_t)B * 16);
                                 const int S = PQ ? block_dot_pq(u ? wv.z : wv.x, u ? wv.w : wv.y, L, H)
                                                  : (u ? block_dot_codes(o0, o1, o2, o3, L, H)
                                                       : block_dot_codes(e0, e1, e2, e3, L, H));
-                                pt[r][2 * t + u] = ieee_mul((float)S, f);
+                                P = ieee_mul((float)S, f);
                             } else {
                                 const int S = u ? a4_dot(o0, o1, o2, o3, L) : a4_dot(e0, e1, e2, e3, L);
-                                pt[r][2 * t + u] = ieee_mul((float)S, f) * 0.25f;
+                                P = ieee_mul((float)S, f) * 0.25f;
                             }
+                            c[r] = ieee_fma(P, ws[2 * h + u], c[r]);
                         }
                     }
                 }
-#pragma unroll
-                for (int b = 0; b < 8; ++b) {  // the chain over the slice's blocks, in K order
-#pragma unroll
-                    for (int r = 0; r < R; ++r) {
-                        const float P = G == 1 ? pt[r][b] : __shfl_sync(0xffffffffu, pt[r][b % NB], src0 + b / NB);
-                        c[r] = ieee_fma(P, ws[b], c[r]);
-                    }
-                }
-                if (++s == 8) {  // the runs are done: the tree over each column's parts, the outputs
-                    float root[R];
+                if (++s == 8) {  // the round's runs are done: the tree over each column's parts
 #pragma unroll
                     for (int r = 0; r < R; ++r) {
-                        root[r] = c[r];
+                        roots[r * RUN_THREADS + t] = c[r];
                         c[r] = -0.0f;
                     }
-                    for (int h = 1; h < Q; h <<= 1) {
-                        const bool takes = (lq & (2 * h - 1)) == 0 && lq + h < Q;
+                    __syncthreads();
+                    const int n = it * C + t;
+                    if (t < C && n < N) {
 #pragma unroll
                         for (int r = 0; r < R; ++r) {
-                            const float o = __shfl_down_sync(0xffffffffu, root[r], h * cpi * G);
-                            root[r] = takes ? root[r] + o : root[r];
+                            float* const v = roots + r * RUN_THREADS + t;  // part p at v[p C]
+                            for (int h = 1; h < Q; h <<= 1)
+                                for (int p = 0; p + h < Q; p += 2 * h) v[p * C] = v[p * C] + v[(p + h) * C];
+                            if (row0 + r < m) set.out[(size_t)(row0 + r) * set.ldo + n] = f32_to_bf16(v[0] * set.rowscale);
                         }
                     }
-                    const int n = it * cpi + lcol;
-                    if (gi < cpi && gl == 0 && n < N) {
-#pragma unroll
-                        for (int r = 0; r < R; ++r)
-                            if (row0 + r < m) set.out[(size_t)(row0 + r) * set.ldo + n] = f32_to_bf16(root[r] * set.rowscale);
-                    }
+                    __syncthreads();  // the roots read before the next round's are written
                     s = 0;
-                    it += i_step;
+                    it += gridDim.x;
                 }
             }
         }
-        cp_async_wait<0>();  // the zero-filled copies past the last item, before the ring is reused
+        cp_async_wait<0>();  // the zero-filled copies past the last round, before the ring is reused
     }
 }
