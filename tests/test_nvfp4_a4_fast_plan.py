@@ -120,3 +120,20 @@ def test_chain_run_kernels_shared_memory(monkeypatch: pytest.MonkeyPatch, r: int
     assert nvfp4._fast_rows(r, k) == r
     if k == 14336:  # four rows of K = 14336 exceed mma.SMEM_LIMIT: three per pass
         assert nvfp4._fast_rows(4, k) == 3
+
+
+@pytest.mark.parametrize(("threads", "k"), [(32, 33 * 1024), (32, 49152), (32, 65536)])
+def test_chain_run_kernels_refuse_more_parts_than_threads(
+    monkeypatch: pytest.MonkeyPatch, threads: int, k: int
+) -> None:
+    """A CTA round of the fast chain kernels takes NVFP4_RUN_THREADS // Q whole columns: a column
+    of more parts than threads has no fast chain kernel (A16 and A4 alike), one of as many has."""
+    from metrale.cuda import tile
+
+    monkeypatch.setattr(tile, "CHAIN", True)
+    monkeypatch.setattr(configs, "NVFP4_RUN_THREADS", threads)
+    monkeypatch.setattr(mma, "SMEM_LIMIT", 1 << 30)  # shared memory is not what refuses here
+    assert nvfp4._fast_rows(1, k) is None
+    assert nvfp4.a4_fast_smem(1, k) is None
+    assert nvfp4._fast_rows(1, threads * 1024) == 1
+    assert nvfp4.a4_fast_smem(1, threads * 1024) is not None
