@@ -28,9 +28,12 @@
 //   grid.x, dynamic shared memory R * 72 * P + 16 * D * 2304 bytes, P = 128 * ceil(B / 256): the activation records, then
 //   each warp's ring of D work-item slots (D = 3 for R = 1, 4 for R = 2, 3 for R = 3, 4), D - 1 items in
 //   flight per warp (cp.async); R <= 2 use the P/Q block dot (nvfp4.cuh block_dot_pq).
-// nvfp4_a16fc_r{1,2,3,4}: the same arguments and launch on the block-value chain
-// (docs/chain-revision.md; nvfp4.cuh nvfp4_run_body, chain.project_chain's bits; tile.CHAIN routes
-// them), B % 64 == 0 and B <= 2048: dynamic shared memory R * 36 * B + 16 * D * 2304 bytes.
+// nvfp4_a16fc_r{1,2,3,4}: the same arguments on the block-value chain (docs/chain-revision.md;
+// nvfp4.cuh nvfp4_run_body, chain.project_chain's bits; tile.CHAIN routes them), B % 64 == 0 and
+// Q = B / 64 <= RUN_THREADS: CTAs of RUN_THREADS threads, grid.x at most one per SM and one per
+// round of RUN_THREADS / Q columns, dynamic shared memory R * 36 * B + W * D * 2304 + W * NBUF *
+// 32 * 8 * RUN_SCALE_SLICES (when > 1) + R * RUN_THREADS * 4 bytes (W = RUN_THREADS / 32 warps,
+// D = configs.NVFP4_RUN_DEPTH[R]; metrale/cuda/nvfp4.py _fast_smem); no P/Q block dot.
 #define NVFP4_A16F(R, D, PQ, C, SUFFIX)                                                               \
     extern "C" __global__ void __launch_bounds__(C ? RUN_THREADS : FAST_THREADS, 1) nvfp4_a16##SUFFIX##_r##R(              \
         const unsigned short* x, long long ldx, int m, const unsigned char* w0, const unsigned char* s0, \
