@@ -73,6 +73,19 @@ def run_nvfp4(cuda: Any, rng: np.random.Generator, x: np.ndarray, dw: Any, n: in
     return gen.check_guard(buf, init, m, n)
 
 
+def run_nvfp4_dual(
+    rng: np.random.Generator, x: np.ndarray, dw: Any, dw1: Any, n: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Gate and up (dw, dw1) in one nvfp4_a16 launch into guarded outputs: their bits."""
+    from metrale.cuda import nvfp4
+
+    m = x.shape[0]
+    b1, v1, i1 = gen.guarded(cp, rng, m, n)
+    b2, v2, i2 = gen.guarded(cp, rng, m, n)
+    nvfp4.nvfp4_a16(dev_rows(x), [(dw, v1), (dw1, v2)], m, 4)
+    return gen.check_guard(b1, i1, m, n), gen.check_guard(b2, i2, m, n)
+
+
 def run_q2(cuda: Any, rng: np.random.Generator, x: np.ndarray, dw: Any, n: int) -> np.ndarray:
     m = x.shape[0]
     buf, view, init = gen.guarded(cp, rng, m, n)
@@ -101,7 +114,6 @@ def test_chain_tile_nvfp4_matches_chain_reference(
     cuda: Any, fresh_rng: np.random.Generator, chained: dict, shape: tuple
 ) -> None:
     """Fast tiles at both heights, then rows of every edge kind (slow tiles), single and dual."""
-    from metrale.cuda import nvfp4
 
     n, k = shape
     w, w1 = gen.nvfp4(fresh_rng, n, k), gen.nvfp4(fresh_rng, n, k, name="up")
@@ -111,11 +123,9 @@ def test_chain_tile_nvfp4_matches_chain_reference(
     for m in (1, 8, 9, 17, 64, 65, 150):
         gen.bits_equal(run_nvfp4(cuda, fresh_rng, x[:m], dw, n), want[:m], f"chain m={m} {shape}")
     for m in (3, 140):
-        b1, v1, i1 = gen.guarded(cp, fresh_rng, m, n)
-        b2, v2, i2 = gen.guarded(cp, fresh_rng, m, n)
-        nvfp4.nvfp4_a16(dev_rows(x[:m]), [(dw, v1), (dw1, v2)], m, 4)
-        gen.bits_equal(gen.check_guard(b1, i1, m, n), want[:m], f"chain dual m={m} gate {shape}")
-        gen.bits_equal(gen.check_guard(b2, i2, m, n), want1[:m], f"chain dual m={m} up {shape}")
+        got, got1 = run_nvfp4_dual(fresh_rng, x[:m], dw, dw1, n)
+        gen.bits_equal(got, want[:m], f"chain dual m={m} gate {shape}")
+        gen.bits_equal(got1, want1[:m], f"chain dual m={m} up {shape}")
     edge = gen.rows(fresh_rng, 140, k)
     gen.bits_equal(run_nvfp4(cuda, fresh_rng, edge, dw, n), ref(edge, w), f"chain edge rows {shape}")
     assert {f"w4c_gemm_f{nf}" for nf in (1, 2, 4, 8, 16)} <= set(chained["picked"]), chained["picked"]

@@ -443,6 +443,51 @@ __device__ __forceinline__ void a16_block_record(const unsigned int (&w)[2][4], 
     *fac = valid ? a16_factor(E, fin) : METRALE_NEG_ZERO;
 }
 
+// Whole-block prologue units of the fast A16 kernels: unit it is block it % nblk of row row0 +
+// it / nblk (blocks from B on and rows from m on are padding). The x bytes of this thread's first
+// FAST_PRE units (it = tid + u * threads) as two 16-byte loads each, requested before the weight
+// ring; zeros for padding and for rows not on 16-byte boundaries.
+__device__ __forceinline__ void a16_x_prefetch(uint4 (&xv)[FAST_PRE][2], const unsigned short* x, long long ldx,
+                                               int m, int row0, int B, int nblk, int nunits, int tid,
+                                               int threads) {
+#pragma unroll
+    for (int u = 0; u < FAST_PRE; ++u) {
+        const int it = tid + u * threads;
+        xv[u][0] = xv[u][1] = make_uint4(0, 0, 0, 0);
+        if (it < nunits) {
+            const int r = it / nblk, b = it - r * nblk;
+            const unsigned short* src = x + (size_t)(row0 + r) * ldx + (size_t)b * 16;
+            if (row0 + r < m && b < B && (((size_t)src) & 15) == 0) {
+                xv[u][0] = *(const uint4*)src;
+                xv[u][1] = *(const uint4*)(src + 8);
+            }
+        }
+    }
+}
+// The 16 bf16 values at src of this thread's prologue unit u as pair words w[2][4]: from
+// a16_x_prefetch's xv for u < FAST_PRE on a 16-byte boundary, else two 16-byte loads, or 16
+// two-byte loads off it; zeros where !valid.
+__device__ __forceinline__ void a16_x_block(unsigned int (&w)[2][4], const uint4 (&xv)[FAST_PRE][2], int u,
+                                            const unsigned short* src, bool valid) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) w[e][0] = w[e][1] = w[e][2] = w[e][3] = 0u;
+    if (!valid) return;
+    if ((((size_t)src) & 15) == 0) {
+        static_assert(FAST_PRE == 3, "the selects below name xv[0..2]");
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const uint4 v = u == 0   ? xv[0][e]
+                            : u == 1 ? xv[1][e]
+                            : u == 2 ? xv[2][e]
+                                     : *(const uint4*)(src + e * 8);
+            w[e][0] = v.x, w[e][1] = v.y, w[e][2] = v.z, w[e][3] = v.w;
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) w[j >> 2][j & 3] = (unsigned int)src[2 * j] | ((unsigned int)src[2 * j + 1] << 16);
+    }
+}
+
 // The prologue of nvfp4_fast_body for rows row0 .. row0+R-1 into the activation records at smem,
 // with issue_ring() (the weight ring's first items) called after this thread's x requests. One row
 // (R = 1): half-blocks over all FAST_THREADS threads (the two halves of a block in adjacent lanes,
@@ -512,19 +557,7 @@ __device__ __forceinline__ void fast_prologue(unsigned char* smem, const unsigne
         // FAST_PRE blocks are requested before the weight ring.
         const int nunits = R * nblk;  // a multiple of FAST_THREADS: every thread, every round
         uint4 xv[FAST_PRE][2];
-#pragma unroll
-        for (int u = 0; u < FAST_PRE; ++u) {
-            const int it = threadIdx.x + u * FAST_THREADS;
-            xv[u][0] = xv[u][1] = make_uint4(0, 0, 0, 0);
-            if (it < nunits) {
-                const int r = it / nblk, b = it - r * nblk;
-                const unsigned short* src = x + (size_t)(row0 + r) * ldx + (size_t)b * 16;
-                if (row0 + r < m && b < B && (((size_t)src) & 15) == 0) {
-                    xv[u][0] = *(const uint4*)src;
-                    xv[u][1] = *(const uint4*)(src + 8);
-                }
-            }
-        }
+        a16_x_prefetch(xv, x, ldx, m, row0, B, nblk, nunits, threadIdx.x, FAST_THREADS);
         issue_ring();
 
         // ---- prologue: A16 codes of rows row0 .. row0+R-1; block b of row r: chunk c = b >> 6,
@@ -536,25 +569,8 @@ __device__ __forceinline__ void fast_prologue(unsigned char* smem, const unsigne
             unsigned char* rec = smem + (size_t)((b >> 6) * R + r) * FAST_REC;
             const int row = row0 + r;
             const bool valid = row < m && b < B;
-            unsigned int w[2][4] = {{0u, 0u, 0u, 0u}, {0u, 0u, 0u, 0u}};
-            if (valid) {
-                const unsigned short* src = x + (size_t)row * ldx + (size_t)b * 16;
-                if ((((size_t)src) & 15) == 0) {
-                    static_assert(FAST_PRE == 3, "the selects below name xv[0..2]");
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const uint4 v = u == 0   ? xv[0][e]
-                                        : u == 1 ? xv[1][e]
-                                        : u == 2 ? xv[2][e]
-                                                 : *(const uint4*)(src + e * 8);
-                        w[e][0] = v.x, w[e][1] = v.y, w[e][2] = v.z, w[e][3] = v.w;
-                    }
-                } else {
-#pragma unroll
-                    for (int j = 0; j < 8; ++j)
-                        w[j >> 2][j & 3] = (unsigned int)src[2 * j] | ((unsigned int)src[2 * j + 1] << 16);
-                }
-            }
+            unsigned int w[2][4];
+            a16_x_block(w, xv, u, x + (size_t)row * ldx + (size_t)b * 16, valid);
             a16_block_record(w, valid, rec + h * 512 + q * 16, rec + (2 + h) * 512 + q * 16,
                              (float*)(rec + 2048 + q * 8 + h * 4));
         }
@@ -863,19 +879,7 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
         };
         // A16: the x bytes of this thread's first FAST_PRE blocks are requested before the ring
         uint4 xv[FAST_PRE][2];
-#pragma unroll
-        for (int u = 0; u < FAST_PRE; ++u) {
-            const int it = t + u * RUN_THREADS;
-            xv[u][0] = xv[u][1] = make_uint4(0, 0, 0, 0);
-            if (MODE == 0 && it < R * B) {
-                const int r = it / B, b = it - r * B;
-                const unsigned short* src = (const unsigned short*)act + (size_t)(row0 + r) * lda + (size_t)b * 16;
-                if (row0 + r < m && (((size_t)src) & 15) == 0) {
-                    xv[u][0] = *(const uint4*)src;
-                    xv[u][1] = *(const uint4*)(src + 8);
-                }
-            }
-        }
+        if constexpr (MODE == 0) a16_x_prefetch(xv, (const unsigned short*)act, lda, m, row0, B, B, R * B, t, RUN_THREADS);
 #pragma unroll
         for (int d = 0; d < DEPTH - 1; ++d) issue(d);
 
@@ -888,23 +892,8 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
             unsigned char* hi = lo + (size_t)B * 16;
             float* fac = (float*)(smem + (size_t)r * rec + (size_t)B * 32) + (b & 63) * Q + (b >> 6);
             if constexpr (MODE == 0) {
-                const unsigned short* src = (const unsigned short*)act + (size_t)row * lda + (size_t)b * 16;
-                unsigned int w[2][4] = {{0u, 0u, 0u, 0u}, {0u, 0u, 0u, 0u}};
-                if (valid && (((size_t)src) & 15) == 0) {
-                    static_assert(FAST_PRE == 3, "the selects below name xv[0..2]");
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const uint4 v = u == 0   ? xv[0][e]
-                                        : u == 1 ? xv[1][e]
-                                        : u == 2 ? xv[2][e]
-                                                 : *(const uint4*)(src + e * 8);
-                        w[e][0] = v.x, w[e][1] = v.y, w[e][2] = v.z, w[e][3] = v.w;
-                    }
-                } else if (valid) {
-#pragma unroll
-                    for (int j = 0; j < 8; ++j)
-                        w[j >> 2][j & 3] = (unsigned int)src[2 * j] | ((unsigned int)src[2 * j + 1] << 16);
-                }
+                unsigned int w[2][4];
+                a16_x_block(w, xv, u, (const unsigned short*)act + (size_t)row * lda + (size_t)b * 16, valid);
                 a16_block_record(w, valid, lo, hi, fac);
             } else {
                 const unsigned char* src = valid ? (const unsigned char*)act + (size_t)row * lda + (size_t)b * 16
