@@ -50,13 +50,33 @@ def test_kernel_sources_need_no_system_headers() -> None:
         assert '#include "' not in text.replace("// ", ""), f"{cu}: a local include was not inlined"
 
 
-@pytest.mark.skipif(NVCC is None, reason="nvcc not found")
-def test_every_kernel_file_compiles_for_sm90() -> None:
+@pytest.fixture(scope="module")
+def compiled() -> list[tuple[str, int, str]]:
+    """Every kernel file through nvcc once: (file, exit code, compiler log)."""
+    if NVCC is None:
+        pytest.skip("nvcc not found")
     files = kernel_files()
     with tempfile.TemporaryDirectory() as d, ThreadPoolExecutor(max_workers=max(1, len(files))) as ex:
-        results = list(ex.map(lambda cu: _compile(cu, d), files))
-    failed = [f"{cu} (exit {rc}):\n{log[-3000:]}" for cu, rc, log in results if rc != 0]
+        return list(ex.map(lambda cu: _compile(cu, d), files))
+
+
+def test_every_kernel_file_compiles_for_sm90(compiled: list[tuple[str, int, str]]) -> None:
+    failed = [f"{cu} (exit {rc}):\n{log[-3000:]}" for cu, rc, log in compiled if rc != 0]
     assert not failed, "nvcc failed:\n" + "\n".join(failed)
+
+
+#: ptxas's notes that it serialised a kernel's wgmma (each mma_async waited for at once: no MMA
+#: overlaps the epilogue): C7510 a call in the kernel, C7514 / C7515 an accumulator register read
+#: or written by other instructions while its wgmma is in flight.
+SERIALISED = re.compile(r"\(C751[0-9]\).*")
+
+
+def test_no_wgmma_pipeline_is_serialised(compiled: list[tuple[str, int, str]]) -> None:
+    """ptxas keeps every warpgroup-MMA pipeline of the sm_90a files (nvfp4_wgmma.cu's tiles,
+    w8a8_wgmma.cu): a kernel must hold no call (tile.cuh's tile_slow is inlined for this) nor
+    touch an accumulator of a wgmma in flight."""
+    notes = [f"{cu}: {m.group(0)}" for cu, _, log in compiled for m in SERIALISED.finditer(log)]
+    assert not notes, "ptxas serialised wgmma:\n" + "\n".join(notes)
 
 
 def test_instantiations_come_from_the_configuration_tables() -> None:

@@ -8,7 +8,8 @@ LOCAL=16 (or empty) lists the NF whose counter over parts is in local memory; SG
 configs.NVFP4_RUN_SCALE_SLICES, RUN=threads,depth the run kernels' CTA and rings (the gemv
 variant); NOSLOW=1 builds
 the tiles without their slow epilogue (all rows here are fast:
-the same bits); INLINE_SLOW=1 inlines it (tile_slow_run); PF=8,16 builds those NF with the next
+the same bits); INLINE_SLOW=1 inlines it (tile_slow_run, before tile_slow); SLOW_CALL=1 builds
+tile_slow out of line (a call: every wgmma serialised, as the tiles were before it was inlined); PF=8,16 builds those NF with the next
 stage's first wgmma issued early (three stages). FMT=fp8: the FP8 chain tile (w8c_gemm_f{NF},
 tile.gemm_fp8) against the routed FP8 overlay (w8a16_gemm: "tree").
 
@@ -64,6 +65,8 @@ def patch_wg_source(old: str, new: str) -> None:
 
 if os.environ.get("INLINE_SLOW") == "1":  # the slow epilogue inlined (as before tile_slow_run)
     patch_wg_source("__noinline__ void tile_slow_run", "__forceinline__ void tile_slow_run")
+if os.environ.get("SLOW_CALL") == "1":  # tile_slow out of line: ptxas serialises the wgmma (C7510)
+    patch_wg_source("__device__ __forceinline__ void tile_slow(", "__device__ __noinline__ void tile_slow(")
 if os.environ.get("NOSLOW") == "1":
     patch_wg_source("if (any_slow)", "if (0)")
 

@@ -279,7 +279,7 @@ __device__ __forceinline__ void w4b_body(const unsigned char* __restrict__ xh, c
 struct W4bBody {
     static constexpr bool WG = false;
     static constexpr int STAGES = W4B_STAGES;
-    template <int NF, bool SLOW, class F, class... A>
+    template <int NF, bool SLOW, class F, int NFC = NF, class... A>
     static __device__ __forceinline__ void run(A... a) {
         w4b_body<NF, SLOW, F>(a...);
     }

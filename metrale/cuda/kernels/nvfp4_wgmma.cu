@@ -207,7 +207,7 @@ template <bool FUSE1>
 struct W4wBody {
     static constexpr bool WG = true;
     static constexpr int STAGES = W4B_STAGES;
-    template <int NF, bool SLOW, class F, class... A>
+    template <int NF, bool SLOW, class F, int NFC = NF, class... A>
     static __device__ __forceinline__ void run(A... a) {
         w4w_body<NF, SLOW, F, FUSE1>(a...);
     }
@@ -405,7 +405,7 @@ template <int ST, bool PF, bool LOCAL>
 struct W4cBody {
     static constexpr bool WG = true;
     static constexpr int STAGES = ST;
-    template <int NF, bool SLOW, class F, class... A>
+    template <int NF, bool SLOW, class F, int NFC = NF, class... A>
     static __device__ __forceinline__ void run(A... a) {
         w4c_body<NF, SLOW, F, ST, PF, LOCAL>(a...);
     }
@@ -543,7 +543,7 @@ __device__ __forceinline__ void w8c_load_fac(unsigned char* base, const float* _
 // in float64, one rounding), c = c + v; parts, counter and output as w4c_body's (the output
 // scale the weight row's). Weight rows in shared memory: lane t's words t of the step's 8 blocks
 // at bytes 32 t .. 32 t + 31 of its row (the uploader's order).
-template <int NF, bool SLOW, class F, int ST, bool LOCAL>
+template <int NF, bool SLOW, class F, int ST, bool LOCAL, int NFC>
 __device__ __forceinline__ void w8c_body(const unsigned char* __restrict__ xh, const float* __restrict__ fac, int m,
                                          int row0, const WeightSet& set, int n0, int N, int B, int s_begin, int Sl,
                                          int dlog, float* __restrict__ partial, int part_i, int gz, int zs,
@@ -556,7 +556,7 @@ __device__ __forceinline__ void w8c_body(const unsigned char* __restrict__ xh, c
     const u32 sbase = (u32)__cvta_generic_to_shared(smem);
     auto ctr = chain_ctr<NF, LOCAL>(smem + ST * STAGE);
     const int wc0 = 16 * warp + g;
-    const int rows_pad = gridDim.x * 8 * NF;
+    const int rows_pad = gridDim.x * 8 * NFC;  // the launch's tiles of 8 NFC rows (NFC > NF: tile_slow)
     float c[NF][4];
 #pragma unroll
     for (int nf = 0; nf < NF; ++nf)
@@ -647,9 +647,9 @@ template <int ST, bool LOCAL>
 struct W8cBody {
     static constexpr bool WG = true;
     static constexpr int STAGES = ST;
-    template <int NF, bool SLOW, class F, class... A>
+    template <int NF, bool SLOW, class F, int NFC = NF, class... A>
     static __device__ __forceinline__ void run(A... a) {
-        w8c_body<NF, SLOW, F, ST, LOCAL>(a...);
+        w8c_body<NF, SLOW, F, ST, LOCAL, NFC>(a...);
     }
 };
 

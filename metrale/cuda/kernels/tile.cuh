@@ -285,14 +285,40 @@ __device__ __forceinline__ void tile_finish(float (&L0)[NF][4], const float4* ct
     tile_store<NF>(L0, set, n0, N, row0, m, wc0, t, partial, part_i, gz, zs);
 }
 
-// Body::run on a CTA with a slow row, out of line: the fast body's registers are allocated
-// without the slow epilogue's (inlined, the NF = 16 chain kernels spilled in their fast body too).
+// The activation rows / 8 of a slow pass (tile_slow): half the tile's from NF = 8 (the slow
+// epilogue's registers, a factor load per block value, at NF = 16 spill), else the tile's.
+template <int NF>
+__host__ __device__ constexpr int tile_slow_frags() {
+    return NF >= 8 ? NF / 2 : NF;
+}
+
+// Body::run<NS, true, F> on a CTA with a slow row (NS = tile_slow_frags<NF>()): its 8 NF rows in
+// passes of 8 NS, inlined. A call here (a __noinline__ slow body) makes ptxas serialise every
+// wgmma of the kernel, the fast body's too (C7510: a wgmma pipeline crossing a function call).
+// With NS < NF the launch's early weight copies (the NF stage layout) retire unused and each pass
+// issues its own first stages' weights, as tile_gemm does.
 template <int NF, class F, class Body>
-__device__ __noinline__ void tile_slow_run(const unsigned char* __restrict__ xh, const float* __restrict__ fac, int m,
-                                           int row0, const WeightSet set, int n0, int N, int B, int s_begin, int Sl,
-                                           int dlog, float* __restrict__ partial, int part_i, int gz, int zs,
-                                           unsigned char* smem) {
-    Body::template run<NF, true, F>(xh, fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, smem);
+__device__ __forceinline__ void tile_slow(const unsigned char* __restrict__ xh, const float* __restrict__ fac, int m,
+                                          int row0, const WeightSet& set, int n0, int N, int B, int s_begin, int Sl,
+                                          int dlog, float* __restrict__ partial, int part_i, int gz, int zs,
+                                          unsigned char* smem) {
+    constexpr int NS = tile_slow_frags<NF>();
+    if constexpr (NS == NF) {
+        Body::template run<NF, true, F>(xh, fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs,
+                                        smem);
+    } else {
+        cp_async_commit();
+        cp_async_wait<0>();
+        for (int h = 0; h < NF / NS; ++h) {
+            __syncthreads();  // the earlier pass (or the early copies) is done with the stages
+#pragma unroll
+            for (int i = 0; i < Body::STAGES - 1; ++i)
+                if (i < Sl)
+                    tile_load_w<NS, F>(smem + i * tile_stage_bytes<NS, F, Body::WG>(), set, n0, N, B, s_begin + i);
+            Body::template run<NS, true, F, NF>(xh, fac, m, row0 + 8 * NS * h, set, n0, N, B, s_begin, Sl, dlog,
+                                                partial, part_i, gz, zs, smem);
+        }
+    }
 }
 
 // The CTA's tile (blockIdx.x: 8 NF rows, y: 128 columns, z: part gz + set), its K part (steps
@@ -317,7 +343,7 @@ __device__ __forceinline__ void tile_gemm(const unsigned char* __restrict__ xh, 
     pdl_trigger();
     const int any_slow = __syncthreads_or(threadIdx.x < 8 * NF ? slow[row0 + threadIdx.x] : 0);
     if (any_slow)
-        tile_slow_run<NF, F, Body>(xh, fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, smem);
+        tile_slow<NF, F, Body>(xh, fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, smem);
     else
         Body::template run<NF, false, F>(xh, fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs,
                                          smem);
