@@ -243,13 +243,13 @@ __device__ __forceinline__ void w4b_body(const unsigned char* __restrict__ xh, c
     float L0[NF][4];  // counter level 0
     float q[NF][4], r[NF][4], e0[NF][4], sr[NF][4];
 
-    tile_prologue_x<NF, false>(smem, xh, row0, K, s_begin, Sl, STAGE);
+    const TileCopies<NF, F, false> cps(xh, row0, K, set, n0, N, B);
+    tile_prologue_x(smem, cps, s_begin, Sl, STAGE);
     for (int ls = 0; ls < Sl; ++ls) {
         cp_async_wait<W4B_STAGES - 2>();
         __syncthreads();
         if (ls + W4B_STAGES - 1 < Sl)
-            tile_load<NF, F, false>(smem + ((ls + W4B_STAGES - 1) % W4B_STAGES) * STAGE, xh, row0, K, set, n0, N,
-                                    B, s_begin + ls + W4B_STAGES - 1);
+            cps.load(smem + ((ls + W4B_STAGES - 1) % W4B_STAGES) * STAGE, s_begin + ls + W4B_STAGES - 1);
         cp_async_commit();
         const int buf = ls % W4B_STAGES;
         const unsigned char* sp = smem + buf * STAGE;

@@ -138,14 +138,14 @@ __device__ __forceinline__ void w4w_body(const unsigned char* __restrict__ xh, c
     float L0[NF][4];
     float q[NF][4], r[NF][4], sr[NF][4];
 
-    tile_prologue_x<NF, true>(smem, xh, row0, K, s_begin, Sl, STAGE);
+    const TileCopies<NF, F, true> cps(xh, row0, K, set, n0, N, B);
+    tile_prologue_x(smem, cps, s_begin, Sl, STAGE);
     for (int ls = 0; ls < Sl; ++ls) {
         cp_async_wait<W4B_STAGES - 2>();
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // cp.async data to wgmma's reads
         __syncthreads();
         if (ls + W4B_STAGES - 1 < Sl)
-            tile_load<NF, F, true>(smem + ((ls + W4B_STAGES - 1) % W4B_STAGES) * STAGE, xh, row0, K, set, n0, N, B,
-                                   s_begin + ls + W4B_STAGES - 1);
+            cps.load(smem + ((ls + W4B_STAGES - 1) % W4B_STAGES) * STAGE, s_begin + ls + W4B_STAGES - 1);
         cp_async_commit();
         const int buf = ls % W4B_STAGES;
         const unsigned char* sp = smem + buf * STAGE;
@@ -329,7 +329,8 @@ __device__ __forceinline__ void w4c_body(const unsigned char* __restrict__ xh, c
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
     };
 
-    tile_prologue_x<NF, true, ST>(smem, xh, row0, K, s_begin, Sl, STAGE);
+    const TileCopies<NF, F, true> cps(xh, row0, K, set, n0, N, B);
+    tile_prologue_x<NF, F, true, ST>(smem, cps, s_begin, Sl, STAGE);
     if (PF) {
         cp_async_wait<ST - 2>();
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // cp.async data to wgmma's reads
@@ -343,8 +344,7 @@ __device__ __forceinline__ void w4c_body(const unsigned char* __restrict__ xh, c
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             __syncthreads();
             if (ls + ST - 1 < Sl)
-                tile_load<NF, F, true>(smem + ((ls + ST - 1) % ST) * STAGE, xh, row0, K, set, n0, N, B,
-                                       s_begin + ls + ST - 1);
+                cps.load(smem + ((ls + ST - 1) % ST) * STAGE, s_begin + ls + ST - 1);
             cp_async_commit();
             first_block(buf);
         }
@@ -369,8 +369,7 @@ __device__ __forceinline__ void w4c_body(const unsigned char* __restrict__ xh, c
                 asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
                 __syncthreads();
                 if (ls + 2 < Sl)
-                    tile_load<NF, F, true>(smem + ((ls + 2) % ST) * STAGE, xh, row0, K, set, n0, N, B,
-                                           s_begin + ls + 2);
+                    cps.load(smem + ((ls + 2) % ST) * STAGE, s_begin + ls + 2);
                 cp_async_commit();
                 first_block((ls + 1) % ST);
                 w4w_wait<1>();
@@ -563,10 +562,11 @@ __device__ __forceinline__ void w8c_body(const unsigned char* __restrict__ xh, c
 #pragma unroll
         for (int j = 0; j < 4; ++j) c[nf][j] = -0.0f;
     float d[2][2][4 * NF];  // [block & 1][limb]
+    const TileCopies<NF, F, true> cps(xh, row0, K, set, n0, N, B);
 #pragma unroll
     for (int i = 0; i < ST - 1; ++i) {  // tile_prologue_x's groups, with the stages' factors
         if (i < Sl) {
-            tile_load_x<NF, true, 2>(smem + i * STAGE, xh, row0, K, s_begin + i);
+            cps.load_x(smem + i * STAGE, s_begin + i);
             w8c_load_fac<NF, F>(smem + i * STAGE, fac, row0, rows_pad, s_begin + i);
         }
         cp_async_commit();
@@ -578,7 +578,7 @@ __device__ __forceinline__ void w8c_body(const unsigned char* __restrict__ xh, c
         __syncthreads();
         if (ls + ST - 1 < Sl) {
             unsigned char* next = smem + ((ls + ST - 1) % ST) * STAGE;
-            tile_load<NF, F, true>(next, xh, row0, K, set, n0, N, B, s_begin + ls + ST - 1);
+            cps.load(next, s_begin + ls + ST - 1);
             w8c_load_fac<NF, F>(next, fac, row0, rows_pad, s_begin + ls + ST - 1);
         }
         cp_async_commit();

@@ -67,68 +67,86 @@ __device__ __forceinline__ unsigned char* tile_stages(unsigned char* raw) {
 }
 
 // Stage s (blocks 8 s .. 8 s + 7) of the CTA's rows and columns into shared memory at base: the
-// 8 NF activation rows of xh (256 bytes each) first (tile_load_x), then 128 weight rows of WROW
-// bytes and 128 x SB scale bytes (tile_load_w: the layer's weights, which a launch may read before
-// its pdl_wait). Activation layout: WG = false (mma.sync, ldmatrix): row r at 256 r, 16-byte
-// chunk c at c ^ (r & 7); WG = true (wgmma's K-major operand, 128-byte swizzle): K elements
-// 64 h .. 64 h + 63 of every row in the 1024-byte-aligned half h (8 NF rows x 128 bytes), chunk c
-// of row r at 128 r + 16 ((c & 7) ^ (r & 7)). LIMBS = 2 (WG only): xh rows of 2 K elements, a
-// step's 128 elements of limb 0 then of limb 1; the stage holds four such halves.
-template <int NF, bool WG, int LIMBS = 1>
-__device__ __forceinline__ void tile_load_x(unsigned char* base, const unsigned char* __restrict__ xh, int row0,
-                                            int K, int s) {
-    static_assert(LIMBS == 1 || (WG && LIMBS == 2), "one limb, or two on wgmma's layout");
-    constexpr int ACT = 8 * NF * 256;
-    const int tid = threadIdx.x;
-#pragma unroll
-    for (int i = 0; i < (NF * LIMBS + 1) / 2; ++i) {  // 8 NF rows x 16 LIMBS chunks of 16 bytes
-        const int q = tid + W4B_THREADS * i, r = q >> (LIMBS == 2 ? 5 : 4), c = q & (16 * LIMBS - 1);
-        if (NF * LIMBS == 1 && q >= 128) break;  // NF = 1, one limb: 128 chunks
-        const unsigned char* src = xh + ((size_t)(row0 + r) * K + (size_t)s * 128) * 2 * LIMBS + c * 16;
-        const int dst = WG ? (c >> 3) * (ACT / 2) + r * 128 + (((c & 7) ^ (r & 7)) << 4) : r * 256 + ((c ^ (r & 7)) << 4);
-        cp_async16(base + dst, src, 16);
+// 8 NF activation rows of xh (256 bytes each) first (load_x), then 128 weight rows of WROW bytes
+// and 128 x SB scale bytes (load_w: the layer's weights, which a launch may read before its
+// pdl_wait). Activation layout: WG = false (mma.sync, ldmatrix): row r at 256 r, 16-byte chunk c
+// at c ^ (r & 7); WG = true (wgmma's K-major operand, 128-byte swizzle): K elements 64 h .. 64 h +
+// 63 of every row in the 1024-byte-aligned half h (8 NF rows x 128 bytes), chunk c of row r at
+// 128 r + 16 ((c & 7) ^ (r & 7)). F::LIMBS = 2 (WG only): xh rows of 2 K elements, a step's 128
+// elements of limb 0 then of limb 1; the stage holds four such halves.
+// A thread's chunks are i = 0, 1, ... of W4B_THREADS each: activation chunk q = tid + 256 i is row
+// q / (16 LIMBS), chunk q % (16 LIMBS), so its source and destination move by a constant per i
+// (the row's r & 7 stays); weight chunk q is column q / CH, chunk q % CH. The addresses are formed
+// once (the constructor), a stage adds its step's offset: the loops form none.
+template <int NF, class F, bool WG>
+struct TileCopies {
+    static_assert(F::LIMBS == 1 || (WG && F::LIMBS == 2), "one limb, or two on wgmma's layout");
+    static constexpr int LIMBS = F::LIMBS, ACT = 8 * NF * 256 * LIMBS, CH = F::WB / 16;
+    static constexpr int XN = (NF * LIMBS + 1) / 2;            // activation chunks per thread
+    static constexpr int XROWS = W4B_THREADS / (16 * LIMBS);  // rows per activation chunk i
+    static constexpr int XDST = XROWS * (WG ? 128 : 256);     // destination bytes per chunk i
+    static constexpr int WCOLS = W4B_THREADS / CH;             // columns per weight chunk i
+    const unsigned char* x;   // activation chunk 0 at step 0
+    const unsigned char* w;   // weight chunk 0 at step 0 (column n0 + tid / CH)
+    const unsigned char* ws;  // scale bytes of column n0 + tid at step 0 (tid < 128; past N: the first)
+    const unsigned char* w0;  // the set's first row (the source of columns past N: 0 bytes)
+    int xstep, wstep, wleft, xdst, wdst, wsz;  // wsz: the scale copy's source bytes (0 past N)
+
+    __device__ __forceinline__ TileCopies(const unsigned char* __restrict__ xh, int row0, int K, const WeightSet& set,
+                                          int n0, int N, int B) {
+        const int tid = threadIdx.x, r = tid / (16 * LIMBS), c = tid % (16 * LIMBS), col = tid / CH, p = tid % CH;
+        const size_t wrow = (size_t)B * (F::WB / 8);
+        x = xh + (size_t)(row0 + r) * K * 2 * LIMBS + c * 16;
+        xstep = XROWS * K * 2 * LIMBS;
+        xdst = WG ? (c >> 3) * (8 * NF * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4) : r * 256 + ((c ^ (r & 7)) << 4);
+        w0 = set.w;
+        w = set.w + (size_t)(n0 + col) * wrow + p * 16;
+        wstep = (int)(WCOLS * wrow);
+        wleft = N - n0 - col;
+        wdst = ACT + col * F::WROW + p * 16;
+        wsz = n0 + tid < N ? F::SB : 0;
+        ws = wsz != 0 ? set.ws + (size_t)(n0 + tid) * ((size_t)B * F::SB / 8) : set.ws;
     }
-}
-template <int NF, class F>
-__device__ __forceinline__ void tile_load_w(unsigned char* base, const WeightSet& set, int n0, int N, int B, int s) {
-    constexpr int ACT = 8 * NF * 256 * F::LIMBS, CH = F::WB / 16;
-    const int tid = threadIdx.x;
+    __device__ __forceinline__ void load_x(unsigned char* base, int s) const {
+        const unsigned char* src = x + (size_t)s * 128 * 2 * LIMBS;
 #pragma unroll
-    for (int i = 0; i < CH / 2; ++i) {  // 128 weight rows x CH chunks
-        const int q = tid + W4B_THREADS * i, col = q / CH, p = q % CH, n = n0 + col;
-        const bool ok = n < N;
-        const unsigned char* src =
-            set.w + (size_t)(ok ? n : 0) * ((size_t)B * (F::WB / 8)) + (size_t)s * F::WB + p * 16;
-        cp_async16(base + ACT + col * F::WROW + p * 16, src, ok ? 16 : 0);
-    }
-    if constexpr (F::SB > 0) {
-        if (tid < W4B_COLS) {  // 128 x SB scale bytes
-            const int n = n0 + tid;
-            const bool ok = n < N;
-            const unsigned char* src = set.ws + (size_t)(ok ? n : 0) * ((size_t)B * F::SB / 8) + (size_t)s * F::SB;
-            unsigned char* dst = base + ACT + W4B_COLS * F::WROW + tid * F::SB;
-            if constexpr (F::SB == 8) cp_async8(dst, src, ok ? 8 : 0);
-            else cp_async4(dst, src, ok ? 4 : 0);
+        for (int i = 0; i < XN; ++i) {  // 8 NF rows x 16 LIMBS chunks of 16 bytes
+            if (NF * LIMBS == 1 && threadIdx.x >= 128) break;  // NF = 1, one limb: 128 chunks
+            cp_async16(base + xdst + i * XDST, src + (size_t)i * xstep, 16);
         }
     }
-}
-template <int NF, class F, bool WG>
-__device__ __forceinline__ void tile_load(unsigned char* base, const unsigned char* __restrict__ xh, int row0, int K,
-                                          const WeightSet& set, int n0, int N, int B, int s) {
-    tile_load_x<NF, WG, F::LIMBS>(base, xh, row0, K, s);
-    tile_load_w<NF, F>(base, set, n0, N, B, s);
-}
+    __device__ __forceinline__ void load_w(unsigned char* base, int s) const {
+        const unsigned char* src = w + (size_t)s * F::WB;
+#pragma unroll
+        for (int i = 0; i < CH / 2; ++i) {  // 128 weight rows x CH chunks
+            const bool ok = i * WCOLS < wleft;
+            cp_async16(base + wdst + i * WCOLS * F::WROW, ok ? src + (size_t)i * wstep : w0, ok ? 16 : 0);
+        }
+        if constexpr (F::SB > 0) {
+            if (threadIdx.x < W4B_COLS) {  // 128 x SB scale bytes
+                const unsigned char* src = ws + (wsz != 0 ? (size_t)s * F::SB : 0);
+                unsigned char* dst = base + ACT + W4B_COLS * F::WROW + threadIdx.x * F::SB;
+                if constexpr (F::SB == 8) cp_async8(dst, src, wsz);
+                else cp_async4(dst, src, wsz);
+            }
+        }
+    }
+    __device__ __forceinline__ void load(unsigned char* base, int s) const {
+        load_x(base, s);
+        load_w(base, s);
+    }
+};
 
 // The prologue's activation rows of the first ST - 1 stages (ST: the body's stage count), one
 // commit group each: the launch issued their weights before its pdl_wait (tile_gemm), so group 0
 // holds stage 0's weights and activations and the next stages' weights, and every later group one
 // stage (cp_async_wait<ST - 2> before stage ls is the group count of one load per stage).
-template <int NF, bool WG, int ST = W4B_STAGES, int LIMBS = 1>
-__device__ __forceinline__ void tile_prologue_x(unsigned char* smem, const unsigned char* __restrict__ xh, int row0,
-                                                int K, int s_begin, int Sl, int stage) {
+template <int NF, class F, bool WG, int ST = W4B_STAGES>
+__device__ __forceinline__ void tile_prologue_x(unsigned char* smem, const TileCopies<NF, F, WG>& cps, int s_begin,
+                                                int Sl, int stage) {
 #pragma unroll
     for (int i = 0; i < ST - 1; ++i) {
-        if (i < Sl) tile_load_x<NF, WG, LIMBS>(smem + i * stage, xh, row0, K, s_begin + i);
+        if (i < Sl) cps.load_x(smem + i * stage, s_begin + i);
         cp_async_commit();
     }
 }
@@ -311,10 +329,10 @@ __device__ __forceinline__ void tile_slow(const unsigned char* __restrict__ xh, 
         cp_async_wait<0>();
         for (int h = 0; h < NF / NS; ++h) {
             __syncthreads();  // the earlier pass (or the early copies) is done with the stages
+            const TileCopies<NS, F, Body::WG> cps(xh, row0 + 8 * NS * h, 16 * B, set, n0, N, B);
 #pragma unroll
             for (int i = 0; i < Body::STAGES - 1; ++i)
-                if (i < Sl)
-                    tile_load_w<NS, F>(smem + i * tile_stage_bytes<NS, F, Body::WG>(), set, n0, N, B, s_begin + i);
+                if (i < Sl) cps.load_w(smem + i * tile_stage_bytes<NS, F, Body::WG>(), s_begin + i);
             Body::template run<NS, true, F, NF>(xh, fac, m, row0 + 8 * NS * h, set, n0, N, B, s_begin, Sl, dlog,
                                                 partial, part_i, gz, zs, smem);
         }
@@ -336,9 +354,10 @@ __device__ __forceinline__ void tile_gemm(const unsigned char* __restrict__ xh, 
     const int part_i = blockIdx.z / gz, zs = blockIdx.z % gz;
     const int S8 = B >> 3, s_begin = part_i * kp8, Sl = min(S8 - s_begin, kp8);
     unsigned char* smem = tile_stages<Body::WG>(tile_smem);
+    const TileCopies<NF, F, Body::WG> cps(xh, row0, 16 * B, set, n0, N, B);
 #pragma unroll
     for (int i = 0; i < Body::STAGES - 1; ++i)
-        if (i < Sl) tile_load_w<NF, F>(smem + i * tile_stage_bytes<NF, F, Body::WG>(), set, n0, N, B, s_begin + i);
+        if (i < Sl) cps.load_w(smem + i * tile_stage_bytes<NF, F, Body::WG>(), s_begin + i);
     pdl_wait();
     pdl_trigger();
     const int any_slow = __syncthreads_or(threadIdx.x < 8 * NF ? slow[row0 + threadIdx.x] : 0);
