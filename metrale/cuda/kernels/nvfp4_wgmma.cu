@@ -47,7 +47,8 @@
 // Pipeline: 3 cp.async stages of 8 blocks (one __syncthreads each, then a proxy fence so wgmma
 // reads what cp.async wrote); each block's wgmma is one commit group, and block b + 1's is issued
 // before block b's values are formed (two register sets of accumulators; the operands of block
-// pair p in slot p & 1). Measured on an H200 against nvfp4_tile.cu (performance-log.md,
+// pair p in slot p & 1). ptxas keeps that overlap only in a kernel without calls (tile.cuh,
+// tile_slow; tests/test_cuda_compile.py checks its notes). Measured on an H200 against nvfp4_tile.cu (performance-log.md,
 // "2026-12-04 (afternoon)"): 4.7-4.8 against 4.4-4.5 T block values/s at 4096 rows.
 #include "tile.cuh"
 #include "wgmma.cuh"

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# ptxas serialised every wgmma of a kernel that held a call (C7510: the out-of-line slow
+# epilogue): the tile GPU tests on the inlined slow passes (tile_slow) and the hoisted copies
+# (TileCopies), then the chain and tree tiles as built now, NVFP4 NF = 16 against SLOW_CALL=1
+# (tile_slow out of line: the serialised build), and the FP8 chain tile.
+export PYTHONPATH=.
+P=docs/bench/runs-2026-12-05/chain_tile.py
+nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+METRALE_REQUIRE_GPU=1 timeout 300 python -m pytest -q -n 8 -p no:cacheprovider --tb=line tests/gpu/test_cuda_chain_tile.py tests/gpu/test_cuda_fp8_chain_tile.py tests/gpu/test_cuda_nvfp4_tile.py 2>&1 | tail -5
+MS=64,256,1024,4096 VARS=tree,chain8,chain16 TAG=_inl timeout 150 python $P 2>&1 | tail -8
+MS=1024,4096 VARS=chain16 SLOW_CALL=1 TAG=_call timeout 100 python $P 2>&1 | tail -4
+FMT=fp8 MS=8,64,1024,4096 VARS=tree,chain TAG=_inl timeout 150 python $P 2>&1 | tail -8
