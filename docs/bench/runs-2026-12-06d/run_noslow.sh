@@ -10,3 +10,7 @@ METRALE_REQUIRE_GPU=1 timeout 300 python -m pytest -q -n 8 -p no:cacheprovider -
 MS=64,256,1024,4096 VARS=tree,chain8,chain16 TAG=_inl timeout 150 python $P 2>&1 | tail -8
 MS=1024,4096 VARS=chain16 SLOW_CALL=1 TAG=_call timeout 100 python $P 2>&1 | tail -4
 FMT=fp8 MS=8,64,1024,4096 VARS=tree,chain TAG=_inl timeout 150 python $P 2>&1 | tail -8
+# the routed path (the tree's tiles are wgmma tiles too): metrale bench, NVFP4 / W4A4 / Q2_0 beside bf16 cuBLAS
+B="python -m metrale.bench --shape qwen3-8b --formats nvfp4,w4a4,q2_0 --peers bf16 --kernels none --cell-seconds 1 --samples 5"
+METRALE_REQUIRE_GPU=1 timeout 200 $B --m 32,64,256,1024,4096 --deadline 150 --json $OUT/bench_routed.json > $OUT/bench.log 2>&1
+echo "bench rc=$?"; tail -25 $OUT/bench.log
