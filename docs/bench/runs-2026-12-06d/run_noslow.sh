@@ -10,6 +10,9 @@ METRALE_REQUIRE_GPU=1 timeout 300 python -m pytest -q -n 8 -p no:cacheprovider -
 MS=64,256,1024,4096 VARS=tree,chain8,chain16 TAG=_inl timeout 150 python $P 2>&1 | tail -8
 MS=1024,4096 VARS=chain16 SLOW_CALL=1 TAG=_call timeout 100 python $P 2>&1 | tail -4
 FMT=fp8 MS=8,64,1024,4096 VARS=tree,chain TAG=_inl timeout 150 python $P 2>&1 | tail -8
+# the chain decode kernels at one and two rows: ring depth 6 (configs.NVFP4_RUN_DEPTH) against the defaults
+MS=1,2 VARS=tree,gemv TAG=_gemv timeout 60 python $P 2>&1 | tail -3
+MS=1,2 VARS=gemv RUN=384,6 TAG=_gemv_d6 timeout 60 python $P 2>&1 | tail -3
 # the routed path (the tree's tiles are wgmma tiles too): metrale bench, NVFP4 / W4A4 / Q2_0 beside bf16 cuBLAS
 B="python -m metrale.bench --shape qwen3-8b --formats nvfp4,w4a4,q2_0 --peers bf16 --kernels none --cell-seconds 1 --samples 5"
 METRALE_REQUIRE_GPU=1 timeout 200 $B --m 32,64,256,1024,4096 --deadline 150 --json $OUT/bench_routed.json > $OUT/bench.log 2>&1
