@@ -154,8 +154,7 @@ __device__ __forceinline__ void w4w_body(const unsigned char* __restrict__ xh, c
         const unsigned char* wp = sp + ACT + wc0 * F::WROW;
         const unsigned char* sc = sp + ACT + W4B_COLS * F::WROW;
         const float* facp = facl + 8 * (s_begin + ls);
-        // block b + 1's wgmma in flight while block b's values form; pair p's operands in slot p & 1,
-        // pair p + 1's bytes read while pair p's MMAs run
+        // block b + 1's wgmma in flight while block b's values form; pair p's operands in slot p & 1
         u32 a[2][2][4];
         float ws[2][2][2];
         float d[2][4 * NF];
@@ -164,16 +163,14 @@ __device__ __forceinline__ void w4w_body(const unsigned char* __restrict__ xh, c
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
         w4w_mma<NF>(d[0], a[0][0], dact);
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        TilePairBytes nxt = tile_pair_bytes<F>(1, wp, sc, wc0);
 #pragma unroll
         for (int b = 0; b < 8; ++b) {
             if (b < 7) {
                 const int nb = b + 1, p = nb >> 1;
-                if ((nb & 1) == 0) tile_pair_decode<F>(a[p & 1], ws[p & 1], nxt, rm, rs, sh);
+                if ((nb & 1) == 0) tile_pair_operands<F>(a[p & 1], ws[p & 1], p, wp, sc, wc0, rm, rs, sh);
                 asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
                 w4w_mma<NF>(d[nb & 1], a[p & 1][nb & 1], w4w_block_desc<NF>(dact, nb));
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-                if ((nb & 1) == 0 && p < 3) nxt = tile_pair_bytes<F>(p + 1, wp, sc, wc0);
                 w4w_wait<1>();
             } else {
                 w4w_wait<0>();
@@ -323,17 +320,14 @@ __device__ __forceinline__ void w4c_body(const unsigned char* __restrict__ xh, c
     u32 a[2][2][4];
     float ws[2][2][2];
     float d[2][4 * NF];
-    TilePairBytes nxt;  // the bytes of the next block pair, read while this pair's MMAs run
-    // block 0 of the stage in buffer buf: its pair's operands into slot 0, its wgmma into d[0],
-    // then pair 1's bytes
+    // block 0 of the stage in buffer buf: its pair's operands into slot 0, its wgmma into d[0]
     auto first_block = [&](int buf) {
         const unsigned char* sp = smem + buf * STAGE;
-        const unsigned char *wp = sp + ACT + wc0 * F::WROW, *sc = sp + ACT + W4B_COLS * F::WROW;
-        tile_pair_decode<F>(a[0], ws[0], tile_pair_bytes<F>(0, wp, sc, wc0), rm, rs, sh);
+        tile_pair_operands<F>(a[0], ws[0], 0, sp + ACT + wc0 * F::WROW, sp + ACT + W4B_COLS * F::WROW, wc0, rm, rs,
+                              sh);
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
         w4w_mma<NF>(d[0], a[0][0], wg_desc(sbase + buf * STAGE));
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        nxt = tile_pair_bytes<F>(1, wp, sc, wc0);
     };
 
     const TileCopies<NF, F, true> cps(xh, row0, K, set, n0, N, B);
@@ -364,11 +358,10 @@ __device__ __forceinline__ void w4c_body(const unsigned char* __restrict__ xh, c
         for (int b = 0; b < 8; ++b) {
             if (b < 7) {
                 const int nb = b + 1, p = nb >> 1;
-                if ((nb & 1) == 0) tile_pair_decode<F>(a[p & 1], ws[p & 1], nxt, rm, rs, sh);
+                if ((nb & 1) == 0) tile_pair_operands<F>(a[p & 1], ws[p & 1], p, wp, sc, wc0, rm, rs, sh);
                 asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
                 w4w_mma<NF>(d[nb & 1], a[p & 1][nb & 1], w4w_block_desc<NF>(dact, nb));
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-                if ((nb & 1) == 0 && p < 3) nxt = tile_pair_bytes<F>(p + 1, wp, sc, wc0);
                 w4w_wait<1>();
             } else if (PF && ls + 1 < Sl) {
                 // stage ls + 1 is in (its copies, the last group); every thread is past stage

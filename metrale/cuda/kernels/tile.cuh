@@ -151,63 +151,39 @@ __device__ __forceinline__ void tile_prologue_x(unsigned char* smem, const TileC
     }
 }
 
-// The bytes of block pair i (blocks 2i, 2i + 1) of this lane's rows in a stage (wp = the stage's
-// weight rows, wc0's at wp and wc0 + 8's at wp + 8 WROW; sc = its scale bytes): NVFP4 the two
-// 16-byte code runs and the two e4m3 scale pairs; Q2_0 the two code words of each row (w0.x,
-// w0.y; w1.x, w1.y) and the f16 d of the rows' 64-element group. Read apart from their decode
-// (tile_pair_operands) so that a body can read pair i + 1 while pair i's MMAs run.
-struct TilePairBytes {
-    uint4 w0, w1;
-    unsigned int s0, s1;
-};
-template <class F>
-__device__ __forceinline__ TilePairBytes tile_pair_bytes(int i, const unsigned char* wp, const unsigned char* sc,
-                                                         int wc0) {
-    const unsigned char* wr1 = wp + 8 * F::WROW;
-    TilePairBytes r;
-    if constexpr (F::SB == 4) {
-        const uint2 x0 = *(const uint2*)(wp + 8 * i), x1 = *(const uint2*)(wr1 + 8 * i);
-        r.w0 = make_uint4(x0.x, x0.y, 0u, 0u), r.w1 = make_uint4(x1.x, x1.y, 0u, 0u);
-        r.s0 = *(const unsigned short*)(sc + wc0 * 4 + 2 * (i >> 1));
-        r.s1 = *(const unsigned short*)(sc + (wc0 + 8) * 4 + 2 * (i >> 1));
-    } else {
-        r.w0 = *(const uint4*)(wp + 16 * i), r.w1 = *(const uint4*)(wr1 + 16 * i);
-        r.s0 = *(const unsigned short*)(sc + wc0 * 8 + 2 * i);  // scales of blocks 2i, 2i + 1
-        r.s1 = *(const unsigned short*)(sc + (wc0 + 8) * 8 + 2 * i);
-    }
-    return r;
-}
-
 // The weight operands (mma A fragments a[e][0..3]) and scales (ws[e][h]: row wc0 + 8 h) of blocks
-// 2i + e, e = 0, 1, from their bytes r (tile_pair_bytes). NVFP4: two words per block (elements
-// 0-7 in a0 / a1, 8-15 in a2 / a3), ws = f32(e4m3); Q2_0: one word per block shifted by sh = 2t
-// (a2 / a3 from bytes 2, 3), ws = f32(d) of the block's 64-element group.
+// 2i + e, e = 0, 1, of this lane's rows in a stage: wp = the stage's weight rows (wc0's at wp,
+// wc0 + 8's at wp + 8 WROW), sc = its scale bytes. NVFP4: two words per block (elements 0-7 in
+// a0 / a1, 8-15 in a2 / a3), ws = f32(e4m3); Q2_0: one word per block shifted by sh = 2t (a2 / a3
+// from bytes 2, 3), ws = f32(d) of the block's 64-element group.
 template <class F>
-__device__ __forceinline__ void tile_pair_decode(unsigned int (&a)[2][4], float (&ws)[2][2], const TilePairBytes& r,
-                                                 unsigned int rm, unsigned int rs, unsigned int sh) {
+__device__ __forceinline__ void tile_pair_operands(unsigned int (&a)[2][4], float (&ws)[2][2], int i,
+                                                   const unsigned char* wp, const unsigned char* sc, int wc0,
+                                                   unsigned int rm, unsigned int rs, unsigned int sh) {
+    const unsigned char* wr1 = wp + 8 * F::WROW;
     if constexpr (F::SB == 4) {
-        const float d0 = f16_to_f32((unsigned short)r.s0), d1 = f16_to_f32((unsigned short)r.s1);
+        const float d0 = f16_to_f32(*(const unsigned short*)(sc + wc0 * 4 + 2 * (i >> 1)));
+        const float d1 = f16_to_f32(*(const unsigned short*)(sc + (wc0 + 8) * 4 + 2 * (i >> 1)));
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-            const unsigned int X0 = (e ? r.w0.y : r.w0.x) >> sh, X1 = (e ? r.w1.y : r.w1.x) >> sh;
+            const unsigned int X0 = *(const unsigned int*)(wp + 8 * i + 4 * e) >> sh;
+            const unsigned int X1 = *(const unsigned int*)(wr1 + 8 * i + 4 * e) >> sh;
             a[e][0] = q2b_pair(X0, 0x7150u), a[e][1] = q2b_pair(X1, 0x7150u);
             a[e][2] = q2b_pair(X0, 0x7352u), a[e][3] = q2b_pair(X1, 0x7352u);
             ws[e][0] = d0, ws[e][1] = d1;
         }
     } else {
-        e4m3x2_to_f32(r.s0, ws[0][0], ws[1][0]);
-        e4m3x2_to_f32(r.s1, ws[0][1], ws[1][1]);
-        a[0][0] = w4b_pair(r.w0.x, rm, rs), a[0][1] = w4b_pair(r.w1.x, rm, rs);
-        a[0][2] = w4b_pair(r.w0.y, rm, rs), a[0][3] = w4b_pair(r.w1.y, rm, rs);
-        a[1][0] = w4b_pair(r.w0.z, rm, rs), a[1][1] = w4b_pair(r.w1.z, rm, rs);
-        a[1][2] = w4b_pair(r.w0.w, rm, rs), a[1][3] = w4b_pair(r.w1.w, rm, rs);
+        const uint4 A0 = *(const uint4*)(wp + 16 * i), A1 = *(const uint4*)(wr1 + 16 * i);
+        // scales of blocks 2i, 2i + 1: column wc0 (row 0), wc0 + 8 (row 1)
+        const unsigned int s0w = *(const unsigned short*)(sc + wc0 * 8 + 2 * i);
+        const unsigned int s1w = *(const unsigned short*)(sc + (wc0 + 8) * 8 + 2 * i);
+        e4m3x2_to_f32(s0w, ws[0][0], ws[1][0]);
+        e4m3x2_to_f32(s1w, ws[0][1], ws[1][1]);
+        a[0][0] = w4b_pair(A0.x, rm, rs), a[0][1] = w4b_pair(A1.x, rm, rs);
+        a[0][2] = w4b_pair(A0.y, rm, rs), a[0][3] = w4b_pair(A1.y, rm, rs);
+        a[1][0] = w4b_pair(A0.z, rm, rs), a[1][1] = w4b_pair(A1.z, rm, rs);
+        a[1][2] = w4b_pair(A0.w, rm, rs), a[1][3] = w4b_pair(A1.w, rm, rs);
     }
-}
-template <class F>
-__device__ __forceinline__ void tile_pair_operands(unsigned int (&a)[2][4], float (&ws)[2][2], int i,
-                                                   const unsigned char* wp, const unsigned char* sc, int wc0,
-                                                   unsigned int rm, unsigned int rs, unsigned int sh) {
-    tile_pair_decode<F>(a, ws, tile_pair_bytes<F>(i, wp, sc, wc0), rm, rs, sh);
 }
 
 // Block pair i of a step into its 8-leaf subtree from its level-1 node l1 (the sum of leaves 2i
