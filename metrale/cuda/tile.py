@@ -131,13 +131,13 @@ Q2_0 = TileFormat(
 #: FP8 × A16 on the chain only (``w8c_prep``, ``w8c_gemm_f{NF}``: docs/chain-revision.md, "The
 #: FP8 chain tile"): weights as ``fp8_bf16.tile_fp8_bytes`` lays them out, 128 bytes per column
 #: and step in 144-byte rows, no block scales, the per-channel scale per column; the prologue's
-#: window is -119 <= E <= 120.
+#: window is -119 <= E <= 114 (the two-fma epilogue's: nvfp4_wgmma.cu w8c_body).
 FP8 = TileFormat(
     "",
     144,
     0,
     -119,
-    120,
+    114,
     chain_prefix="w8c",
     limbs=2,
     col_scale=True,

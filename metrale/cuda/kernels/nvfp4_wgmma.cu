@@ -24,7 +24,7 @@
 //   w8c_prep(x, ldx, m, rows_pad, B, xh, fac, slow)
 //       the FP8 prologue (docs/chain-revision.md, "The FP8 chain tile"; at its definition below):
 //       the A16 codes' two limbs as f16 in the weight decode's k order, fac = 2^(E - 14), slow
-//       rows outside -119 <= E <= 120.
+//       rows outside -119 <= E <= 114.
 //   w8c_gemm_f{NF}(the arguments of w4c_gemm_f{NF}; w = tile_fp8_bytes, s = f32 column scales),
 //       NF in configs.TILE_FP8_CHAIN_BUILDS: FP8 x A16 on the chain (tile.gemm_fp8), two f16
 //       wgmma per block, stages of two activation limbs and 144-byte weight rows.
@@ -472,8 +472,8 @@ __device__ __forceinline__ unsigned short i2h_bits(int v) {
 // (blocks 8 s .. 8 s + 7), then of limb 1; inside a block, k slot p holds element
 // 4 ((p & 7) >> 1) + (p & 1) + 2 (p >> 3) (lane t's weight word t: slots 2t, 2t+1, 2t+8, 2t+9).
 // fac [B][rows_pad] = 2^(E - 14) (NaN for a non-finite block; 1 past m); slow[r] = 1 where a
-// block of the row is non-finite or, nonzero, has E outside -119 .. 120 (where D_0 2^(E - 14)
-// may round or overflow). One CTA per row, block prep_threads(B), launched programmatically.
+// block of the row is non-finite or, nonzero, has E outside -119 .. 114 (below, the epilogue's
+// 2^(E - 14) t may round; above, it may pass f32's largest value: w8c_body). One CTA per row, block prep_threads(B), launched programmatically.
 extern "C" __global__ void __launch_bounds__(1024) w8c_prep(const unsigned short* __restrict__ x, long long ldx,
                                                             int m, int rows_pad, int B,
                                                             unsigned short* __restrict__ xh,
@@ -497,7 +497,7 @@ extern "C" __global__ void __launch_bounds__(1024) w8c_prep(const unsigned short
             bool nz = false;
 #pragma unroll
             for (int j = 0; j < 16; ++j) nz |= c[j] != 0;
-            bad |= !fin || (nz && (E < -119 || E > 120));
+            bad |= !fin || (nz && (E < -119 || E > 114));
         }
         u32 w[2][8];
 #pragma unroll
@@ -539,9 +539,10 @@ __device__ __forceinline__ void w8c_load_fac(unsigned char* base, const float* _
 
 // The CTA's K part on the chain, FP8: per block, the warpgroup's two wgmma (limbs 0 and 1 of the
 // activation operand against the block's rounded e4m3 weights as f16) give the exact limb dots
-// D_0, D_1 (chain-revision.md); v = fma(D_1, 2^8 fac, D_0 fac) (SLOW: f32((2^8 D_1 + D_0) fac)
-// in float64, one rounding), c = c + v; parts, counter and output as w4c_body's (the output
-// scale the weight row's). Weight rows in shared memory: lane t's words t of the step's 8 blocks
+// D_0, D_1 (chain-revision.md); t = fma(D_1, 2^8, D_0), c = fma(t, fac, c): the contract's
+// c + v, v = f32((2^8 D_1 + D_0) fac), for a row in the window -119 <= E <= 114 (fac t is v:
+// tests/test_fp8_chain_epilogue.py); SLOW: v in float64, one rounding, c = c + v. Parts,
+// counter and output as w4c_body's (the output scale the weight row's). Weight rows in shared memory: lane t's words t of the step's 8 blocks
 // at bytes 32 t .. 32 t + 31 of its row (the uploader's order).
 template <int NF, bool SLOW, class F, int ST, bool LOCAL, int NFC>
 __device__ __forceinline__ void w8c_body(const unsigned char* __restrict__ xh, const float* __restrict__ fac, int m,
@@ -620,12 +621,12 @@ __device__ __forceinline__ void w8c_body(const unsigned char* __restrict__ xh, c
                     for (int jj = 0; jj < 2; ++jj) {
                         const int j = 2 * jj + h;
                         const float d0 = d[b & 1][0][4 * nf + j], d1 = d[b & 1][1][4 * nf + j];
-                        float v;
-                        if (SLOW)
-                            v = ieee_d2f(__dmul_rn(__fma_rn((double)d1, 256.0, (double)d0), (double)f));
-                        else
-                            v = ieee_fma(d1, ieee_mul(f, 256.0f), ieee_mul(d0, f));
-                        c[nf][j] = ieee_add(c[nf][j], v);
+                        if (SLOW) {
+                            const double v = __dmul_rn(__fma_rn((double)d1, 256.0, (double)d0), (double)f);
+                            c[nf][j] = ieee_add(c[nf][j], ieee_d2f(v));
+                        } else {
+                            c[nf][j] = ieee_fma(ieee_fma(d1, 256.0f, d0), f, c[nf][j]);
+                        }
                     }
                 }
             }
