@@ -115,6 +115,33 @@ def test_fp8_chain_tile_slow_block(
     gen.bits_equal(got, ref(x, w), f"fp8 chain slow E={exp}")
 
 
+def test_fp8_prep_marks_the_window(cuda: Any, fresh_rng: np.random.Generator, fp8_tile: dict) -> None:
+    """w8c_prep's slow marks are the window −119 ≤ E ≤ 114 of the two-fma epilogue: a row of
+    blocks at 114 or at −119 is fast, one block at 115 or at −120 (or a non-finite one) makes
+    its row slow; fac = 2^(E − 14), subnormal 2^-133 at the bottom."""
+    from metrale.cuda import pdl, runtime, tile
+
+    k, b, m, pad = 256, 16, 7, 8
+    x = window_rows(fresh_rng, m, k, (0,))
+    x[0] = window_rows(fresh_rng, 1, k, (114,))[0]
+    x[1, 16:32] = window_rows(fresh_rng, 1, 16, (115,))[0]
+    x[2] = window_rows(fresh_rng, 1, k, (-119,))[0]
+    x[3, 32:48] = window_rows(fresh_rng, 1, 16, (-120,))[0]
+    x[4, 48:64] = 0.0  # a zero block among in-window ones
+    x[5, 64] = np.inf
+    x[6, 16:32] = window_rows(fresh_rng, 1, 16, (113,))[0]
+    kern = runtime.get_kernel(tile.WG_FILE, "w8c_prep")
+    xh = cp.zeros((pad, 2 * k), cp.uint16)
+    fac = cp.zeros((b, pad), cp.float32)
+    slow = cp.full(pad, 7, cp.uint8)
+    args = (dev_rows(x), np.int64(k), np.int32(m), np.int32(pad), np.int32(b), xh, fac, slow)
+    pdl.launch(kern, (pad,), (tile.prep_threads(b),), args)
+    assert slow.get()[:m].tolist() == [0, 1, 0, 1, 0, 1, 0]
+    f = fac.get()
+    assert f[0, 0] == np.ldexp(F32(1.0), 100) and f[0, 2] == np.ldexp(F32(1.0), -133) > 0
+    assert f[1, 6] == np.ldexp(F32(1.0), 113 - 14)
+
+
 @pytest.mark.parametrize("cta_steps", [8, 16, 32])
 def test_fp8_chain_tile_every_cta_part(
     cuda: Any, fresh_rng: np.random.Generator, fp8_tile: dict, monkeypatch: pytest.MonkeyPatch, cta_steps: int
