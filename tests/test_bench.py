@@ -517,6 +517,42 @@ def test_merge_takes_each_format_from_its_last_run(tmp_path: Path) -> None:
     assert [r["command"] for r in m["merged_from"]] == ["metrale bench", "metrale bench --formats w8a8"]
 
 
+def test_merge_keeps_the_rows_a_partial_rerun_did_not_measure(tmp_path: Path) -> None:
+    """A later run of NVFP4 at m = 512 only (bf16 there twice as slow) replaces that row alone:
+    m = 1 and 4 stay the first run's, each row names its run, each target figure is against the
+    peer of its own row's run, the markdown lists NVFP4 under both runs; merged again, the
+    same."""
+    a = _doc()
+    b = _rerun("later", "metrale bench --formats nvfp4 --m 512")
+    for sd in b["shapes"].values():
+        del sd["formats"]["w8a8"]
+        sd["formats"]["nvfp4"]["rows"] = {512: {**sd["formats"]["nvfp4"]["rows"][512], "us": 60.0}}
+        sd["peers"] = {"bf16": sd["peers"]["bf16"]}
+        sd["peers"]["bf16"]["times"] = {512: {"us": 100.0}}
+    b["targets"] = report.evaluate_targets(b)
+    m = report.merge([_saved(a, tmp_path / "a.json"), _saved(b, tmp_path / "b.json")])
+    sd = m["shapes"]["qwen3-8b"]
+    nv = sd["formats"]["nvfp4"]
+    assert sorted(nv["rows"]) == [1, 4, 512] and nv["run"]["date"] == "later"
+    assert nv["rows"][512]["us"] == 60.0 and "run_date" not in nv["rows"][512]
+    first = a["shapes"]["qwen3-8b"]["formats"]["nvfp4"]["rows"]
+    assert [nv["rows"][k]["us"] for k in (1, 4)] == [first[1]["us"], first[4]["us"]]
+    assert nv["rows"][1]["run_date"] == nv["rows"][4]["run_date"] == a["date"]
+    bf = sd["peers"]["bf16"]["times"]
+    assert sorted(bf) == [1, 512] and bf[512]["us"] == 100.0 and bf[1]["run_date"] == a["date"]
+    t = next(x for x in m["targets"] if x["target"].startswith("NVFP4 W4A16: ≤ 1.0×"))
+    first_bf16 = a["shapes"]["qwen3-8b"]["peers"]["bf16"]["times"]
+    assert t["per_m"][1] == round(first[1]["us"] / first_bf16[1]["us"], 2)  # the first run's peer
+    nv_512 = [x for x in m["targets"] if x["format"] == "nvfp4" and 512 in x["per_m"]]
+    assert nv_512 and all(x["per_m"][512] == 0.6 for x in nv_512)  # 60 µs against the later 100
+    md = report.markdown(m)
+    runs = md.split("Merged from runs")[1].split("µs per FFN")[0]
+    assert runs.count("NVFP4") == 2 and "`metrale bench --formats nvfp4 --m 512`" in runs and "?" not in runs
+    again = report.merge([_saved(m, tmp_path / "m.json")])
+    assert again["shapes"]["qwen3-8b"]["formats"]["nvfp4"]["rows"] == nv["rows"]
+    assert again["targets"] == m["targets"]
+
+
 def test_a_merged_document_merges_again(tmp_path: Path) -> None:
     """The committed result is itself a merge: merging a new run into it keeps every older
     entry's run (date, command, ceilings) and the list of runs it came from."""

@@ -181,12 +181,14 @@ def load(path: Path) -> dict[str, Any]:
 
 
 def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One document from several runs' documents: each (shape, format) and (shape, peer) from the
-    last run that measured it, with that run's date, command and ceilings in its ``run`` (its
-    floors, ratios and speed-ups stay those of its own run; a target is judged where the format
-    and the peer it names come from one run: ``run_peers`` keeps every run's peers); the
-    single-kernel timings of every run. A merged document may be merged again: its entries keep
-    their runs, its ``merged_from`` its list."""
+    """One document from several runs' documents: each row count of each (shape, format) and each
+    (shape, peer) from the last run that measured it (a row or time from an earlier run than its
+    entry's names its run: ``run_date``), the entry's label, bytes and floor from its last run,
+    every run's date, command and ceilings in the shape's ``runs`` (floors, ratios and speed-ups
+    stay those of each row's own run; a target is judged where a row and the peer time it names
+    come from one run: ``run_peers`` keeps every run's peers as measured); the single-kernel
+    timings of every run. A merged document may be merged again: its rows keep their runs, its
+    ``merged_from`` its list."""
     if not docs:
         raise ValueError("merge: no documents")
     out = {k: v for k, v in docs[-1].items() if k not in ("shapes", "kernels", "targets", "failed")}
@@ -197,15 +199,20 @@ def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
                 shape,
                 {"hidden": sd["hidden"], "intermediate": sd["intermediate"], "formats": {}, "peers": {}},
             )
-            for key in ("formats", "peers"):
-                for name, entry in sd[key].items():  # a merged document's entries keep their run
-                    tgt[key][name] = {**entry, "run": entry.get("run") or sd.get("run", {})}
-            # every run's peers, for the targets of the formats a later run did not measure again
-            runs = tgt.setdefault("run_peers", {})
+            runs = tgt.setdefault("runs", {})
+            runs.update(sd.get("runs", {}))
+            # every run's peers as measured, for the targets of rows a later run did not measure again
+            run_peers = tgt.setdefault("run_peers", {})
             for date, peers in sd.get("run_peers", {}).items():
-                runs.setdefault(date, {}).update(peers)
-            for name in sd["peers"]:
-                runs.setdefault(_run_date(tgt["peers"][name]) or "?", {})[name] = tgt["peers"][name]
+                run_peers.setdefault(date, {}).update(peers)
+            for key, per_m in (("formats", "rows"), ("peers", "times")):
+                for name, entry in sd[key].items():  # a merged document's entries keep their run
+                    run = entry.get("run") or sd.get("run", {})
+                    new = {**entry, "run": run}
+                    runs.setdefault(run.get("date", "?"), run)
+                    if key == "peers" and not any(t.get("run_date") for t in entry.get("times", {}).values()):
+                        run_peers.setdefault(run.get("date", "?"), {})[name] = new
+                    tgt[key][name] = _merged_entry(tgt[key].get(name), new, per_m)
         out["kernels"] += d.get("kernels", [])
         out["merged_from"] += d.get("merged_from") or [
             {"date": d["date"], "command": d["command"], "shapes": list(d["shapes"])}
@@ -231,9 +238,27 @@ def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _merged_entry(old: dict[str, Any] | None, new: dict[str, Any], per_m: str) -> dict[str, Any]:
+    """``new`` (a later run's format or peer entry) with the row counts only ``old`` holds kept,
+    each naming its run (``run_date``)."""
+    if old is None or not old.get(per_m) or per_m not in new:
+        return new
+    kept = {m: {**r, "run_date": _row_date(old, r)} for m, r in old[per_m].items() if m not in new[per_m]}
+    if not kept:
+        return new
+    rows = {**kept, **new[per_m]}
+    return {**new, per_m: {m: rows[m] for m in sorted(rows)}}
+
+
 def _run_date(entry: dict[str, Any]) -> str | None:
     """The date of the run a merged document took a format or peer from (None: unmerged)."""
     return (entry.get("run") or {}).get("date")
+
+
+def _row_date(entry: dict[str, Any], row: dict[str, Any]) -> str | None:
+    """The date of the run a format row or peer time comes from: its own ``run_date``, else its
+    entry's."""
+    return row.get("run_date") or _run_date(entry)
 
 
 def _in(m: int, span: tuple[int, int | None]) -> bool:
@@ -251,14 +276,10 @@ def evaluate_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
         if fd is None:
             continue
         rows = {m: r for m, r in fd["rows"].items() if _in(int(m), t["m"])}
-        if "peer" in t:
-            pd = sd["peers"].get(t["peer"], {})
-            if _run_date(pd) != _run_date(fd):  # a merged document: the peer of the format's run
-                pd = sd.get("run_peers", {}).get(_run_date(fd) or "?", {}).get(t["peer"], {})
-            if _run_date(pd) != _run_date(fd):
-                continue  # that run did not measure the peer
-            peer = pd.get("times", {})
-            rows = {m: r for m, r in rows.items() if peer.get(m, {}).get("us")}
+        peer: dict[int, float] = {}
+        if "peer" in t:  # each row against the peer of its own run (a merged document's rows differ)
+            peer = {m: us for m, r in rows.items() if (us := _peer_us(sd, t["peer"], fd, m, r))}
+            rows = {m: r for m, r in rows.items() if m in peer}
         if not rows:
             continue
         met, figures = True, {}
@@ -269,7 +290,7 @@ def evaluate_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
             if "floor_ratio" in t:
                 v, limit = r["us"] / sd["formats"].get(t["floor_of"], fd)["floor_us"], t["floor_ratio"]
             else:
-                v, limit = r["us"] / peer[m]["us"], t["peer_ratio"]
+                v, limit = r["us"] / peer[m], t["peer_ratio"]
             figures[m] = round(v, 2)
             met &= v <= limit
         nums = [v for v in figures.values() if not isinstance(v, str)]
@@ -278,7 +299,7 @@ def evaluate_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
         what = (
             f"≤ {t['floor_ratio']}× the {FORMATS[t['floor_of']].label} floor"
             if "floor_ratio" in t
-            else f"≤ {t['peer_ratio']}× the time of {sd['peers'][t['peer']].get('label', t['peer'])}"
+            else f"≤ {t['peer_ratio']}× the time of {sd['peers'].get(t['peer'], {}).get('label', t['peer'])}"
         )
         out.append(
             {
@@ -290,6 +311,16 @@ def evaluate_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _peer_us(sd: dict[str, Any], peer: str, fd: dict[str, Any], m: int, r: dict[str, Any]) -> float | None:
+    """µs of ``peer`` at m in the run format row r of ``fd`` comes from (None: not measured there)."""
+    date = _row_date(fd, r)
+    for pd in (sd["peers"].get(peer, {}), sd.get("run_peers", {}).get(date or "?", {}).get(peer, {})):
+        pt = pd.get("times", {}).get(m)
+        if pt is not None and _row_date(pd, pt) == date:
+            return pt.get("us")
+    return None
 
 
 def _us(t: dict[str, Any] | None) -> str:
@@ -304,9 +335,13 @@ def _runs(sd: dict[str, Any]) -> list[str]:
     """A merged shape's runs: date, command, ceilings and what each measured (floors, ratios
     and speed-ups are within each run)."""
     runs: dict[str, tuple[dict[str, Any], list[str]]] = {}
+    known = sd.get("runs", {})
     for entry in (*sd["formats"].values(), *sd["peers"].values()):
-        run = entry.get("run") or {}
-        runs.setdefault(run.get("date", "?"), (run, []))[1].append(entry["label"])
+        own = _run_date(entry) or "?"
+        per_m = entry.get("rows", entry.get("times", {}))
+        for date in dict.fromkeys([own, *(_row_date(entry, r) or "?" for r in per_m.values())]):
+            run = known.get(date) or (entry.get("run") if date == own else None) or {}
+            runs.setdefault(date, (run, []))[1].append(entry["label"])
     out = ["Merged from runs (ratios and speed-ups are within each run):", ""]
     for date, (run, labels) in runs.items():
         c = run.get("ceilings", {})
