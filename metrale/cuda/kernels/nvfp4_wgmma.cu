@@ -48,8 +48,9 @@
 // reads what cp.async wrote); each block's wgmma is one commit group, and block b + 1's is issued
 // before block b's values are formed (two register sets of accumulators; the operands of block
 // pair p in slot p & 1). ptxas keeps that overlap only in a kernel without calls (tile.cuh,
-// tile_slow; tests/test_cuda_compile.py checks its notes). Measured on an H200 against nvfp4_tile.cu (performance-log.md,
-// "2026-12-04 (afternoon)"): 4.7-4.8 against 4.4-4.5 T block values/s at 4096 rows.
+// tile_slow; tests/test_cuda_compile.py checks its notes). Measured on an H200 against
+// nvfp4_tile.cu (performance-log.md, "2026-12-04 (afternoon)"): 4.7-4.8 against 4.4-4.5 T block
+// values/s at 4096 rows.
 #include "tile.cuh"
 #include "wgmma.cuh"
 
@@ -473,7 +474,8 @@ __device__ __forceinline__ unsigned short i2h_bits(int v) {
 // 4 ((p & 7) >> 1) + (p & 1) + 2 (p >> 3) (lane t's weight word t: slots 2t, 2t+1, 2t+8, 2t+9).
 // fac [B][rows_pad] = 2^(E - 14) (NaN for a non-finite block; 1 past m); slow[r] = 1 where a
 // block of the row is non-finite or, nonzero, has E outside -119 .. 114 (below, the epilogue's
-// 2^(E - 14) t may round; above, it may pass f32's largest value: w8c_body). One CTA per row, block prep_threads(B), launched programmatically.
+// 2^(E - 14) t may round; above, it may pass f32's largest value: w8c_body). One CTA per row,
+// block prep_threads(B), launched programmatically.
 extern "C" __global__ void __launch_bounds__(1024) w8c_prep(const unsigned short* __restrict__ x, long long ldx,
                                                             int m, int rows_pad, int B,
                                                             unsigned short* __restrict__ xh,
@@ -542,8 +544,9 @@ __device__ __forceinline__ void w8c_load_fac(unsigned char* base, const float* _
 // D_0, D_1 (chain-revision.md); t = fma(D_1, 2^8, D_0), c = fma(t, fac, c): the contract's
 // c + v, v = f32((2^8 D_1 + D_0) fac), for a row in the window -119 <= E <= 114 (fac t is v:
 // tests/test_fp8_chain_epilogue.py); SLOW: v in float64, one rounding, c = c + v. Parts,
-// counter and output as w4c_body's (the output scale the weight row's). Weight rows in shared memory: lane t's words t of the step's 8 blocks
-// at bytes 32 t .. 32 t + 31 of its row (the uploader's order).
+// counter and output as w4c_body's (the output scale the weight row's). Weight rows in shared
+// memory: lane t's words t of the step's 8 blocks at bytes 32 t .. 32 t + 31 of its row (the
+// uploader's order).
 template <int NF, bool SLOW, class F, int ST, bool LOCAL, int NFC>
 __device__ __forceinline__ void w8c_body(const unsigned char* __restrict__ xh, const float* __restrict__ fac, int m,
                                          int row0, const WeightSet& set, int n0, int N, int B, int s_begin, int Sl,

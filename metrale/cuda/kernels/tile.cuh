@@ -137,6 +137,16 @@ struct TileCopies {
     }
 };
 
+// The weights of the first ST - 1 stages of a CTA's K part (steps s_begin ..), uncommitted: the
+// copies a launch issues before its pdl_wait (tile_gemm; each slow pass of tile_slow again).
+template <int NF, class F, bool WG, int ST>
+__device__ __forceinline__ void tile_early_weights(unsigned char* smem, const TileCopies<NF, F, WG>& cps, int s_begin,
+                                                   int Sl) {
+#pragma unroll
+    for (int i = 0; i < ST - 1; ++i)
+        if (i < Sl) cps.load_w(smem + i * tile_stage_bytes<NF, F, WG>(), s_begin + i);
+}
+
 // The prologue's activation rows of the first ST - 1 stages (ST: the body's stage count), one
 // commit group each: the launch issued their weights before its pdl_wait (tile_gemm), so group 0
 // holds stage 0's weights and activations and the next stages' weights, and every later group one
@@ -330,9 +340,7 @@ __device__ __forceinline__ void tile_slow(const unsigned char* __restrict__ xh, 
         for (int h = 0; h < NF / NS; ++h) {
             __syncthreads();  // the earlier pass (or the early copies) is done with the stages
             const TileCopies<NS, F, Body::WG> cps(xh, row0 + 8 * NS * h, 16 * B, set, n0, N, B);
-#pragma unroll
-            for (int i = 0; i < Body::STAGES - 1; ++i)
-                if (i < Sl) cps.load_w(smem + i * tile_stage_bytes<NS, F, Body::WG>(), s_begin + i);
+            tile_early_weights<NS, F, Body::WG, Body::STAGES>(smem, cps, s_begin, Sl);
             Body::template run<NS, true, F, NF>(xh, fac, m, row0 + 8 * NS * h, set, n0, N, B, s_begin, Sl, dlog,
                                                 partial, part_i, gz, zs, smem);
         }
@@ -355,9 +363,7 @@ __device__ __forceinline__ void tile_gemm(const unsigned char* __restrict__ xh, 
     const int S8 = B >> 3, s_begin = part_i * kp8, Sl = min(S8 - s_begin, kp8);
     unsigned char* smem = tile_stages<Body::WG>(tile_smem);
     const TileCopies<NF, F, Body::WG> cps(xh, row0, 16 * B, set, n0, N, B);
-#pragma unroll
-    for (int i = 0; i < Body::STAGES - 1; ++i)
-        if (i < Sl) cps.load_w(smem + i * tile_stage_bytes<NF, F, Body::WG>(), s_begin + i);
+    tile_early_weights<NF, F, Body::WG, Body::STAGES>(smem, cps, s_begin, Sl);
     pdl_wait();
     pdl_trigger();
     const int any_slow = __syncthreads_or(threadIdx.x < 8 * NF ? slow[row0 + threadIdx.x] : 0);
