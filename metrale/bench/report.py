@@ -210,7 +210,7 @@ def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
                     run = entry.get("run") or sd.get("run", {})
                     new = {**entry, "run": run}
                     runs.setdefault(run.get("date", "?"), run)
-                    if key == "peers" and not any(t.get("run_date") for t in entry.get("times", {}).values()):
+                    if key == "peers" and "run_peers" not in sd:  # a merged document brought its own
                         run_peers.setdefault(run.get("date", "?"), {})[name] = new
                     tgt[key][name] = _merged_entry(tgt[key].get(name), new, per_m)
         out["kernels"] += d.get("kernels", [])
