@@ -4,6 +4,7 @@ the present exact tile (the tree) and bf16 cuBLAS (torch), Qwen3-8B FFN projecti
 median of 5) and block values per second; the chain's outputs of 4 rows checked against
 chain.project_chain; a chain variant takes every row count, the tree is the routed path there
 (decode and tensor-core kernels below 25 rows). STAGES16=3 builds NF = 16 with three stages;
+BUILDS=8:4:1,... sets configs.TILE_CHAIN_BUILDS entries (NF:stages:CTAs per multiprocessor);
 LOCAL=16 (or empty) lists the NF whose counter over parts is in local memory; SG=1 or 4 sets
 configs.NVFP4_RUN_SCALE_SLICES, RUN=threads,depth the run kernels' CTA and rings (the gemv
 variant); NOSLOW=1 builds
@@ -45,6 +46,10 @@ RUN = os.environ.get("VARS", "tree,chain,chain8,chain16").split(",")
 TAG = os.environ.get("TAG", "")
 if os.environ.get("STAGES16"):
     configs.TILE_CHAIN_BUILDS[16] = (int(os.environ["STAGES16"]), 1)
+if os.environ.get("BUILDS"):  # NF:stages:ctas_per_sm,... overriding configs.TILE_CHAIN_BUILDS
+    for spec in os.environ["BUILDS"].split(","):
+        nf, st, ctas = (int(v) for v in spec.split(":"))
+        configs.TILE_CHAIN_BUILDS[nf] = (st, ctas)
 if "SG" in os.environ:  # slices per scale copy of the fast chain decode kernels
     configs.NVFP4_RUN_SCALE_SLICES = int(os.environ["SG"])
 if "RUN" in os.environ:  # their threads per CTA and ring depth for every R: RUN=512,3
