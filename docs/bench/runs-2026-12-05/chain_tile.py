@@ -10,9 +10,9 @@ configs.NVFP4_RUN_SCALE_SLICES, RUN=threads,depth the run kernels' CTA and rings
 variant); NOSLOW=1 builds
 the tiles without their slow epilogue (all rows here are fast:
 the same bits); INLINE_SLOW=1 inlines it (tile_slow_run, before tile_slow); SLOW_CALL=1 builds
-tile_slow out of line (a call: every wgmma serialised, as the tiles were before it was inlined); PF=8,16 builds those NF with the next
-stage's first wgmma issued early (three stages). FMT=fp8: the FP8 chain tile (w8c_gemm_f{NF},
-tile.gemm_fp8) against the routed FP8 overlay (w8a16_gemm: "tree").
+tile_slow out of line (a call: every wgmma serialised, as the tiles were before it was inlined);
+PF=8,16 builds those NF with the next stage's first wgmma issued early (three stages). FMT=fp8:
+the FP8 chain tile (w8c_gemm_f{NF}, tile.gemm_fp8) against the routed FP8 overlay (w8a16_gemm: "tree").
 
     FMT=nvfp4|q2_0|fp8 MS=64,256,1024,4096 VARS=tree,chain16 python docs/bench/runs-2026-12-05/chain_tile.py
 """

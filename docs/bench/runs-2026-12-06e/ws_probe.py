@@ -56,8 +56,12 @@ __device__ __forceinline__ void wait() {
 }
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory"); }
-__device__ __forceinline__ void bar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void bar_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
 
 // nibbles (t, t + 4) of W as a bf16 pair (tile.cuh's w4b_pair)
 __device__ __forceinline__ u32 pair(u32 W, u32 rm, u32 rs) {
@@ -69,7 +73,8 @@ __device__ __forceinline__ u32 pair(u32 W, u32 rm, u32 rs) {
 __device__ __forceinline__ void e4m3x2(u32 v, float& lo, float& hi) {
     u32 h2;
     asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"((unsigned short)v));
-    asm("{.reg .f16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h;}" : "=f"(lo), "=f"(hi) : "r"(h2));
+    asm("{.reg .f16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h;}"
+        : "=f"(lo), "=f"(hi) : "r"(h2));
 }
 
 constexpr int BROWS = 128 * 256;   // one consumer's activations: 128 rows x 8 blocks x 32 bytes
@@ -86,7 +91,8 @@ __device__ __forceinline__ u64 bdesc(u64 d0, int rows, int b) {
 
 // the present form: each warpgroup decodes its own rows (raw stage in slot 0, its own copy)
 __device__ void body_rs(unsigned char* sm, float* out, long long* cyc, int iters) {
-    const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
+    const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, warp = (tid >> 5) & 3;
+    const int g = lane >> 2, t = lane & 3;
     const u32 sb = (u32)__cvta_generic_to_shared(sm);
     const u64 db = desc(sb + wg * BROWS);
     const u32 rm = (6u - 4u * t) & 31u, rs = (12u - 4u * t) & 31u;
@@ -277,8 +283,8 @@ __device__ void body_coop(unsigned char* sm, float* out, long long* cyc, int ite
                 v.w = pair(W >> 12, 6u, 12u);
                 const u32 chunk = ((nb & 3) * 2 + h) ^ (r & 7);
                 const u32 addr = abase + (nb >> 2) * (64 * 128) + r * 128 + chunk * 16;
-                asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z),
-                             "r"(v.w) : "memory");
+                asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y),
+                             "r"(v.z), "r"(v.w) : "memory");
                 if (b == 7) {  // the next stage's scales, 2 per thread
                     const u32 s2 = *(const unsigned short*)(sm + OFF_RSC + 2 * nslot * 512 + 2 * tid);
                     float2 f;
@@ -297,7 +303,8 @@ __device__ void body_coop(unsigned char* sm, float* out, long long* cyc, int ite
 }
 
 __device__ void fill(unsigned char* sm) {
-    for (int i = threadIdx.x; i < SMEM / 4; i += blockDim.x) ((u32*)sm)[i] = 0x3A3A3A3Au + 0x01010101u * (i % 5);
+    for (int i = threadIdx.x; i < SMEM / 4; i += blockDim.x)
+        ((u32*)sm)[i] = 0x3A3A3A3Au + 0x01010101u * (i % 5);
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     __syncthreads();
 }
