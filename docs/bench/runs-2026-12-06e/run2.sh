@@ -10,3 +10,4 @@ BUILDS=8:4:1 MS=64,256 VARS=chain8 TAG=_b8s4 timeout 100 python $P 2>&1 | tail -
 BUILDS=8:2:2 MS=64,256 VARS=chain8 TAG=_b8s2c2 timeout 100 python $P 2>&1 | tail -3
 BUILDS=8:3:2 MS=64,256 VARS=chain8 TAG=_b8s3c2 timeout 100 python $P 2>&1 | tail -3
 BUILDS=4:4:2 MS=64 VARS=chain TAG=_b4s4c2 timeout 100 python $P 2>&1 | tail -3
+MS=256,1024,4096 VARS=chain16 LOCAL=16 TAG=_s2local timeout 100 python $P 2>&1 | tail -6
