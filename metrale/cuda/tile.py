@@ -198,9 +198,10 @@ def smem_bytes(
 
 @dataclass(frozen=True)
 class TileKernel:
-    """The GEMM kernel a chunk runs on: its file and name, NF, CTAs per multiprocessor, whether
-    it is nvfp4_wgmma.cu's, its pipeline stages, whether it runs the block-value chain and whether
-    its counter over parts is in local memory."""
+    """The GEMM kernel a chunk runs on: its file and name, NF (8 NF activation rows per CTA), CTAs
+    per multiprocessor, whether it is nvfp4_wgmma.cu's, its pipeline stages, whether it runs the
+    block-value chain, whether its counter over parts is in local memory, and its weight rows
+    (columns) per CTA."""
 
     file: str
     name: str
@@ -210,6 +211,15 @@ class TileKernel:
     stages: int = STAGES
     chain: bool = False
     local: bool = False
+    cols: int = 128
+
+
+#: ``w4s_gemm_f16`` (configs.TILE_CHAIN_SHARED_A): NVFP4 × A16 / A4 on the chain, 64 weight rows x
+#: 256 activation rows per CTA (NF = 32 in rows), two stages of activations, the counter in local
+#: memory; its shared memory (nvfp4_wgmma.cu's SA_SMEM): 1024 bytes of alignment, 2 x 64 KB of
+#: activations, 2 x 16 KB of decoded weights, 3 x 5.5 KB of weight bytes, 2 x 2 KB of f32 scales.
+SHARED_A = TileKernel(WG_FILE, "w4s_gemm_f16", 32, 1, True, 2, True, True, 64)
+SHARED_A_SMEM = 1024 + 2 * 65536 + 2 * 16384 + 3 * 64 * 88 + 2 * 2048
 
 
 def pick_kernel(fmt: TileFormat, rows: int) -> TileKernel | None:
@@ -217,6 +227,9 @@ def pick_kernel(fmt: TileFormat, rows: int) -> TileKernel | None:
     this device (sm_90a), else nvfp4_tile.cu's; None when neither is built. CHAIN: the chain
     kernel of nvfp4_wgmma.cu, or None (no other kernel gives its bits)."""
     if CHAIN:
+        if configs.TILE_CHAIN_SHARED_A and fmt.chain_prefix == "w4c" and rows > 128:
+            kern = SHARED_A
+            return kern if runtime.get_kernel(WG_FILE, kern.name) is not None else None
         builds = chain_builds(fmt)
         nf = frags_for(rows, CHAIN_FRAGS if fmt.chain_builds is None else tuple(builds))
         if not fmt.chain_prefix or nf not in builds:
@@ -249,6 +262,8 @@ def chain_kernel(fmt: TileFormat, nf: int) -> TileKernel:
 
 def chain_smem(kern: TileKernel, fmt: TileFormat, dlog: int) -> int:
     """Shared memory of a chain kernel for K parts of 2^dlog steps."""
+    if kern is SHARED_A:
+        return SHARED_A_SMEM
     return smem_bytes(kern.nf, dlog, fmt, True, kern.stages, True, kern.local)
 
 
@@ -376,14 +391,14 @@ def _run(
     k = 16 * b
     s8 = b // 8
     tile_rows = 8 * nf
-    col_ctas = -(-n // COLS)
+    col_ctas = -(-n // pick.cols)
     slots = runtime.sm_count() * pick.ctas_per_sm
     ctas = -(-chunk // tile_rows) * col_ctas * gz  # per K part
     if pick.chain:
         dlog, parts = chain_plan(pick, fmt, s8, ctas, slots)
     else:
         dlog, parts = plan_parts(s8, ctas, slots)
-    smem = smem_bytes(nf, dlog, fmt, pick.wg, pick.stages, pick.chain, pick.local)
+    smem = chain_smem(pick, fmt, dlog) if pick.chain else smem_bytes(nf, dlog, fmt, pick.wg, pick.stages)
     if smem > mma.SMEM_LIMIT or parts > MAX_PARTS:
         return False
     rows_pad = tile_rows * -(-chunk // tile_rows)

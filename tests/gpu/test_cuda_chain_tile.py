@@ -219,3 +219,49 @@ def test_chain_tile_codes_exhaustive(cuda: Any, fresh_rng: np.random.Generator, 
     x = x.astype(BF16)
     gen.bits_equal(run_nvfp4(cuda, fresh_rng, x, cuda.upload(w), n), ref(x, w), "chain one-hot nvfp4")
     gen.bits_equal(run_q2(cuda, fresh_rng, x, cuda.upload(q2), n), ref(x, q2), "chain one-hot q2")
+
+
+@pytest.fixture
+def shared_a(chained: dict, monkeypatch: pytest.MonkeyPatch) -> dict:
+    """``chained`` with NVFP4 chunks over 128 rows on w4s_gemm_f16 (configs.TILE_CHAIN_SHARED_A)."""
+    from metrale.cuda import configs
+
+    monkeypatch.setattr(configs, "TILE_CHAIN_SHARED_A", True)
+    return chained
+
+
+@pytest.mark.parametrize("cta_steps", [8, 128])
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"N{n}-K{k}" for n, k in SHAPES])
+def test_chain_tile_shared_a(
+    cuda: Any,
+    fresh_rng: np.random.Generator,
+    shared_a: dict,
+    monkeypatch: pytest.MonkeyPatch,
+    shape: tuple,
+    cta_steps: int,
+) -> None:
+    """w4s_gemm_f16 (one decoded weight tile of 64 rows per CTA, 256 activation rows) against
+    project_chain: one to three 256-row tiles, partly filled; in-window rows at the window's edges
+    (fast CTAs), rows of every edge kind (slow CTAs, two passes of 64 rows per warpgroup); gate
+    and up in one launch; A4; CTA K parts of one chain part (K split, mma_finish) and of up to 16
+    (the counter over parts in local memory, its fold for a short part)."""
+    from metrale.cuda import nvfp4, tile
+
+    monkeypatch.setattr(tile, "CHAIN_CTA_STEPS", (cta_steps, cta_steps))
+    n, k = shape
+    w, w1 = gen.nvfp4(fresh_rng, n, k), gen.nvfp4(fresh_rng, n, k, name="up")
+    dw, dw1 = cuda.upload(w), cuda.upload(w1)
+    x = mixed_rows(fresh_rng, 520, k, -102, 110)
+    want, want1 = ref(x, w), ref(x, w1)
+    for m in (129, 256, 520):
+        gen.bits_equal(run_nvfp4(cuda, fresh_rng, x[:m], dw, n), want[:m], f"shared A m={m} {shape}")
+    got, got1 = run_nvfp4_dual(fresh_rng, x[:300], dw, dw1, n)
+    gen.bits_equal(got, want[:300], f"shared A dual gate {shape}")
+    gen.bits_equal(got1, want1[:300], f"shared A dual up {shape}")
+    edge = gen.rows(fresh_rng, 300, k)
+    gen.bits_equal(run_nvfp4(cuda, fresh_rng, edge, dw, n), ref(edge, w), f"shared A edge rows {shape}")
+    codes = nvfp4.w4a4_quantize(dev_rows(edge), w.input_scale)
+    buf, view, init = gen.guarded(cp, fresh_rng, 300, n)
+    nvfp4.w4a4_gemv_small_m(codes, dw, view)
+    gen.bits_equal(gen.check_guard(buf, init, 300, n), ref(edge, w, "A4"), f"shared A A4 {shape}")
+    assert "w4s_gemm_f16" in shared_a["picked"], shared_a["picked"]

@@ -21,6 +21,11 @@
 //       w4a4b_prep's operand), Q2_0 x A16; configs.TILE_CHAIN_BUILDS[NF]: stages, CTAs per
 //       multiprocessor. A CTA's K part is whole chain parts (kp8 = 2^dlog steps, dlog >= 3, or all of
 //       K): the counter over parts keeps levels 0 .. dlog - 4 in shared memory after the stages.
+//   w4s_gemm_f16(the same arguments)
+//       NVFP4 x A16 / A4 on the chain, 64 weight rows x 256 activation rows per CTA: the weights
+//       decoded once into shared memory for both warpgroups (wgmma with A from shared memory;
+//       at its definition below); configs.TILE_CHAIN_SHARED_A routes chunks over 128 rows to it.
+//       grid (rows_pad / 256, ceil(N / 64), gz parts), block 256, tile.SHARED_A_SMEM bytes.
 //   w8c_prep(x, ldx, m, rows_pad, B, xh, fac, slow)
 //       the FP8 prologue (docs/chain-revision.md, "The FP8 chain tile"; at its definition below):
 //       the A16 codes' two limbs as f16 in the weight decode's k order, fac = 2^(E - 14), slow
@@ -411,6 +416,230 @@ struct W4cBody {
         w4c_body<NF, SLOW, F, ST, PF, LOCAL>(a...);
     }
 };
+
+// ---- NVFP4 x A16 / A4 on the chain, one decoded weight tile per CTA (w4s_gemm_f16) ----
+//
+// w4c_gemm_f16 decodes each weight block once per warpgroup and 128 activation rows: about a
+// fifth of its instructions. Here a CTA takes 64 weight rows (columns n0 .. n0 + 63) x 256
+// activation rows: warpgroup h multiplies rows 128 h .. 128 h + 127 against all 64 weight rows
+// with wgmma m64n128k16 taking A (the decoded weights, bf16) from shared memory, so each block is
+// decoded once per 256 rows, the 256 threads sharing it (one 16-byte chunk each per block pair).
+// Step s's A is decoded during step s - 1 from weight bytes copied two steps ahead; the stage
+// barrier publishes it (after a proxy fence, as for cp.async's data). The block dots, block
+// values, chains, counter and outputs are w4c_body's (same D per (weight row, activation row):
+// the same operands in the same k order), the counter in local memory.
+//
+// Shared memory (after 1024 bytes of alignment): activations [2 buffers][2 halves][256 rows][128
+// bytes] (wgmma's K-major 128-byte swizzle, TileCopies<32>'s layout) | decoded A [2 slots][2
+// halves][64 rows][128 bytes] (the same layout) | weight bytes [3 buffers][64 rows x 80 bytes of
+// codes, 64 x 8 scale bytes] | f32 scales [2 slots][8 blocks][64] (columns wc0 and wc0 + 8 of a
+// lane adjacent: sa_scale_pos).
+constexpr int SA_COLS = 64, SA_ROWS = 256;
+constexpr int SA_ACT = SA_ROWS * 256, SA_A = SA_COLS * 256, SA_RAW = SA_COLS * (80 + 8), SA_SCF = 8 * SA_COLS * 4;
+constexpr int SA_OFF_A = 2 * SA_ACT, SA_OFF_RAW = SA_OFF_A + 2 * SA_A, SA_OFF_SCF = SA_OFF_RAW + 3 * SA_RAW;
+static_assert(1024 + SA_OFF_SCF + 2 * SA_SCF == 185856, "tile.SHARED_A_SMEM: the launch's dynamic shared memory");
+
+// D[64 x 8 NF] f32 = A[64 x 16] (shared memory, descriptor da) * B[8 NF x 16]^T (descriptor db),
+// NF = 16 (the fast body) or 8 (the slow body's passes).
+template <int NF>
+__device__ __forceinline__ void w4s_mma(float (&d)[4 * NF], u64 da, u64 db);
+template <>
+__device__ __forceinline__ void w4s_mma<16>(float (&d)[64], u64 da, u64 db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, 0, 1, 1, 0, 0;"
+        : W4W_R8(0), W4W_R8(8), W4W_R8(16), W4W_R8(24), W4W_R8(32), W4W_R8(40), W4W_R8(48), W4W_R8(56)
+        : "l"(da), "l"(db));
+}
+template <>
+__device__ __forceinline__ void w4s_mma<8>(float (&d)[32], u64 da, u64 db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, 0, 1, 1, 0, 0;"
+        : W4W_R8(0), W4W_R8(8), W4W_R8(16), W4W_R8(24)
+        : "l"(da), "l"(db));
+}
+
+// Where column col's f32 scale of a block lies among the 64: columns 16 w + g and 16 w + g + 8
+// (a lane's two weight rows) at 16 w + 2 g and 16 w + 2 g + 1, one 8-byte load.
+__device__ __forceinline__ int sa_scale_pos(int col) {
+    return (col & ~15) + ((col & 7) << 1) + ((col >> 3) & 1);
+}
+
+// A CTA's copies: TileCopies<32>'s activation rows (256 rows, 16 chunks each), and per step the
+// 64 weight rows' 64 code bytes (thread t: row t / 4, chunk t % 4) and 8 scale bytes (t < 64);
+// rows past N copy nothing (their bytes stay zero-filled).
+struct SaCopies {
+    TileCopies<32, TileNvfp4, true> x;
+    const unsigned char* w;   // this thread's code chunk at step 0
+    const unsigned char* ws;  // this thread's scale bytes at step 0 (t < 64 and the row < N)
+    const unsigned char* w0;
+    int wok, wsz;
+    __device__ __forceinline__ SaCopies(const unsigned char* __restrict__ xh, int row0, int K, const WeightSet& set,
+                                        int n0, int N, int B)
+        : x(xh, row0, K, set, n0, N, B) {
+        const int tid = threadIdx.x, col = tid >> 2;
+        w0 = set.w;
+        wok = n0 + col < N;
+        w = wok ? set.w + (size_t)(n0 + col) * B * 8 + (tid & 3) * 16 : set.w;
+        wsz = tid < SA_COLS && n0 + tid < N ? 8 : 0;
+        ws = wsz != 0 ? set.ws + (size_t)(n0 + tid) * B : set.ws;
+    }
+    __device__ __forceinline__ void load_w(unsigned char* raw, int s) const {
+        const int tid = threadIdx.x;
+        cp_async16(raw + (tid >> 2) * 80 + (tid & 3) * 16, wok ? w + (size_t)s * 64 : w0, wok ? 16 : 0);
+        if (tid < SA_COLS) cp_async8(raw + SA_COLS * 80 + tid * 8, wsz != 0 ? ws + (size_t)s * 8 : ws, wsz);
+    }
+};
+
+// Chunk k (0..3) of a step's A: thread t decodes block 2 k + t / 128 of weight row t % 64, its
+// elements 8 h .. 8 h + 7 (h = t / 64 % 2), from the step's bytes raw into A slot a (shared
+// address): the four bf16 pairs of w4b_pair for t = 0..3 (k 2t, 2t + 1 <- nibbles t, t + 4), one
+// 16-byte store at the row's swizzled chunk.
+__device__ __forceinline__ void sa_decode(const unsigned char* raw, u32 a, int k) {
+    const int tid = threadIdx.x, col = tid & 63, h = (tid >> 6) & 1, nb = 2 * k + (tid >> 7);
+    const u32 W = *(const u32*)(raw + col * 80 + 8 * nb + 4 * h);
+    const u32 v0 = w4b_pair(W, 6u, 12u), v1 = w4b_pair(W, 2u, 8u), v2 = w4b_pair(W, 30u, 4u),
+              v3 = w4b_pair(W, 26u, 0u);
+    const u32 addr = a + (nb >> 2) * (SA_COLS * 128) + col * 128 + ((((nb & 3) * 2 + h) ^ (col & 7)) << 4);
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v0), "r"(v1), "r"(v2), "r"(v3)
+                 : "memory");
+}
+
+// A step's scales as f32 into scf: thread t, weight row t % 64, blocks 2 j, 2 j + 1 (j = t / 64).
+__device__ __forceinline__ void sa_scales(const unsigned char* raw, float* scf) {
+    const int tid = threadIdx.x, col = tid & 63, j = tid >> 6, pos = sa_scale_pos(col);
+    float lo, hi;
+    e4m3x2_to_f32(*(const unsigned short*)(raw + SA_COLS * 80 + col * 8 + 2 * j), lo, hi);
+    scf[(2 * j) * SA_COLS + pos] = lo;
+    scf[(2 * j + 1) * SA_COLS + pos] = hi;
+}
+
+// The CTA's K part (w4c_body's steps, parts and counter) on the shared decoded A: warpgroup h
+// takes activation rows 128 h + 64 p .. + 8 NF - 1 (NF = 16, p = 0: all its rows; a slow CTA runs
+// NF = 8 in passes p = 0, 1, the fac loads' registers beside the chains). The launch issued the
+// weights of the first two steps.
+template <int NF, bool SLOW>
+__device__ __forceinline__ void w4s_body(const float* __restrict__ fac, int m, int row0, const WeightSet& set,
+                                         int n0, int N, int B, int s_begin, int Sl, int dlog,
+                                         float* __restrict__ partial, int part_i, int gz, int zs, unsigned char* smem,
+                                         const SaCopies& cps, int p) {
+    const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
+    const int dlogp = dlog > 3 ? dlog - 3 : 0;
+    const u32 sbase = (u32)__cvta_generic_to_shared(smem);
+    auto ctr = chain_ctr<NF, true>(nullptr);
+    const int wc0 = 16 * warp + g, rowg = row0 + 128 * wg + 64 * p;
+    const float* facl = fac + (size_t)(rowg + 2 * t) * B;
+    unsigned char* raw = smem + SA_OFF_RAW;
+    float* scf = (float*)(smem + SA_OFF_SCF);
+    float c[NF][4];
+#pragma unroll
+    for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) c[nf][j] = -0.0f;
+    float d[2][4 * NF];
+
+    // step 0's activations (its weights and step 1's are in flight since the launch), then its A
+    cps.x.load_x(smem, s_begin);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < 4; ++k) sa_decode(raw, sbase + SA_OFF_A, k);
+    sa_scales(raw, scf);
+    for (int ls = 0; ls < Sl; ++ls) {
+        const int buf = ls & 1;
+        if (ls > 0) cp_async_wait<0>();  // step ls's activations, step ls + 1's weights
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // this thread's A stores, cp.async data
+        __syncthreads();
+        if (ls + 1 < Sl) cps.x.load_x(smem + (buf ^ 1) * SA_ACT, s_begin + ls + 1);
+        if (ls + 2 < Sl) cps.load_w(raw + ((ls + 2) % 3) * SA_RAW, s_begin + ls + 2);
+        cp_async_commit();
+        const u64 da = wg_desc(sbase + SA_OFF_A + buf * SA_A);
+        const u64 db = wg_desc(sbase + buf * SA_ACT + (rowg - row0) * 128);
+        const float* sc = scf + buf * (8 * SA_COLS) + 16 * warp + 2 * g;
+        const unsigned char* nraw = raw + ((ls + 1) % 3) * SA_RAW;
+        const u32 na = sbase + SA_OFF_A + (buf ^ 1) * SA_A;
+        const float* facp = facl + 8 * (s_begin + ls);
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+        w4s_mma<NF>(d[0], da, db);
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#pragma unroll
+        for (int b = 0; b < 8; ++b) {
+            if (b < 7) {
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+                w4s_mma<NF>(d[(b + 1) & 1], w4w_block_desc<8>(da, b + 1), w4w_block_desc<32>(db, b + 1));
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                w4w_wait<1>();
+            } else {
+                w4w_wait<0>();
+            }
+            const float2 s01 = *(const float2*)(sc + b * SA_COLS);
+#pragma unroll
+            for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    float P = d[b & 1][4 * nf + j];
+                    if (SLOW) P = ieee_mul(P, __ldg(facp + b + (size_t)(8 * nf + (j & 1)) * B));
+                    c[nf][j] = ieee_fma(P, (j >> 1) ? s01.y : s01.x, c[nf][j]);
+                }
+            if ((b & 1) && ls + 1 < Sl) {  // step ls + 1's A, a quarter per odd block
+                sa_decode(nraw, na, b >> 1);
+                if (b == 7) sa_scales(nraw, scf + (buf ^ 1) * (8 * SA_COLS));
+            }
+        }
+        if ((ls & 7) == 7 || ls == Sl - 1) {  // a part's end: its root into the counter
+            chain_push<NF>(ls >> 3, dlogp, c, ctr);
+            if (ls != Sl - 1)
+#pragma unroll
+                for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) c[nf][j] = -0.0f;
+        }
+    }
+    cp_async_wait<0>();
+    chain_fold<NF>((Sl + 7) >> 3, dlogp, c, ctr);
+    tile_store<NF>(c, set, n0, N, rowg, m, wc0, t, partial, part_i, gz, zs);
+}
+
+// The arguments, prologue (rows padded to 256), parts and mma_finish of w4c_gemm_f{NF}; grid
+// (rows_pad / 256, ceil(N / 64), gz parts), block 256, SA_SMEM bytes of dynamic shared memory.
+extern "C" __global__ void __launch_bounds__(W4B_THREADS, 1)
+    w4s_gemm_f16(const unsigned char* __restrict__ xh, const float* __restrict__ fac,
+                 const unsigned char* __restrict__ slow, int m, const unsigned char* w0, const unsigned char* s0,
+                 float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, const unsigned char* s1,
+                 float rs1, unsigned short* out1, long long ldo1, int N, int B, int gz, int kp8, int dlog,
+                 float* __restrict__ partial) {
+    extern __shared__ __align__(16) unsigned char sa_smem[];
+    const WeightSet set = weight_set_at(blockIdx.z % gz, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);
+    const int row0 = blockIdx.x * SA_ROWS, n0 = blockIdx.y * SA_COLS;
+    const int part_i = blockIdx.z / gz, zs = blockIdx.z % gz;
+    const int S8 = B >> 3, s_begin = part_i * kp8, Sl = min(S8 - s_begin, kp8);
+    unsigned char* smem = tile_stages<true>(sa_smem);
+    const SaCopies cps(xh, row0, 16 * B, set, n0, N, B);
+    cps.load_w(smem + SA_OFF_RAW, s_begin);
+    if (Sl > 1) cps.load_w(smem + SA_OFF_RAW + SA_RAW, s_begin + 1);
+    pdl_wait();
+    pdl_trigger();
+    if (!__syncthreads_or(slow[row0 + threadIdx.x])) {
+        w4s_body<16, false>(fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, smem, cps, 0);
+        return;
+    }
+    for (int p = 0; p < 2; ++p) {
+        if (p > 0) {  // every thread is past pass 0's reads; the first two steps' weights again
+            __syncthreads();
+            cps.load_w(smem + SA_OFF_RAW, s_begin);
+            if (Sl > 1) cps.load_w(smem + SA_OFF_RAW + SA_RAW, s_begin + 1);
+        }
+        w4s_body<8, true>(fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, smem, cps, p);
+    }
+}
 
 // ---- FP8 x A16 on the chain (docs/chain-revision.md, "The FP8 chain tile") ----
 
