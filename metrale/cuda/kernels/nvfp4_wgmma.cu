@@ -156,7 +156,7 @@ __device__ __forceinline__ void w4w_body(const unsigned char* __restrict__ xh, c
         cp_async_commit();
         const int buf = ls % W4B_STAGES;
         const unsigned char* sp = smem + buf * STAGE;
-        const u64 dact = wg_desc(sbase + buf * STAGE);
+        const u64 dact = wg_desc(sbase + warp_uniform(buf) * STAGE);
         const unsigned char* wp = sp + ACT + wc0 * F::WROW;
         const unsigned char* sc = sp + ACT + W4B_COLS * F::WROW;
         const float* facp = facl + 8 * (s_begin + ls);
@@ -356,7 +356,7 @@ __device__ __forceinline__ void w4c_body(const unsigned char* __restrict__ xh, c
             first_block(buf);
         }
         const unsigned char* sp = smem + buf * STAGE;
-        const u64 dact = wg_desc(sbase + buf * STAGE);
+        const u64 dact = wg_desc(sbase + warp_uniform(buf) * STAGE);
         const unsigned char* wp = sp + ACT + wc0 * F::WROW;
         const unsigned char* sc = sp + ACT + W4B_COLS * F::WROW;
         const float* facp = facl + 8 * (s_begin + ls);
@@ -561,8 +561,8 @@ __device__ __forceinline__ void w4s_body(const float* __restrict__ fac, int m, i
         if (ls + 1 < Sl) cps.x.load_x(smem + (buf ^ 1) * SA_ACT, s_begin + ls + 1);
         if (ls + 2 < Sl) cps.load_w(raw + ((ls + 2) % 3) * SA_RAW, s_begin + ls + 2);
         cp_async_commit();
-        const u64 da = wg_desc(sbase + SA_OFF_A + buf * SA_A);
-        const u64 db = wg_desc(sbase + buf * SA_ACT + (rowg - row0) * 128);
+        const u64 da = wg_desc(sbase + SA_OFF_A + warp_uniform(buf) * SA_A);
+        const u64 db = wg_desc(sbase + warp_uniform(buf * SA_ACT + (rowg - row0) * 128));
         const float* sc = scf + buf * (8 * SA_COLS) + 16 * warp + 2 * g;
         const unsigned char* nraw = raw + ((ls + 1) % 3) * SA_RAW;
         const u32 na = sbase + SA_OFF_A + (buf ^ 1) * SA_A;
@@ -821,7 +821,7 @@ __device__ __forceinline__ void w8c_body(const unsigned char* __restrict__ xh, c
         const uint4 W1a = *(const uint4*)(wp + 8 * F::WROW), W1b = *(const uint4*)(wp + 8 * F::WROW + 16);
         const u32 w0[8] = {W0a.x, W0a.y, W0a.z, W0a.w, W0b.x, W0b.y, W0b.z, W0b.w};
         const u32 w1[8] = {W1a.x, W1a.y, W1a.z, W1a.w, W1b.x, W1b.y, W1b.z, W1b.w};
-        const u64 dact = wg_desc(sbase + buf * STAGE);
+        const u64 dact = wg_desc(sbase + warp_uniform(buf) * STAGE);
         const float* facs =
             (const float*)(smem + buf * STAGE + ACT + W4B_COLS * F::WROW + W4B_COLS * F::SB) + 2 * t;
         auto issue = [&](int b) {
