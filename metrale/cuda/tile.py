@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from metrale.cuda import configs, mma, pdl, runtime
+from metrale.cuda import configs, mma, pdl, runtime, tma
 
 FILE = "nvfp4_tile.cu"
 #: The same GEMM on Hopper's warpgroup MMA (sm_90a): the launcher takes it where it builds.
@@ -218,6 +218,7 @@ class TileKernel:
 #: 256 activation rows per CTA (NF = 32 in rows), two stages of activations, the counter in local
 #: memory; its shared memory (nvfp4_wgmma.cu's SA_SMEM): 1024 bytes of alignment, 2 x 64 KB of
 #: activations, 2 x 16 KB of decoded weights, 3 x 5.5 KB of weight bytes, 2 x 2 KB of f32 scales.
+#: Its activations come by TMA: its last argument is the tensor map of xh (``tma.row_tiles``).
 SHARED_A = TileKernel(WG_FILE, "w4s_gemm_f16", 32, 1, True, 2, True, True, 64)
 SHARED_A_SMEM = 1024 + 2 * 65536 + 2 * 16384 + 3 * 64 * 88 + 2 * 2048
 
@@ -443,6 +444,7 @@ def _run(
                 np.int32(1 << dlog),
                 np.int32(dlog),
                 np.uint64(0) if partial is None else partial,
+                *((tma.row_tiles(xh, pad, 2 * k, 2 * k, tile_rows),) if pick is SHARED_A else ()),
             ),
             smem,
         )

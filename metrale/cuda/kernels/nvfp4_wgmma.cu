@@ -21,7 +21,8 @@
 //       w4a4b_prep's operand), Q2_0 x A16; configs.TILE_CHAIN_BUILDS[NF]: stages, CTAs per
 //       multiprocessor. A CTA's K part is whole chain parts (kp8 = 2^dlog steps, dlog >= 3, or all of
 //       K): the counter over parts keeps levels 0 .. dlog - 4 in shared memory after the stages.
-//   w4s_gemm_f16(the same arguments)
+//   w4s_gemm_f16(the same arguments, then xmap: the TMA map of xh, tma.row_tiles(xh, rows_pad, 2 K,
+//                2 K, 256))
 //       NVFP4 x A16 / A4 on the chain, 64 weight rows x 256 activation rows per CTA: the weights
 //       decoded once into shared memory for both warpgroups (wgmma with A from shared memory;
 //       at its definition below); configs.TILE_CHAIN_SHARED_A routes chunks over 128 rows to it.
@@ -425,12 +426,14 @@ struct W4cBody {
 // with wgmma m64n128k16 taking A (the decoded weights, bf16) from shared memory, so each block is
 // decoded once per 256 rows, the 256 threads sharing it (one 16-byte chunk each per block pair).
 // Step s's A is decoded during step s - 1 from weight bytes copied two steps ahead; the stage
-// barrier publishes it (after a proxy fence, as for cp.async's data). The block dots, block
+// barrier publishes it (after a proxy fence, as for cp.async's data). A step's activations come
+// by TMA (two boxes of 128 bytes x 256 rows of xh, the 128-byte swizzle: TileCopies' layout),
+// issued by one thread, on the buffer's mbarrier: no copy instructions in the other threads. The block dots, block
 // values, chains, counter and outputs are w4c_body's (same D per (weight row, activation row):
 // the same operands in the same k order), the counter in local memory.
 //
 // Shared memory (after 1024 bytes of alignment): activations [2 buffers][2 halves][256 rows][128
-// bytes] (wgmma's K-major 128-byte swizzle, TileCopies<32>'s layout) | decoded A [2 slots][2
+// bytes] (wgmma's K-major 128-byte swizzle, as TMA's 128-byte swizzle stores a box) | decoded A [2 slots][2
 // halves][64 rows][128 bytes] (the same layout) | weight bytes [3 buffers][64 rows x 80 bytes of
 // codes, 64 x 8 scale bytes] | f32 scales [2 slots][8 blocks][64] (columns wc0 and wc0 + 8 of a
 // lane adjacent: sa_scale_pos).
@@ -472,18 +475,14 @@ __device__ __forceinline__ int sa_scale_pos(int col) {
     return (col & ~15) + ((col & 7) << 1) + ((col >> 3) & 1);
 }
 
-// A CTA's copies: TileCopies<32>'s activation rows (256 rows, 16 chunks each), and per step the
-// 64 weight rows' 64 code bytes (thread t: row t / 4, chunk t % 4) and 8 scale bytes (t < 64);
-// rows past N copy nothing (their bytes stay zero-filled).
+// A CTA's weight copies: per step the 64 weight rows' 64 code bytes (thread t: row t / 4, chunk
+// t % 4) and 8 scale bytes (t < 64); rows past N copy nothing (their bytes stay zero-filled).
 struct SaCopies {
-    TileCopies<32, TileNvfp4, true> x;
     const unsigned char* w;   // this thread's code chunk at step 0
     const unsigned char* ws;  // this thread's scale bytes at step 0 (t < 64 and the row < N)
     const unsigned char* w0;
     int wok, wsz;
-    __device__ __forceinline__ SaCopies(const unsigned char* __restrict__ xh, int row0, int K, const WeightSet& set,
-                                        int n0, int N, int B)
-        : x(xh, row0, K, set, n0, N, B) {
+    __device__ __forceinline__ SaCopies(const WeightSet& set, int n0, int N, int B) {
         const int tid = threadIdx.x, col = tid >> 2;
         w0 = set.w;
         wok = n0 + col < N;
@@ -497,6 +496,14 @@ struct SaCopies {
         if (tid < SA_COLS) cp_async8(raw + SA_COLS * 80 + tid * 8, wsz != 0 ? ws + (size_t)s * 8 : ws, wsz);
     }
 };
+
+// Step s's activations (rows row0 .. row0 + 255 of xh, 256 bytes each) into buffer dst by TMA:
+// the two 128-byte halves as two boxes, completing on the buffer's mbarrier (thread 0 only).
+__device__ __forceinline__ void sa_load_x(const TmaDesc& xmap, u32 dst, u32 bar, int s, int row0) {
+    mbar_expect_tx(bar, SA_ACT);
+    tma_box(dst, xmap, 256 * s, row0, bar);
+    tma_box(dst + SA_ACT / 2, xmap, 256 * s + 128, row0, bar);
+}
 
 // Chunk k (0..3) of a step's A: thread t decodes block 2 k + t / 128 of weight row t % 64, its
 // elements 8 h .. 8 h + 7 (h = t / 64 % 2), from the step's bytes raw into A slot a (shared
@@ -524,12 +531,14 @@ __device__ __forceinline__ void sa_scales(const unsigned char* raw, float* scf) 
 // The CTA's K part (w4c_body's steps, parts and counter) on the shared decoded A: warpgroup h
 // takes activation rows 128 h + 64 p .. + 8 NF - 1 (NF = 16, p = 0: all its rows; a slow CTA runs
 // NF = 8 in passes p = 0, 1, the fac loads' registers beside the chains). The launch issued the
-// weights of the first two steps.
+// weights of the first two steps. bars: the activation buffers' mbarriers, ph0 / ph1 the phases
+// they completed before this pass.
 template <int NF, bool SLOW>
 __device__ __forceinline__ void w4s_body(const float* __restrict__ fac, int m, int row0, const WeightSet& set,
                                          int n0, int N, int B, int s_begin, int Sl, int dlog,
                                          float* __restrict__ partial, int part_i, int gz, int zs, unsigned char* smem,
-                                         const SaCopies& cps, int p) {
+                                         const SaCopies& cps, const TmaDesc& xmap, u32 bars, int ph0, int ph1,
+                                         int p) {
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
     const int dlogp = dlog > 3 ? dlog - 3 : 0;
     const u32 sbase = (u32)__cvta_generic_to_shared(smem);
@@ -546,7 +555,7 @@ __device__ __forceinline__ void w4s_body(const float* __restrict__ fac, int m, i
     float d[2][4 * NF];
 
     // step 0's activations (its weights and step 1's are in flight since the launch), then its A
-    cps.x.load_x(smem, s_begin);
+    if (tid == 0) sa_load_x(xmap, sbase, bars, s_begin, row0);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
@@ -555,12 +564,14 @@ __device__ __forceinline__ void w4s_body(const float* __restrict__ fac, int m, i
     sa_scales(raw, scf);
     for (int ls = 0; ls < Sl; ++ls) {
         const int buf = ls & 1;
-        if (ls > 0) cp_async_wait<0>();  // step ls's activations, step ls + 1's weights
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // this thread's A stores, cp.async data
+        if (ls > 0) cp_async_wait<0>();  // step ls + 1's weights
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // this thread's A stores
         __syncthreads();
-        if (ls + 1 < Sl) cps.x.load_x(smem + (buf ^ 1) * SA_ACT, s_begin + ls + 1);
+        if (tid == 0 && ls + 1 < Sl)
+            sa_load_x(xmap, sbase + (buf ^ 1) * SA_ACT, bars + 8 * (buf ^ 1), s_begin + ls + 1, row0);
         if (ls + 2 < Sl) cps.load_w(raw + ((ls + 2) % 3) * SA_RAW, s_begin + ls + 2);
         cp_async_commit();
+        mbar_wait(bars + 8 * buf, ((buf ? ph1 : ph0) + (ls >> 1)) & 1);  // step ls's activations
         const u64 da = wg_desc(sbase + SA_OFF_A + warp_uniform(buf) * SA_A);
         const u64 db = wg_desc(sbase + warp_uniform(buf * SA_ACT + (rowg - row0) * 128));
         const float* sc = scf + buf * (8 * SA_COLS) + 16 * warp + 2 * g;
@@ -615,20 +626,28 @@ extern "C" __global__ void __launch_bounds__(W4B_THREADS, 1)
                  const unsigned char* __restrict__ slow, int m, const unsigned char* w0, const unsigned char* s0,
                  float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, const unsigned char* s1,
                  float rs1, unsigned short* out1, long long ldo1, int N, int B, int gz, int kp8, int dlog,
-                 float* __restrict__ partial) {
+                 float* __restrict__ partial, const __grid_constant__ TmaDesc xmap) {
     extern __shared__ __align__(16) unsigned char sa_smem[];
+    __shared__ __align__(8) u64 sa_bars[2];
     const WeightSet set = weight_set_at(blockIdx.z % gz, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);
     const int row0 = blockIdx.x * SA_ROWS, n0 = blockIdx.y * SA_COLS;
     const int part_i = blockIdx.z / gz, zs = blockIdx.z % gz;
     const int S8 = B >> 3, s_begin = part_i * kp8, Sl = min(S8 - s_begin, kp8);
     unsigned char* smem = tile_stages<true>(sa_smem);
-    const SaCopies cps(xh, row0, 16 * B, set, n0, N, B);
+    const SaCopies cps(set, n0, N, B);
+    const u32 bars = (u32)__cvta_generic_to_shared(&sa_bars[0]);
     cps.load_w(smem + SA_OFF_RAW, s_begin);
     if (Sl > 1) cps.load_w(smem + SA_OFF_RAW + SA_RAW, s_begin + 1);
+    if (threadIdx.x == 0) {
+        mbar_init(bars, 1);
+        mbar_init(bars + 8, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
     pdl_wait();
     pdl_trigger();
     if (!__syncthreads_or(slow[row0 + threadIdx.x])) {
-        w4s_body<16, false>(fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, smem, cps, 0);
+        w4s_body<16, false>(fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, smem, cps, xmap,
+                            bars, 0, 0, 0);
         return;
     }
     for (int p = 0; p < 2; ++p) {
@@ -637,7 +656,9 @@ extern "C" __global__ void __launch_bounds__(W4B_THREADS, 1)
             cps.load_w(smem + SA_OFF_RAW, s_begin);
             if (Sl > 1) cps.load_w(smem + SA_OFF_RAW + SA_RAW, s_begin + 1);
         }
-        w4s_body<8, true>(fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, smem, cps, p);
+        // pass 0 completed (Sl + 1) / 2 phases of buffer 0's mbarrier and Sl / 2 of buffer 1's
+        w4s_body<8, true>(fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, smem, cps, xmap,
+                          bars, p * ((Sl + 1) / 2), p * (Sl / 2), p);
     }
 }
 

@@ -292,39 +292,8 @@ __device__ __forceinline__ void w8_wgmma_sk(const signed char* __restrict__ w, c
     if (tid == 0) cnt[blockIdx.x] = 0u;
 }
 
-// ---- the stream-K GEMM on TMA (w8a8_tma_n{BN}) ----
-// The 128-byte CUtensorMap the host encodes (metrale/cuda/tma.py), passed by value.
-struct __align__(64) TmaDesc {
-    u64 v[16];
-};
+// ---- the stream-K GEMM on TMA (w8a8_tma_n{BN}; its TMA and mbarrier helpers in wgmma.cuh) ----
 
-__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(u32 bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
-    u32 ok = 0;
-    while (!ok)
-        asm volatile(
-            "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(ok)
-            : "r"(bar), "r"(parity)
-            : "memory");
-}
-// Box (x = byte x0 of the row, y = row y0) of the 2-D int8 tensor map into shared memory at dst,
-// completing bytes on the mbarrier bar (rows and bytes past the tensor are zero-filled).
-__device__ __forceinline__ void tma_box(u32 dst, const TmaDesc& tm, int x0, int y0, u32 bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
-            dst),
-        "l"(reinterpret_cast<u64>(&tm)), "r"(x0), "r"(y0), "r"(bar)
-        : "memory");
-}
 __device__ __forceinline__ unsigned int ld_acquire(const unsigned int* p) {
     unsigned int v;
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
