@@ -135,10 +135,11 @@ TILE_CHAIN_PREFETCH: frozenset[int] = frozenset()
 #: per part) instead of shared memory, so that their stages have all of it whatever the CTA's K
 #: part; ``TILE_FP8_CHAIN_LOCAL`` the FP8 tiles'.
 TILE_CHAIN_LOCAL: frozenset[int] = frozenset()
-#: Whether the NVFP4 chain tiles take chunks of more than 128 rows on ``w4s_gemm_f16`` (64 weight
-#: rows x 256 activation rows per CTA, the weights decoded once into shared memory for both
-#: warpgroups) instead of ``w4c_gemm_f16``: the same bits (nvfp4_wgmma.cu).
-TILE_CHAIN_SHARED_A = False
+#: The kernel that takes the NVFP4 chain tiles' chunks of more than 128 rows instead of
+#: ``w4c_gemm_f16`` ("" for none): ``w4s_gemm_f16`` (64 weight rows x 256 activation rows per CTA,
+#: the weights decoded once into shared memory for both warpgroups) or ``w4p_gemm_f16`` (the same
+#: tile with a producer warpgroup): the same bits (nvfp4_wgmma.cu).
+TILE_CHAIN_SHARED_A = ""
 TILE_FP8_CHAIN_LOCAL: frozenset[int] = frozenset({8})
 #: Levels of a local counter over parts: CTA K parts of at most 2^4 chain parts (tile.CHAIN_CTA_STEPS).
 TILE_CHAIN_LEVELS = 4

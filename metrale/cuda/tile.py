@@ -200,8 +200,8 @@ def smem_bytes(
 class TileKernel:
     """The GEMM kernel a chunk runs on: its file and name, NF (8 NF activation rows per CTA), CTAs
     per multiprocessor, whether it is nvfp4_wgmma.cu's, its pipeline stages, whether it runs the
-    block-value chain, whether its counter over parts is in local memory, and its weight rows
-    (columns) per CTA."""
+    block-value chain, whether its counter over parts is in local memory, its weight rows
+    (columns) per CTA and its threads per CTA."""
 
     file: str
     name: str
@@ -212,14 +212,19 @@ class TileKernel:
     chain: bool = False
     local: bool = False
     cols: int = 128
+    threads: int = THREADS
 
 
-#: ``w4s_gemm_f16`` (configs.TILE_CHAIN_SHARED_A): NVFP4 × A16 / A4 on the chain, 64 weight rows x
-#: 256 activation rows per CTA (NF = 32 in rows), two stages of activations, the counter in local
-#: memory; its shared memory (nvfp4_wgmma.cu's SA_SMEM): 1024 bytes of alignment, 2 x 64 KB of
-#: activations, 2 x 16 KB of decoded weights, 3 x 5.5 KB of weight bytes, 2 x 2 KB of f32 scales.
-#: Its activations come by TMA: its last argument is the tensor map of xh (``tma.row_tiles``).
-SHARED_A = TileKernel(WG_FILE, "w4s_gemm_f16", 32, 1, True, 2, True, True, 64)
+#: ``w4s_gemm_f16`` and ``w4p_gemm_f16`` (configs.TILE_CHAIN_SHARED_A): NVFP4 × A16 / A4 on the
+#: chain, 64 weight rows x 256 activation rows per CTA (NF = 32 in rows), two stages of
+#: activations, the counter in local memory; w4p with a producer warpgroup (384 threads). Their
+#: dynamic shared memory: 1024 bytes of alignment, 2 x 64 KB of activations, 2 x 16 KB of decoded
+#: weights, 3 x 5.5 KB of weight bytes, 2 x 2 KB of f32 scales. Their activations come by TMA:
+#: the last argument is the tensor map of xh (``tma.row_tiles``).
+SHARED_A = {
+    name: TileKernel(WG_FILE, name, 32, 1, True, 2, True, True, 64, threads)
+    for name, threads in (("w4s_gemm_f16", 256), ("w4p_gemm_f16", 384))
+}
 SHARED_A_SMEM = 1024 + 2 * 65536 + 2 * 16384 + 3 * 64 * 88 + 2 * 2048
 
 
@@ -229,7 +234,7 @@ def pick_kernel(fmt: TileFormat, rows: int) -> TileKernel | None:
     kernel of nvfp4_wgmma.cu, or None (no other kernel gives its bits)."""
     if CHAIN:
         if configs.TILE_CHAIN_SHARED_A and fmt.chain_prefix == "w4c" and rows > 128:
-            kern = SHARED_A
+            kern = SHARED_A[configs.TILE_CHAIN_SHARED_A]
             return kern if runtime.get_kernel(WG_FILE, kern.name) is not None else None
         builds = chain_builds(fmt)
         nf = frags_for(rows, CHAIN_FRAGS if fmt.chain_builds is None else tuple(builds))
@@ -263,7 +268,7 @@ def chain_kernel(fmt: TileFormat, nf: int) -> TileKernel:
 
 def chain_smem(kern: TileKernel, fmt: TileFormat, dlog: int) -> int:
     """Shared memory of a chain kernel for K parts of 2^dlog steps."""
-    if kern is SHARED_A:
+    if kern.name in SHARED_A:
         return SHARED_A_SMEM
     return smem_bytes(kern.nf, dlog, fmt, True, kern.stages, True, kern.local)
 
@@ -422,7 +427,7 @@ def _run(
         pdl.launch(
             kern,
             (tiles, col_ctas, gz * parts),
-            (THREADS,),
+            (pick.threads,),
             (
                 xh,
                 fac,
@@ -444,7 +449,7 @@ def _run(
                 np.int32(1 << dlog),
                 np.int32(dlog),
                 np.uint64(0) if partial is None else partial,
-                *((tma.row_tiles(xh, pad, 2 * k, 2 * k, tile_rows),) if pick is SHARED_A else ()),
+                *((tma.row_tiles(xh, pad, 2 * k, 2 * k, tile_rows),) if pick.name in SHARED_A else ()),
             ),
             smem,
         )

@@ -221,12 +221,14 @@ def test_chain_tile_codes_exhaustive(cuda: Any, fresh_rng: np.random.Generator, 
     gen.bits_equal(run_q2(cuda, fresh_rng, x, cuda.upload(q2), n), ref(x, q2), "chain one-hot q2")
 
 
-@pytest.fixture
-def shared_a(chained: dict, monkeypatch: pytest.MonkeyPatch) -> dict:
-    """``chained`` with NVFP4 chunks over 128 rows on w4s_gemm_f16 (configs.TILE_CHAIN_SHARED_A)."""
+@pytest.fixture(params=["w4s_gemm_f16", "w4p_gemm_f16"])
+def shared_a(chained: dict, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> dict:
+    """``chained`` with NVFP4 chunks over 128 rows on w4s_gemm_f16 or w4p_gemm_f16
+    (configs.TILE_CHAIN_SHARED_A)."""
     from metrale.cuda import configs
 
-    monkeypatch.setattr(configs, "TILE_CHAIN_SHARED_A", True)
+    monkeypatch.setattr(configs, "TILE_CHAIN_SHARED_A", request.param)
+    chained["kernel"] = request.param
     return chained
 
 
@@ -240,7 +242,8 @@ def test_chain_tile_shared_a(
     shape: tuple,
     cta_steps: int,
 ) -> None:
-    """w4s_gemm_f16 (one decoded weight tile of 64 rows per CTA, 256 activation rows) against
+    """w4s_gemm_f16 / w4p_gemm_f16 (one decoded weight tile of 64 rows per CTA, 256 activation
+    rows; w4p with a producer warpgroup) against
     project_chain: one to three 256-row tiles, partly filled; in-window rows at the window's edges
     (fast CTAs), rows of every edge kind (slow CTAs, two passes of 64 rows per warpgroup); gate
     and up in one launch; A4; CTA K parts of one chain part (K split, mma_finish) and of up to 16
@@ -264,4 +267,4 @@ def test_chain_tile_shared_a(
     buf, view, init = gen.guarded(cp, fresh_rng, 300, n)
     nvfp4.w4a4_gemv_small_m(codes, dw, view)
     gen.bits_equal(gen.check_guard(buf, init, 300, n), ref(edge, w, "A4"), f"shared A A4 {shape}")
-    assert "w4s_gemm_f16" in shared_a["picked"], shared_a["picked"]
+    assert shared_a["kernel"] in shared_a["picked"], shared_a["picked"]

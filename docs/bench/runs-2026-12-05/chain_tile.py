@@ -5,7 +5,8 @@ median of 5) and block values per second; the chain's outputs of 4 rows checked 
 chain.project_chain; a chain variant takes every row count, the tree is the routed path there
 (decode and tensor-core kernels below 25 rows). STAGES16=3 builds NF = 16 with three stages;
 BUILDS=8:4:1,... sets configs.TILE_CHAIN_BUILDS entries (NF:stages:CTAs per multiprocessor);
-SA=1 runs NVFP4 chunks over 128 rows on w4s_gemm_f16 (configs.TILE_CHAIN_SHARED_A);
+SA=w4s (or w4p) runs NVFP4 chunks over 128 rows on w4s_gemm_f16 (w4p_gemm_f16: its producer
+warpgroup form; configs.TILE_CHAIN_SHARED_A);
 LOCAL=16 (or empty) lists the NF whose counter over parts is in local memory; SG=1 or 4 sets
 configs.NVFP4_RUN_SCALE_SLICES, RUN=threads,depth the run kernels' CTA and rings (the gemv
 variant); NOSLOW=1 builds
@@ -51,8 +52,8 @@ if os.environ.get("BUILDS"):  # NF:stages:ctas_per_sm,... overriding configs.TIL
     for spec in os.environ["BUILDS"].split(","):
         nf, st, ctas = (int(v) for v in spec.split(":"))
         configs.TILE_CHAIN_BUILDS[nf] = (st, ctas)
-if os.environ.get("SA"):  # chunks over 128 rows on w4s_gemm_f16 (one decoded weight tile per CTA)
-    configs.TILE_CHAIN_SHARED_A = True
+if os.environ.get("SA"):  # chunks over 128 rows on w4s_gemm_f16 / w4p_gemm_f16 (SA=w4s / w4p)
+    configs.TILE_CHAIN_SHARED_A = f"{os.environ['SA']}_gemm_f16"
 if "SG" in os.environ:  # slices per scale copy of the fast chain decode kernels
     configs.NVFP4_RUN_SCALE_SLICES = int(os.environ["SG"])
 if "RUN" in os.environ:  # their threads per CTA and ring depth for every R: RUN=512,3

@@ -7,4 +7,5 @@ P=docs/bench/runs-2026-12-05/chain_tile.py
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 timeout 80 python docs/bench/runs-2026-12-06e/ws_probe.py 2>&1 | tail -5
 MS=1024,4096 VARS=chain16 TAG=_w4c timeout 80 python $P 2>&1 | tail -4
-SA=1 MS=1024,4096 VARS=chain16 TAG=_sa timeout 80 python $P 2>&1 | tail -4
+SA=w4s MS=1024,4096 VARS=chain16 TAG=_w4s timeout 80 python $P 2>&1 | tail -4
+SA=w4p MS=1024,4096 VARS=chain16 TAG=_w4p timeout 80 python $P 2>&1 | tail -4

@@ -5,4 +5,5 @@ P=docs/bench/runs-2026-12-05/chain_tile.py
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 timeout 60 python docs/bench/runs-2026-12-06e/ws_probe.py 2>&1 | tail -5
 MS=4096 VARS=chain16 TAG=_w4c timeout 60 python $P 2>&1 | tail -3
-SA=1 MS=4096 VARS=chain16 TAG=_sa timeout 60 python $P 2>&1 | tail -3
+SA=w4s MS=4096 VARS=chain16 TAG=_w4s timeout 60 python $P 2>&1 | tail -3
+SA=w4p MS=4096 VARS=chain16 TAG=_w4p timeout 60 python $P 2>&1 | tail -3

@@ -27,6 +27,10 @@
 //       decoded once into shared memory for both warpgroups (wgmma with A from shared memory;
 //       at its definition below); configs.TILE_CHAIN_SHARED_A routes chunks over 128 rows to it.
 //       grid (rows_pad / 256, ceil(N / 64), gz parts), block 256, tile.SHARED_A_SMEM bytes.
+//   w4p_gemm_f16(w4s_gemm_f16's arguments)
+//       the same tile warp-specialised: block 384, a producer warpgroup (copies, TMA, decode) and
+//       two consumer warpgroups (MMAs, chains); configs.TILE_CHAIN_SHARED_A = "producer" routes
+//       to it.
 //   w8c_prep(x, ldx, m, rows_pad, B, xh, fac, slow)
 //       the FP8 prologue (docs/chain-revision.md, "The FP8 chain tile"; at its definition below):
 //       the A16 codes' two limbs as f16 in the weight decode's k order, fac = 2^(E - 14), slow
@@ -505,12 +509,12 @@ __device__ __forceinline__ void sa_load_x(const TmaDesc& xmap, u32 dst, u32 bar,
     tma_box(dst + SA_ACT / 2, xmap, 256 * s + 128, row0, bar);
 }
 
-// Chunk k (0..3) of a step's A: thread t decodes block 2 k + t / 128 of weight row t % 64, its
-// elements 8 h .. 8 h + 7 (h = t / 64 % 2), from the step's bytes raw into A slot a (shared
-// address): the four bf16 pairs of w4b_pair for t = 0..3 (k 2t, 2t + 1 <- nibbles t, t + 4), one
-// 16-byte store at the row's swizzled chunk.
-__device__ __forceinline__ void sa_decode(const unsigned char* raw, u32 a, int k) {
-    const int tid = threadIdx.x, col = tid & 63, h = (tid >> 6) & 1, nb = 2 * k + (tid >> 7);
+// Chunk q (0..1023) of a step's A: block nb = q / 128 of weight row q % 64, its elements 8 h ..
+// 8 h + 7 (h = q / 64 % 2), from the step's bytes raw into A slot a (shared address): the four
+// bf16 pairs of w4b_pair for t = 0..3 (k 2t, 2t + 1 <- nibbles t, t + 4), one 16-byte store at
+// the row's swizzled chunk. w4s_gemm_f16's thread t decodes q = t + 256 k in the k-th odd block.
+__device__ __forceinline__ void sa_decode(const unsigned char* raw, u32 a, int q) {
+    const int col = q & 63, h = (q >> 6) & 1, nb = q >> 7;
     const u32 W = *(const u32*)(raw + col * 80 + 8 * nb + 4 * h);
     const u32 v0 = w4b_pair(W, 6u, 12u), v1 = w4b_pair(W, 2u, 8u), v2 = w4b_pair(W, 30u, 4u),
               v3 = w4b_pair(W, 26u, 0u);
@@ -519,9 +523,10 @@ __device__ __forceinline__ void sa_decode(const unsigned char* raw, u32 a, int k
                  : "memory");
 }
 
-// A step's scales as f32 into scf: thread t, weight row t % 64, blocks 2 j, 2 j + 1 (j = t / 64).
-__device__ __forceinline__ void sa_scales(const unsigned char* raw, float* scf) {
-    const int tid = threadIdx.x, col = tid & 63, j = tid >> 6, pos = sa_scale_pos(col);
+// Scale pair q (0..255) of a step as f32 into scf: weight row q % 64, blocks 2 j, 2 j + 1 (j =
+// q / 64).
+__device__ __forceinline__ void sa_scales(const unsigned char* raw, float* scf, int q) {
+    const int col = q & 63, j = q >> 6, pos = sa_scale_pos(col);
     float lo, hi;
     e4m3x2_to_f32(*(const unsigned short*)(raw + SA_COLS * 80 + col * 8 + 2 * j), lo, hi);
     scf[(2 * j) * SA_COLS + pos] = lo;
@@ -560,8 +565,8 @@ __device__ __forceinline__ void w4s_body(const float* __restrict__ fac, int m, i
     cp_async_wait<0>();
     __syncthreads();
 #pragma unroll
-    for (int k = 0; k < 4; ++k) sa_decode(raw, sbase + SA_OFF_A, k);
-    sa_scales(raw, scf);
+    for (int k = 0; k < 4; ++k) sa_decode(raw, sbase + SA_OFF_A, tid + 256 * k);
+    sa_scales(raw, scf, tid);
     for (int ls = 0; ls < Sl; ++ls) {
         const int buf = ls & 1;
         if (ls > 0) cp_async_wait<0>();  // step ls + 1's weights
@@ -601,8 +606,8 @@ __device__ __forceinline__ void w4s_body(const float* __restrict__ fac, int m, i
                     c[nf][j] = ieee_fma(P, (j >> 1) ? s01.y : s01.x, c[nf][j]);
                 }
             if ((b & 1) && ls + 1 < Sl) {  // step ls + 1's A, a quarter per odd block
-                sa_decode(nraw, na, b >> 1);
-                if (b == 7) sa_scales(nraw, scf + (buf ^ 1) * (8 * SA_COLS));
+                sa_decode(nraw, na, tid + 256 * (b >> 1));
+                if (b == 7) sa_scales(nraw, scf + (buf ^ 1) * (8 * SA_COLS), tid);
             }
         }
         if ((ls & 7) == 7 || ls == Sl - 1) {  // a part's end: its root into the counter
@@ -660,6 +665,193 @@ extern "C" __global__ void __launch_bounds__(W4B_THREADS, 1)
         w4s_body<8, true>(fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, smem, cps, xmap,
                           bars, p * ((Sl + 1) / 2), p * (Sl / 2), p);
     }
+}
+
+// ---- the same tile warp-specialised (w4p_gemm_f16): a producer warpgroup, two consumers ----
+//
+// w4s_gemm_f16's CTA tile, shared memory and arithmetic with 384 threads: warpgroup 0 (56
+// registers, setmaxnreg) copies and decodes, warpgroups 1 and 2 (224 registers) multiply and
+// chain their 128 activation rows each, so the decode, the copies and their barrier leave the
+// consumers' instruction stream. Per step j (slot j & 1) the producer waits until the consumers
+// released the slot (named barrier SA_EMPTY + slot, after their last MMA of step j - 2), issues
+// the step's activations by TMA (mbarrier of the slot), decodes the step's weights (copied by its
+// threads two steps ahead) into the slot's A and scales, fences them for the async proxy and
+// arrives on SA_FULL + slot; a consumer syncs on SA_FULL + slot, waits for the activations'
+// mbarrier, runs the step's 8 blocks and arrives on SA_EMPTY + slot. The producer runs one step
+// ahead of the consumers.
+constexpr int SA_FULL = 1, SA_EMPTY = 3, SA_PROD = 5, SA_ALL = 384;
+
+__device__ __forceinline__ void named_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+
+// The producer's weight copies of step s into raw (its thread pt: chunks pt and pt + 128 of the
+// 256, the 8 scale bytes of row pt for pt < 64).
+__device__ __forceinline__ void sp_load_w(const WeightSet& set, int n0, int N, int B, unsigned char* raw, int s,
+                                          int pt) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int q = pt + 128 * i, col = q >> 2;
+        const bool ok = n0 + col < N;
+        cp_async16(raw + col * 80 + (q & 3) * 16,
+                   ok ? set.w + (size_t)(n0 + col) * B * 8 + (size_t)s * 64 + (q & 3) * 16 : set.w, ok ? 16 : 0);
+    }
+    if (pt < SA_COLS) {
+        const bool ok = n0 + pt < N;
+        cp_async8(raw + SA_COLS * 80 + pt * 8, ok ? set.ws + (size_t)(n0 + pt) * B + (size_t)s * 8 : set.ws,
+                  ok ? 8 : 0);
+    }
+}
+
+// The producer's pass over the CTA's K part (steps s_begin .. s_begin + Sl - 1); the weights of
+// its first two steps are in flight (uncommitted).
+__device__ __forceinline__ void sp_produce(const WeightSet& set, int n0, int N, int B, int s_begin, int Sl, int row0,
+                                           unsigned char* smem, const TmaDesc& xmap, u32 bars) {
+    const int pt = threadIdx.x;
+    const u32 sbase = (u32)__cvta_generic_to_shared(smem);
+    unsigned char* raw = smem + SA_OFF_RAW;
+    float* scf = (float*)(smem + SA_OFF_SCF);
+    cp_async_commit();
+    for (int j = 0; j < Sl; ++j) {
+        const int slot = j & 1;
+        if (j >= 2) named_sync(SA_EMPTY + slot, SA_ALL);  // the consumers are past step j - 2
+        if (pt == 0) sa_load_x(xmap, sbase + slot * SA_ACT, bars + 8 * slot, s_begin + j, row0);
+        cp_async_wait<0>();        // step j's (and j + 1's) weight bytes, this thread's copies
+        named_sync(SA_PROD, 128);  // everyone's; and every producer thread past decoding step j - 1
+        if (j + 2 < Sl) sp_load_w(set, n0, N, B, raw + ((j + 2) % 3) * SA_RAW, s_begin + j + 2, pt);
+        cp_async_commit();
+        const unsigned char* r = raw + (j % 3) * SA_RAW;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) sa_decode(r, sbase + SA_OFF_A + slot * SA_A, pt + 128 * i);
+        sa_scales(r, scf + slot * (8 * SA_COLS), pt);
+        sa_scales(r, scf + slot * (8 * SA_COLS), pt + 128);
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the A stores, for wgmma
+        named_arrive(SA_FULL + slot, SA_ALL);
+    }
+    for (int j = Sl; j < Sl + 2; ++j)  // the consumers' releases of the last two steps
+        if (j >= 2) named_sync(SA_EMPTY + (j & 1), SA_ALL);
+    cp_async_wait<0>();
+}
+
+// A consumer warpgroup's pass (w4s_body's MMAs, chains, counter and outputs): warpgroup h of the
+// two takes activation rows 128 h + 64 p .. + 8 NF - 1; ph0 / ph1 the activation mbarriers'
+// phases completed before this pass.
+template <int NF, bool SLOW>
+__device__ __forceinline__ void sp_consume(const float* __restrict__ fac, int m, int row0, const WeightSet& set,
+                                           int n0, int N, int B, int s_begin, int Sl, int dlog,
+                                           float* __restrict__ partial, int part_i, int gz, int zs,
+                                           unsigned char* smem, u32 bars, int ph0, int ph1, int p) {
+    const int ct = threadIdx.x - 128, wg = ct >> 7, lane = ct & 31, warp = (ct >> 5) & 3, g = lane >> 2, t = lane & 3;
+    const int dlogp = dlog > 3 ? dlog - 3 : 0;
+    const u32 sbase = (u32)__cvta_generic_to_shared(smem);
+    auto ctr = chain_ctr<NF, true>(nullptr);
+    const int wc0 = 16 * warp + g, rowg = row0 + 128 * wg + 64 * p;
+    const float* facl = fac + (size_t)(rowg + 2 * t) * B;
+    const float* scf = (const float*)(smem + SA_OFF_SCF);
+    float c[NF][4];
+#pragma unroll
+    for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) c[nf][j] = -0.0f;
+    float d[2][4 * NF];
+    for (int ls = 0; ls < Sl; ++ls) {
+        const int buf = ls & 1;
+        named_sync(SA_FULL + buf, SA_ALL);
+        mbar_wait(bars + 8 * buf, ((buf ? ph1 : ph0) + (ls >> 1)) & 1);
+        const u64 da = wg_desc(sbase + SA_OFF_A + warp_uniform(buf) * SA_A);
+        const u64 db = wg_desc(sbase + warp_uniform(buf * SA_ACT + (rowg - row0) * 128));
+        const float* sc = scf + buf * (8 * SA_COLS) + 16 * warp + 2 * g;
+        const float* facp = facl + 8 * (s_begin + ls);
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+        w4s_mma<NF>(d[0], da, db);
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#pragma unroll
+        for (int b = 0; b < 8; ++b) {
+            if (b < 7) {
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+                w4s_mma<NF>(d[(b + 1) & 1], w4w_block_desc<8>(da, b + 1), w4w_block_desc<32>(db, b + 1));
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                w4w_wait<1>();
+            } else {
+                w4w_wait<0>();
+            }
+            const float2 s01 = *(const float2*)(sc + b * SA_COLS);
+            if (b == 7) named_arrive(SA_EMPTY + buf, SA_ALL);  // the slot's A, scales, activations read
+#pragma unroll
+            for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    float P = d[b & 1][4 * nf + j];
+                    if (SLOW) P = ieee_mul(P, __ldg(facp + b + (size_t)(8 * nf + (j & 1)) * B));
+                    c[nf][j] = ieee_fma(P, (j >> 1) ? s01.y : s01.x, c[nf][j]);
+                }
+        }
+        if ((ls & 7) == 7 || ls == Sl - 1) {
+            chain_push<NF>(ls >> 3, dlogp, c, ctr);
+            if (ls != Sl - 1)
+#pragma unroll
+                for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) c[nf][j] = -0.0f;
+        }
+    }
+    chain_fold<NF>((Sl + 7) >> 3, dlogp, c, ctr);
+    tile_store<NF>(c, set, n0, N, rowg, m, wc0, t, partial, part_i, gz, zs);
+}
+
+// w4s_gemm_f16's arguments, grid and shared memory; block 384.
+extern "C" __global__ void __launch_bounds__(SA_ALL, 1)
+    w4p_gemm_f16(const unsigned char* __restrict__ xh, const float* __restrict__ fac,
+                 const unsigned char* __restrict__ slow, int m, const unsigned char* w0, const unsigned char* s0,
+                 float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, const unsigned char* s1,
+                 float rs1, unsigned short* out1, long long ldo1, int N, int B, int gz, int kp8, int dlog,
+                 float* __restrict__ partial, const __grid_constant__ TmaDesc xmap) {
+    extern __shared__ __align__(16) unsigned char sp_smem[];
+    __shared__ __align__(8) u64 sp_bars[2];
+    const WeightSet set = weight_set_at(blockIdx.z % gz, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);
+    const int row0 = blockIdx.x * SA_ROWS, n0 = blockIdx.y * SA_COLS;
+    const int part_i = blockIdx.z / gz, zs = blockIdx.z % gz;
+    const int S8 = B >> 3, s_begin = part_i * kp8, Sl = min(S8 - s_begin, kp8);
+    unsigned char* smem = tile_stages<true>(sp_smem);
+    const u32 bars = (u32)__cvta_generic_to_shared(&sp_bars[0]);
+    const int tid = threadIdx.x;
+    if (tid < 128) {
+        unsigned char* raw = smem + SA_OFF_RAW;
+        sp_load_w(set, n0, N, B, raw, s_begin, tid);
+        if (Sl > 1) sp_load_w(set, n0, N, B, raw + SA_RAW, s_begin + 1, tid);
+    }
+    if (tid == 0) {
+        mbar_init(bars, 1);
+        mbar_init(bars + 8, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    pdl_wait();
+    pdl_trigger();
+    const bool any_slow = __syncthreads_or(tid < SA_ROWS ? slow[row0 + tid] : 0);
+    if (tid < 128) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
+        for (int p = 0; p < (any_slow ? 2 : 1); ++p) {
+            if (p > 0) {
+                unsigned char* raw = smem + SA_OFF_RAW;
+                sp_load_w(set, n0, N, B, raw, s_begin, tid);
+                if (Sl > 1) sp_load_w(set, n0, N, B, raw + SA_RAW, s_begin + 1, tid);
+            }
+            sp_produce(set, n0, N, B, s_begin, Sl, row0, smem, xmap, bars);
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
+    if (!any_slow) {
+        sp_consume<16, false>(fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, smem, bars, 0,
+                              0, 0);
+        return;
+    }
+    for (int p = 0; p < 2; ++p)  // pass 0 completed (Sl + 1) / 2 and Sl / 2 phases of the mbarriers
+        sp_consume<8, true>(fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, smem, bars,
+                            p * ((Sl + 1) / 2), p * (Sl / 2), p);
 }
 
 // ---- FP8 x A16 on the chain (docs/chain-revision.md, "The FP8 chain tile") ----
