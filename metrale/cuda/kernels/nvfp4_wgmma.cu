@@ -719,7 +719,10 @@ __device__ __forceinline__ void sp_produce(const WeightSet& set, int n0, int N, 
         const int slot = j & 1;
         if (j >= 2) named_sync(SA_EMPTY + slot, SA_ALL);  // the consumers are past step j - 2
         if (pt == 0) sa_load_x(xmap, sbase + slot * SA_ACT, bars + 8 * slot, s_begin + j, row0);
-        cp_async_wait<0>();        // step j's (and j + 1's) weight bytes, this thread's copies
+        if (j == 0)  // step j's weight bytes, this thread's copies (step j + 1's may stay in flight)
+            cp_async_wait<0>();
+        else
+            cp_async_wait<1>();
         named_sync(SA_PROD, 128);  // everyone's; and every producer thread past decoding step j - 1
         if (j + 2 < Sl) sp_load_w(set, n0, N, B, raw + ((j + 2) % 3) * SA_RAW, s_begin + j + 2, pt);
         cp_async_commit();
