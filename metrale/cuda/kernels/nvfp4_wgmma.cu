@@ -337,7 +337,7 @@ __device__ __forceinline__ void w4c_body(const unsigned char* __restrict__ xh, c
         tile_pair_operands<F>(a[0], ws[0], 0, sp + ACT + wc0 * F::WROW, sp + ACT + W4B_COLS * F::WROW, wc0, rm, rs,
                               sh);
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-        w4w_mma<NF>(d[0], a[0][0], wg_desc(sbase + buf * STAGE));
+        w4w_mma<NF>(d[0], a[0][0], wg_desc(sbase + warp_uniform(buf) * STAGE));
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
     };
 
