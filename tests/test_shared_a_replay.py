@@ -7,9 +7,12 @@ the 128-byte swizzle (address bits 4-6 XOR bits 7-9) from each block's descripto
 row, k) must hold the bf16 of 2·e2m1 of the element the register-A kernels put at that k
 (``tile_pair_operands``: nibbles t and t + 4 of the block's word h at k = 8h + 2t, 8h + 2t + 1),
 every byte of a step's A written exactly once, and each lane's f32 scale pair its two weight
-rows' (``sa_scale_pos``)."""
+rows' (``sa_scale_pos``). And ``w4p_gemm_f16``'s producer / consumer synchronisation, replayed
+over its named barriers and mbarriers (``run_protocol``)."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -125,3 +128,87 @@ def test_shared_a_scales_reach_their_rows() -> None:
                 assert first % 2 == 0, "an aligned 8-byte load"
                 assert scf[first] == (16 * warp + g, b)
                 assert scf[first + 1] == (16 * warp + g + 8, b)
+
+
+def run_protocol(sl: int, passes: int) -> int:
+    """``w4p_gemm_f16``'s synchronisation replayed: the producer warpgroup (sp_produce) and the
+    two consumer warpgroups (sp_consume) as actors over the named barriers (full 1, 2; empty 3, 4;
+    384 threads each generation: an arrival past the count would join the wrong one) and the two
+    activation mbarriers (phases counted; a consumer's parity wait must find its own phase, not
+    one two ahead). Every decoded A slot and activation buffer is written only after both
+    consumers finished the step that used it before, and read only after its step was written.
+    Returns the steps consumed."""
+    count = 384
+    arrived = {i: 0 for i in (1, 2, 3, 4)}
+    gen = {i: 0 for i in (1, 2, 3, 4)}
+    phases = [0, 0]
+    holds: dict[tuple[str, int], int] = {}  # (buffer kind, slot) -> step written there
+    done: dict[int, set[int]] = {}  # step (over both passes) -> consumers done with it
+    consumed = 0
+
+    def barrier(kind: str, bid: int, n: int) -> Iterator[None]:
+        arrived[bid] += n
+        assert arrived[bid] <= count, f"barrier {bid} overfilled"
+        g = gen[bid]
+        if arrived[bid] == count:
+            gen[bid] += 1
+            arrived[bid] = 0
+        if kind == "sync":
+            while gen[bid] == g:
+                yield
+
+    def producer() -> Iterator[None]:
+        for p in range(passes):
+            for j in range(sl):
+                slot, step = j & 1, p * sl + j
+                if j >= 2:
+                    yield from barrier("sync", 3 + slot, 128)
+                prev = holds.get(("a", slot))
+                if prev is not None:
+                    assert done.get(prev, set()) == {0, 1}, f"slot {slot} rewritten in use (step {step})"
+                holds[("x", slot)] = step  # the TMA of step j: completes on the slot's mbarrier
+                phases[slot] += 1
+                holds[("a", slot)] = step  # the decode
+                yield from barrier("arrive", 1 + slot, 128)
+            for j in (sl, sl + 1):
+                if j >= 2:
+                    yield from barrier("sync", 3 + (j & 1), 128)
+
+    def consumer(c: int) -> Iterator[None]:
+        nonlocal consumed
+        for p in range(passes):
+            ph = (p * ((sl + 1) // 2), p * (sl // 2))
+            for ls in range(sl):
+                buf, step = ls & 1, p * sl + ls
+                yield from barrier("sync", 1 + buf, 128)
+                want = ph[buf] + (ls >> 1)  # phases completed before this use
+                while phases[buf] <= want:
+                    yield
+                assert phases[buf] == want + 1, "the mbarrier's parity would alias"
+                assert holds[("a", buf)] == step and holds[("x", buf)] == step, "read before written"
+                done.setdefault(step, set()).add(c)
+                consumed += 1
+                yield from barrier("arrive", 3 + buf, 128)
+
+    actors = [producer(), consumer(0), consumer(1)]
+    live = list(actors)
+    idle = 0
+    while live:
+        progressed = False
+        for a in list(live):
+            try:
+                next(a)
+                progressed = True
+            except StopIteration:
+                live.remove(a)
+                progressed = True
+        idle = 0 if progressed else idle + 1
+        assert idle < 3, "deadlock"
+    assert all(v == 0 for v in arrived.values()), "a barrier left with arrivals"
+    return consumed
+
+
+@pytest.mark.parametrize("passes", [1, 2])
+@pytest.mark.parametrize("sl", [1, 2, 3, 4, 5, 8, 9, 16, 17])
+def test_producer_protocol(sl: int, passes: int) -> None:
+    assert run_protocol(sl, passes) == 2 * sl * passes
