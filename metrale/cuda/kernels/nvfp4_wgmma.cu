@@ -67,6 +67,16 @@
 #define W4W_R8(i)                                                                                    \
     "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]),     \
         "+f"(d[i + 6]), "+f"(d[i + 7])
+// The accumulator operands %0 .. %(n - 1) of a wgmma's PTX, n = 64, 32, 16 (operands W4W_R8).
+#define W4W_D16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+#define W4W_D32                                                                               \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                 \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+#define W4W_D64                                                                               \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                 \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "        \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "        \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
 
 // D[64 x 8 NF] f32 = A[64 x 16] (registers a) * B[8 NF x 16]^T (shared memory, descriptor db), NF
 // in configs.NVFP4_WGMMA_TILE_FRAGS or configs.TILE_CHAIN_FRAGS.
@@ -76,10 +86,7 @@ template <>
 __device__ __forceinline__ void w4w_mma<16>(float (&d)[64], const u32 (&a)[4], u64 db) {
     asm volatile(
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        W4W_D64
         "{%64, %65, %66, %67}, %68, 0, 1, 1, 0;"
         : W4W_R8(0), W4W_R8(8), W4W_R8(16), W4W_R8(24), W4W_R8(32), W4W_R8(40), W4W_R8(48), W4W_R8(56)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
@@ -88,8 +95,7 @@ template <>
 __device__ __forceinline__ void w4w_mma<8>(float (&d)[32], const u32 (&a)[4], u64 db) {
     asm volatile(
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        W4W_D32
         "{%32, %33, %34, %35}, %36, 0, 1, 1, 0;"
         : W4W_R8(0), W4W_R8(8), W4W_R8(16), W4W_R8(24)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
@@ -98,7 +104,7 @@ template <>
 __device__ __forceinline__ void w4w_mma<4>(float (&d)[16], const u32 (&a)[4], u64 db) {
     asm volatile(
         "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        W4W_D16
         "{%16, %17, %18, %19}, %20, 0, 1, 1, 0;"
         : W4W_R8(0), W4W_R8(8)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
@@ -277,6 +283,20 @@ __device__ __forceinline__ void chain_push(int lp, int dlogp, float (&sr)[NF][4]
     }
 }
 
+// After local step ls of Sl: at a part's end (8 steps, or the CTA's last) its root c into the
+// counter, and c restarted at -0.0 unless the CTA's part is over.
+template <int NF, class Ctr>
+__device__ __forceinline__ void chain_step_end(int ls, int Sl, int dlogp, float (&c)[NF][4], Ctr& ctr) {
+    if ((ls & 7) == 7 || ls == Sl - 1) {
+        chain_push<NF>(ls >> 3, dlogp, c, ctr);
+        if (ls != Sl - 1)
+#pragma unroll
+            for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) c[nf][j] = -0.0f;
+    }
+}
+
 // The CTA's roots at its end: np parts pushed (fewer than 2^dlogp: the set bits of np, the lowest
 // first, as tile_finish folds) into c, which holds the last part's root.
 template <int NF, class Ctr>
@@ -398,14 +418,7 @@ __device__ __forceinline__ void w4c_body(const unsigned char* __restrict__ xh, c
                     c[nf][j] = ieee_fma(P, ws[p & 1][b & 1][j >> 1], c[nf][j]);
                 }
         }
-        if ((ls & 7) == 7 || ls == Sl - 1) {  // a part's end: its root into the counter
-            chain_push<NF>(ls >> 3, dlogp, c, ctr);
-            if (ls != Sl - 1)
-#pragma unroll
-                for (int nf = 0; nf < NF; ++nf)
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) c[nf][j] = -0.0f;
-        }
+        chain_step_end<NF>(ls, Sl, dlogp, c, ctr);
     }
     cp_async_wait<0>();
     chain_fold<NF>((Sl + 7) >> 3, dlogp, c, ctr);
@@ -454,10 +467,7 @@ template <>
 __device__ __forceinline__ void w4s_mma<16>(float (&d)[64], u64 da, u64 db) {
     asm volatile(
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        W4W_D64
         "%64, %65, 0, 1, 1, 0, 0;"
         : W4W_R8(0), W4W_R8(8), W4W_R8(16), W4W_R8(24), W4W_R8(32), W4W_R8(40), W4W_R8(48), W4W_R8(56)
         : "l"(da), "l"(db));
@@ -466,8 +476,7 @@ template <>
 __device__ __forceinline__ void w4s_mma<8>(float (&d)[32], u64 da, u64 db) {
     asm volatile(
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        W4W_D32
         "%32, %33, 0, 1, 1, 0, 0;"
         : W4W_R8(0), W4W_R8(8), W4W_R8(16), W4W_R8(24)
         : "l"(da), "l"(db));
@@ -610,14 +619,7 @@ __device__ __forceinline__ void w4s_body(const float* __restrict__ fac, int m, i
                 if (b == 7) sa_scales(nraw, scf + (buf ^ 1) * (8 * SA_COLS), tid);
             }
         }
-        if ((ls & 7) == 7 || ls == Sl - 1) {  // a part's end: its root into the counter
-            chain_push<NF>(ls >> 3, dlogp, c, ctr);
-            if (ls != Sl - 1)
-#pragma unroll
-                for (int nf = 0; nf < NF; ++nf)
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) c[nf][j] = -0.0f;
-        }
+        chain_step_end<NF>(ls, Sl, dlogp, c, ctr);
     }
     cp_async_wait<0>();
     chain_fold<NF>((Sl + 7) >> 3, dlogp, c, ctr);
@@ -792,14 +794,7 @@ __device__ __forceinline__ void sp_consume(const float* __restrict__ fac, int m,
                     c[nf][j] = ieee_fma(P, (j >> 1) ? s01.y : s01.x, c[nf][j]);
                 }
         }
-        if ((ls & 7) == 7 || ls == Sl - 1) {
-            chain_push<NF>(ls >> 3, dlogp, c, ctr);
-            if (ls != Sl - 1)
-#pragma unroll
-                for (int nf = 0; nf < NF; ++nf)
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) c[nf][j] = -0.0f;
-        }
+        chain_step_end<NF>(ls, Sl, dlogp, c, ctr);
     }
     chain_fold<NF>((Sl + 7) >> 3, dlogp, c, ctr);
     tile_store<NF>(c, set, n0, N, rowg, m, wc0, t, partial, part_i, gz, zs);
@@ -866,8 +861,7 @@ template <>
 __device__ __forceinline__ void w8w_mma<8>(float (&d)[32], const u32 (&a)[4], u64 db) {
     asm volatile(
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        W4W_D32
         "{%32, %33, %34, %35}, %36, 0, 1, 1, 0;"
         : W4W_R8(0), W4W_R8(8), W4W_R8(16), W4W_R8(24)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
@@ -877,7 +871,7 @@ template <>
 __device__ __forceinline__ void w8w_mma<4>(float (&d)[16], const u32 (&a)[4], u64 db) {
     asm volatile(
         "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        W4W_D16
         "{%16, %17, %18, %19}, %20, 0, 1, 1, 0;"
         : W4W_R8(0), W4W_R8(8)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
@@ -1079,14 +1073,7 @@ __device__ __forceinline__ void w8c_body(const unsigned char* __restrict__ xh, c
                 }
             }
         }
-        if ((ls & 7) == 7 || ls == Sl - 1) {  // a part's end: its root into the counter
-            chain_push<NF>(ls >> 3, dlogp, c, ctr);
-            if (ls != Sl - 1)
-#pragma unroll
-                for (int nf = 0; nf < NF; ++nf)
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) c[nf][j] = -0.0f;
-        }
+        chain_step_end<NF>(ls, Sl, dlogp, c, ctr);
     }
     cp_async_wait<0>();
     chain_fold<NF>((Sl + 7) >> 3, dlogp, c, ctr);
