@@ -542,6 +542,40 @@ __device__ __forceinline__ void sa_scales(const unsigned char* raw, float* scf, 
     scf[(2 * j + 1) * SA_COLS + pos] = hi;
 }
 
+// One step's 8 blocks on the shared A (descriptors da, db of the step's slot and rows): block b +
+// 1's wgmma in flight while block b's values form, P_b (a slow row: P_b fac_b) chained with the
+// row's f32 scale (sc: the step's scales at this lane's pair); release() once the last MMA and
+// the last scale read are done (before the last block's values), after(b) behind each block.
+template <int NF, bool SLOW, class Release, class After>
+__device__ __forceinline__ void sa_step(float (&d)[2][4 * NF], float (&c)[NF][4], u64 da, u64 db, const float* sc,
+                                        const float* facp, int B, Release release, After after) {
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+    w4s_mma<NF>(d[0], da, db);
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#pragma unroll
+    for (int b = 0; b < 8; ++b) {
+        if (b < 7) {
+            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+            w4s_mma<NF>(d[(b + 1) & 1], w4w_block_desc<8>(da, b + 1), w4w_block_desc<32>(db, b + 1));
+            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+            w4w_wait<1>();
+        } else {
+            w4w_wait<0>();
+        }
+        const float2 s01 = *(const float2*)(sc + b * SA_COLS);
+        if (b == 7) release();
+#pragma unroll
+        for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                float P = d[b & 1][4 * nf + j];
+                if (SLOW) P = ieee_mul(P, __ldg(facp + b + (size_t)(8 * nf + (j & 1)) * B));
+                c[nf][j] = ieee_fma(P, (j >> 1) ? s01.y : s01.x, c[nf][j]);
+            }
+        after(b);
+    }
+}
+
 // The CTA's K part (w4c_body's steps, parts and counter) on the shared decoded A: warpgroup h
 // takes activation rows 128 h + 64 p .. + 8 NF - 1 (NF = 16, p = 0: all its rows; a slow CTA runs
 // NF = 8 in passes p = 0, 1, the fac loads' registers beside the chains). The launch issued the
@@ -592,33 +626,12 @@ __device__ __forceinline__ void w4s_body(const float* __restrict__ fac, int m, i
         const unsigned char* nraw = raw + ((ls + 1) % 3) * SA_RAW;
         const u32 na = sbase + SA_OFF_A + (buf ^ 1) * SA_A;
         const float* facp = facl + 8 * (s_begin + ls);
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-        w4s_mma<NF>(d[0], da, db);
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-#pragma unroll
-        for (int b = 0; b < 8; ++b) {
-            if (b < 7) {
-                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-                w4s_mma<NF>(d[(b + 1) & 1], w4w_block_desc<8>(da, b + 1), w4w_block_desc<32>(db, b + 1));
-                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-                w4w_wait<1>();
-            } else {
-                w4w_wait<0>();
-            }
-            const float2 s01 = *(const float2*)(sc + b * SA_COLS);
-#pragma unroll
-            for (int nf = 0; nf < NF; ++nf)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    float P = d[b & 1][4 * nf + j];
-                    if (SLOW) P = ieee_mul(P, __ldg(facp + b + (size_t)(8 * nf + (j & 1)) * B));
-                    c[nf][j] = ieee_fma(P, (j >> 1) ? s01.y : s01.x, c[nf][j]);
-                }
+        sa_step<NF, SLOW>(d, c, da, db, sc, facp, B, [] {}, [&](int b) {
             if ((b & 1) && ls + 1 < Sl) {  // step ls + 1's A, a quarter per odd block
                 sa_decode(nraw, na, tid + 256 * (b >> 1));
                 if (b == 7) sa_scales(nraw, scf + (buf ^ 1) * (8 * SA_COLS), tid);
             }
-        }
+        });
         chain_step_end<NF>(ls, Sl, dlogp, c, ctr);
     }
     cp_async_wait<0>();
@@ -627,7 +640,8 @@ __device__ __forceinline__ void w4s_body(const float* __restrict__ fac, int m, i
 }
 
 // The arguments, prologue (rows padded to 256), parts and mma_finish of w4c_gemm_f{NF}; grid
-// (rows_pad / 256, ceil(N / 64), gz parts), block 256, SA_SMEM bytes of dynamic shared memory.
+// (rows_pad / 256, ceil(N / 64), gz parts), block 256, tile.SHARED_A_SMEM bytes of dynamic shared
+// memory.
 extern "C" __global__ void __launch_bounds__(W4B_THREADS, 1)
     w4s_gemm_f16(const unsigned char* __restrict__ xh, const float* __restrict__ fac,
                  const unsigned char* __restrict__ slow, int m, const unsigned char* w0, const unsigned char* s0,
@@ -770,30 +784,8 @@ __device__ __forceinline__ void sp_consume(const float* __restrict__ fac, int m,
         const u64 db = wg_desc(sbase + warp_uniform(buf * SA_ACT + (rowg - row0) * 128));
         const float* sc = scf + buf * (8 * SA_COLS) + 16 * warp + 2 * g;
         const float* facp = facl + 8 * (s_begin + ls);
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-        w4s_mma<NF>(d[0], da, db);
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-#pragma unroll
-        for (int b = 0; b < 8; ++b) {
-            if (b < 7) {
-                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-                w4s_mma<NF>(d[(b + 1) & 1], w4w_block_desc<8>(da, b + 1), w4w_block_desc<32>(db, b + 1));
-                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-                w4w_wait<1>();
-            } else {
-                w4w_wait<0>();
-            }
-            const float2 s01 = *(const float2*)(sc + b * SA_COLS);
-            if (b == 7) named_arrive(SA_EMPTY + buf, SA_ALL);  // the slot's A, scales, activations read
-#pragma unroll
-            for (int nf = 0; nf < NF; ++nf)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    float P = d[b & 1][4 * nf + j];
-                    if (SLOW) P = ieee_mul(P, __ldg(facp + b + (size_t)(8 * nf + (j & 1)) * B));
-                    c[nf][j] = ieee_fma(P, (j >> 1) ? s01.y : s01.x, c[nf][j]);
-                }
-        }
+        // the slot's A, scales and activations all read: released before the last block's values
+        sa_step<NF, SLOW>(d, c, da, db, sc, facp, B, [&] { named_arrive(SA_EMPTY + buf, SA_ALL); }, [](int) {});
         chain_step_end<NF>(ls, Sl, dlogp, c, ctr);
     }
     chain_fold<NF>((Sl + 7) >> 3, dlogp, c, ctr);
