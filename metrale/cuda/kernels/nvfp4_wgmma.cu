@@ -488,25 +488,57 @@ __device__ __forceinline__ int sa_scale_pos(int col) {
     return (col & ~15) + ((col & 7) << 1) + ((col >> 3) & 1);
 }
 
-// A CTA's weight copies: per step the 64 weight rows' 64 code bytes (thread t: row t / 4, chunk
-// t % 4) and 8 scale bytes (t < 64); rows past N copy nothing (their bytes stay zero-filled).
+// A CTA's weight copies, one 16-byte code chunk of the 256 per step for chunk index q (w4s_gemm_f16's
+// thread q; w4p_gemm_f16's producer thread t takes q = t and t + 128): weight row q / 4, bytes
+// 16 (q % 4) of its 64; q < 64 also copies row q's 8 scale bytes. Rows past N copy nothing (their
+// bytes stay zero-filled).
 struct SaCopies {
-    const unsigned char* w;   // this thread's code chunk at step 0
-    const unsigned char* ws;  // this thread's scale bytes at step 0 (t < 64 and the row < N)
+    const unsigned char* w;   // the chunk at step 0
+    const unsigned char* ws;  // the scale bytes at step 0 (q < 64 and the row < N)
     const unsigned char* w0;
-    int wok, wsz;
-    __device__ __forceinline__ SaCopies(const WeightSet& set, int n0, int N, int B) {
-        const int tid = threadIdx.x, col = tid >> 2;
+    int q, wok, wsz;
+    __device__ __forceinline__ SaCopies(const WeightSet& set, int n0, int N, int B, int q_) : q(q_) {
+        const int col = q >> 2;
         w0 = set.w;
         wok = n0 + col < N;
-        w = wok ? set.w + (size_t)(n0 + col) * B * 8 + (tid & 3) * 16 : set.w;
-        wsz = tid < SA_COLS && n0 + tid < N ? 8 : 0;
-        ws = wsz != 0 ? set.ws + (size_t)(n0 + tid) * B : set.ws;
+        w = wok ? set.w + (size_t)(n0 + col) * B * 8 + (q & 3) * 16 : set.w;
+        wsz = q < SA_COLS && n0 + q < N ? 8 : 0;
+        ws = wsz != 0 ? set.ws + (size_t)(n0 + q) * B : set.ws;
     }
     __device__ __forceinline__ void load_w(unsigned char* raw, int s) const {
-        const int tid = threadIdx.x;
-        cp_async16(raw + (tid >> 2) * 80 + (tid & 3) * 16, wok ? w + (size_t)s * 64 : w0, wok ? 16 : 0);
-        if (tid < SA_COLS) cp_async8(raw + SA_COLS * 80 + tid * 8, wsz != 0 ? ws + (size_t)s * 8 : ws, wsz);
+        cp_async16(raw + (q >> 2) * 80 + (q & 3) * 16, wok ? w + (size_t)s * 64 : w0, wok ? 16 : 0);
+        if (q < SA_COLS) cp_async8(raw + SA_COLS * 80 + q * 8, wsz != 0 ? ws + (size_t)s * 8 : ws, wsz);
+    }
+    // The weights of a pass's first two steps (of Sl), uncommitted, into the first two buffers.
+    __device__ __forceinline__ void load_first(unsigned char* smem, int s_begin, int Sl) const {
+        load_w(smem + SA_OFF_RAW, s_begin);
+        if (Sl > 1) load_w(smem + SA_OFF_RAW + SA_RAW, s_begin + 1);
+    }
+};
+
+// A CTA of the shared-A tile (w4s_gemm_f16, w4p_gemm_f16): its weight set, rows, columns, K part
+// and shared memory from the launch, and the activation buffers' two mbarriers (bars, shared
+// address; init_bars: thread 0 initialises them, visible after the next barrier).
+struct SaTile {
+    WeightSet set;
+    int row0, n0, part_i, zs, s_begin, Sl;
+    unsigned char* smem;
+    u32 bars;
+    __device__ __forceinline__ SaTile(const WeightSet& set_, int B, int gz, int kp8, unsigned char* raw_smem,
+                                      u64* bar_words)
+        : set(set_) {
+        row0 = blockIdx.x * SA_ROWS, n0 = blockIdx.y * SA_COLS;
+        part_i = blockIdx.z / gz, zs = blockIdx.z % gz;
+        s_begin = part_i * kp8, Sl = min((B >> 3) - s_begin, kp8);
+        smem = tile_stages<true>(raw_smem);
+        bars = (u32)__cvta_generic_to_shared(bar_words);
+    }
+    __device__ __forceinline__ void init_bars() const {
+        if (threadIdx.x == 0) {
+            mbar_init(bars, 1);
+            mbar_init(bars + 8, 1);
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
     }
 };
 
@@ -650,36 +682,26 @@ extern "C" __global__ void __launch_bounds__(W4B_THREADS, 1)
                  float* __restrict__ partial, const __grid_constant__ TmaDesc xmap) {
     extern __shared__ __align__(16) unsigned char sa_smem[];
     __shared__ __align__(8) u64 sa_bars[2];
-    const WeightSet set = weight_set_at(blockIdx.z % gz, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);
-    const int row0 = blockIdx.x * SA_ROWS, n0 = blockIdx.y * SA_COLS;
-    const int part_i = blockIdx.z / gz, zs = blockIdx.z % gz;
-    const int S8 = B >> 3, s_begin = part_i * kp8, Sl = min(S8 - s_begin, kp8);
-    unsigned char* smem = tile_stages<true>(sa_smem);
-    const SaCopies cps(set, n0, N, B);
-    const u32 bars = (u32)__cvta_generic_to_shared(&sa_bars[0]);
-    cps.load_w(smem + SA_OFF_RAW, s_begin);
-    if (Sl > 1) cps.load_w(smem + SA_OFF_RAW + SA_RAW, s_begin + 1);
-    if (threadIdx.x == 0) {
-        mbar_init(bars, 1);
-        mbar_init(bars + 8, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    const SaTile tl(weight_set_at(blockIdx.z % gz, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1), B, gz, kp8,
+                    sa_smem, sa_bars);
+    const SaCopies cps(tl.set, tl.n0, N, B, threadIdx.x);
+    cps.load_first(tl.smem, tl.s_begin, tl.Sl);
+    tl.init_bars();
     pdl_wait();
     pdl_trigger();
-    if (!__syncthreads_or(slow[row0 + threadIdx.x])) {
-        w4s_body<16, false>(fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, smem, cps, xmap,
-                            bars, 0, 0, 0);
+    if (!__syncthreads_or(slow[tl.row0 + threadIdx.x])) {
+        w4s_body<16, false>(fac, m, tl.row0, tl.set, tl.n0, N, B, tl.s_begin, tl.Sl, dlog, partial, tl.part_i, gz,
+                            tl.zs, tl.smem, cps, xmap, tl.bars, 0, 0, 0);
         return;
     }
     for (int p = 0; p < 2; ++p) {
         if (p > 0) {  // every thread is past pass 0's reads; the first two steps' weights again
             __syncthreads();
-            cps.load_w(smem + SA_OFF_RAW, s_begin);
-            if (Sl > 1) cps.load_w(smem + SA_OFF_RAW + SA_RAW, s_begin + 1);
+            cps.load_first(tl.smem, tl.s_begin, tl.Sl);
         }
         // pass 0 completed (Sl + 1) / 2 phases of buffer 0's mbarrier and Sl / 2 of buffer 1's
-        w4s_body<8, true>(fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, smem, cps, xmap,
-                          bars, p * ((Sl + 1) / 2), p * (Sl / 2), p);
+        w4s_body<8, true>(fac, m, tl.row0, tl.set, tl.n0, N, B, tl.s_begin, tl.Sl, dlog, partial, tl.part_i, gz,
+                          tl.zs, tl.smem, cps, xmap, tl.bars, p * ((tl.Sl + 1) / 2), p * (tl.Sl / 2), p);
     }
 }
 
@@ -697,34 +719,9 @@ extern "C" __global__ void __launch_bounds__(W4B_THREADS, 1)
 // ahead of the consumers.
 constexpr int SA_FULL = 1, SA_EMPTY = 3, SA_PROD = 5, SA_ALL = 384;
 
-__device__ __forceinline__ void named_sync(int id, int n) {
-    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
-}
-__device__ __forceinline__ void named_arrive(int id, int n) {
-    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
-}
-
-// The producer's weight copies of step s into raw (its thread pt: chunks pt and pt + 128 of the
-// 256, the 8 scale bytes of row pt for pt < 64).
-__device__ __forceinline__ void sp_load_w(const WeightSet& set, int n0, int N, int B, unsigned char* raw, int s,
-                                          int pt) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        const int q = pt + 128 * i, col = q >> 2;
-        const bool ok = n0 + col < N;
-        cp_async16(raw + col * 80 + (q & 3) * 16,
-                   ok ? set.w + (size_t)(n0 + col) * B * 8 + (size_t)s * 64 + (q & 3) * 16 : set.w, ok ? 16 : 0);
-    }
-    if (pt < SA_COLS) {
-        const bool ok = n0 + pt < N;
-        cp_async8(raw + SA_COLS * 80 + pt * 8, ok ? set.ws + (size_t)(n0 + pt) * B + (size_t)s * 8 : set.ws,
-                  ok ? 8 : 0);
-    }
-}
-
-// The producer's pass over the CTA's K part (steps s_begin .. s_begin + Sl - 1); the weights of
-// its first two steps are in flight (uncommitted).
-__device__ __forceinline__ void sp_produce(const WeightSet& set, int n0, int N, int B, int s_begin, int Sl, int row0,
+// The producer's pass over the CTA's K part (steps s_begin .. s_begin + Sl - 1) with its copies
+// (cps: chunks t and t + 128); the weights of its first two steps are in flight (uncommitted).
+__device__ __forceinline__ void sp_produce(const SaCopies (&cps)[2], int s_begin, int Sl, int row0,
                                            unsigned char* smem, const TmaDesc& xmap, u32 bars) {
     const int pt = threadIdx.x;
     const u32 sbase = (u32)__cvta_generic_to_shared(smem);
@@ -740,7 +737,8 @@ __device__ __forceinline__ void sp_produce(const WeightSet& set, int n0, int N, 
         else
             cp_async_wait<1>();
         named_sync(SA_PROD, 128);  // everyone's; and every producer thread past decoding step j - 1
-        if (j + 2 < Sl) sp_load_w(set, n0, N, B, raw + ((j + 2) % 3) * SA_RAW, s_begin + j + 2, pt);
+        if (j + 2 < Sl)
+            for (const SaCopies& c : cps) c.load_w(raw + ((j + 2) % 3) * SA_RAW, s_begin + j + 2);
         cp_async_commit();
         const unsigned char* r = raw + (j % 3) * SA_RAW;
 #pragma unroll
@@ -801,47 +799,34 @@ extern "C" __global__ void __launch_bounds__(SA_ALL, 1)
                  float* __restrict__ partial, const __grid_constant__ TmaDesc xmap) {
     extern __shared__ __align__(16) unsigned char sp_smem[];
     __shared__ __align__(8) u64 sp_bars[2];
-    const WeightSet set = weight_set_at(blockIdx.z % gz, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);
-    const int row0 = blockIdx.x * SA_ROWS, n0 = blockIdx.y * SA_COLS;
-    const int part_i = blockIdx.z / gz, zs = blockIdx.z % gz;
-    const int S8 = B >> 3, s_begin = part_i * kp8, Sl = min(S8 - s_begin, kp8);
-    unsigned char* smem = tile_stages<true>(sp_smem);
-    const u32 bars = (u32)__cvta_generic_to_shared(&sp_bars[0]);
+    const SaTile tl(weight_set_at(blockIdx.z % gz, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1), B, gz, kp8,
+                    sp_smem, sp_bars);
     const int tid = threadIdx.x;
-    if (tid < 128) {
-        unsigned char* raw = smem + SA_OFF_RAW;
-        sp_load_w(set, n0, N, B, raw, s_begin, tid);
-        if (Sl > 1) sp_load_w(set, n0, N, B, raw + SA_RAW, s_begin + 1, tid);
-    }
-    if (tid == 0) {
-        mbar_init(bars, 1);
-        mbar_init(bars + 8, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    const SaCopies cps[2] = {{tl.set, tl.n0, N, B, tid}, {tl.set, tl.n0, N, B, tid + 128}};  // the producer's
+    if (tid < 128)
+        for (const SaCopies& c : cps) c.load_first(tl.smem, tl.s_begin, tl.Sl);
+    tl.init_bars();
     pdl_wait();
     pdl_trigger();
-    const bool any_slow = __syncthreads_or(tid < SA_ROWS ? slow[row0 + tid] : 0);
+    const bool any_slow = __syncthreads_or(tid < SA_ROWS ? slow[tl.row0 + tid] : 0);
     if (tid < 128) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
         for (int p = 0; p < (any_slow ? 2 : 1); ++p) {
-            if (p > 0) {
-                unsigned char* raw = smem + SA_OFF_RAW;
-                sp_load_w(set, n0, N, B, raw, s_begin, tid);
-                if (Sl > 1) sp_load_w(set, n0, N, B, raw + SA_RAW, s_begin + 1, tid);
-            }
-            sp_produce(set, n0, N, B, s_begin, Sl, row0, smem, xmap, bars);
+            if (p > 0)
+                for (const SaCopies& c : cps) c.load_first(tl.smem, tl.s_begin, tl.Sl);
+            sp_produce(cps, tl.s_begin, tl.Sl, tl.row0, tl.smem, xmap, tl.bars);
         }
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
     if (!any_slow) {
-        sp_consume<16, false>(fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, smem, bars, 0,
-                              0, 0);
+        sp_consume<16, false>(fac, m, tl.row0, tl.set, tl.n0, N, B, tl.s_begin, tl.Sl, dlog, partial, tl.part_i, gz,
+                              tl.zs, tl.smem, tl.bars, 0, 0, 0);
         return;
     }
     for (int p = 0; p < 2; ++p)  // pass 0 completed (Sl + 1) / 2 and Sl / 2 phases of the mbarriers
-        sp_consume<8, true>(fac, m, row0, set, n0, N, B, s_begin, Sl, dlog, partial, part_i, gz, zs, smem, bars,
-                            p * ((Sl + 1) / 2), p * (Sl / 2), p);
+        sp_consume<8, true>(fac, m, tl.row0, tl.set, tl.n0, N, B, tl.s_begin, tl.Sl, dlog, partial, tl.part_i, gz,
+                            tl.zs, tl.smem, tl.bars, p * ((tl.Sl + 1) / 2), p * (tl.Sl / 2), p);
 }
 
 // ---- FP8 x A16 on the chain (docs/chain-revision.md, "The FP8 chain tile") ----

@@ -386,7 +386,7 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
 #pragma unroll
             for (int i = 0; i < BN / 2; ++i) __stcg(dst + i * 128, acc[i]);
             __threadfence();
-            asm volatile("bar.sync %0, 128;" ::"r"(1 + g) : "memory");
+            named_sync(1 + g, 128);
             if (lt == 0) st_release(flag + 2 * c + g, 1u);
         } else {
             // the tile's first piece: add the parked pieces of the CTAs c + 1 .. that cover the rest
@@ -394,11 +394,11 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
                 if (lt == 0)
                     while (ld_acquire(flag + 2 * c2 + g) == 0u) {
                     }
-                asm volatile("bar.sync %0, 128;" ::"r"(1 + g) : "memory");
+                named_sync(1 + g, 128);
                 const int* src = part + (size_t)(2 * c2 + g) * (BN / 2) * 128 + lt;
 #pragma unroll
                 for (int i = 0; i < BN / 2; ++i) acc[i] += __ldcg(src + i * 128);
-                asm volatile("bar.sync %0, 128;" ::"r"(1 + g) : "memory");
+                named_sync(1 + g, 128);
                 if (lt == 0) flag[2 * c2 + g] = 0u;
             }
             // y = bf16((f32(S) * s_a[r]) * s_w[n]); this thread's weight rows n, activation rows r

@@ -20,7 +20,7 @@ __device__ __forceinline__ u64 wg_desc(u32 saddr) {
     return (u64)((saddr & 0x3FFFFu) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
 }
 
-// ---- TMA and mbarriers (w8a8_wgmma.cu's stream-K GEMM, nvfp4_wgmma.cu's w4s_gemm_f16) ----
+// ---- TMA, mbarriers and named barriers (w8a8_wgmma.cu's stream-K GEMM, nvfp4_wgmma.cu's w4s / w4p) ----
 
 // The 128-byte CUtensorMap the host encodes (metrale/cuda/tma.py), passed by value.
 struct __align__(64) TmaDesc {
@@ -53,4 +53,12 @@ __device__ __forceinline__ void tma_box(u32 dst, const TmaDesc& tm, int x0, int 
             dst),
         "l"(reinterpret_cast<u64>(&tm)), "r"(x0), "r"(y0), "r"(bar)
         : "memory");
+}
+
+// Named barrier id (1..15) over n threads (a multiple of 32): wait for it, or arrive and go on.
+__device__ __forceinline__ void named_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
 }
