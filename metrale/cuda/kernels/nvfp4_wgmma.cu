@@ -283,17 +283,38 @@ __device__ __forceinline__ void chain_push(int lp, int dlogp, float (&sr)[NF][4]
     }
 }
 
+// The chains' start: every value -0.0 (chain-revision.md: a start that changes no bit).
+template <int NF>
+__device__ __forceinline__ void chain_start(float (&c)[NF][4]) {
+#pragma unroll
+    for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) c[nf][j] = -0.0f;
+}
+
+// Block b's values into the chains: P (the accumulator dv; a slow row's P times its fac, facp at
+// the step's first block of this lane's rows, B blocks per row) times the weight row's scale (s0:
+// row wc0, s1: wc0 + 8), one fma into c.
+template <int NF, bool SLOW>
+__device__ __forceinline__ void chain_block(float (&c)[NF][4], const float (&dv)[4 * NF], float s0, float s1,
+                                            const float* facp, int b, int B) {
+#pragma unroll
+    for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            float P = dv[4 * nf + j];
+            if (SLOW) P = ieee_mul(P, __ldg(facp + b + (size_t)(8 * nf + (j & 1)) * B));
+            c[nf][j] = ieee_fma(P, (j >> 1) ? s1 : s0, c[nf][j]);
+        }
+}
+
 // After local step ls of Sl: at a part's end (8 steps, or the CTA's last) its root c into the
 // counter, and c restarted at -0.0 unless the CTA's part is over.
 template <int NF, class Ctr>
 __device__ __forceinline__ void chain_step_end(int ls, int Sl, int dlogp, float (&c)[NF][4], Ctr& ctr) {
     if ((ls & 7) == 7 || ls == Sl - 1) {
         chain_push<NF>(ls >> 3, dlogp, c, ctr);
-        if (ls != Sl - 1)
-#pragma unroll
-            for (int nf = 0; nf < NF; ++nf)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) c[nf][j] = -0.0f;
+        if (ls != Sl - 1) chain_start<NF>(c);
     }
 }
 
@@ -344,10 +365,7 @@ __device__ __forceinline__ void w4c_body(const unsigned char* __restrict__ xh, c
     const float* facl = fac + (size_t)(row0 + 2 * t) * B;
     static_assert(!PF || ST == 3, "the prefetching chain body runs three stages");
     float c[NF][4];
-#pragma unroll
-    for (int nf = 0; nf < NF; ++nf)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) c[nf][j] = -0.0f;
+    chain_start<NF>(c);
     u32 a[2][2][4];
     float ws[2][2][2];
     float d[2][4 * NF];
@@ -409,14 +427,7 @@ __device__ __forceinline__ void w4c_body(const unsigned char* __restrict__ xh, c
                 w4w_wait<0>();
             }
             const int p = b >> 1;
-#pragma unroll
-            for (int nf = 0; nf < NF; ++nf)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    float P = d[b & 1][4 * nf + j];
-                    if (SLOW) P = ieee_mul(P, __ldg(facp + b + (size_t)(8 * nf + (j & 1)) * B));
-                    c[nf][j] = ieee_fma(P, ws[p & 1][b & 1][j >> 1], c[nf][j]);
-                }
+            chain_block<NF, SLOW>(c, d[b & 1], ws[p & 1][b & 1][0], ws[p & 1][b & 1][1], facp, b, B);
         }
         chain_step_end<NF>(ls, Sl, dlogp, c, ctr);
     }
@@ -596,14 +607,7 @@ __device__ __forceinline__ void sa_step(float (&d)[2][4 * NF], float (&c)[NF][4]
         }
         const float2 s01 = *(const float2*)(sc + b * SA_COLS);
         if (b == 7) release();
-#pragma unroll
-        for (int nf = 0; nf < NF; ++nf)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                float P = d[b & 1][4 * nf + j];
-                if (SLOW) P = ieee_mul(P, __ldg(facp + b + (size_t)(8 * nf + (j & 1)) * B));
-                c[nf][j] = ieee_fma(P, (j >> 1) ? s01.y : s01.x, c[nf][j]);
-            }
+        chain_block<NF, SLOW>(c, d[b & 1], s01.x, s01.y, facp, b, B);
         after(b);
     }
 }
@@ -628,10 +632,7 @@ __device__ __forceinline__ void w4s_body(const float* __restrict__ fac, int m, i
     unsigned char* raw = smem + SA_OFF_RAW;
     float* scf = (float*)(smem + SA_OFF_SCF);
     float c[NF][4];
-#pragma unroll
-    for (int nf = 0; nf < NF; ++nf)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) c[nf][j] = -0.0f;
+    chain_start<NF>(c);
     float d[2][4 * NF];
 
     // step 0's activations (its weights and step 1's are in flight since the launch), then its A
@@ -674,12 +675,13 @@ __device__ __forceinline__ void w4s_body(const float* __restrict__ fac, int m, i
 // The arguments, prologue (rows padded to 256), parts and mma_finish of w4c_gemm_f{NF}; grid
 // (rows_pad / 256, ceil(N / 64), gz parts), block 256, tile.SHARED_A_SMEM bytes of dynamic shared
 // memory.
-extern "C" __global__ void __launch_bounds__(W4B_THREADS, 1)
-    w4s_gemm_f16(const unsigned char* __restrict__ xh, const float* __restrict__ fac,
-                 const unsigned char* __restrict__ slow, int m, const unsigned char* w0, const unsigned char* s0,
-                 float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, const unsigned char* s1,
-                 float rs1, unsigned short* out1, long long ldo1, int N, int B, int gz, int kp8, int dlog,
-                 float* __restrict__ partial, const __grid_constant__ TmaDesc xmap) {
+// The shared-A kernels' parameters: w4c_gemm_f{NF}'s, then the TMA map of xh.
+#define SA_GEMM_PARAMS                                                                                    \
+    const unsigned char *__restrict__ xh, const float *__restrict__ fac, const unsigned char *__restrict__ slow, \
+        int m, const unsigned char *w0, const unsigned char *s0, float rs0, unsigned short *out0, long long ldo0, \
+        const unsigned char *w1, const unsigned char *s1, float rs1, unsigned short *out1, long long ldo1, int N, \
+        int B, int gz, int kp8, int dlog, float *__restrict__ partial, const __grid_constant__ TmaDesc xmap
+extern "C" __global__ void __launch_bounds__(W4B_THREADS, 1) w4s_gemm_f16(SA_GEMM_PARAMS) {
     extern __shared__ __align__(16) unsigned char sa_smem[];
     __shared__ __align__(8) u64 sa_bars[2];
     const SaTile tl(weight_set_at(blockIdx.z % gz, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1), B, gz, kp8,
@@ -769,10 +771,7 @@ __device__ __forceinline__ void sp_consume(const float* __restrict__ fac, int m,
     const float* facl = fac + (size_t)(rowg + 2 * t) * B;
     const float* scf = (const float*)(smem + SA_OFF_SCF);
     float c[NF][4];
-#pragma unroll
-    for (int nf = 0; nf < NF; ++nf)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) c[nf][j] = -0.0f;
+    chain_start<NF>(c);
     float d[2][4 * NF];
     for (int ls = 0; ls < Sl; ++ls) {
         const int buf = ls & 1;
@@ -791,12 +790,7 @@ __device__ __forceinline__ void sp_consume(const float* __restrict__ fac, int m,
 }
 
 // w4s_gemm_f16's arguments, grid and shared memory; block 384.
-extern "C" __global__ void __launch_bounds__(SA_ALL, 1)
-    w4p_gemm_f16(const unsigned char* __restrict__ xh, const float* __restrict__ fac,
-                 const unsigned char* __restrict__ slow, int m, const unsigned char* w0, const unsigned char* s0,
-                 float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, const unsigned char* s1,
-                 float rs1, unsigned short* out1, long long ldo1, int N, int B, int gz, int kp8, int dlog,
-                 float* __restrict__ partial, const __grid_constant__ TmaDesc xmap) {
+extern "C" __global__ void __launch_bounds__(SA_ALL, 1) w4p_gemm_f16(SA_GEMM_PARAMS) {
     extern __shared__ __align__(16) unsigned char sp_smem[];
     __shared__ __align__(8) u64 sp_bars[2];
     const SaTile tl(weight_set_at(blockIdx.z % gz, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1), B, gz, kp8,
@@ -978,10 +972,7 @@ __device__ __forceinline__ void w8c_body(const unsigned char* __restrict__ xh, c
     const int wc0 = 16 * warp + g;
     const int rows_pad = gridDim.x * 8 * NFC;  // the launch's tiles of 8 NFC rows (NFC > NF: tile_slow)
     float c[NF][4];
-#pragma unroll
-    for (int nf = 0; nf < NF; ++nf)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) c[nf][j] = -0.0f;
+    chain_start<NF>(c);
     float d[2][2][4 * NF];  // [block & 1][limb]
     const TileCopies<NF, F, true> cps(xh, row0, K, set, n0, N, B);
 #pragma unroll
