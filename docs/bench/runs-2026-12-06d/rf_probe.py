@@ -20,7 +20,8 @@ import numpy as np
 
 from metrale.cuda import runtime
 
-SRC = r"""
+#: The wgmma m64n128k16 helpers (A in registers or in shared memory), also ws_probe.py's.
+PRELUDE = r"""
 typedef unsigned int u32;
 typedef unsigned long long u64;
 #define R8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
@@ -47,7 +48,11 @@ template <int N>
 __device__ __forceinline__ void wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
+"""
 
+SRC = (
+    PRELUDE
+    + r"""
 // MODE: 0 FFMA only, 1 wgmma only, 2 both (A in registers), 3 both (A in shared memory)
 template <int MODE>
 __device__ __forceinline__ void body(float* out, long long* cyc, int iters, float s) {
@@ -108,6 +113,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) k_ss(float* o, long long* c
     body<3>(o, c, n, s);
 }
 """
+)
 
 MODES = ("ffma", "mma", "rs", "ss")
 

@@ -19,41 +19,26 @@ Prints cycles per stage and block values per SM cycle (the FFMA pipe's peak is 1
     python docs/bench/runs-2026-12-06e/ws_probe.py
 """
 
+import importlib.util
 import json
 import os
+from pathlib import Path
 
 import cupy as cp
 import numpy as np
 
 from metrale.cuda import runtime
 
-SRC = r"""
-typedef unsigned int u32;
-typedef unsigned long long u64;
-#define R8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
-    "+f"(d[i + 6]), "+f"(d[i + 7])
-#define ACC R8(0), R8(8), R8(16), R8(24), R8(32), R8(40), R8(48), R8(56)
-#define DREGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-__device__ __forceinline__ u64 desc(u32 saddr) {
-    return (u64)((saddr & 0x3FFFFu) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
-}
-__device__ __forceinline__ void mma_rs(float (&d)[64], const u32 (&a)[4], u64 db) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " DREGS
-                 "{%64, %65, %66, %67}, %68, 0, 1, 1, 0;"
-                 : ACC : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
-__device__ __forceinline__ void mma_ss(float (&d)[64], u64 da, u64 db) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " DREGS
-                 "%64, %65, 0, 1, 1, 0, 0;"
-                 : ACC : "l"(da), "l"(db));
-}
-template <int N>
-__device__ __forceinline__ void wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
+_spec = importlib.util.spec_from_file_location(
+    "rf_probe", Path(__file__).resolve().parent.parent / "runs-2026-12-06d" / "rf_probe.py"
+)
+assert _spec is not None and _spec.loader is not None
+RF = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(RF)  # rf_probe.PRELUDE: the wgmma helpers
+
+SRC = (
+    RF.PRELUDE
+    + r"""
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void bar_sync(int id, int n) {
@@ -87,6 +72,43 @@ constexpr int OFF_A = 2 * BROWS, OFF_RAW = OFF_A + 4 * AW, OFF_RSC = OFF_RAW + 4
 
 __device__ __forceinline__ u64 bdesc(u64 d0, int rows, int b) {
     return d0 + (u64)(((b >> 2) * (rows * 128) + (b & 3) * 32) >> 4);
+}
+
+// the 16-byte chunk of elements 8 h .. 8 h + 7 of block b of weight row r: a word of 8 nibbles
+// from the row's raw bytes into 4 bf16 pairs, stored at its swizzled place in the A at abase
+__device__ __forceinline__ void decode_chunk(const unsigned char* row_raw, u32 abase, int r, int h, int b) {
+    const u32 W = *(const u32*)(row_raw + 8 * b + 4 * h);
+    const u32 v0 = pair(W, 6u, 12u), v1 = pair(W >> 4, 6u, 12u), v2 = pair(W >> 8, 6u, 12u),
+              v3 = pair(W >> 12, 6u, 12u);
+    const u32 addr = abase + (b >> 2) * (64 * 128) + r * 128 + ((((b & 3) * 2 + h) ^ (r & 7)) << 4);
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v0), "r"(v1), "r"(v2), "r"(v3)
+                 : "memory");
+}
+
+// one stage of 8 blocks on A and B in shared memory (da, db), the chains' FFMAs with this lane's
+// f32 scales (scf [block][row]); release() after the last wgmma, after(b) behind each block
+template <class Release, class After>
+__device__ __forceinline__ void stage_ss(float (&d)[2][64], float (&c)[64], u64 da, u64 db, const float* scf,
+                                         int wc0, Release release, After after) {
+    fence();
+    mma_ss(d[0], bdesc(da, 64, 0), bdesc(db, 128, 0));
+    commit();
+#pragma unroll
+    for (int b = 0; b < 8; ++b) {
+        if (b < 7) {
+            fence();
+            mma_ss(d[(b + 1) & 1], bdesc(da, 64, b + 1), bdesc(db, 128, b + 1));
+            commit();
+            wait<1>();
+        } else {
+            wait<0>();
+            release();
+        }
+        const float s0 = scf[b * 64 + wc0], s1 = scf[b * 64 + wc0 + 8];
+#pragma unroll
+        for (int i = 0; i < 64; ++i) c[i] = __fmaf_rn(d[b & 1][i], (i & 2) ? s1 : s0, c[i]);
+        after(b);
+    }
 }
 
 // the present form: each warpgroup decodes its own rows (raw stage in slot 0, its own copy)
@@ -157,7 +179,6 @@ __device__ void body_ws(unsigned char* sm, float* out, long long* cyc, int iters
         // thread tp: row r = tp & 63, half h = tp >> 6 (elements 8h .. 8h + 7 of each block);
         // per A and block one word of 8 nibbles -> 4 bf16 pairs -> one 16-byte store
         const int r = tid & 63, h = tid >> 6;
-        const u32 rm0 = 6u, rs0 = 12u;  // consecutive nibble pairs: the rotations of t = 0, then shifts
         for (int it = 0; it < iters; ++it) {
             const int slot = it & 1;
             if (it >= 2) bar_sync(3 + slot, 384);
@@ -166,18 +187,7 @@ __device__ void body_ws(unsigned char* sm, float* out, long long* cyc, int iters
                 const unsigned char* raw = sm + OFF_RAW + (2 * slot + q) * RAW + r * 64;
                 const u32 abase = sb + OFF_A + (2 * slot + q) * AW;
 #pragma unroll
-                for (int b = 0; b < 8; ++b) {
-                    const u32 W = *(const u32*)(raw + 8 * b + 4 * h);
-                    uint4 v;
-                    v.x = pair(W, rm0, rs0);
-                    v.y = pair(W >> 4, rm0, rs0);
-                    v.z = pair(W >> 8, rm0, rs0);
-                    v.w = pair(W >> 12, rm0, rs0);
-                    const u32 chunk = ((b & 3) * 2 + h) ^ (r & 7);
-                    const u32 addr = abase + (b >> 2) * (64 * 128) + r * 128 + chunk * 16;
-                    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y),
-                                 "r"(v.z), "r"(v.w) : "memory");
-                }
+                for (int b = 0; b < 8; ++b) decode_chunk(raw, abase, r, h, b);
                 // scales: 8 blocks x 64 rows, 4 per thread
                 const u32 s4 = *(const u32*)(sm + OFF_RSC + (2 * slot + q) * 512 + 4 * (tid & 127));
                 float4 f;
@@ -206,25 +216,7 @@ __device__ void body_ws(unsigned char* sm, float* out, long long* cyc, int iters
         const u64 da = desc(sb + OFF_A + (2 * slot + q) * AW);
         const float* scf = (const float*)(sm + OFF_SCF + (2 * slot + q) * SCF);
         bar_sync(1 + slot, 384);
-        fence();
-        mma_ss(d[0], bdesc(da, 64, 0), bdesc(db, 128, 0));
-        commit();
-#pragma unroll
-        for (int b = 0; b < 8; ++b) {
-            if (b < 7) {
-                fence();
-                mma_ss(d[(b + 1) & 1], bdesc(da, 64, b + 1), bdesc(db, 128, b + 1));
-                commit();
-                wait<1>();
-            } else {
-                wait<0>();
-                bar_arrive(3 + slot, 384);
-            }
-            // scales f32 [block][row]: this lane's rows wc0, wc0 + 8
-            const float s0 = scf[b * 64 + wc0], s1 = scf[b * 64 + wc0 + 8];
-#pragma unroll
-            for (int i = 0; i < 64; ++i) c[i] = __fmaf_rn(d[b & 1][i], (i & 2) ? s1 : s0, c[i]);
-        }
+        stage_ss(d, c, da, db, scf, wc0, [&] { bar_arrive(3 + slot, 384); }, [](int) {});
     }
     const long long t1 = clock64();
     float acc = 0.0f;
@@ -257,34 +249,9 @@ __device__ void body_coop(unsigned char* sm, float* out, long long* cyc, int ite
         const float* scf = (const float*)(sm + OFF_SCF + 2 * slot * SCF);
         const unsigned char* raw = sm + OFF_RAW + 2 * nslot * RAW + r * 64;
         const u32 abase = sb + OFF_A + 2 * nslot * AW;
-        fence();
-        mma_ss(d[0], bdesc(da, 64, 0), bdesc(db, 128, 0));
-        commit();
-#pragma unroll
-        for (int b = 0; b < 8; ++b) {
-            if (b < 7) {
-                fence();
-                mma_ss(d[(b + 1) & 1], bdesc(da, 64, b + 1), bdesc(db, 128, b + 1));
-                commit();
-                wait<1>();
-            } else {
-                wait<0>();
-            }
-            const float s0 = scf[b * 64 + wc0], s1 = scf[b * 64 + wc0 + 8];
-#pragma unroll
-            for (int i = 0; i < 64; ++i) c[i] = __fmaf_rn(d[b & 1][i], (i & 2) ? s1 : s0, c[i]);
+        stage_ss(d, c, da, db, scf, wc0, [] {}, [&](int b) {
             if (b & 1) {
-                const int nb = (b & 6) + wg;
-                const u32 W = *(const u32*)(raw + 8 * nb + 4 * h);
-                uint4 v;
-                v.x = pair(W, 6u, 12u);
-                v.y = pair(W >> 4, 6u, 12u);
-                v.z = pair(W >> 8, 6u, 12u);
-                v.w = pair(W >> 12, 6u, 12u);
-                const u32 chunk = ((nb & 3) * 2 + h) ^ (r & 7);
-                const u32 addr = abase + (nb >> 2) * (64 * 128) + r * 128 + chunk * 16;
-                asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y),
-                             "r"(v.z), "r"(v.w) : "memory");
+                decode_chunk(raw, abase, r, h, (b & 6) + wg);
                 if (b == 7) {  // the next stage's scales, 2 per thread
                     const u32 s2 = *(const unsigned short*)(sm + OFF_RSC + 2 * nslot * 512 + 2 * tid);
                     float2 f;
@@ -292,7 +259,7 @@ __device__ void body_coop(unsigned char* sm, float* out, long long* cyc, int ite
                     *(float2*)(sm + OFF_SCF + 2 * nslot * SCF + 8 * tid) = f;
                 }
             }
-        }
+        });
     }
     const long long t1 = clock64();
     float acc = 0.0f;
@@ -329,6 +296,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) k_ws2(float* o, long long* 
     body_ws<false>(sm, o, c, n);
 }
 """
+)
 
 SMEM = 2 * 128 * 256 + 4 * 64 * 256 + 4 * 64 * 64 + 4 * 512 + 4 * 8 * 64 * 4
 MODES = {"rs": 256, "coop": 256, "ws": 384, "ws2": 384}
