@@ -211,7 +211,7 @@ class TileKernel:
     stages: int = STAGES
     chain: bool = False
     local: bool = False
-    cols: int = 128
+    cols: int = COLS
     threads: int = THREADS
 
 
