@@ -398,6 +398,11 @@ W8A8_SK_CTAS_PER_SM = 1
 #: cp.async copies instead of TMA, two CTAs per multiprocessor and weights laid out so that a
 #: box is contiguous were no faster.
 W8A8_TMA_TIERS: dict[int, int] = {64: 8, 128: 6}
+#: The same stream-K GEMM with units of 256 weight rows ``w8a8_tma_w256_n{bn}``: bn -> stages
+#: (each MMA warpgroup two m64 A tiles; an activation box read once per 256 weight rows, half
+#: the L2 reads of the activations). Not routed: w8a8.TMA_WIDE (METRALE_W8A8_TMA_WIDE=1) puts
+#: the tiers above on them for benchmarks.
+W8A8_TMA_WIDE: dict[int, int] = {64: 5, 128: 4}
 #: Beyond 128 rows (n128 in row tiles): down at m = 192 / 256 (64 CTAs of the 128x128 tile)
 #: 41.9 / 36.1 against 48.8 / 45.1 us tiled.
 #: The rows w8a8_gemv routes to them: all of W8A8_TMA_ROWS up to w8a8.GEMM_MIN_ROWS - 1, and from
@@ -545,7 +550,8 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         f"W8A8_GEMM({t.bm}, {t.bn}, {t.wm}, {t.wn}, {t.stages}, {t.minb})" for t in W8A8_GEMM_TILES
     ],
     "W8A8_WGMMA": lambda: [f"W8A8_WGMMA({t.bm}, {t.bn}, {t.stages})" for t in W8A8_WGMMA_TILES],
-    "W8A8_TMA": lambda: [f"W8A8_TMA({bn}, {st})" for bn, st in W8A8_TMA_TIERS.items()],
+    "W8A8_TMA": lambda: [f"W8A8_TMA(128, {bn}, {st})" for bn, st in W8A8_TMA_TIERS.items()],
+    "W8A8_TMA_WIDE": lambda: [f"W8A8_TMA_WIDE(256, {bn}, {st})" for bn, st in W8A8_TMA_WIDE.items()],
     "W8A8_WGMMA_SK": lambda: [f"W8A8_WGMMA_SK({t.bm}, {t.bn}, {t.stages})" for t in W8A8_SK_TIERS.values()],
     "W8A8_MMA": lambda: [
         f"W8A8_MMA({r}, {r // 8}, {cols // 16}, {w}, {W8A8_MMA_UNROLL[r]})"

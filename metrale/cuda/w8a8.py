@@ -89,7 +89,16 @@ SK_MAX_ROWS = int(_SK_MAX_ENV)
 #: them (configs.W8A8_TMA_ROWS).
 TMA_TIERS = configs.W8A8_TMA_TIERS
 TMA_MIN_ROWS, TMA_MAX_ROWS = configs.W8A8_TMA_ROWS
-TMA_NAMES = {f"w8a8_tma_n{bn}": bn for bn in TMA_TIERS}
+#: Stream-K kernel name -> (weight rows per unit, activation rows per unit, stages): the routed
+#: tiers (128 weight rows) and the wide ones (``configs.W8A8_TMA_WIDE``, 256 weight rows).
+TMA_KERNELS: dict[str, tuple[int, int, int]] = {
+    **{f"w8a8_tma_n{bn}": (128, bn, st) for bn, st in TMA_TIERS.items()},
+    **{f"w8a8_tma_w256_n{bn}": (256, bn, st) for bn, st in configs.W8A8_TMA_WIDE.items()},
+}
+TMA_NAMES = {name: bn for name, (_wr, bn, _st) in TMA_KERNELS.items()}
+#: Whether the routed stream-K tiers run on the wide kernels of the same activation rows
+#: (METRALE_W8A8_TMA_WIDE=1; benchmarks: the wide units are not yet measured).
+TMA_WIDE = os.environ.get("METRALE_W8A8_TMA_WIDE", "0") == "1"
 #: Rows from which ``w8a8_gemv`` runs the tiled GEMM (below: the GEMV tiers, which stream the
 #: weights once per 32 rows; 65 = past the W8A8 arm's row cap, i.e. prefill only).
 GEMM_MIN_ROWS = 65
@@ -173,24 +182,34 @@ def _sk_workspace(n: int) -> tuple[Any, Any]:
 _tma_work: dict[tuple[int, int], tuple[Any, Any]] = {}
 
 
-def _tma_workspace(bn: int) -> tuple[Any, Any]:
-    """The int32 parking slots [SMs][2][64 bn] and the zeroed uint32 flags [SMs][2] of
-    ``w8a8_tma_n{bn}`` on this device (every launch leaves the flags zero; one stream at a time)."""
-    key = (device_id(), bn)
+def _tma_workspace(name: str) -> tuple[Any, Any]:
+    """The int32 parking slots [SMs][2][wr / 2 bn] and the zeroed uint32 flags [SMs][2] of the
+    stream-K kernel ``name`` on this device (every launch leaves the flags zero; one stream at a
+    time)."""
+    wr, bn, _st = TMA_KERNELS[name]
+    key = (device_id(), wr * bn)
     if key not in _tma_work:
         import cupy
 
         _tma_work[key] = (
-            cupy.empty((sm_count() * 2 * 64 * bn,), dtype=cupy.int32),
+            cupy.empty((sm_count() * wr * bn,), dtype=cupy.int32),
             cupy.zeros((sm_count() * 2,), dtype=cupy.uint32),
         )
     return _tma_work[key]
 
 
-def tma_smem(bn: int) -> int:
-    """Dynamic shared memory of ``w8a8_tma_n{bn}``: its stages of 128 weight rows and bn
+def tma_smem(name: str) -> int:
+    """Dynamic shared memory of the stream-K kernel ``name``: its stages of wr weight rows and bn
     activation rows of 128 bytes, and 1024 bytes to align them to the swizzle's period."""
-    return TMA_TIERS[bn] * (128 + bn) * 128 + 1024
+    wr, bn, stages = TMA_KERNELS[name]
+    return stages * (wr + bn) * 128 + 1024
+
+
+def tma_kernel(bn: int) -> str:
+    """The stream-K kernel that serves the routed tier of ``bn`` activation rows (TMA_WIDE: the
+    wide kernel of the same rows where there is one)."""
+    wide = f"w8a8_tma_w256_n{bn}"
+    return wide if TMA_WIDE and wide in TMA_KERNELS else f"w8a8_tma_n{bn}"
 
 
 def tma_tier(m: int, n: int, pair: bool = False) -> int | None:
@@ -225,25 +244,25 @@ def _tma_launch(
     arr: dict[str, Any],
     out: Any,
     ldo: int,
-    bn: int,
+    name: str,
     second: _Second | None = None,
 ) -> None:
-    """One ``w8a8_tma_n{bn}`` launch: a CTA per multiprocessor (at most one per unit); with
-    ``second``, the units of both matrices in one list."""
+    """One launch of the stream-K kernel ``name``: a CTA per multiprocessor (at most one per
+    unit); with ``second``, the units of both matrices in one list."""
     m, k = q.shape
-    name = f"w8a8_tma_n{bn}"
+    wr, bn, _st = TMA_KERNELS[name]
     kern = get_kernel(WGMMA_FILE, name)
     if kern is None:
         raise MetraleError(f"w8a8_gemv: {name} did not build on this device")
-    smem = tma_smem(bn)
+    smem = tma_smem(name)
     set_dynamic_smem(kern, smem)
     nmat = 1 if second is None else 2
-    units = nmat * cdiv(w.n, 128) * cdiv(m, bn) * cdiv(k, 128)
+    units = nmat * cdiv(w.n, wr) * cdiv(m, bn) * cdiv(k, 128)
     ctas = min(sm_count(), units)
-    part, flag = _tma_workspace(bn)
-    tw = tma.row_tiles(arr["weight"], w.n, k, k, 128)
+    part, flag = _tma_workspace(name)
+    tw = tma.row_tiles(arr["weight"], w.n, k, k, wr)
     s2 = second or _Second(w, arr, out, ldo)
-    tw2 = tw if second is None else tma.row_tiles(s2.arr["weight"], w.n, k, k, 128)
+    tw2 = tw if second is None else tma.row_tiles(s2.arr["weight"], w.n, k, k, wr)
     tq = tma.row_tiles(q, m, k, int(q.strides[0]), bn)
     args = (
         tw,
@@ -333,15 +352,10 @@ def _gemv_launch(
         np.int64(ldo),
     )
     cols = w.n if second is None else 2 * w.n
-    bn = (
-        TMA_NAMES.get(gemm)
-        if gemm is not None
-        else tma_tier(m, cols, second is not None)
-        if warps is None
-        else None
-    )
-    if bn is not None:
-        _tma_launch(q, scale, w, arr, out, ldo, bn, second)
+    routed = tma_tier(m, cols, second is not None) if gemm is None and warps is None else None
+    stream_k = gemm if gemm in TMA_KERNELS else tma_kernel(routed) if routed is not None else None
+    if stream_k is not None:
+        _tma_launch(q, scale, w, arr, out, ldo, stream_k, second)
         return
     sk = SK_BY_NAME.get(gemm) if gemm is not None else split_k_tier(m) if warps is None else None
     if sk is not None:
@@ -366,7 +380,7 @@ def _gemv_launch(
     if gemm is not None or (warps is None and m >= GEMM_MIN_ROWS):
         tiles = {**GEMM_TILES, **WGMMA_TILES}
         if gemm is not None and gemm not in tiles:
-            names = sorted([*tiles, *SK_BY_NAME, *TMA_NAMES])
+            names = sorted([*tiles, *SK_BY_NAME, *TMA_KERNELS])
             raise MetraleError(f"w8a8_gemv: gemm={gemm!r}, want one of {names}")
         tile = tiles[gemm] if gemm is not None else gemm_tile(m, w.n)
         kern = get_kernel(WGMMA_FILE if tile.name in WGMMA_TILES else CU_FILE, tile.name)
