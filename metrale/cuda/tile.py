@@ -107,6 +107,11 @@ MAX_PARTS = 64
 #: (two waves on 132 multiprocessors), run as 384 of 16 (three). METRALE_TILE_WAVES=0 keeps the
 #: first plan that fills the slots (benchmarks).
 WAVES = os.environ.get("METRALE_TILE_WAVES", "1") != "0"
+#: Row tiles per raster group (tile.cuh ``tile_at``): the CTAs of a group take its row tiles
+#: fastest, then the next column tile, so a wave reads the activations of about this many row
+#: tiles; 0: all of the chunk's row tiles in one group (each column tile's row tiles in turn).
+#: METRALE_TILE_ROW_GROUP sets it (benchmarks).
+ROW_GROUP = int(os.environ.get("METRALE_TILE_ROW_GROUP", "0"))
 WAVE_GAIN = 0.1
 PART_OVERHEAD_STEPS = 2
 NVFP4 = TileFormat("w4a16b", 80, 8, -102, 110, wg_prefix="w4a16w", chain_prefix="w4c")
@@ -424,9 +429,10 @@ def _run(
         tiles = -(-m // tile_rows)
         pad = tiles * tile_rows
         prologue(r0, m, pad, xh, fac, slow)
+        group = min(tiles, ROW_GROUP) if ROW_GROUP > 0 else tiles
         pdl.launch(
             kern,
-            (tiles, col_ctas, gz * parts),
+            (group * col_ctas, -(-tiles // group), gz * parts),
             (pick.threads,),
             (
                 xh,

@@ -166,6 +166,29 @@ def test_chain_tile_every_cta_part(
             gen.bits_equal(got, want[:m], f"chain cta_steps={cta_steps} m={m} K={k}")
 
 
+@pytest.mark.parametrize("group", [1, 2, 3])
+def test_chain_tile_row_groups(
+    cuda: Any, fresh_rng: np.random.Generator, chained: dict, monkeypatch: pytest.MonkeyPatch, group: int
+) -> None:
+    """The raster in groups of 1, 2 and 3 row tiles (tile.ROW_GROUP; tile.cuh ``tile_at``): 7 row
+    tiles of 128 rows and 4 of 64 (partial last groups whose extra CTAs exit), 3 column tiles,
+    gate and up in one launch, CTA K parts of one chain part (mma_finish), fast and slow tiles."""
+    from metrale.cuda import tile
+
+    monkeypatch.setattr(tile, "ROW_GROUP", group)
+    monkeypatch.setattr(tile, "CHAIN_CTA_STEPS", (8, 8))
+    n, k = 300, 4096
+    w, w1 = gen.nvfp4(fresh_rng, n, k), gen.nvfp4(fresh_rng, n, k, name="up")
+    dw, dw1 = cuda.upload(w), cuda.upload(w1)
+    x = np.concatenate([mixed_rows(fresh_rng, 860, k, -102, 110), gen.rows(fresh_rng, 40, k)])
+    want, want1 = ref(x, w), ref(x, w1)
+    for m in (250, 900):
+        gen.bits_equal(run_nvfp4(cuda, fresh_rng, x[:m], dw, n), want[:m], f"chain row group {group} m={m}")
+    got, got1 = run_nvfp4_dual(fresh_rng, x, dw, dw1, n)
+    gen.bits_equal(got, want, f"chain row group {group} dual gate")
+    gen.bits_equal(got1, want1, f"chain row group {group} dual up")
+
+
 @pytest.mark.parametrize("shape", [(37, 128), (130, 4096), (45, 12288)], ids=["K128", "K4096", "K12288"])
 def test_chain_tile_a4(cuda: Any, fresh_rng: np.random.Generator, chained: dict, shape: tuple) -> None:
     """NVFP4 × A4 (w4a4b_prep's operand) on the chain tile: rows of every edge kind (non-finite
@@ -258,6 +281,9 @@ def test_chain_tile_shared_a(
     want, want1 = ref(x, w), ref(x, w1)
     for m in (129, 256, 520):
         gen.bits_equal(run_nvfp4(cuda, fresh_rng, x[:m], dw, n), want[:m], f"shared A m={m} {shape}")
+    monkeypatch.setattr(tile, "ROW_GROUP", 2)  # three row tiles: a partial second group
+    gen.bits_equal(run_nvfp4(cuda, fresh_rng, x, dw, n), want, f"shared A row group 2 {shape}")
+    monkeypatch.setattr(tile, "ROW_GROUP", 0)
     got, got1 = run_nvfp4_dual(fresh_rng, x[:300], dw, dw1, n)
     gen.bits_equal(got, want[:300], f"shared A dual gate {shape}")
     gen.bits_equal(got1, want1[:300], f"shared A dual up {shape}")

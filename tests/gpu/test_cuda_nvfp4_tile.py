@@ -357,3 +357,32 @@ def test_tile_q2_codes_exhaustive(cuda: Any, fresh_rng: np.random.Generator, til
         x[r, np.arange(r % 16, k, 16)] = 1.0 + (r // 16) / 4
     x = x.astype(BF16)
     gen.bits_equal(q2_run(cuda, fresh_rng, x, dw, n), ref(x, host), "tile q2 one-hot codes")
+
+
+@pytest.mark.parametrize("group", [1, 2, 3])
+def test_tile_row_groups(
+    cuda: Any, fresh_rng: np.random.Generator, tiled: Any, monkeypatch: pytest.MonkeyPatch, group: int
+) -> None:
+    """The raster in groups of 1, 2 and 3 row tiles (tile.ROW_GROUP; tile.cuh ``tile_at``): 7 row
+    tiles of 16 / 32 / 64 rows (a partial last group whose extra CTAs exit), 3 column tiles, gate
+    and up in one launch, K split (mma_finish), fast and slow tiles: every output written once,
+    the reference's bits."""
+    from metrale.cuda import nvfp4, tile
+
+    monkeypatch.setattr(tile, "ROW_GROUP", group)
+    n, k = 300, 12288
+    w, w1 = gen.nvfp4(fresh_rng, n, k), gen.nvfp4(fresh_rng, n, k, name="up")
+    dw, dw1 = cuda.upload(w), cuda.upload(w1)
+    x = np.concatenate([window_rows(fresh_rng, 420, k, (-60, 0, 60)), gen.rows(fresh_rng, 30, k)])
+    want, want1 = ref(x, w), ref(x, w1)
+    xd = dev_rows(x)
+    for m in (100, 450):
+        buf, view, init = gen.guarded(cp, fresh_rng, m, n)
+        cuda.launch("w4a16_gemm", xd[:m], dw, view)
+        gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"tile row group {group} m={m}")
+    b1, v1, i1 = gen.guarded(cp, fresh_rng, 450, n)
+    b2, v2, i2 = gen.guarded(cp, fresh_rng, 450, n)
+    nvfp4.nvfp4_a16(xd, [(dw, v1), (dw1, v2)], 450, 4)
+    gen.bits_equal(gen.check_guard(b1, i1, 450, n), want, f"tile row group {group} dual gate")
+    gen.bits_equal(gen.check_guard(b2, i2, 450, n), want1, f"tile row group {group} dual up")
+    assert tiled["n"] > 0, "the tiled GEMM never ran"

@@ -527,18 +527,20 @@ struct SaCopies {
     }
 };
 
-// A CTA of the shared-A tile (w4s_gemm_f16, w4p_gemm_f16): its weight set, rows, columns, K part
-// and shared memory from the launch, and the activation buffers' two mbarriers (bars, shared
-// address; init_bars: thread 0 initialises them, visible after the next barrier).
+// A CTA of the shared-A tile (w4s_gemm_f16, w4p_gemm_f16): its weight set, rows, columns (tile_at;
+// ok false: no tile, the CTA exits), K part and shared memory from the launch, and the activation
+// buffers' two mbarriers (bars, shared address; init_bars: thread 0 initialises them, visible
+// after the next barrier).
 struct SaTile {
     WeightSet set;
+    bool ok;
     int row0, n0, part_i, zs, s_begin, Sl;
     unsigned char* smem;
     u32 bars;
-    __device__ __forceinline__ SaTile(const WeightSet& set_, int B, int gz, int kp8, unsigned char* raw_smem,
-                                      u64* bar_words)
+    __device__ __forceinline__ SaTile(const WeightSet& set_, int m, int N, int B, int gz, int kp8,
+                                      unsigned char* raw_smem, u64* bar_words)
         : set(set_) {
-        row0 = blockIdx.x * SA_ROWS, n0 = blockIdx.y * SA_COLS;
+        ok = tile_at(m, SA_ROWS, N, SA_COLS, row0, n0);
         part_i = blockIdx.z / gz, zs = blockIdx.z % gz;
         s_begin = part_i * kp8, Sl = min((B >> 3) - s_begin, kp8);
         smem = tile_stages<true>(raw_smem);
@@ -684,8 +686,9 @@ __device__ __forceinline__ void w4s_body(const float* __restrict__ fac, int m, i
 extern "C" __global__ void __launch_bounds__(W4B_THREADS, 1) w4s_gemm_f16(SA_GEMM_PARAMS) {
     extern __shared__ __align__(16) unsigned char sa_smem[];
     __shared__ __align__(8) u64 sa_bars[2];
-    const SaTile tl(weight_set_at(blockIdx.z % gz, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1), B, gz, kp8,
-                    sa_smem, sa_bars);
+    const SaTile tl(weight_set_at(blockIdx.z % gz, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1), m, N, B, gz,
+                    kp8, sa_smem, sa_bars);
+    if (!tl.ok) return;
     const SaCopies cps(tl.set, tl.n0, N, B, threadIdx.x);
     cps.load_first(tl.smem, tl.s_begin, tl.Sl);
     tl.init_bars();
@@ -793,8 +796,9 @@ __device__ __forceinline__ void sp_consume(const float* __restrict__ fac, int m,
 extern "C" __global__ void __launch_bounds__(SA_ALL, 1) w4p_gemm_f16(SA_GEMM_PARAMS) {
     extern __shared__ __align__(16) unsigned char sp_smem[];
     __shared__ __align__(8) u64 sp_bars[2];
-    const SaTile tl(weight_set_at(blockIdx.z % gz, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1), B, gz, kp8,
-                    sp_smem, sp_bars);
+    const SaTile tl(weight_set_at(blockIdx.z % gz, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1), m, N, B, gz,
+                    kp8, sp_smem, sp_bars);
+    if (!tl.ok) return;
     const int tid = threadIdx.x;
     const SaCopies cps[2] = {{tl.set, tl.n0, N, B, tid}, {tl.set, tl.n0, N, B, tid + 128}};  // the producer's
     if (tid < 128)

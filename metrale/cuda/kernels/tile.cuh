@@ -347,7 +347,22 @@ __device__ __forceinline__ void tile_slow(const unsigned char* __restrict__ xh, 
     }
 }
 
-// The CTA's tile (blockIdx.x: 8 NF rows, y: 128 columns, z: part gz + set), its K part (steps
+// The CTA's output tile, rows [row0, row0 + rows) and columns [n0, n0 + cols), from a launch of
+// (G C, ceil(R / G), parts x sets) CTAs over R = ceil(m / rows) row tiles and C = ceil(N / cols)
+// column tiles: group blockIdx.y holds row tiles [G y, G y + G), taken row tiles fastest, then
+// the next column tile, so a wave of CTAs reads the activations of about G row tiles (G = R: one
+// group, each column tile's row tiles in turn). False for a CTA past a partial last group (it
+// exits: every thread alike). The order of tiles changes no bits.
+__device__ __forceinline__ bool tile_at(int m, int rows, int N, int cols, int& row0, int& n0) {
+    const int C = (N + cols - 1) / cols, R = (m + rows - 1) / rows, G = gridDim.x / C;
+    const int g0 = blockIdx.y * G, gs = min(G, R - g0), i = blockIdx.x;
+    if (i >= gs * C) return false;
+    row0 = (g0 + i % gs) * rows;
+    n0 = (i / gs) * cols;
+    return true;
+}
+
+// The CTA's tile (tile_at: 8 NF rows, 128 columns; blockIdx.z: part gz + set), its K part (steps
 // [part kp8, part kp8 + kp8) of B / 8) and whether any of its rows is slow, then Body::run<NF,
 // SLOW, F> over them (the mma.sync body of nvfp4_tile.cu or the wgmma bodies of nvfp4_wgmma.cu,
 // Body::WG their stage layout, Body::STAGES their pipeline depth) with the dynamic shared memory.
@@ -358,7 +373,8 @@ __device__ __forceinline__ void tile_gemm(const unsigned char* __restrict__ xh, 
                                           const unsigned char* __restrict__ slow, int m, const WeightSet& set, int N,
                                           int B, int gz, int kp8, int dlog, float* __restrict__ partial) {
     extern __shared__ __align__(16) unsigned char tile_smem[];
-    const int row0 = blockIdx.x * 8 * NF, n0 = blockIdx.y * W4B_COLS;
+    int row0, n0;
+    if (!tile_at(m, 8 * NF, N, W4B_COLS, row0, n0)) return;
     const int part_i = blockIdx.z / gz, zs = blockIdx.z % gz;
     const int S8 = B >> 3, s_begin = part_i * kp8, Sl = min(S8 - s_begin, kp8);
     unsigned char* smem = tile_stages<Body::WG>(tile_smem);
