@@ -135,6 +135,9 @@ TILE_CHAIN_PREFETCH: frozenset[int] = frozenset()
 #: per part) instead of shared memory, so that their stages have all of it whatever the CTA's K
 #: part; ``TILE_FP8_CHAIN_LOCAL`` the FP8 tiles'.
 TILE_CHAIN_LOCAL: frozenset[int] = frozenset()
+#: The NF whose chain kernels keep three wgmmas in flight (blocks b + 1 and b + 2 while block b's
+#: values form; three accumulator sets) instead of two: NF -> 3. Not set: to be measured.
+TILE_CHAIN_DEPTH: dict[int, int] = {}
 #: The kernel that takes the NVFP4 chain tiles' chunks of more than 128 rows instead of
 #: ``w4c_gemm_f16`` ("" for none): ``w4s_gemm_f16`` (64 weight rows x 256 activation rows per CTA,
 #: the weights decoded once into shared memory for both warpgroups) or ``w4p_gemm_f16`` (the same
@@ -497,7 +500,7 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
     ],
     "NVFP4_CHAIN_TILE": lambda: [
         f"NVFP4_CHAIN_TILE({nf}, {st}, {_bool(nf in TILE_CHAIN_PREFETCH)}, "
-        f"{_bool(nf in TILE_CHAIN_LOCAL)}, {ctas})"
+        f"{_bool(nf in TILE_CHAIN_LOCAL)}, {TILE_CHAIN_DEPTH.get(nf, 2)}, {ctas})"
         for nf, (st, ctas) in TILE_CHAIN_BUILDS.items()
     ],
     "FP8_CHAIN_TILE": lambda: [
@@ -506,7 +509,7 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
     ],
     "Q2_CHAIN_TILE": lambda: [
         f"Q2_CHAIN_TILE({nf}, {st}, {_bool(nf in TILE_CHAIN_PREFETCH)}, "
-        f"{_bool(nf in TILE_CHAIN_LOCAL)}, {ctas})"
+        f"{_bool(nf in TILE_CHAIN_LOCAL)}, {TILE_CHAIN_DEPTH.get(nf, 2)}, {ctas})"
         for nf, (st, ctas) in TILE_CHAIN_BUILDS.items()
     ],
     "Q2_MMA": lambda: [
