@@ -445,7 +445,12 @@ def w8a8_gemv_dual(
 
 #: Elements of a row per CTA of the SiLU-quantize kernels (w8a8.cu SILU_SLICE).
 SILU_SLICE = 1024
+#: Rows past the cluster kernel's (and every row where it is not built) take
+#: ``w8a8_silu_quant_rows`` (one launch: each row's last CTA writes its codes) instead of the
+#: slice pair where SILU_ROWS (METRALE_W8A8_SILU_ROWS=1; the same bits, not yet measured).
+SILU_ROWS = os.environ.get("METRALE_W8A8_SILU_ROWS", "0") == "1"
 _scratch: dict[tuple[int, int], tuple[DeviceA8Codes, Any]] = {}
+_row_words: dict[int, Any] = {}
 
 
 def _codes_scratch(m: int, k: int) -> tuple[DeviceA8Codes, Any]:
@@ -462,6 +467,19 @@ def _codes_scratch(m: int, k: int) -> tuple[DeviceA8Codes, Any]:
         )
         buf = _scratch[key] = (codes, cupy.empty((rows_ * cdiv(k, SILU_SLICE) * 2,), dtype=cupy.uint32))
     return DeviceA8Codes(q=buf[0].q[:m], scale=buf[0].scale[:m]), buf[1]
+
+
+def _silu_row_words(m: int) -> Any:
+    """The zeroed uint32 words [rows][3] (amax bits, non-finite flag, CTAs counted in) of
+    ``w8a8_silu_quant_rows`` on this device, at least m rows (every launch leaves them zero; one
+    stream at a time)."""
+    import cupy
+
+    key = device_id()
+    buf = _row_words.get(key)
+    if buf is None or buf.shape[0] < 3 * m:
+        buf = _row_words[key] = cupy.zeros((3 * max(m, 64),), dtype=cupy.uint32)
+    return buf
 
 
 #: ``w8a8_silu_quant`` (sm_90): CTAs per row (one thread-block cluster) and threads per CTA, as
@@ -503,6 +521,13 @@ def w8a8_silu_quant_gemv(gate: Any, up: Any, w: Any, out: Any, warps: int | None
             (SILU_QUANT_THREADS,),
             (g, ldg, u, ldu, device_table("silu"), np.int32(k), codes.q, codes.scale),
         )
+    elif SILU_ROWS:
+        pdl.launch(
+            get_kernel(CU_FILE, "w8a8_silu_quant_rows"),
+            (cdiv(k, SILU_SLICE), m),
+            (SILU_SLICE // 8,),
+            (g, ldg, u, ldu, device_table("silu"), np.int32(k), _silu_row_words(m), codes.q, codes.scale),
+        )
     else:
         grid = (cdiv(k, SILU_SLICE), m)
         pdl.launch(
@@ -526,6 +551,7 @@ _KERNEL_FUNCS = (
     "w8a8_quantize",
     "w8a8_silu_parts",
     "w8a8_quantize_parts",
+    "w8a8_silu_quant_rows",
     *(f"w8a8_gemv_r{r}" for r in GEMV_TIERS),
     *(f"w8a8_mma_r{t}_w{nw}" for t in MMA_TIERS for nw in MMA_WARPS),
     *GEMM_TILES,

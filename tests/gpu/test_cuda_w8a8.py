@@ -92,23 +92,28 @@ def _silu_inputs(rng: np.random.Generator, m: int, k: int) -> tuple[np.ndarray, 
     return gate, up
 
 
-def _silu_quant_path(monkeypatch: pytest.MonkeyPatch, cluster: bool) -> None:
+SILU_PATHS = ["cluster", "slices", "rows"]
+
+
+def _silu_quant_path(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
     """Route the fused entry point's first step: the cluster kernel (which must have built on an
-    sm_90 device, else the test would pass on the fallback) or the slice pair."""
+    sm_90 device, else the test would pass on the fallback), the slice pair, or the one-launch
+    kernel whose rows' last CTAs write the codes (w8a8_silu_quant_rows)."""
     from metrale.cuda import w8a8
     from metrale.cuda.runtime import get_kernel
 
-    monkeypatch.setattr(w8a8, "SILU_QUANT_CLUSTER_MAX_ROWS", 1 << 30 if cluster else 0)
-    if cluster and cp.cuda.Device().compute_capability >= "90":
+    monkeypatch.setattr(w8a8, "SILU_QUANT_CLUSTER_MAX_ROWS", 1 << 30 if path == "cluster" else 0)
+    monkeypatch.setattr(w8a8, "SILU_ROWS", path == "rows")
+    if path == "cluster" and cp.cuda.Device().compute_capability >= "90":
         assert get_kernel(w8a8.CU_FILE, "w8a8_silu_quant") is not None
 
 
-@pytest.mark.parametrize("cluster", [True, False], ids=["cluster", "slices"])
+@pytest.mark.parametrize("path", SILU_PATHS)
 @pytest.mark.parametrize(("n", "k"), SHAPES)
 def test_fused_silu_quant_gemv_matches_reference(
-    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, n: int, k: int, cluster: bool
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, n: int, k: int, path: str
 ) -> None:
-    _silu_quant_path(monkeypatch, cluster)
+    _silu_quant_path(monkeypatch, path)
     host = w8a8_weight(fresh_rng, n, k)
     w = cuda.upload(host)
     gate, up = _silu_inputs(fresh_rng, 64, k)
@@ -124,16 +129,20 @@ def test_fused_silu_quant_gemv_matches_reference(
         bits_equal(got, want[:m], f"w8a8_silu_quant_gemv m={m} (reference and batch invariance)")
         bits_equal(cp.asnumpy(g[:m]), h.view(np.uint16)[:m], f"w8a8_silu_quant_gemv m={m}: h in gate")
         bits_equal(cp.asnumpy(g[m:]), gate.view(np.uint16)[m:], f"w8a8_silu_quant_gemv m={m}: rows >= m")
+    if path == "rows":
+        from metrale.cuda.w8a8 import _silu_row_words
+
+        assert not _silu_row_words(64).any(), "w8a8_silu_quant_rows left its row words set"
 
 
-@pytest.mark.parametrize("cluster", [True, False], ids=["cluster", "slices"])
+@pytest.mark.parametrize("path", SILU_PATHS)
 @pytest.mark.parametrize("k", [40960, 131056, MAX_K])
 def test_fused_large_k(
-    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, k: int, cluster: bool
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, k: int, path: str
 ) -> None:
     """Long rows: K = 40960 (640 GEMV steps), 131056 (a CTA's last groups partly filled) and
     MAX_K (every register group of the cluster kernel used), h in gate checked too."""
-    _silu_quant_path(monkeypatch, cluster)
+    _silu_quant_path(monkeypatch, path)
     host = w8a8_weight(fresh_rng, 20, k)
     w = cuda.upload(host)
     gate, up = _silu_inputs(fresh_rng, 11, k)
