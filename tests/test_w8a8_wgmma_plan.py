@@ -138,6 +138,22 @@ def test_stream_k_tiles_fit_one_multiprocessor() -> None:
         assert wr // 128 * bn // 2 <= 128, name
 
 
+@pytest.mark.parametrize("value", ["abc", "-1", "1.5", ""])
+def test_pair_max_rows_environment_refused(value: str) -> None:
+    import subprocess
+    import sys
+
+    got = subprocess.run(
+        [sys.executable, "-c", "import metrale.cuda.w8a8"],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "METRALE_W8A8_TMA_PAIR_MAX_ROWS": value},
+        timeout=60,
+    )
+    named = f"METRALE_W8A8_TMA_PAIR_MAX_ROWS={value!r}"
+    assert got.returncode != 0 and named in got.stderr, got.stderr[-400:]
+
+
 @pytest.mark.parametrize("value", ["abc", "-1", "33", "1.5"])
 def test_sk_max_rows_environment_refused(value: str) -> None:
     import subprocess

@@ -96,6 +96,12 @@ TMA_KERNELS: dict[str, tuple[int, int, int]] = {
     **{f"w8a8_tma_w256_n{bn}": (256, bn, st) for bn, st in configs.W8A8_TMA_WIDE.items()},
 }
 TMA_NAMES = {name: bn for name, (_wr, bn, _st) in TMA_KERNELS.items()}
+#: Gate and up in one stream-K launch up to this many rows (configs.W8A8_TMA_PAIR_MAX_ROWS;
+#: METRALE_W8A8_TMA_PAIR_MAX_ROWS moves it, for benchmarks; at most TMA_MAX_ROWS counts).
+_PAIR_ENV = os.environ.get("METRALE_W8A8_TMA_PAIR_MAX_ROWS", str(configs.W8A8_TMA_PAIR_MAX_ROWS))
+if not _PAIR_ENV.isdigit():
+    raise MetraleError(f"METRALE_W8A8_TMA_PAIR_MAX_ROWS={_PAIR_ENV!r}: want a row count (an int >= 0)")
+TMA_PAIR_MAX_ROWS = int(_PAIR_ENV)
 #: Whether the routed stream-K tiers run on the wide kernels of the same activation rows
 #: (METRALE_W8A8_TMA_WIDE=1; benchmarks: the wide units are not yet measured).
 TMA_WIDE = os.environ.get("METRALE_W8A8_TMA_WIDE", "0") == "1"
@@ -217,10 +223,10 @@ def tma_tier(m: int, n: int, pair: bool = False) -> int | None:
     None: every m in TMA_MIN_ROWS .. GEMM_MIN_ROWS - 1, and m up to TMA_MAX_ROWS where the tiled
     GEMM's grid would fill fewer than ``configs.W8A8_TMA_GEMM_FILL`` of the multiprocessors;
     ``pair`` (gate and up in one launch, n their 2 N columns): every m up to
-    ``configs.W8A8_TMA_PAIR_MAX_ROWS`` too."""
+    ``TMA_PAIR_MAX_ROWS`` too."""
     if not TMA_MIN_ROWS <= m <= TMA_MAX_ROWS or not wgmma_built():
         return None
-    if m >= GEMM_MIN_ROWS and not (pair and m <= configs.W8A8_TMA_PAIR_MAX_ROWS):
+    if m >= GEMM_MIN_ROWS and not (pair and m <= TMA_PAIR_MAX_ROWS):
         t = gemm_tile(m, n)
         if cdiv(m, t.bm) * cdiv(n, t.bn) >= configs.W8A8_TMA_GEMM_FILL * sm_count():
             return None

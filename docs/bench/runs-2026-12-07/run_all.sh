@@ -14,7 +14,7 @@ METRALE_REQUIRE_GPU=1 timeout 80 python -m pytest -q -n 8 -p no:cacheprovider --
 MS=4096 VARS=chain16 TAG=_w4c timeout 40 python $P 2>&1 | tail -3
 SA=w4s MS=4096 VARS=chain16 TAG=_w4s timeout 40 python $P 2>&1 | tail -3
 SA=w4p MS=4096 VARS=chain16 TAG=_w4p timeout 40 python $P 2>&1 | tail -3
-for v in "0 0" "1 0" "0 1" "1 1"; do
+for v in "0 0 128" "1 0 128" "1 1 128" "1 1 256"; do
   set -- $v
-  METRALE_W8A8_TMA_WIDE=$1 METRALE_W8A8_SILU_ROWS=$2 timeout 40 python -m metrale.bench --shape qwen3-8b --m 64,128,256 --formats w8a8 --peers bf16 --kernels none --cell-seconds 1 --samples 5 --json $OUT/w8a8_ffn_wide$1_rows$2.json 2>&1 | grep -E "W8A8|cuBLAS" | head -3
+  METRALE_W8A8_TMA_WIDE=$1 METRALE_W8A8_SILU_ROWS=$2 METRALE_W8A8_TMA_PAIR_MAX_ROWS=$3 timeout 40 python -m metrale.bench --shape qwen3-8b --m 64,128,256 --formats w8a8 --peers bf16 --kernels none --cell-seconds 1 --samples 5 --json $OUT/w8a8_ffn_w$1_r$2_p$3.json 2>&1 | grep -E "W8A8|cuBLAS" | head -3
 done
