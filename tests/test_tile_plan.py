@@ -255,3 +255,33 @@ def test_fp8_chain_plan() -> None:
     assert tile.chain_smem(kern, tile.FP8, 7) == 1024 + 3 * stage
     dlog, parts = tile.chain_plan(kern, tile.FP8, 1536, 2, 1)
     assert (dlog, parts) == (7, 12)
+
+
+ROW_GROUP_GRIDS = [(0, (7 * 3, 1)), (1, (3, 7)), (3, (9, 3)), (7, (21, 1)), (9, (21, 1))]
+
+
+@pytest.mark.parametrize(("group", "grid_xy"), ROW_GROUP_GRIDS)
+def test_tile_grid_in_row_groups(monkeypatch: pytest.MonkeyPatch, group: int, grid_xy: tuple) -> None:
+    """The tile GEMM's grid for ROW_GROUP (tile.cuh ``tile_at`` reads it back): 7 row tiles of 16
+    rows (m = 100, NF = 2) and 3 column tiles (N = 300) as (group x 3, ceil(7 / group)) CTAs,
+    the group at most the row tiles; 0 is one group of all seven (each column tile's row tiles in
+    turn); z the K parts of both sets."""
+    import numpy as np
+
+    from metrale.cuda import pdl, runtime
+
+    launches: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(tile, "ROW_GROUP", group)
+    monkeypatch.setattr(tile, "WG_ENABLED", False)
+    monkeypatch.setattr(tile, "FRAGS", (2,))
+    monkeypatch.setattr(runtime, "get_kernel", lambda cu, name: name)
+    monkeypatch.setattr(runtime, "set_dynamic_smem", lambda kern, nbytes: None)
+    monkeypatch.setattr(runtime, "sm_count", lambda dev=None: 132)
+    monkeypatch.setattr(tile.mma, "workspace", lambda n: np.zeros(n, dtype=np.uint8))
+    monkeypatch.setattr(pdl, "launch", lambda k, g, b, args, smem=0: launches.append((k, g)))
+    out = np.zeros((100, 300), dtype=np.uint16)
+    args = (None, None, np.float32(1), out, np.int64(300))
+    assert tile._run(lambda *a: None, 100, 256, args, args, 2, 300, tile.NVFP4)
+    ((kern, grid), *finish) = launches
+    assert kern == "w4a16b_gemm_f2" and grid[:2] == grid_xy, (kern, grid)
+    assert grid[2] % 2 == 0 and all(k == "mma_finish" for k, _ in finish)
