@@ -256,3 +256,17 @@ def test_q2_decode_route_names_built_variants() -> None:
         assert variant in configs.Q2_0_DEC_VARIANTS, variant
         assert 1 <= rows <= min(configs.Q2_0_DEC_MAX_ROWS, max(configs.Q2_0_DEC_ROWS)), rows
     assert configs.Q2_0_DEC_ROUTE[-1][1] >= 1 << 31
+
+
+def test_tile_kernels_read_the_grid_only_through_tile_at() -> None:
+    """The tile kernels' grid is laid out in raster groups (tile.cuh ``tile_at``): a kernel that
+    derives a row count or a stride from ``gridDim.x`` / ``gridDim.y`` (as the FP8 chain tile's
+    factor stride once did: every output wrong under the groups) reads a group's CTAs instead."""
+    import re
+
+    for cu in ("tile.cuh", "nvfp4_tile.cu", "nvfp4_wgmma.cu"):
+        text = (KERNEL_DIR / cu).read_text()
+        code = [ln for ln in text.splitlines() if not ln.lstrip().startswith("//")]
+        uses = [ln for ln in code if re.search(r"gridDim\.[xy]", ln)]
+        allowed = ["    const int C = (N + cols - 1) / cols, R = (m + rows - 1) / rows, G = gridDim.x / C;"]
+        assert uses == (allowed if cu == "tile.cuh" else []), (cu, uses)

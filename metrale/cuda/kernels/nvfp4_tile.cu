@@ -26,8 +26,9 @@
 //       NaN there).
 //   w4a16b_gemm_f{NF}(xh, fac, slow, m, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1, N, B,
 //                     gz, kp8, dlog, partial)
-//       B % 8 == 0. grid (rows_pad / (8 NF), ceil(N / 128), gz parts), block 256 (8 warps, warp
-//       w: columns 16 w .. 16 w + 15 of the CTA's 128, all 8 NF rows); blockIdx.z = part gz + set.
+//       B % 8 == 0. grid (G ceil(N / 128), ceil(T / G), gz parts) over T = rows_pad / (8 NF) row
+//       tiles in groups of G (tile.cuh tile_at), block 256 (8 warps, warp w: columns 16 w .. 16 w
+//       + 15 of the CTA's 128, all 8 NF rows); blockIdx.z = part gz + set.
 //       The part covers steps (8 blocks) [part kp8, part kp8 + kp8) of S8 = B / 8, kp8 = 2^dlog
 //       <= 32: an aligned subtree. parts = 1 (partial null): y = bf16(root * rowscale); else the
 //       part roots go to partial [parts][gz][m][N] and mma_finish (nvfp4_mma.cu) sums them.

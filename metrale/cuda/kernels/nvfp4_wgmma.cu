@@ -8,7 +8,8 @@
 //   w4a16w_gemm_f{NF}, w4a4w_gemm_f{NF}, q2a16w_gemm_f{NF}(xh, fac, slow, m, w0, s0, rs0, out0, ldo0,
 //                                        w1, s1, rs1, out1, ldo1, N, B, gz, kp8, dlog, partial)
 //       (w4a4w: the NVFP4 tile on w4a4b_prep's A4 operand, the tree's level 1 fused: A4 below)
-//       grid (rows_pad / (8 NF), ceil(N / 128), gz parts), block 256 = two warpgroups, built for
+//       grid (G ceil(N / 128), ceil(T / G), gz parts) over T = rows_pad / (8 NF) row tiles in groups
+//       of G (tile.cuh tile_at, tile.ROW_GROUP), block 256 = two warpgroups, built for
 //       configs.NVFP4_WGMMA_TILE_CTAS[NF] CTAs per multiprocessor (NF = 2: two); warpgroup
 //       h takes weight rows 64 h .. 64 h + 63 of the CTA's 128 (warp w of the CTA: rows 16 w ..
 //       16 w + 15, as in nvfp4_tile.cu), all 8 NF activation rows. Dynamic shared memory: 1024
@@ -26,7 +27,8 @@
 //       NVFP4 x A16 / A4 on the chain, 64 weight rows x 256 activation rows per CTA: the weights
 //       decoded once into shared memory for both warpgroups (wgmma with A from shared memory;
 //       at its definition below); configs.TILE_CHAIN_SHARED_A routes chunks over 128 rows to it.
-//       grid (rows_pad / 256, ceil(N / 64), gz parts), block 256, tile.SHARED_A_SMEM bytes.
+//       grid (G ceil(N / 64), ceil(T / G), gz parts), T = rows_pad / 256, block 256,
+//       tile.SHARED_A_SMEM bytes.
 //   w4p_gemm_f16(w4s_gemm_f16's arguments)
 //       the same tile warp-specialised: block 384, a producer warpgroup (copies, TMA, decode) and
 //       two consumer warpgroups (MMAs, chains); configs.TILE_CHAIN_SHARED_A = "producer" routes
@@ -685,8 +687,8 @@ __device__ __forceinline__ void w4s_body(const float* __restrict__ fac, int m, i
 }
 
 // The arguments, prologue (rows padded to 256), parts and mma_finish of w4c_gemm_f{NF}; grid
-// (rows_pad / 256, ceil(N / 64), gz parts), block 256, tile.SHARED_A_SMEM bytes of dynamic shared
-// memory.
+// (G ceil(N / 64), ceil(T / G), gz parts) over T = rows_pad / 256 row tiles, block 256,
+// tile.SHARED_A_SMEM bytes of dynamic shared memory.
 // The shared-A kernels' parameters: w4c_gemm_f{NF}'s, then the TMA map of xh.
 #define SA_GEMM_PARAMS                                                                                    \
     const unsigned char *__restrict__ xh, const float *__restrict__ fac, const unsigned char *__restrict__ slow, \
@@ -984,7 +986,7 @@ __device__ __forceinline__ void w8c_body(const unsigned char* __restrict__ xh, c
     const u32 sbase = (u32)__cvta_generic_to_shared(smem);
     auto ctr = chain_ctr<NF, LOCAL>(smem + ST * STAGE);
     const int wc0 = 16 * warp + g;
-    const int rows_pad = gridDim.x * 8 * NFC;  // the launch's tiles of 8 NFC rows (NFC > NF: tile_slow)
+    const int rows_pad = (m + 8 * NFC - 1) / (8 * NFC) * (8 * NFC);  // NFC > NF: tile_slow
     float c[NF][4];
     chain_start<NF>(c);
     float d[2][2][4 * NF];  // [block & 1][limb]
