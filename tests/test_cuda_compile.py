@@ -229,8 +229,7 @@ def _pasted(macro: str, a: list[str]) -> tuple[str, ...]:
         "W8A8_GEMM": lambda: f"w8a8_gemm_{a[0]}x{a[1]}",
         "W8A8_WGMMA": lambda: f"w8a8_wgmma_{a[0]}x{a[1]}",
         "W8A8_WGMMA_SK": lambda: f"w8a8_wgmma_sk_n{a[1]}",
-        "W8A8_TMA": lambda: f"w8a8_tma_n{a[1]}",
-        "W8A8_TMA_WIDE": lambda: f"w8a8_tma_w{a[0]}_n{a[1]}",
+        "W8A8_TMA": lambda: f"w8a8_tma_n{a[0]}",
     }.get(macro, lambda: f"<{macro}: naming not stated here>")()
     return named if isinstance(named, tuple) else (named,)
 

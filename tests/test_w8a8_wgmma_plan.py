@@ -131,27 +131,9 @@ def test_few_rows_kernels_need_the_wgmma_build(monkeypatch: pytest.MonkeyPatch) 
 def test_stream_k_tiles_fit_one_multiprocessor() -> None:
     """Every stream-K tier's stages fit the dynamic shared memory of an sm_90 CTA, and its
     activation rows are a wgmma N the file has an m64nNk32 instruction for."""
-    for name, (wr, bn, _st) in w8a8.TMA_KERNELS.items():
-        assert w8a8.tma_smem(name) <= SM90_SMEM, name
-        assert bn in (16, 32, 64, 128) and wr in (128, 256), name
-        # the MMA warpgroups' accumulators: wr / 128 tiles of 64 x bn int32 over 128 threads
-        assert wr // 128 * bn // 2 <= 128, name
-
-
-@pytest.mark.parametrize("value", ["abc", "-1", "1.5", ""])
-def test_pair_max_rows_environment_refused(value: str) -> None:
-    import subprocess
-    import sys
-
-    got = subprocess.run(
-        [sys.executable, "-c", "import metrale.cuda.w8a8"],
-        capture_output=True,
-        text=True,
-        env={**__import__("os").environ, "METRALE_W8A8_TMA_PAIR_MAX_ROWS": value},
-        timeout=60,
-    )
-    named = f"METRALE_W8A8_TMA_PAIR_MAX_ROWS={value!r}"
-    assert got.returncode != 0 and named in got.stderr, got.stderr[-400:]
+    for bn in configs.W8A8_TMA_TIERS:
+        assert w8a8.tma_smem(bn) <= SM90_SMEM, bn
+        assert bn in (16, 32, 64, 128), bn
 
 
 @pytest.mark.parametrize("value", ["abc", "-1", "33", "1.5"])
@@ -178,7 +160,7 @@ class Arr:
 
 
 def kernel_params(macro_kernel: str) -> list[Any]:
-    """The parameter list of ``macro_kernel`` (as spelled in its macro, e.g. ``w8a8_wgmma_sk_n##NB``)
+    """The parameter list of ``macro_kernel`` (as spelled in its macro, e.g. ``w8a8_tma_n##BN``)
     in kernels/w8a8_wgmma.cu, read from the source: a tensor map for ``TmaDesc``, "array" for a
     pointer, int64 for ``long long``, int32 for ``int``."""
     import re
@@ -246,29 +228,28 @@ def test_stream_k_launch_passes_the_kernels_parameters(monkeypatch: pytest.Monke
     ``long long``): a launch whose arguments drift from the signature reads garbage on the GPU."""
     from metrale.cuda import tma
 
-    want = kernel_params("__launch_bounds__(384, 1) NAME")
+    want = kernel_params("w8a8_tma_n##BN")
 
     class W:
         n, k = 4096, 12288
 
     seen = fake_device(monkeypatch)
     monkeypatch.setattr(tma, "row_tiles", lambda *a: tma.TensorMap())
-    for kernel, (wr, bn, _st) in w8a8.TMA_KERNELS.items():
-        monkeypatch.setitem(w8a8._tma_work, (0, wr * bn), (Arr((1,)), Arr((1,))))
-        q = Arr((100, 12288))
-        w8a8._tma_launch(
-            q,
-            Arr((100,)),
-            W(),
-            {"weight": Arr((4096, 12288)), "weight_scale": Arr((4096,))},
-            Arr((100, 4096)),
-            4096,
-            kernel,
-        )
-        (name, grid, block, args, smem) = seen.pop()
-        assert name == kernel and grid == (132,) and block == (384,) and smem == w8a8.tma_smem(kernel)
-        got = ["array" if isinstance(a, Arr) else type(a) for a in args]
-        assert got == want, kernel
+    monkeypatch.setitem(w8a8._tma_work, (0, 128), (Arr((1,)), Arr((1,))))
+    q = Arr((100, 12288))
+    w8a8._tma_launch(
+        q,
+        Arr((100,)),
+        W(),
+        {"weight": Arr((4096, 12288)), "weight_scale": Arr((4096,))},
+        Arr((100, 4096)),
+        4096,
+        128,
+    )
+    ((name, grid, block, args, smem),) = seen
+    assert name == "w8a8_tma_n128" and grid == (132,) and block == (384,) and smem == w8a8.tma_smem(128)
+    got = ["array" if isinstance(a, Arr) else type(a) for a in args]
+    assert got == want
 
 
 def _plan_dual(monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int) -> tuple[list[Any], dict[str, Any]]:
@@ -290,8 +271,8 @@ def _plan_dual(monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int) -> tuple
     monkeypatch.setattr(w8a8, "wgmma_built", lambda: True)
     monkeypatch.setattr(tma, "row_tiles", row_tiles)
     monkeypatch.setitem(w8a8._sk_work, (0, n), (Arr((1,)), Arr((1,))))
-    for wr, bn, _st in w8a8.TMA_KERNELS.values():
-        monkeypatch.setitem(w8a8._tma_work, (0, wr * bn), (Arr((1,)), Arr((1,))))
+    for bn in configs.W8A8_TMA_TIERS:
+        monkeypatch.setitem(w8a8._tma_work, (0, bn), (Arr((1,)), Arr((1,))))
     st = {
         "q": Arr((m, k)),
         "s": Arr((m,)),

@@ -26,8 +26,7 @@ Families:
 * ``nvfp4-gemm``: the NVFP4 A16 prefill GEMM builds (``nvfp4_gemm_builds``) on any grid and the
   K-split MMA kernels, gate and up in one launch and down;
 * ``w8a8-gemm``: up to the largest ``W8A8_SK_TIERS`` the split-K wgmma kernels at 1 and 2 CTAs
-  per multiprocessor; the stream-K tiers (``W8A8_TMA_TIERS``, and ``W8A8_TMA_WIDE``'s units of
-  256 weight rows) that hold m, or half of it; above
+  per multiprocessor; the stream-K tiers (``W8A8_TMA_TIERS``) that hold m, or half of it; above
   32 rows (the largest ``W8A8_MMA_TIERS``) the prefill tiles (``W8A8_GEMM_TILES``,
   ``W8A8_WGMMA_TILES``); up to 64 rows the kernels of other GPUs (dp4a, mma.sync tiers). The
   A8 codes are made once per cell (the GEMM alone is timed).
@@ -294,15 +293,6 @@ def _w8a8_gemm(fmt: str, n: int, k: int, m: int) -> list[Candidate]:
         for bn in configs.W8A8_TMA_TIERS
         if m // 2 <= bn and (bn >= m or bn == max(configs.W8A8_TMA_TIERS))
     ]
-    out += [
-        Candidate(
-            f"stream-K 256 weight rows n{bn}",
-            (("w8a8_wgmma.cu", f"w8a8_tma_w256_n{bn}"),),
-            call=(("gemm", f"w8a8_tma_w256_n{bn}"),),
-        )
-        for bn in configs.W8A8_TMA_WIDE
-        if m // 2 <= bn and (bn >= m or bn == max(configs.W8A8_TMA_WIDE))
-    ]
     if m > max(configs.W8A8_MMA_TIERS):
         mine = [(t.name, "w8a8.cu") for t in configs.W8A8_GEMM_TILES]
         mine += [(t.name, "w8a8_wgmma.cu") for t in configs.W8A8_WGMMA_TILES]
@@ -536,7 +526,6 @@ TABLES: dict[str, tuple[str, ...]] = {
         "W8A8_SK_CTAS_PER_SM",
         "W8A8_SK_MAX_ROWS",
         "W8A8_TMA_TIERS",
-        "W8A8_TMA_WIDE",
         "W8A8_TMA_ROWS",
         "W8A8_TMA_GEMM_FILL",
     ),

@@ -135,9 +135,6 @@ TILE_CHAIN_PREFETCH: frozenset[int] = frozenset()
 #: per part) instead of shared memory, so that their stages have all of it whatever the CTA's K
 #: part; ``TILE_FP8_CHAIN_LOCAL`` the FP8 tiles'.
 TILE_CHAIN_LOCAL: frozenset[int] = frozenset()
-#: The NF whose chain kernels keep three wgmmas in flight (blocks b + 1 and b + 2 while block b's
-#: values form; three accumulator sets) instead of two: NF -> 3. Not set: to be measured.
-TILE_CHAIN_DEPTH: dict[int, int] = {}
 #: The kernel that takes the NVFP4 chain tiles' chunks of more than 128 rows instead of
 #: ``w4c_gemm_f16`` ("" for none): ``w4s_gemm_f16`` (64 weight rows x 256 activation rows per CTA,
 #: the weights decoded once into shared memory for both warpgroups) or ``w4p_gemm_f16`` (the same
@@ -401,11 +398,6 @@ W8A8_SK_CTAS_PER_SM = 1
 #: cp.async copies instead of TMA, two CTAs per multiprocessor and weights laid out so that a
 #: box is contiguous were no faster.
 W8A8_TMA_TIERS: dict[int, int] = {64: 8, 128: 6}
-#: The same stream-K GEMM with units of 256 weight rows ``w8a8_tma_w256_n{bn}``: bn -> stages
-#: (each MMA warpgroup two m64 A tiles; an activation box read once per 256 weight rows, half
-#: the L2 reads of the activations). Not routed: w8a8.TMA_WIDE (METRALE_W8A8_TMA_WIDE=1) puts
-#: the tiers above on them for benchmarks.
-W8A8_TMA_WIDE: dict[int, int] = {64: 5, 128: 4}
 #: Beyond 128 rows (n128 in row tiles): down at m = 192 / 256 (64 CTAs of the 128x128 tile)
 #: 41.9 / 36.1 against 48.8 / 45.1 us tiled.
 #: The rows w8a8_gemv routes to them: all of W8A8_TMA_ROWS up to w8a8.GEMM_MIN_ROWS - 1, and from
@@ -500,7 +492,7 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
     ],
     "NVFP4_CHAIN_TILE": lambda: [
         f"NVFP4_CHAIN_TILE({nf}, {st}, {_bool(nf in TILE_CHAIN_PREFETCH)}, "
-        f"{_bool(nf in TILE_CHAIN_LOCAL)}, {TILE_CHAIN_DEPTH.get(nf, 2)}, {ctas})"
+        f"{_bool(nf in TILE_CHAIN_LOCAL)}, {ctas})"
         for nf, (st, ctas) in TILE_CHAIN_BUILDS.items()
     ],
     "FP8_CHAIN_TILE": lambda: [
@@ -509,7 +501,7 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
     ],
     "Q2_CHAIN_TILE": lambda: [
         f"Q2_CHAIN_TILE({nf}, {st}, {_bool(nf in TILE_CHAIN_PREFETCH)}, "
-        f"{_bool(nf in TILE_CHAIN_LOCAL)}, {TILE_CHAIN_DEPTH.get(nf, 2)}, {ctas})"
+        f"{_bool(nf in TILE_CHAIN_LOCAL)}, {ctas})"
         for nf, (st, ctas) in TILE_CHAIN_BUILDS.items()
     ],
     "Q2_MMA": lambda: [
@@ -553,8 +545,7 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         f"W8A8_GEMM({t.bm}, {t.bn}, {t.wm}, {t.wn}, {t.stages}, {t.minb})" for t in W8A8_GEMM_TILES
     ],
     "W8A8_WGMMA": lambda: [f"W8A8_WGMMA({t.bm}, {t.bn}, {t.stages})" for t in W8A8_WGMMA_TILES],
-    "W8A8_TMA": lambda: [f"W8A8_TMA(128, {bn}, {st})" for bn, st in W8A8_TMA_TIERS.items()],
-    "W8A8_TMA_WIDE": lambda: [f"W8A8_TMA_WIDE(256, {bn}, {st})" for bn, st in W8A8_TMA_WIDE.items()],
+    "W8A8_TMA": lambda: [f"W8A8_TMA({bn}, {st})" for bn, st in W8A8_TMA_TIERS.items()],
     "W8A8_WGMMA_SK": lambda: [f"W8A8_WGMMA_SK({t.bm}, {t.bn}, {t.stages})" for t in W8A8_SK_TIERS.values()],
     "W8A8_MMA": lambda: [
         f"W8A8_MMA({r}, {r // 8}, {cols // 16}, {w}, {W8A8_MMA_UNROLL[r]})"

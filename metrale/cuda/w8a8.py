@@ -89,22 +89,7 @@ SK_MAX_ROWS = int(_SK_MAX_ENV)
 #: them (configs.W8A8_TMA_ROWS).
 TMA_TIERS = configs.W8A8_TMA_TIERS
 TMA_MIN_ROWS, TMA_MAX_ROWS = configs.W8A8_TMA_ROWS
-#: Stream-K kernel name -> (weight rows per unit, activation rows per unit, stages): the routed
-#: tiers (128 weight rows) and the wide ones (``configs.W8A8_TMA_WIDE``, 256 weight rows).
-TMA_KERNELS: dict[str, tuple[int, int, int]] = {
-    **{f"w8a8_tma_n{bn}": (128, bn, st) for bn, st in TMA_TIERS.items()},
-    **{f"w8a8_tma_w256_n{bn}": (256, bn, st) for bn, st in configs.W8A8_TMA_WIDE.items()},
-}
-TMA_NAMES = {name: bn for name, (_wr, bn, _st) in TMA_KERNELS.items()}
-#: Gate and up in one stream-K launch up to this many rows (configs.W8A8_TMA_PAIR_MAX_ROWS;
-#: METRALE_W8A8_TMA_PAIR_MAX_ROWS moves it, for benchmarks; at most TMA_MAX_ROWS counts).
-_PAIR_ENV = os.environ.get("METRALE_W8A8_TMA_PAIR_MAX_ROWS", str(configs.W8A8_TMA_PAIR_MAX_ROWS))
-if not _PAIR_ENV.isdigit():
-    raise MetraleError(f"METRALE_W8A8_TMA_PAIR_MAX_ROWS={_PAIR_ENV!r}: want a row count (an int >= 0)")
-TMA_PAIR_MAX_ROWS = int(_PAIR_ENV)
-#: Whether the routed stream-K tiers run on the wide kernels of the same activation rows
-#: (METRALE_W8A8_TMA_WIDE=1; benchmarks: the wide units are not yet measured).
-TMA_WIDE = os.environ.get("METRALE_W8A8_TMA_WIDE", "0") == "1"
+TMA_NAMES = {f"w8a8_tma_n{bn}": bn for bn in TMA_TIERS}
 #: Rows from which ``w8a8_gemv`` runs the tiled GEMM (below: the GEMV tiers, which stream the
 #: weights once per 32 rows; 65 = past the W8A8 arm's row cap, i.e. prefill only).
 GEMM_MIN_ROWS = 65
@@ -188,34 +173,24 @@ def _sk_workspace(n: int) -> tuple[Any, Any]:
 _tma_work: dict[tuple[int, int], tuple[Any, Any]] = {}
 
 
-def _tma_workspace(name: str) -> tuple[Any, Any]:
-    """The int32 parking slots [SMs][2][wr / 2 bn] and the zeroed uint32 flags [SMs][2] of the
-    stream-K kernel ``name`` on this device (every launch leaves the flags zero; one stream at a
-    time)."""
-    wr, bn, _st = TMA_KERNELS[name]
-    key = (device_id(), wr * bn)
+def _tma_workspace(bn: int) -> tuple[Any, Any]:
+    """The int32 parking slots [SMs][2][64 bn] and the zeroed uint32 flags [SMs][2] of
+    ``w8a8_tma_n{bn}`` on this device (every launch leaves the flags zero; one stream at a time)."""
+    key = (device_id(), bn)
     if key not in _tma_work:
         import cupy
 
         _tma_work[key] = (
-            cupy.empty((sm_count() * wr * bn,), dtype=cupy.int32),
+            cupy.empty((sm_count() * 2 * 64 * bn,), dtype=cupy.int32),
             cupy.zeros((sm_count() * 2,), dtype=cupy.uint32),
         )
     return _tma_work[key]
 
 
-def tma_smem(name: str) -> int:
-    """Dynamic shared memory of the stream-K kernel ``name``: its stages of wr weight rows and bn
+def tma_smem(bn: int) -> int:
+    """Dynamic shared memory of ``w8a8_tma_n{bn}``: its stages of 128 weight rows and bn
     activation rows of 128 bytes, and 1024 bytes to align them to the swizzle's period."""
-    wr, bn, stages = TMA_KERNELS[name]
-    return stages * (wr + bn) * 128 + 1024
-
-
-def tma_kernel(bn: int) -> str:
-    """The stream-K kernel that serves the routed tier of ``bn`` activation rows (TMA_WIDE: the
-    wide kernel of the same rows where there is one)."""
-    wide = f"w8a8_tma_w256_n{bn}"
-    return wide if TMA_WIDE and wide in TMA_KERNELS else f"w8a8_tma_n{bn}"
+    return TMA_TIERS[bn] * (128 + bn) * 128 + 1024
 
 
 def tma_tier(m: int, n: int, pair: bool = False) -> int | None:
@@ -223,10 +198,10 @@ def tma_tier(m: int, n: int, pair: bool = False) -> int | None:
     None: every m in TMA_MIN_ROWS .. GEMM_MIN_ROWS - 1, and m up to TMA_MAX_ROWS where the tiled
     GEMM's grid would fill fewer than ``configs.W8A8_TMA_GEMM_FILL`` of the multiprocessors;
     ``pair`` (gate and up in one launch, n their 2 N columns): every m up to
-    ``TMA_PAIR_MAX_ROWS`` too."""
+    ``configs.W8A8_TMA_PAIR_MAX_ROWS`` too."""
     if not TMA_MIN_ROWS <= m <= TMA_MAX_ROWS or not wgmma_built():
         return None
-    if m >= GEMM_MIN_ROWS and not (pair and m <= TMA_PAIR_MAX_ROWS):
+    if m >= GEMM_MIN_ROWS and not (pair and m <= configs.W8A8_TMA_PAIR_MAX_ROWS):
         t = gemm_tile(m, n)
         if cdiv(m, t.bm) * cdiv(n, t.bn) >= configs.W8A8_TMA_GEMM_FILL * sm_count():
             return None
@@ -250,25 +225,25 @@ def _tma_launch(
     arr: dict[str, Any],
     out: Any,
     ldo: int,
-    name: str,
+    bn: int,
     second: _Second | None = None,
 ) -> None:
-    """One launch of the stream-K kernel ``name``: a CTA per multiprocessor (at most one per
-    unit); with ``second``, the units of both matrices in one list."""
+    """One ``w8a8_tma_n{bn}`` launch: a CTA per multiprocessor (at most one per unit); with
+    ``second``, the units of both matrices in one list."""
     m, k = q.shape
-    wr, bn, _st = TMA_KERNELS[name]
+    name = f"w8a8_tma_n{bn}"
     kern = get_kernel(WGMMA_FILE, name)
     if kern is None:
         raise MetraleError(f"w8a8_gemv: {name} did not build on this device")
-    smem = tma_smem(name)
+    smem = tma_smem(bn)
     set_dynamic_smem(kern, smem)
     nmat = 1 if second is None else 2
-    units = nmat * cdiv(w.n, wr) * cdiv(m, bn) * cdiv(k, 128)
+    units = nmat * cdiv(w.n, 128) * cdiv(m, bn) * cdiv(k, 128)
     ctas = min(sm_count(), units)
-    part, flag = _tma_workspace(name)
-    tw = tma.row_tiles(arr["weight"], w.n, k, k, wr)
+    part, flag = _tma_workspace(bn)
+    tw = tma.row_tiles(arr["weight"], w.n, k, k, 128)
     s2 = second or _Second(w, arr, out, ldo)
-    tw2 = tw if second is None else tma.row_tiles(s2.arr["weight"], w.n, k, k, wr)
+    tw2 = tw if second is None else tma.row_tiles(s2.arr["weight"], w.n, k, k, 128)
     tq = tma.row_tiles(q, m, k, int(q.strides[0]), bn)
     args = (
         tw,
@@ -358,10 +333,15 @@ def _gemv_launch(
         np.int64(ldo),
     )
     cols = w.n if second is None else 2 * w.n
-    routed = tma_tier(m, cols, second is not None) if gemm is None and warps is None else None
-    stream_k = gemm if gemm in TMA_KERNELS else tma_kernel(routed) if routed is not None else None
-    if stream_k is not None:
-        _tma_launch(q, scale, w, arr, out, ldo, stream_k, second)
+    bn = (
+        TMA_NAMES.get(gemm)
+        if gemm is not None
+        else tma_tier(m, cols, second is not None)
+        if warps is None
+        else None
+    )
+    if bn is not None:
+        _tma_launch(q, scale, w, arr, out, ldo, bn, second)
         return
     sk = SK_BY_NAME.get(gemm) if gemm is not None else split_k_tier(m) if warps is None else None
     if sk is not None:
@@ -386,7 +366,7 @@ def _gemv_launch(
     if gemm is not None or (warps is None and m >= GEMM_MIN_ROWS):
         tiles = {**GEMM_TILES, **WGMMA_TILES}
         if gemm is not None and gemm not in tiles:
-            names = sorted([*tiles, *SK_BY_NAME, *TMA_KERNELS])
+            names = sorted([*tiles, *SK_BY_NAME, *TMA_NAMES])
             raise MetraleError(f"w8a8_gemv: gemm={gemm!r}, want one of {names}")
         tile = tiles[gemm] if gemm is not None else gemm_tile(m, w.n)
         kern = get_kernel(WGMMA_FILE if tile.name in WGMMA_TILES else CU_FILE, tile.name)
@@ -451,12 +431,7 @@ def w8a8_gemv_dual(
 
 #: Elements of a row per CTA of the SiLU-quantize kernels (w8a8.cu SILU_SLICE).
 SILU_SLICE = 1024
-#: Rows past the cluster kernel's (and every row where it is not built) take
-#: ``w8a8_silu_quant_rows`` (one launch: each row's last CTA writes its codes) instead of the
-#: slice pair where SILU_ROWS (METRALE_W8A8_SILU_ROWS=1; the same bits, not yet measured).
-SILU_ROWS = os.environ.get("METRALE_W8A8_SILU_ROWS", "0") == "1"
 _scratch: dict[tuple[int, int], tuple[DeviceA8Codes, Any]] = {}
-_row_words: dict[int, Any] = {}
 
 
 def _codes_scratch(m: int, k: int) -> tuple[DeviceA8Codes, Any]:
@@ -473,19 +448,6 @@ def _codes_scratch(m: int, k: int) -> tuple[DeviceA8Codes, Any]:
         )
         buf = _scratch[key] = (codes, cupy.empty((rows_ * cdiv(k, SILU_SLICE) * 2,), dtype=cupy.uint32))
     return DeviceA8Codes(q=buf[0].q[:m], scale=buf[0].scale[:m]), buf[1]
-
-
-def _silu_row_words(m: int) -> Any:
-    """The zeroed uint32 words [rows][3] (amax bits, non-finite flag, CTAs counted in) of
-    ``w8a8_silu_quant_rows`` on this device, at least m rows (every launch leaves them zero; one
-    stream at a time)."""
-    import cupy
-
-    key = device_id()
-    buf = _row_words.get(key)
-    if buf is None or buf.shape[0] < 3 * m:
-        buf = _row_words[key] = cupy.zeros((3 * max(m, 64),), dtype=cupy.uint32)
-    return buf
 
 
 #: ``w8a8_silu_quant`` (sm_90): CTAs per row (one thread-block cluster) and threads per CTA, as
@@ -527,13 +489,6 @@ def w8a8_silu_quant_gemv(gate: Any, up: Any, w: Any, out: Any, warps: int | None
             (SILU_QUANT_THREADS,),
             (g, ldg, u, ldu, device_table("silu"), np.int32(k), codes.q, codes.scale),
         )
-    elif SILU_ROWS:
-        pdl.launch(
-            get_kernel(CU_FILE, "w8a8_silu_quant_rows"),
-            (cdiv(k, SILU_SLICE), m),
-            (SILU_SLICE // 8,),
-            (g, ldg, u, ldu, device_table("silu"), np.int32(k), _silu_row_words(m), codes.q, codes.scale),
-        )
     else:
         grid = (cdiv(k, SILU_SLICE), m)
         pdl.launch(
@@ -557,7 +512,6 @@ _KERNEL_FUNCS = (
     "w8a8_quantize",
     "w8a8_silu_parts",
     "w8a8_quantize_parts",
-    "w8a8_silu_quant_rows",
     *(f"w8a8_gemv_r{r}" for r in GEMV_TIERS),
     *(f"w8a8_mma_r{t}_w{nw}" for t in MMA_TIERS for nw in MMA_WARPS),
     *GEMM_TILES,

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from metrale.cuda.w8a8 import GEMM_TILES, SK_TIERS, TMA_KERNELS, TMA_NAMES, WGMMA_TILES
+from metrale.cuda.w8a8 import GEMM_TILES, SK_TIERS, TMA_NAMES, TMA_TIERS, WGMMA_TILES
 from metrale.reference.activations import quantize_a8
 from metrale.reference.formats import W8a8Weight
 from metrale.reference.formats.w8a8 import MAX_K
@@ -92,28 +92,23 @@ def _silu_inputs(rng: np.random.Generator, m: int, k: int) -> tuple[np.ndarray, 
     return gate, up
 
 
-SILU_PATHS = ["cluster", "slices", "rows"]
-
-
-def _silu_quant_path(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+def _silu_quant_path(monkeypatch: pytest.MonkeyPatch, cluster: bool) -> None:
     """Route the fused entry point's first step: the cluster kernel (which must have built on an
-    sm_90 device, else the test would pass on the fallback), the slice pair, or the one-launch
-    kernel whose rows' last CTAs write the codes (w8a8_silu_quant_rows)."""
+    sm_90 device, else the test would pass on the fallback) or the slice pair."""
     from metrale.cuda import w8a8
     from metrale.cuda.runtime import get_kernel
 
-    monkeypatch.setattr(w8a8, "SILU_QUANT_CLUSTER_MAX_ROWS", 1 << 30 if path == "cluster" else 0)
-    monkeypatch.setattr(w8a8, "SILU_ROWS", path == "rows")
-    if path == "cluster" and cp.cuda.Device().compute_capability >= "90":
+    monkeypatch.setattr(w8a8, "SILU_QUANT_CLUSTER_MAX_ROWS", 1 << 30 if cluster else 0)
+    if cluster and cp.cuda.Device().compute_capability >= "90":
         assert get_kernel(w8a8.CU_FILE, "w8a8_silu_quant") is not None
 
 
-@pytest.mark.parametrize("path", SILU_PATHS)
+@pytest.mark.parametrize("cluster", [True, False], ids=["cluster", "slices"])
 @pytest.mark.parametrize(("n", "k"), SHAPES)
 def test_fused_silu_quant_gemv_matches_reference(
-    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, n: int, k: int, path: str
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, n: int, k: int, cluster: bool
 ) -> None:
-    _silu_quant_path(monkeypatch, path)
+    _silu_quant_path(monkeypatch, cluster)
     host = w8a8_weight(fresh_rng, n, k)
     w = cuda.upload(host)
     gate, up = _silu_inputs(fresh_rng, 64, k)
@@ -129,20 +124,16 @@ def test_fused_silu_quant_gemv_matches_reference(
         bits_equal(got, want[:m], f"w8a8_silu_quant_gemv m={m} (reference and batch invariance)")
         bits_equal(cp.asnumpy(g[:m]), h.view(np.uint16)[:m], f"w8a8_silu_quant_gemv m={m}: h in gate")
         bits_equal(cp.asnumpy(g[m:]), gate.view(np.uint16)[m:], f"w8a8_silu_quant_gemv m={m}: rows >= m")
-    if path == "rows":
-        from metrale.cuda.w8a8 import _silu_row_words
-
-        assert not _silu_row_words(64).any(), "w8a8_silu_quant_rows left its row words set"
 
 
-@pytest.mark.parametrize("path", SILU_PATHS)
+@pytest.mark.parametrize("cluster", [True, False], ids=["cluster", "slices"])
 @pytest.mark.parametrize("k", [40960, 131056, MAX_K])
 def test_fused_large_k(
-    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, k: int, path: str
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, k: int, cluster: bool
 ) -> None:
     """Long rows: K = 40960 (640 GEMV steps), 131056 (a CTA's last groups partly filled) and
     MAX_K (every register group of the cluster kernel used), h in gate checked too."""
-    _silu_quant_path(monkeypatch, path)
+    _silu_quant_path(monkeypatch, cluster)
     host = w8a8_weight(fresh_rng, 20, k)
     w = cuda.upload(host)
     gate, up = _silu_inputs(fresh_rng, 11, k)
@@ -221,20 +212,18 @@ def test_split_k_wgmma_every_tier(cuda: Any, fresh_rng: np.random.Generator, nb:
             assert not ws.any() and not cnt.any(), f"sk_n{nb} N={n}: workspace not cleared"
 
 
-@pytest.mark.parametrize("name", sorted(TMA_KERNELS))
-def test_stream_k_tma_every_tier(cuda: Any, fresh_rng: np.random.Generator, name: str) -> None:
-    """Each stream-K TMA kernel (128 and 256 weight rows per unit) forced at m = 1, bn - 1, bn,
-    bn + 1 and 2 bn + 3 (three row tiles); N off the weight tile (and past one 256-row tile), K
-    off the 128-byte tile (tails of 16 and 80 bytes); shapes whose tiles are whole in one CTA,
-    split in two, and split over many CTAs (N = 130, K = 16400: 2 x 129 units over one CTA per
-    multiprocessor); launched twice (the parking flags must be zero again, so the second launch
-    gives the same bits)."""
+@pytest.mark.parametrize("bn", sorted(TMA_TIERS))
+def test_stream_k_tma_every_tier(cuda: Any, fresh_rng: np.random.Generator, bn: int) -> None:
+    """Each stream-K TMA tier forced at m = 1, bn - 1, bn, bn + 1 and 2 bn + 3 (three row tiles);
+    N off the 128-row tile, K off the 128-byte tile (tails of 16 and 80 bytes); shapes whose
+    tiles are whole in one CTA, split in two, and split over many CTAs (N = 130, K = 16400:
+    2 x 129 units over one CTA per multiprocessor); launched twice (the parking flags must be
+    zero again, so the second launch gives the same bits)."""
     from metrale.cuda.w8a8 import _tma_workspace, w8a8_gemv
 
     if not wgmma_expected():
         pytest.skip("wgmma kernels are sm_90a only")
-    bn = TMA_NAMES[name]
-    for n, k in ((37, 48), (203, 2128), (300, 1040), (4100, 4112), (130, 16400)):
+    for n, k in ((37, 48), (203, 2128), (4100, 4112), (130, 16400)):
         host = w8a8_weight(fresh_rng, n, k)
         w = cuda.upload(host)
         mmax = 2 * bn + 3
@@ -244,13 +233,18 @@ def test_stream_k_tma_every_tier(cuda: Any, fresh_rng: np.random.Generator, name
             codes = cuda.launch("w8a8_quantize", cp.asarray(x[:m].view(np.uint16)))
             for rep in range(2):
                 buf, inner, init = guarded(cp, fresh_rng, m, n)
-                w8a8_gemv(codes, w, inner, gemm=name)
-                bits_equal(check_guard(buf, init, m, n), want[:m], f"{name} N={n} K={k} m={m} launch {rep}")
-            _, flag = _tma_workspace(name)
-            assert not flag.any(), f"{name} N={n}: parking flags not cleared"
+                w8a8_gemv(codes, w, inner, gemm=f"w8a8_tma_n{bn}")
+                bits_equal(
+                    check_guard(buf, init, m, n), want[:m], f"tma_n{bn} N={n} K={k} m={m} launch {rep}"
+                )
+            _, flag = _tma_workspace(bn)
+            assert not flag.any(), f"tma_n{bn} N={n}: parking flags not cleared"
 
 
-DUAL_KERNELS = [*(f"w8a8_wgmma_sk_n{nb}" for nb in sorted(SK_TIERS)), *sorted(TMA_KERNELS)]
+DUAL_KERNELS = [
+    *(f"w8a8_wgmma_sk_n{nb}" for nb in sorted(SK_TIERS)),
+    *(f"w8a8_tma_n{bn}" for bn in sorted(TMA_TIERS)),
+]
 
 
 @pytest.mark.parametrize("gemm", [None, *DUAL_KERNELS])
@@ -289,8 +283,8 @@ def test_gemv_dual_matches_two_projections(
                 bits_equal(check_guard(bu, init_u, m, n, g=5), want_u[:m], f"{what}: up")
         ws, cnt = _sk_workspace(n)
         assert not ws.any() and not cnt.any(), f"dual N={n}: split-K workspace not cleared"
-        for name in TMA_KERNELS:
-            assert not _tma_workspace(name)[1].any(), f"dual N={n}: {name} flags not cleared"
+        for bn in TMA_TIERS:
+            assert not _tma_workspace(bn)[1].any(), f"dual N={n}: tma_n{bn} flags not cleared"
 
 
 def test_split_k_refuses_more_rows_than_its_tier(cuda: Any, fresh_rng: np.random.Generator) -> None:
@@ -342,7 +336,7 @@ def test_gemm_adversarial_extremes(cuda: Any, fresh_rng: np.random.Generator) ->
     x[5] = (np.asarray(x[5], dtype=F32) * F32(2.0**-125)).astype(x.dtype)
     want = project(x, host, "A8").view(np.uint16)
     codes = cuda.launch("w8a8_quantize", cp.asarray(x.view(np.uint16)))
-    for tile in [*GEMM_TILES, *((*WGMMA_TILES, *TMA_KERNELS) if wgmma_expected() else ())]:
+    for tile in [*GEMM_TILES, *((*WGMMA_TILES, *TMA_NAMES) if wgmma_expected() else ())]:
         buf, inner, init = guarded(cp, fresh_rng, 130, n)
         w8a8_gemv(codes, w, inner, gemm=tile)
         bits_equal(check_guard(buf, init, 130, n), want, f"{tile} extremes")

@@ -62,8 +62,6 @@ if "RUN" in os.environ:  # their threads per CTA and ring depth for every R: RUN
     configs.NVFP4_RUN_DEPTH = dict.fromkeys(configs.NVFP4_RUN_DEPTH, depth)
 if "LOCAL" in os.environ:  # NF list whose chain kernels keep the counter in local memory
     configs.TILE_CHAIN_LOCAL = frozenset(int(f) for f in os.environ["LOCAL"].split(",") if f)
-if os.environ.get("DEPTH"):  # NF:wgmmas in flight,... (configs.TILE_CHAIN_DEPTH: DEPTH=8:3,4:3)
-    configs.TILE_CHAIN_DEPTH.update(dict((int(a), int(b)) for a, b in (v.split(":") for v in os.environ["DEPTH"].split(","))))
 if os.environ.get("PF"):  # NF list whose chain kernels prefetch (three stages)
     configs.TILE_CHAIN_PREFETCH = frozenset(int(f) for f in os.environ["PF"].split(","))
 

@@ -350,9 +350,7 @@ __device__ __forceinline__ void chain_fold(int np, int dlogp, float (&c)[NF][4],
 // PF (three stages): the next stage's first wgmma is issued before this stage's last block values
 // form (its barrier and copies there, not at the stage's start): the tensor core does not wait
 // for a barrier between stages; a stage's copies then lead its use by one stage.
-// DP: the wgmmas in flight while a block's values form (2: block b + 1's; 3: b + 1 and b + 2,
-// DP accumulator sets, for the small tiles whose epilogue is shorter than a wgmma's latency).
-template <int NF, bool SLOW, class F, int ST, bool PF, bool LOCAL, int DP = 2>
+template <int NF, bool SLOW, class F, int ST, bool PF, bool LOCAL>
 __device__ __forceinline__ void w4c_body(const unsigned char* __restrict__ xh, const float* __restrict__ fac, int m,
                                          int row0, const WeightSet& set, int n0, int N, int B, int s_begin, int Sl,
                                          int dlog, float* __restrict__ partial, int part_i, int gz, int zs,
@@ -368,25 +366,19 @@ __device__ __forceinline__ void w4c_body(const unsigned char* __restrict__ xh, c
     const int wc0 = 16 * warp + g;
     const float* facl = fac + (size_t)(row0 + 2 * t) * B;
     static_assert(!PF || ST == 3, "the prefetching chain body runs three stages");
-    static_assert(DP == 2 || (DP == 3 && !PF), "two or three wgmmas in flight (three without PF)");
     float c[NF][4];
     chain_start<NF>(c);
     u32 a[2][2][4];
     float ws[2][2][2];
-    float d[DP][4 * NF];
-    // blocks 0 .. DP - 2 of the stage in buffer buf: pair 0's operands into slot 0, block j's
-    // wgmma into d[j]
+    float d[2][4 * NF];
+    // block 0 of the stage in buffer buf: its pair's operands into slot 0, its wgmma into d[0]
     auto first_block = [&](int buf) {
         const unsigned char* sp = smem + buf * STAGE;
         tile_pair_operands<F>(a[0], ws[0], 0, sp + ACT + wc0 * F::WROW, sp + ACT + W4B_COLS * F::WROW, wc0, rm, rs,
                               sh);
-        const u64 da = wg_desc(sbase + warp_uniform(buf) * STAGE);
-#pragma unroll
-        for (int j = 0; j < DP - 1; ++j) {
-            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-            w4w_mma<NF>(d[j], a[0][j], w4w_block_desc<NF>(da, j));
-            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        }
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+        w4w_mma<NF>(d[0], a[0][0], wg_desc(sbase + warp_uniform(buf) * STAGE));
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
     };
 
     const TileCopies<NF, F, true> cps(xh, row0, K, set, n0, N, B);
@@ -415,14 +407,12 @@ __device__ __forceinline__ void w4c_body(const unsigned char* __restrict__ xh, c
         const float* facp = facl + 8 * (s_begin + ls);
 #pragma unroll
         for (int b = 0; b < 8; ++b) {
-            if (b + DP - 1 < 8) {
-                const int nb = b + DP - 1, p = nb >> 1;
+            if (b < 7) {
+                const int nb = b + 1, p = nb >> 1;
                 if ((nb & 1) == 0) tile_pair_operands<F>(a[p & 1], ws[p & 1], p, wp, sc, wc0, rm, rs, sh);
                 asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-                w4w_mma<NF>(d[nb % DP], a[p & 1][nb & 1], w4w_block_desc<NF>(dact, nb));
+                w4w_mma<NF>(d[nb & 1], a[p & 1][nb & 1], w4w_block_desc<NF>(dact, nb));
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-                w4w_wait<DP - 1>();
-            } else if (DP == 3 && b == 6) {
                 w4w_wait<1>();
             } else if (PF && ls + 1 < Sl) {
                 // stage ls + 1 is in (its copies, the last group); every thread is past stage
@@ -439,7 +429,7 @@ __device__ __forceinline__ void w4c_body(const unsigned char* __restrict__ xh, c
                 w4w_wait<0>();
             }
             const int p = b >> 1;
-            chain_block<NF, SLOW>(c, d[b % DP], ws[p & 1][b & 1][0], ws[p & 1][b & 1][1], facp, b, B);
+            chain_block<NF, SLOW>(c, d[b & 1], ws[p & 1][b & 1][0], ws[p & 1][b & 1][1], facp, b, B);
         }
         chain_step_end<NF>(ls, Sl, dlogp, c, ctr);
     }
@@ -448,13 +438,13 @@ __device__ __forceinline__ void w4c_body(const unsigned char* __restrict__ xh, c
     tile_store<NF>(c, set, n0, N, row0, m, wc0, t, partial, part_i, gz, zs);
 }
 
-template <int ST, bool PF, bool LOCAL, int DP>
+template <int ST, bool PF, bool LOCAL>
 struct W4cBody {
     static constexpr bool WG = true;
     static constexpr int STAGES = ST;
     template <int NF, bool SLOW, class F, int NFC = NF, class... A>
     static __device__ __forceinline__ void run(A... a) {
-        w4c_body<NF, SLOW, F, ST, PF, LOCAL, DP>(a...);
+        w4c_body<NF, SLOW, F, ST, PF, LOCAL>(a...);
     }
 };
 
@@ -1080,13 +1070,12 @@ struct W8cBody {
 // @instances NVFP4_WGMMA_TILE   (lines generated from metrale/cuda/configs.py)
 // @instances NVFP4_A4_WGMMA_TILE
 // @instances Q2_WGMMA_TILE
-// ST stages, PF the body's prefetch, LC its counter in local memory, DP its wgmmas in flight, MINB
-// CTAs per multiprocessor; W4C_BODY / W8C_BODY paste the body's type (no comma in a macro argument).
-#define W4C_BODY(ST, PF, LC, DP) W4cBody<ST, PF, LC, DP>
-#define NVFP4_CHAIN_TILE(NF, ST, PF, LC, DP, MINB) \
-    TILE_GEMM_KERNEL(w4c_gemm_f##NF, W4C_BODY(ST, PF, LC, DP), TileNvfp4, NF, MINB)
-#define Q2_CHAIN_TILE(NF, ST, PF, LC, DP, MINB) \
-    TILE_GEMM_KERNEL(q2c_gemm_f##NF, W4C_BODY(ST, PF, LC, DP), TileQ2, NF, MINB)
+// ST stages, PF the body's prefetch, LC its counter in local memory, MINB CTAs per multiprocessor;
+// W4C_BODY / W8C_BODY paste the body's type (no comma in a macro argument).
+#define W4C_BODY(ST, PF, LC) W4cBody<ST, PF, LC>
+#define NVFP4_CHAIN_TILE(NF, ST, PF, LC, MINB) \
+    TILE_GEMM_KERNEL(w4c_gemm_f##NF, W4C_BODY(ST, PF, LC), TileNvfp4, NF, MINB)
+#define Q2_CHAIN_TILE(NF, ST, PF, LC, MINB) TILE_GEMM_KERNEL(q2c_gemm_f##NF, W4C_BODY(ST, PF, LC), TileQ2, NF, MINB)
 // @instances NVFP4_CHAIN_TILE
 // @instances Q2_CHAIN_TILE
 #define W8C_BODY(ST, LC) W8cBody<ST, LC>

@@ -36,10 +36,6 @@
 //       holds h after every route) and each 1024-element slice's amax / non-finite flag, the
 //       second reduces a row's slices (max, or: exact in any order) and writes the codes. With
 //       a GEMV kernel above they serve w8a8_silu_quant_gemv (metrale/cuda/w8a8.py says why).
-//   w8a8_silu_quant_rows(gate, ldg, up, ldu, table, K, rowp, q, scale)
-//       grid (ceil(K / 1024), m), block 128: the two kernels above in one launch (each row's
-//       (amax, flag) folded by atomics into rowp [m][3], zero before and after; the row's last
-//       CTA writes the row's codes).
 //   w8a8_silu_quant(gate, ldg, up, ldu, table, K, q, scale)                       (sm_90)
 //       grid (8, m), clusters of 8 CTAs (a row each), block 256: the two kernels above in one
 //       launch (each CTA an eighth of the row, h in registers; the row's amax / flag reduced
@@ -507,59 +503,6 @@ extern "C" __global__ void __launch_bounds__(SILU_SLICE / 8) w8a8_quantize_parts
     if (k < K)
         *reinterpret_cast<uint2*>(q + (long long)r * K + k) =
             w8_quant8(*reinterpret_cast<const uint4*>(h + (long long)r * ldh + k), inv);
-}
-
-// w8a8_silu_quant_rows: grid (C, m), C = ceil(K / SILU_SLICE), block SILU_SLICE / 8: the pair
-// above in one launch. Each CTA writes h of its slice over gate and folds its (amax bits,
-// non-finite flag) into its row's words rowp [m][3] (atomic max / or: exact in any order), then
-// counts itself in (rowp [r][2]); the row's last CTA takes the row's words (putting all three
-// back to 0 for the next launch), derives the scale as w8a8_quantize_parts (stores it) and writes
-// the whole row's codes from h. The same bits as the pair.
-extern "C" __global__ void __launch_bounds__(SILU_SLICE / 8) w8a8_silu_quant_rows(
-    u16* __restrict__ gate, long long ldg_, const u16* __restrict__ up, long long ldu,
-    const float* __restrict__ table, int K, u32* __restrict__ rowp, signed char* __restrict__ q,
-    float* __restrict__ scale) {
-    pdl_trigger();
-    pdl_wait();
-    __shared__ u32 red[64];
-    __shared__ int last;
-    __shared__ float sinv;
-    const int r = blockIdx.y, c = blockIdx.x;
-    const int k = (c * blockDim.x + threadIdx.x) * 8;
-    u16* gr = gate + (long long)r * ldg_;
-    u32 amax = 0;
-    int bad = 0;
-    if (k < K) {
-        const uint4 h = w8_silu8(*reinterpret_cast<const uint4*>(gr + k),
-                                 *reinterpret_cast<const uint4*>(up + (long long)r * ldu + k), table);
-        w8_scan8(h, &amax, &bad);
-        *reinterpret_cast<uint4*>(gr + k) = h;
-    }
-    __threadfence();  // this CTA's h before its count, for the row's last CTA
-    w8_block_reduce(&amax, &bad, red);
-    u32* rp = rowp + 3 * (long long)r;
-    if (threadIdx.x == 0) {
-        atomicMax(rp, amax);
-        if (bad) atomicOr(rp + 1, 1u);
-        __threadfence();
-        last = atomicAdd(rp + 2, 1u) == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    if (threadIdx.x == 0) {
-        const u32 a = atomicExch(rp, 0u), b = atomicExch(rp + 1, 0u);
-        atomicExch(rp + 2, 0u);
-        float s, inv;
-        w8_row_params(a, (int)b, &s, &inv);
-        scale[r] = s;
-        sinv = inv;
-    }
-    __syncthreads();
-    const float inv = sinv;
-    signed char* qr = q + (long long)r * K;
-    for (int kk = threadIdx.x * 8; kk < K; kk += blockDim.x * 8)
-        *reinterpret_cast<uint2*>(qr + kk) = w8_quant8(__ldcg(reinterpret_cast<const uint4*>(gr + kk)), inv);
 }
 
 // ---- the SiLU-quantize step in one launch (sm_90: thread-block clusters) ----
