@@ -240,28 +240,25 @@ struct W4wBody {
 // thread's local memory (LOCAL true: L1 / L2, touched once per part; the stages keep all of shared
 // memory, whatever the CTA's K part). CHAIN_LEVELS bounds dlogp (tile.CHAIN_CTA_STEPS).
 // @defines CHAIN (CHAIN_LEVELS from metrale/cuda/configs.py)
+// The counter over parts: levels in shared memory after the stages (one float4 per level, NF
+// and thread), or (LOCAL) in a local array; built in place (a local one is not initialised: every
+// level is written before it is read).
 template <int NF, bool LOCAL>
 struct ChainCtr;
 template <int NF>
 struct ChainCtr<NF, false> {
     float4* s;
     int tid;
+    __device__ __forceinline__ explicit ChainCtr(unsigned char* after_stages)
+        : s((float4*)after_stages), tid(threadIdx.x) {}
     __device__ __forceinline__ float4& at(int L, int nf) { return s[(L * NF + nf) * W4B_THREADS + tid]; }
 };
 template <int NF>
 struct ChainCtr<NF, true> {
     float4 v[CHAIN_LEVELS][NF];
+    __device__ __forceinline__ explicit ChainCtr(unsigned char*) {}
     __device__ __forceinline__ float4& at(int L, int nf) { return v[L][nf]; }
 };
-template <int NF, bool LOCAL>
-__device__ __forceinline__ ChainCtr<NF, LOCAL> chain_ctr(unsigned char* after_stages) {
-    ChainCtr<NF, LOCAL> c;
-    if constexpr (!LOCAL) {
-        c.s = (float4*)after_stages;
-        c.tid = threadIdx.x;
-    }
-    return c;
-}
 
 // The part root sr of local part lp into the counter over parts: added into levels 0 .. lvl - 1,
 // parked at the first clear bit lvl of lp; the last part of a full CTA part (lvl = dlogp) keeps
@@ -361,7 +358,7 @@ __device__ __forceinline__ void w4c_body(const unsigned char* __restrict__ xh, c
     const int K = B * 16;
     const int dlogp = dlog > 3 ? dlog - 3 : 0;
     const u32 sbase = (u32)__cvta_generic_to_shared(smem);
-    auto ctr = chain_ctr<NF, LOCAL>(smem + ST * STAGE);
+    ChainCtr<NF, LOCAL> ctr(smem + ST * STAGE);
     const u32 rm = (6u - 4u * t) & 31u, rs = (12u - 4u * t) & 31u, sh = 2u * t;
     const int wc0 = 16 * warp + g;
     const float* facl = fac + (size_t)(row0 + 2 * t) * B;
@@ -630,7 +627,7 @@ __device__ __forceinline__ void w4s_body(const float* __restrict__ fac, int m, i
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
     const int dlogp = dlog > 3 ? dlog - 3 : 0;
     const u32 sbase = (u32)__cvta_generic_to_shared(smem);
-    auto ctr = chain_ctr<NF, true>(nullptr);
+    ChainCtr<NF, true> ctr(nullptr);
     const int wc0 = 16 * warp + g, rowg = row0 + 128 * wg + 64 * p;
     const float* facl = fac + (size_t)(rowg + 2 * t) * B;
     unsigned char* raw = smem + SA_OFF_RAW;
@@ -771,7 +768,7 @@ __device__ __forceinline__ void sp_consume(const float* __restrict__ fac, int m,
     const int ct = threadIdx.x - 128, wg = ct >> 7, lane = ct & 31, warp = (ct >> 5) & 3, g = lane >> 2, t = lane & 3;
     const int dlogp = dlog > 3 ? dlog - 3 : 0;
     const u32 sbase = (u32)__cvta_generic_to_shared(smem);
-    auto ctr = chain_ctr<NF, true>(nullptr);
+    ChainCtr<NF, true> ctr(nullptr);
     const int wc0 = 16 * warp + g, rowg = row0 + 128 * wg + 64 * p;
     const float* facl = fac + (size_t)(rowg + 2 * t) * B;
     const float* scf = (const float*)(smem + SA_OFF_SCF);
@@ -974,7 +971,7 @@ __device__ __forceinline__ void w8c_body(const unsigned char* __restrict__ xh, c
     const int K = B * 16;
     const int dlogp = dlog > 3 ? dlog - 3 : 0;
     const u32 sbase = (u32)__cvta_generic_to_shared(smem);
-    auto ctr = chain_ctr<NF, LOCAL>(smem + ST * STAGE);
+    ChainCtr<NF, LOCAL> ctr(smem + ST * STAGE);
     const int wc0 = 16 * warp + g;
     const int rows_pad = (m + 8 * NFC - 1) / (8 * NFC) * (8 * NFC);  // NFC > NF: tile_slow
     float c[NF][4];
