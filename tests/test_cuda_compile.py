@@ -261,8 +261,6 @@ def test_tile_kernels_read_the_grid_only_through_tile_at() -> None:
     """The tile kernels' grid is laid out in raster groups (tile.cuh ``tile_at``): a kernel that
     derives a row count or a stride from ``gridDim.x`` / ``gridDim.y`` (as the FP8 chain tile's
     factor stride once did: every output wrong under the groups) reads a group's CTAs instead."""
-    import re
-
     for cu in ("tile.cuh", "nvfp4_tile.cu", "nvfp4_wgmma.cu"):
         text = (KERNEL_DIR / cu).read_text()
         code = [ln for ln in text.splitlines() if not ln.lstrip().startswith("//")]

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from metrale.cuda import configs, mma, tile
+from metrale.cuda import configs, mma, pdl, runtime, tile
 from metrale.errors import MetraleError
 
 
@@ -170,8 +170,6 @@ def test_the_wgmma_ctas_per_multiprocessor_fit_its_shared_memory(fmt: tile.TileF
 def test_tile_refuses_more_parts_than_finish_folds(monkeypatch: pytest.MonkeyPatch) -> None:
     """K past 64 parts of 32 steps (K > 32768) is not the tiled GEMM's: ``_run`` launches nothing
     and returns False (the caller's next path serves it), before any device work."""
-    from metrale.cuda import runtime
-
     monkeypatch.setattr(runtime, "get_kernel", lambda cu, name: object())
     monkeypatch.setattr(runtime, "sm_count", lambda dev=None: 132)
     monkeypatch.setattr(tile.mma, "workspace", lambda n: pytest.fail("the plan was launched"))
@@ -266,10 +264,6 @@ def test_tile_grid_in_row_groups(monkeypatch: pytest.MonkeyPatch, group: int, gr
     rows (m = 100, NF = 2) and 3 column tiles (N = 300) as (group x 3, ceil(7 / group)) CTAs,
     the group at most the row tiles; 0 is one group of all seven (each column tile's row tiles in
     turn); z the K parts of both sets."""
-    import numpy as np
-
-    from metrale.cuda import pdl, runtime
-
     launches: list[tuple[Any, ...]] = []
     monkeypatch.setattr(tile, "ROW_GROUP", group)
     monkeypatch.setattr(tile, "WG_ENABLED", False)

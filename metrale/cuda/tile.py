@@ -107,13 +107,13 @@ MAX_PARTS = 64
 #: (two waves on 132 multiprocessors), run as 384 of 16 (three). METRALE_TILE_WAVES=0 keeps the
 #: first plan that fills the slots (benchmarks).
 WAVES = os.environ.get("METRALE_TILE_WAVES", "1") != "0"
+WAVE_GAIN = 0.1
+PART_OVERHEAD_STEPS = 2
 #: Row tiles per raster group (tile.cuh ``tile_at``): the CTAs of a group take its row tiles
 #: fastest, then the next column tile, so a wave reads the activations of about this many row
 #: tiles; 0: all of the chunk's row tiles in one group (each column tile's row tiles in turn).
 #: METRALE_TILE_ROW_GROUP sets it (benchmarks).
 ROW_GROUP = int(os.environ.get("METRALE_TILE_ROW_GROUP", "0"))
-WAVE_GAIN = 0.1
-PART_OVERHEAD_STEPS = 2
 NVFP4 = TileFormat("w4a16b", 80, 8, -102, 110, wg_prefix="w4a16w", chain_prefix="w4c")
 #: NVFP4 × A4 (``w4a4b_prep``'s operand, no window): on wgmma its exact block values fuse the
 #: tree's level 1 into an fma (``w4a4w_gemm_f{NF}``); on mma.sync the NVFP4 kernels.
