@@ -682,12 +682,16 @@ __device__ __forceinline__ void w4s_body(const float* __restrict__ fac, int m, i
         int m, const unsigned char *w0, const unsigned char *s0, float rs0, unsigned short *out0, long long ldo0, \
         const unsigned char *w1, const unsigned char *s1, float rs1, unsigned short *out1, long long ldo1, int N, \
         int B, int gz, int kp8, int dlog, float *__restrict__ partial, const __grid_constant__ TmaDesc xmap
-extern "C" __global__ void __launch_bounds__(W4B_THREADS, 1) w4s_gemm_f16(SA_GEMM_PARAMS) {
-    extern __shared__ __align__(16) unsigned char sa_smem[];
-    __shared__ __align__(8) u64 sa_bars[2];
-    const SaTile tl(weight_set_at(blockIdx.z % gz, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1), m, N, B, gz,
-                    kp8, sa_smem, sa_bars);
+// A shared-A kernel's first lines: its dynamic shared memory, the two mbarriers and its SaTile tl
+// from SA_GEMM_PARAMS; a CTA past the grid's tiles returns.
+#define SA_TILE(tl)                                                                                        \
+    extern __shared__ __align__(16) unsigned char sa_smem[];                                            \
+    __shared__ __align__(8) u64 sa_bars[2];                                                              \
+    const SaTile tl(weight_set_at(blockIdx.z % gz, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1), m, N, B, gz, \
+                    kp8, sa_smem, sa_bars);                                                              \
     if (!tl.ok) return;
+extern "C" __global__ void __launch_bounds__(W4B_THREADS, 1) w4s_gemm_f16(SA_GEMM_PARAMS) {
+    SA_TILE(tl)
     const SaCopies cps(tl.set, tl.n0, N, B, threadIdx.x);
     cps.load_first(tl.smem, tl.s_begin, tl.Sl);
     tl.init_bars();
@@ -793,11 +797,7 @@ __device__ __forceinline__ void sp_consume(const float* __restrict__ fac, int m,
 
 // w4s_gemm_f16's arguments, grid and shared memory; block 384.
 extern "C" __global__ void __launch_bounds__(SA_ALL, 1) w4p_gemm_f16(SA_GEMM_PARAMS) {
-    extern __shared__ __align__(16) unsigned char sp_smem[];
-    __shared__ __align__(8) u64 sp_bars[2];
-    const SaTile tl(weight_set_at(blockIdx.z % gz, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1), m, N, B, gz,
-                    kp8, sp_smem, sp_bars);
-    if (!tl.ok) return;
+    SA_TILE(tl)
     const int tid = threadIdx.x;
     const SaCopies cps[2] = {{tl.set, tl.n0, N, B, tid}, {tl.set, tl.n0, N, B, tid + 128}};  // the producer's
     if (tid < 128)
