@@ -118,6 +118,17 @@ extern "C" __global__ void __launch_bounds__(256, 1) k_ss(float* o, long long* c
 MODES = ("ffma", "mma", "rs", "ss")
 
 
+def median_cycles(kern: cp.RawKernel, threads: int, args: tuple, cyc: cp.ndarray, smem: int = 0) -> float:
+    """The median over the CTAs (one per SM) of the clock64 cycles the kernel wrote to ``cyc``, of
+    the second of two launches (the first warms the clocks)."""
+    if smem:
+        kern.max_dynamic_shared_size_bytes = smem
+    for _ in range(2):
+        kern((cyc.size,), (threads,), args, shared_mem=smem)
+    cp.cuda.Device().synchronize()
+    return float(np.median(cyc.get()))
+
+
 def main() -> None:
     mod = cp.RawModule(path=str(runtime.compile_text("rf_probe.cu", SRC, "sm_90a")))
     sms = runtime.sm_count()
@@ -126,13 +137,9 @@ def main() -> None:
     cyc = cp.zeros(sms, cp.int64)
     res = {"gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "iters": iters, "modes": {}}
     for mode in MODES:
-        k = mod.get_function(f"k_{mode}")
-        for _ in range(2):  # the first launch warms the clocks
-            k((sms,), (256,), (out, cyc, np.int32(iters), np.float32(0.5)))
-        cp.cuda.Device().synchronize()
-        per_it = float(np.median(cyc.get())) / (
-            8 * iters
-        )  # cycles per block (one wgmma + 64 FFMA per warpgroup)
+        args = (out, cyc, np.int32(iters), np.float32(0.5))
+        # cycles per block (one wgmma + 64 FFMA per warpgroup)
+        per_it = median_cycles(mod.get_function(f"k_{mode}"), 256, args, cyc) / (8 * iters)
         ffma_lanes = 0 if mode == "mma" else 256 * 64 / per_it  # FFMA lane-operations per SM cycle
         res["modes"][mode] = {
             "cycles_per_step": round(per_it, 1),

@@ -34,7 +34,7 @@ _spec = importlib.util.spec_from_file_location(
 )
 assert _spec is not None and _spec.loader is not None
 RF = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(RF)  # rf_probe.PRELUDE: the wgmma helpers
+_spec.loader.exec_module(RF)  # rf_probe.PRELUDE (the wgmma helpers) and median_cycles
 
 SRC = (
     RF.PRELUDE
@@ -310,12 +310,8 @@ def main() -> None:
     cyc = cp.zeros(sms, cp.int64)
     res = {"gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "iters": iters, "modes": {}}
     for mode, threads in MODES.items():
-        k = mod.get_function(f"k_{mode}")
-        k.max_dynamic_shared_size_bytes = SMEM
-        for _ in range(2):  # the first launch warms the clocks
-            k((sms,), (threads,), (out, cyc, np.int32(iters)), shared_mem=SMEM)
-        cp.cuda.Device().synchronize()
-        per_stage = float(np.median(cyc.get())) / iters
+        args = (out, cyc, np.int32(iters))
+        per_stage = RF.median_cycles(mod.get_function(f"k_{mode}"), threads, args, cyc, SMEM) / iters
         res["modes"][mode] = {
             "cycles_per_stage": round(per_stage, 1),
             "block_values_per_sm_cycle": round(2 * 8 * 64 * 128 / per_stage, 1),
