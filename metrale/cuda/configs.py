@@ -461,7 +461,9 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         for c in (False, True)
         for r in NVFP4_FAST_DEPTH
     ],
+    "NVFP4_A16C": lambda: [f"NVFP4_A16C({r})" for r in NVFP4_A16_ROWS],
     "NVFP4_A4": lambda: _pairs("NVFP4_A4", NVFP4_A4_ROWS, "e", "o"),
+    "NVFP4_A4C": lambda: [f"NVFP4_A4C({r})" for r in NVFP4_A4_ROWS],
     "NVFP4_A4F": lambda: [
         f"NVFP4_A4F({r}, {(NVFP4_RUN_DEPTH if c else NVFP4_A4F_DEPTH)[r]}, {_bool(c)}, {'fc' if c else 'f'})"
         for c in (False, True)

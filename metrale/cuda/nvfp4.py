@@ -74,8 +74,12 @@ def _geometry(k: int) -> tuple[int, int, int]:
 
 
 def _smem(mode: int, r: int, k: int) -> int:
+    """Dynamic shared memory of the generic kernel of ``mode`` (0: A16, 1: A4) for r rows of K:
+    the rows' records (A16 72, A4 40 bytes per block pair of P = 32 ceil(B / 64)); tile.CHAIN:
+    the same records of ``nvfp4_{a16,a4}c_r{r}`` (36 / 20 bytes per record slot, 64 per part)
+    and a root per thread and row."""
     _, _, p = _geometry(k)
-    return r * p * (72 if mode == 0 else 40)
+    return r * p * (72 if mode == 0 else 40) + (r * THREADS * 4 if tile.CHAIN else 0)
 
 
 def _rows_per_pass(mode: int, want: int, k: int) -> int:
@@ -86,11 +90,20 @@ def _rows_per_pass(mode: int, want: int, k: int) -> int:
     return r
 
 
-def _grid(n: int, groups: int, gz: int, smem: int) -> tuple[int, int, int]:
+def _generic_name(mode: str, r: int, b: int) -> str:
+    """The generic kernel of ``mode`` ("a16", "a4") for r rows and B = b: ``nvfp4_{mode}_r{r}_{e,o}``
+    (B even / odd), or where tile.CHAIN its chain twin ``nvfp4_{mode}c_r{r}`` (any B)."""
+    return f"nvfp4_{mode}c_r{r}" if tile.CHAIN else f"nvfp4_{mode}_r{r}_{'e' if b % 2 == 0 else 'o'}"
+
+
+def _grid(n: int, groups: int, gz: int, smem: int, k: int) -> tuple[int, int, int]:
+    """The generic kernels' grid: CTAs persistent over the columns (one per warp; tile.CHAIN:
+    THREADS // Q per round, nvfp4_chain_body) along x, row groups along y, sets along z."""
     sms = runtime.sm_count()
     occ = max(1, min(4, (228 * 1024) // (smem + 1024)))
     total = sms * occ
-    gx_full = -(-n // WARPS)
+    per_cta = THREADS // _geometry(k)[1] if tile.CHAIN else WARPS
+    gx_full = -(-n // per_cta)
     gx = max(1, min(gx_full, total // gz))
     gy = max(1, min(groups, total // (gx * gz)))
     return gx, gy, gz
@@ -212,7 +225,7 @@ def nvfp4_a16(x: Any, sets: list[tuple[Any, Any]], rows: int, r_want: int) -> No
     fast = _fast_rows(min(r_want, rows), k) if FAST_ENABLED else None
     if tile.takes(rows, tile.NVFP4) and tile.gemm(x, ldx, rows, b, args0, args1, len(sets), w0.n):
         return
-    if mma.ENABLED and rows >= MMA_MIN_ROWS and not fast_one_pass(rows, k, r_want):
+    if mma.ENABLED and not tile.CHAIN and rows >= MMA_MIN_ROWS and not fast_one_pass(rows, k, r_want):
         prefix = mma.family_prefix("w4a16")
         prep = mma.a16_prep(MMA_FILE, f"{prefix}_mma_prep", x, ldx, b)
         if mma.launch(MMA_FILE, prefix, prep, rows, b, args0, args1, len(sets), w0.n):
@@ -235,14 +248,16 @@ def nvfp4_a16(x: Any, sets: list[tuple[Any, Any]], rows: int, r_want: int) -> No
             )
             return
     r = _rows_per_pass(0, min(r_want, rows), k)
-    name = f"nvfp4_a16_r{r}_{'e' if b % 2 == 0 else 'o'}"
+    name = _generic_name("a16", r, b)
     kern = runtime.get_kernel(A16_FILE, name)
     if kern is None:
         raise MetraleError(f"{name} kernel missing in this target build")
     smem = _smem(0, r, k)
     runtime.set_dynamic_smem(kern, smem)
-    grid = _grid(w0.n, -(-rows // r), len(sets), smem)
-    kern(grid, (THREADS,), (x, np.int64(ldx), np.int32(rows), *args0, *args1, *tail), shared_mem=smem)
+    grid = _grid(w0.n, -(-rows // r), len(sets), smem, k)
+    args = (x, np.int64(ldx), np.int32(rows), *args0, *args1, *tail)
+    # the tree's generic kernels are not PDL-capable, the chain's are
+    pdl.launch(kern, grid, (THREADS,), args, smem, programmatic_ok=tile.CHAIN)
 
 
 @dataclass
@@ -362,17 +377,24 @@ def w4a4_gemv_small_m(codes: DeviceA4Codes, w: Any, out: Any) -> None:
         return
     family = mma.family_prefix("w4a4")
     prep = _a4_prep(codes, b, family)
-    if mma.ENABLED and m >= A4_MMA_MIN_ROWS and mma.launch(MMA_FILE, family, prep, m, b, args, args, 1, w.n):
+    if (
+        mma.ENABLED
+        and not tile.CHAIN
+        and m >= A4_MMA_MIN_ROWS
+        and mma.launch(MMA_FILE, family, prep, m, b, args, args, 1, w.n)
+    ):
         return
     r = _rows_per_pass(1, m, k)
-    name = f"nvfp4_a4_r{r}_{'e' if b % 2 == 0 else 'o'}"
+    name = _generic_name("a4", r, b)
     kern = runtime.get_kernel(A4_FILE, name)
     if kern is None:
         raise MetraleError(f"{name} kernel missing in this target build")
     smem = _smem(1, r, k)
     runtime.set_dynamic_smem(kern, smem)
-    grid = _grid(w.n, -(-m // r), 1, smem)
-    kern(grid, (THREADS,), (c, np.int64(ldc), codes.afac, np.int32(m), *args, *args, *tail), shared_mem=smem)
+    grid = _grid(w.n, -(-m // r), 1, smem, k)
+    a4_args = (c, np.int64(ldc), codes.afac, np.int32(m), *args, *args, *tail)
+    # the tree's generic kernels are not PDL-capable, the chain's are
+    pdl.launch(kern, grid, (THREADS,), a4_args, smem, programmatic_ok=tile.CHAIN)
 
 
 def _fixed(rows: int) -> Callable[..., None]:

@@ -54,6 +54,9 @@ WG_FRAGS = configs.NVFP4_WGMMA_TILE_FRAGS
 #: until the revision's switch; tests and benchmarks turn it on (METRALE_TILE_CHAIN=1).
 CHAIN = os.environ.get("METRALE_TILE_CHAIN", "0") == "1"
 CHAIN_FRAGS = configs.TILE_CHAIN_FRAGS
+#: The chain tile's rows from here (CHAIN): below, the fast chain decode kernels (1..4 rows) and
+#: the generic ones (nvfp4.py); the K-split MMA kernels (mma.py) are the tree's.
+CHAIN_MIN_ROWS = 5
 #: Steps (8 blocks) per chain part: a CTA's K part holds whole parts (or all of K).
 CHAIN_PART_STEPS = 8
 #: Steps per CTA K part of the chain kernels (first, last), powers of two from CHAIN_PART_STEPS;
@@ -171,8 +174,9 @@ def frags_for(rows: int, frags: tuple[int, ...] | None = None) -> int:
 
 def takes(rows: int, fmt: TileFormat) -> bool:
     """Whether a projection of ``rows`` rows (one chunk's worth) is the tile's to try: from
-    MIN_ROWS rows, and over SMALL_ROWS where the format's wgmma kernel for them is built."""
-    if rows >= MIN_ROWS:
+    MIN_ROWS rows, and over SMALL_ROWS where the format's wgmma kernel for them is built; CHAIN:
+    from CHAIN_MIN_ROWS rows (no K-split MMA kernel gives the chain's bits)."""
+    if rows >= (CHAIN_MIN_ROWS if CHAIN else MIN_ROWS):
         return True
     if not SMALL_ROWS[0] <= rows <= SMALL_ROWS[1]:
         return False

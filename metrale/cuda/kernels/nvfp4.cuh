@@ -990,3 +990,139 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
         cp_async_wait<0>();  // the zero-filled copies past the last round, before the ring is reused
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The generic kernels on the block-value chain (nvfp4_a16c_r{R} / nvfp4_a4c_r{R}; chain.py's
+// project_chain is the reference): any B, Q = ceil(B / 64) <= NVFP4_THREADS chain parts per
+// column, the last holding B - 64 (Q - 1) blocks. The fast kernels' runs (nvfp4_run_body) without
+// their rings:
+//   * a run is one (column, part), one thread's, its blocks in K order; a CTA round is the runs
+//     of C = NVFP4_THREADS / Q whole columns, part-major (thread t: part t / C of column t % C,
+//     threads from C Q on idle); rounds persistent over grid.x, groups of R rows over grid.y;
+//   * the records of the R rows in shared memory (block b = 64 j + p at slot p Q + j: the lanes of
+//     a warp read neighbouring slots), as nvfp4_body's prologue forms them: A16 the codes' limbs
+//     (lo | hi, 16 bytes each) and 2^(E_b - 15) (NaN: non-finite), A4 the codes and f32(ascale)
+//     (NaN: non-finite);
+//   * per block its 8 weight bytes and scale byte by __ldg, NVFP4_UNROLL blocks requested ahead;
+//     S_b by dp4a, the term pair P_b = f32(S_b) * 2^(E_b - 15) (A16, one rounding as ldexpf's
+//     where subnormal) or (f32(S_b) * f32(ascale_b)) * 0.25 (A4, exact), f_b = f32(wscale_b), the
+//     chain c = fma(P_b, f_b, c) from -0.0;
+//   * the tree over parts and the output as nvfp4_run_body's (roots [R][NVFP4_THREADS] after the
+//     records).
+// Dynamic shared memory R * 36 * 64 Q (A16; A4 R * 20 * 64 Q) + R * NVFP4_THREADS * 4 bytes.
+template <int MODE, int R>
+__device__ __forceinline__ void nvfp4_chain_body(const void* act, long long lda, const float* afac, int m,
+                                                 WeightSet set, int N, int K) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    constexpr int LIMBS = MODE == 0 ? 2 : 1;
+    const int B = K >> 4;
+    const int Q = (B + 63) >> 6, S = 64 * Q;  // parts per column, record slots per row
+    const int C = NVFP4_THREADS / Q, used = C * Q;
+    const int t = threadIdx.x;
+    const int ngroups = (m + R - 1) / R, rounds = (N + C - 1) / C;
+    const size_t rec = (size_t)S * (16 * LIMBS + 4);  // bytes of one row's records
+    float* const roots = (float*)(smem + (size_t)R * rec);  // [R][NVFP4_THREADS]
+    const int lq = min(t / C, Q - 1), lcol = t % C;       // this thread's part, column in the round
+    const int nb = t < used ? min(64, B - 64 * lq) : 0;   // blocks of its run
+    const long long wrow = (long long)(K >> 1);
+
+    pdl_trigger();
+    pdl_wait();
+
+    for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
+        const int row0 = g * R;
+        __syncthreads();
+        // ---- the records of rows row0 .. row0 + R - 1 ----
+        for (int it = t; it < R * B; it += NVFP4_THREADS) {
+            const int r = it / B, b = it - r * B, row = row0 + r;
+            const int slot = (b & 63) * Q + (b >> 6);
+            uint4* limbs = (uint4*)(smem + (size_t)r * rec) + slot;
+            float* fac = (float*)(smem + (size_t)r * rec + (size_t)S * 16 * LIMBS) + slot;
+            uint4 lo = make_uint4(0, 0, 0, 0), hi = make_uint4(0, 0, 0, 0);
+            float f = METRALE_NEG_ZERO;
+            if (row < m) {
+                if (MODE == 0) {
+                    const unsigned short* xb = (const unsigned short*)act + (size_t)row * lda + (size_t)b * 16;
+                    unsigned short xs[16];
+#pragma unroll
+                    for (int j = 0; j < 16; ++j) xs[j] = xb[j];
+                    int c[16], E;
+                    bool fin;
+                    a16_block(xs, c, E, fin);
+                    unsigned int l[4], h[4];
+                    a16_limbs(c, l, h);
+                    lo = make_uint4(l[0], l[1], l[2], l[3]);
+                    hi = make_uint4(h[0], h[1], h[2], h[3]);
+                    f = a16_factor(E, fin);
+                } else {
+                    lo = *(const uint4*)((const unsigned char*)act + (size_t)row * lda + (size_t)b * 16);
+                    f = afac[(size_t)row * B + b];
+                }
+            }
+            limbs[0] = lo;
+            if (MODE == 0) limbs[S] = hi;
+            *fac = f;
+        }
+        __syncthreads();
+
+        const uint4* const alo = (const uint4*)smem + lq;  // slot p Q + lq of row 0
+        const float* const afc = (const float*)(smem + (size_t)S * 16 * LIMBS) + lq;
+        for (int it = blockIdx.x; it < rounds; it += gridDim.x) {
+            const int n = it * C + lcol;
+            const bool live = n < N;
+            const unsigned char* const wr = set.w + (long long)(live ? n : 0) * wrow + (long long)lq * 512;
+            const unsigned char* const sr = set.ws + (long long)(live ? n : 0) * B + 64 * lq;
+            const int nrun = live ? nb : 0;
+            float c[R];
+#pragma unroll
+            for (int r = 0; r < R; ++r) c[r] = -0.0f;
+            for (int p0 = 0; p0 < nrun; p0 += NVFP4_UNROLL) {
+                uint2 wv[NVFP4_UNROLL];
+                unsigned int sv[NVFP4_UNROLL];
+#pragma unroll
+                for (int u = 0; u < NVFP4_UNROLL; ++u) {
+                    const int p = p0 + u < nrun ? p0 + u : 0;
+                    wv[u] = __ldg((const uint2*)(wr + 8 * p));
+                    sv[u] = __ldg(sr + p);
+                }
+#pragma unroll
+                for (int u = 0; u < NVFP4_UNROLL; ++u) {
+                    const int p = p0 + u;
+                    if (p >= nrun) break;
+                    unsigned int c0, c1, c2, c3;
+                    nib8_codes(wv[u].x, c0, c1);
+                    nib8_codes(wv[u].y, c2, c3);
+                    const float ws = e4m3_to_f32(sv[u]);
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        const uint4* const lr = (const uint4*)((const unsigned char*)alo + (size_t)r * rec) + p * Q;
+                        const float f = afc[(size_t)r * (rec / 4) + p * Q];
+                        float P;
+                        if constexpr (MODE == 0) {
+                            const int s = dp4a_ss4(c0, c1, c2, c3, lr[S]) * 256 + dp4a_su4(c0, c1, c2, c3, lr[0]);
+                            P = ieee_mul((float)s, f);
+                        } else {
+                            P = ieee_mul((float)a4_dot(c0, c1, c2, c3, lr[0]), f) * 0.25f;
+                        }
+                        c[r] = ieee_fma(P, ws, c[r]);
+                    }
+                }
+            }
+            // the round's runs are done: the tree over each column's parts
+#pragma unroll
+            for (int r = 0; r < R; ++r) roots[r * NVFP4_THREADS + t] = c[r];
+            __syncthreads();
+            const int nj = it * C + t;
+            if (t < C && nj < N) {
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    float* const v = roots + r * NVFP4_THREADS + t;  // part p at v[p C]
+                    for (int h = 1; h < Q; h <<= 1)
+                        for (int p = 0; p + h < Q; p += 2 * h) v[p * C] = v[p * C] + v[(p + h) * C];
+                    if (row0 + r < m) set.out[(size_t)(row0 + r) * set.ldo + nj] = f32_to_bf16(v[0] * set.rowscale);
+                }
+            }
+            __syncthreads();  // the roots read before the next round's are written
+        }
+    }
+}

@@ -94,6 +94,20 @@ extern "C" __global__ void w4a4_quantize(const unsigned short* x, long long ldx,
 
 // @instances NVFP4_A4   (lines generated from metrale/cuda/configs.py)
 
+// nvfp4_a4c_r{1,4}(same arguments): the generic kernels on the block-value chain (nvfp4.cuh
+// nvfp4_chain_body, as nvfp4_gemv.cu's nvfp4_a16c_r*); dynamic shared memory R * 20 * 64 Q + R *
+// NVFP4_THREADS * 4 bytes.
+#define NVFP4_A4C(R)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(NVFP4_THREADS) nvfp4_a4c_r##R(                       \
+        const signed char* codes, long long ldc, const float* afac, int m, const unsigned char* w0,     \
+        const unsigned char* s0, float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, \
+        const unsigned char* s1, float rs1, unsigned short* out1, long long ldo1, int N, int K) {       \
+        const WeightSet set = weight_set(w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);             \
+        nvfp4_chain_body<1, R>(codes, ldc, afac, m, set, N, K);                                        \
+    }
+
+// @instances NVFP4_A4C
+
 // nvfp4_a4fc_r{1,2,3,4}: the same on the block-value chain (nvfp4.cuh nvfp4_run_body, as
 // nvfp4_gemv.cu's nvfp4_a16fc_r*).
 #define NVFP4_A4F(R, D, C, SUFFIX)                                                                     \

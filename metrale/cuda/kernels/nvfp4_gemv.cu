@@ -22,6 +22,22 @@
 
 // @instances NVFP4_A16   (lines generated from metrale/cuda/configs.py)
 
+// nvfp4_a16c_r{1,2,3,4}(same arguments): the generic kernels on the block-value chain
+// (docs/chain-revision.md; nvfp4.cuh nvfp4_chain_body, chain.project_chain's bits; tile.CHAIN
+// routes them where no fast kernel applies): any B with Q = ceil(B / 64) <= NVFP4_THREADS,
+// PDL-capable; block NVFP4_THREADS, grid (gx rounds of NVFP4_THREADS / Q columns, gy row groups,
+// gz sets); dynamic shared memory R * 36 * 64 Q + R * NVFP4_THREADS * 4 bytes.
+#define NVFP4_A16C(R)                                                                                  \
+    extern "C" __global__ void __launch_bounds__(NVFP4_THREADS) nvfp4_a16c_r##R(                      \
+        const unsigned short* x, long long ldx, int m, const unsigned char* w0, const unsigned char* s0, \
+        float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, const unsigned char* s1, \
+        float rs1, unsigned short* out1, long long ldo1, int N, int K) {                               \
+        const WeightSet set = weight_set(w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);             \
+        nvfp4_chain_body<0, R>(x, ldx, nullptr, m, set, N, K);                                         \
+    }
+
+// @instances NVFP4_A16C
+
 // Fast path (nvfp4.cuh nvfp4_fast_body), for B % 64 == 0:
 //   nvfp4_a16f_r{1,2,3,4}(same arguments as above), PDL-capable (metrale/cuda/pdl.py); block
 //   FAST_THREADS = 512 threads (16 warps, one column at a time each), one CTA per SM along

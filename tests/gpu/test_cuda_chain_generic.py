@@ -1,0 +1,138 @@
+"""The generic NVFP4 kernels on the block-value chain (nvfp4.cuh ``nvfp4_chain_body``:
+``nvfp4_a16c_r{R}``, ``nvfp4_a4c_r{R}``, tile.CHAIN; docs/chain-revision.md) against the
+revision's reference ``chain.project_chain``, bit for bit: B odd, B of one partial part, a last
+part of a few blocks, K up to the kernels' largest (64 parts, one row per pass), CTA
+rounds of 256 columns down to 4, N off the rounds, rows in groups of R over grid.y, gate and up
+in one launch, rows of every edge kind, A16 and A4; and the routing under tile.CHAIN: no K-split
+MMA kernel (the tree's) runs at any row count."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.gpu import gen
+from tests.gpu.test_cuda_chain_tile import ref, run_nvfp4, run_nvfp4_dual
+from tests.gpu.test_cuda_nvfp4_tile import dev_rows, window_rows
+
+cp = pytest.importorskip("cupy")
+
+
+@pytest.fixture
+def generic(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The generic chain kernels for every row count here, every other path off (none gives
+    their bits, so a miss fails); returns the generic kernels' names as launched."""
+    from metrale.cuda import mma, nvfp4, tile
+
+    monkeypatch.setattr(tile, "CHAIN", True)
+    monkeypatch.setattr(tile, "ENABLED", False)
+    monkeypatch.setattr(mma, "ENABLED", False)
+    monkeypatch.setattr(nvfp4, "FAST_ENABLED", False)
+    names: list[str] = []
+    real = nvfp4._generic_name
+
+    def generic_name(mode: str, r: int, b: int) -> str:
+        names.append(real(mode, r, b))
+        return names[-1]
+
+    monkeypatch.setattr(nvfp4, "_generic_name", generic_name)
+    return names
+
+
+#: (N, K): B = 8 (one part of 8 blocks, 256 columns per round), B = 77 (odd: two parts, the last
+#: of 13 blocks), B = 197 (four parts, the last of 5; N off the round of 64), Qwen3-8B's gate
+#: (4 parts), its down (12), K = 65536 (64 parts: rounds of 4 columns; R cut to 1 by shared
+#: memory).
+SHAPES = ((300, 128), (130, 1232), (70, 3152), (130, 4096), (45, 12288), (9, 65536))
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"N{n}-K{k}" for n, k in SHAPES])
+def test_chain_generic_a16(
+    cuda: Any, fresh_rng: np.random.Generator, generic: list[str], shape: tuple
+) -> None:
+    """R = 1..4 in one pass, 7 and 11 rows (groups of 4), in-window and edge rows, single and
+    dual launches."""
+    n, k = shape
+    w, w1 = gen.nvfp4(fresh_rng, n, k), gen.nvfp4(fresh_rng, n, k, name="up")
+    dw, dw1 = cuda.upload(w), cuda.upload(w1)
+    x = np.concatenate([window_rows(fresh_rng, 4, k, tuple(range(-30, 31))), gen.rows(fresh_rng, 7, k)])
+    x = x[fresh_rng.permutation(len(x))]
+    want, want1 = ref(x, w), ref(x, w1)
+    for m in (1, 2, 3, 4, 7, 11):
+        gen.bits_equal(run_nvfp4(cuda, fresh_rng, x[:m], dw, n), want[:m], f"chain generic m={m} {shape}")
+    for m in (1, 3):
+        got, got1 = run_nvfp4_dual(fresh_rng, x[:m], dw, dw1, n)
+        gen.bits_equal(got, want[:m], f"chain generic dual m={m} gate {shape}")
+        gen.bits_equal(got1, want1[:m], f"chain generic dual m={m} up {shape}")
+    assert generic and all(name.startswith("nvfp4_a16c_r") for name in generic), generic
+
+
+@pytest.mark.parametrize("exp", [-133, -126, -110, 100, 127])
+def test_chain_generic_extreme_blocks(
+    cuda: Any, fresh_rng: np.random.Generator, generic: list[str], exp: int
+) -> None:
+    """Blocks whose exponent makes P_b subnormal (one rounding, as ldexpf's) or the chain
+    overflow, beside ordinary blocks of the same rows; a part's last block among them."""
+    n, k = 66, 16 * 197
+    w = gen.nvfp4(fresh_rng, n, k)
+    dw = cuda.upload(w)
+    x = window_rows(fresh_rng, 4, k, (-20, 0, 20))
+    for r, b in ((0, 3), (1, 63), (2, 196), (3, 130)):
+        x[r, 16 * b : 16 * b + 16] = window_rows(fresh_rng, 1, 16, (exp,))[0]
+    want = ref(x, w)
+    for m in (1, 4):
+        gen.bits_equal(run_nvfp4(cuda, fresh_rng, x[:m], dw, n), want[:m], f"chain generic E={exp} m={m}")
+
+
+A4_SHAPES = ((37, 1232), (130, 4096), (45, 12288))
+
+
+@pytest.mark.parametrize("shape", A4_SHAPES, ids=[f"K{k}" for _, k in A4_SHAPES])
+def test_chain_generic_a4(
+    cuda: Any, fresh_rng: np.random.Generator, generic: list[str], shape: tuple
+) -> None:
+    """NVFP4 × A4 (w4a4_quantize's codes) on the generic chain kernels (R = 1 and 4), 1..6 rows
+    of every edge kind, against project_chain(..., "A4")."""
+    from metrale.cuda import nvfp4
+
+    n, k = shape
+    w = gen.nvfp4(fresh_rng, n, k)
+    dw = cuda.upload(w)
+    x = gen.rows(fresh_rng, 6, k)
+    want = ref(x, w, "A4")
+    xd = dev_rows(x)
+    for m in (1, 2, 4, 6):
+        codes = nvfp4.w4a4_quantize(xd[:m], w.input_scale)
+        buf, view, init = gen.guarded(cp, fresh_rng, m, n)
+        nvfp4.w4a4_gemv_small_m(codes, dw, view)
+        gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"chain generic A4 m={m} {shape}")
+    assert {"nvfp4_a4c_r1", "nvfp4_a4c_r4"} <= set(generic), generic
+
+
+def test_chain_routes_no_tree_kernel(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tile.CHAIN as routed (tile, fast and generic kernels on): every row count from 1 to 40,
+    A16 (B % 8 == 0 and not, B % 64 == 0 and not) and A4, gives the chain's bits; the K-split
+    MMA kernels (the tree's) never launch."""
+    from metrale.cuda import mma, nvfp4, tile
+
+    monkeypatch.setattr(tile, "CHAIN", True)
+
+    def no_mma(*a: Any, **k: Any) -> bool:
+        raise AssertionError("a K-split MMA kernel (the tree's bits) ran under tile.CHAIN")
+
+    monkeypatch.setattr(mma, "launch", no_mma)
+    for n, k in ((70, 4096), (40, 1232), (24, 16 * 200)):
+        w = gen.nvfp4(fresh_rng, n, k)
+        dw = cuda.upload(w)
+        x = gen.rows(fresh_rng, 40, k)
+        want, want4 = ref(x, w), ref(x, w, "A4")
+        for m in (1, 2, 3, 4, 5, 8, 9, 16, 17, 24, 25, 40):
+            gen.bits_equal(run_nvfp4(cuda, fresh_rng, x[:m], dw, n), want[:m], f"chain routed m={m} K={k}")
+            codes = nvfp4.w4a4_quantize(dev_rows(x[:m]), w.input_scale)
+            buf, view, init = gen.guarded(cp, fresh_rng, m, n)
+            nvfp4.w4a4_gemv_small_m(codes, dw, view)
+            gen.bits_equal(gen.check_guard(buf, init, m, n), want4[:m], f"chain routed A4 m={m} K={k}")
