@@ -160,6 +160,8 @@ Q2_0_TILE_FRAGS: tuple[int, ...] = (2, 4)
 Q2_0_TILE_CTAS_PER_SM = 2
 #: q2_0_gemv.cu kernels ``q2_0_gemv_r{R}``: rows per warp -> columns per warp.
 Q2_0_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 4, 8: 2}
+#: Rows per pass of the generic Q2_0 kernels on the block-value chain (q2_0_chain_r{R}).
+Q2_0_CHAIN_ROWS: tuple[int, ...] = (1, 2, 4)
 #: q2_0_dec.cu decode kernels ``q2_dec_r{R}_c{NC}_d{D}_{s,l}``, one pass for m <= Q2_0_DEC_MAX_ROWS
 #: (R = m): variant -> (NC output columns per warp, activation planes staged in shared memory (``s``)
 #: or read through L1 (``l``), CTAs per multiprocessor the grid is capped at (0: one CTA per 8 NC
@@ -517,6 +519,7 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         for al in (True, False)
     ],
     "Q2_GEMV": lambda: [f"Q2_GEMV({r}, {nc})" for r, nc in Q2_0_TIERS.items()],
+    "Q2_CHAIN": lambda: [f"Q2_CHAIN({r})" for r in Q2_0_CHAIN_ROWS],
     "Q2_DEC": lambda: [
         f"Q2_DEC({r}, {nc}, {dp}, {_bool(sm)}, {'s' if sm else 'l'})"
         for r in Q2_0_DEC_ROWS

@@ -54,6 +54,10 @@ DEC_PREP_THREADS = 128
 DEC_ACT_BYTES = 160
 #: Row tiers of the GEMV kernel (rows per warp) and columns per warp for each.
 Q2_TIERS = configs.Q2_0_TIERS
+#: The generic kernels on the block-value chain (tile.CHAIN; q2_0_chain_r{R}, R in CHAIN_ROWS):
+#: CTAs of CHAIN_THREADS threads, one per (column, chain part) of a round.
+CHAIN_ROWS = configs.Q2_0_CHAIN_ROWS
+CHAIN_THREADS = 256
 #: The tree over 2048-element chunks keeps at most 64 chunk roots.
 Q2_MAX_K = 131072
 WARPS = 4
@@ -79,7 +83,7 @@ def _tensor_cores(xa: Any, m: int, nb: int, n: int, ws0: tuple, ws1: tuple, gz: 
     ldx = xa.strides[0] // 2
     if tile.Q2_ENABLED and tile.takes(m, tile.Q2_0) and tile.gemm(xa, ldx, m, nb, ws0, ws1, gz, n, tile.Q2_0):
         return True
-    if not (mma.ENABLED and m >= MMA_MIN_ROWS):
+    if not (mma.ENABLED and m >= MMA_MIN_ROWS) or tile.CHAIN:  # the MMA kernels are the tree's
         return False
     prefix = mma.family_prefix("q2")
     prep = mma.a16_prep(MMA_FILE, f"{prefix}_mma_prep", xa, ldx, nb, programmatic=MMA_PDL)
@@ -94,7 +98,7 @@ def _q2_project(x: Any, w: Any, out: Any, m: int, kernel: str) -> None:
         return
     arr, xa, outa, ldo = ops
     n, k = w.n, w.k
-    if _dec_project(xa, arr, n, k, m, outa, ldo):
+    if not tile.CHAIN and _dec_project(xa, arr, n, k, m, outa, ldo):  # the decode kernels are the tree's
         return
     nb = k // BLOCK
     ws = (arr["qs"], arr["d"], np.float32(1.0), outa, np.int64(ldo))
@@ -108,12 +112,16 @@ def _q2_project(x: Any, w: Any, out: Any, m: int, kernel: str) -> None:
         (PREP_THREADS,),
         (xa, np.int64(xa.strides[0] // 2), np.int32(k), np.int32(m), lohi, aux),
     )
+    args = (arr["qs"], arr["d"], np.int32(n), np.int32(k), lohi, aux, np.int32(m), outa, np.int64(ldo))
+    if tile.CHAIN:
+        r = max(c for c in CHAIN_ROWS if c <= m)
+        rounds = cdiv(n, CHAIN_THREADS // cdiv(nb, 64))
+        gx = min(rounds, 2 * runtime.sm_count())
+        gy = max(1, min(cdiv(m, r), 2 * runtime.sm_count() // gx))
+        pdl.launch(get_kernel(CU_FILE, f"q2_0_chain_r{r}"), (gx, gy), (CHAIN_THREADS,), args)
+        return
     name, grid, block = tier_launch("q2_0_gemv", Q2_TIERS, n, m, WARPS)
-    get_kernel(CU_FILE, name)(
-        grid,
-        block,
-        (arr["qs"], arr["d"], np.int32(n), np.int32(k), lohi, aux, np.int32(m), outa, np.int64(ldo)),
-    )
+    get_kernel(CU_FILE, name)(grid, block, args)
 
 
 def dec_kernel_name(variant: str, rows: int, k: int) -> tuple[str, int, int]:

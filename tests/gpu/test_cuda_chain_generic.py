@@ -114,9 +114,9 @@ def test_chain_generic_a4(
 def test_chain_routes_no_tree_kernel(
     cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """tile.CHAIN as routed (tile, fast and generic kernels on): every row count from 1 to 40,
-    A16 (B % 8 == 0 and not, B % 64 == 0 and not) and A4, gives the chain's bits; the K-split
-    MMA kernels (the tree's) never launch."""
+    """tile.CHAIN as routed (tile, fast and generic kernels on): row counts from 1 to 40, NVFP4
+    A16 (B % 8 == 0 and not, B % 64 == 0 and not), A4 and Q2_0, give the chain's bits; the
+    K-split MMA kernels (the tree's) never launch."""
     from metrale.cuda import mma, nvfp4, tile
 
     monkeypatch.setattr(tile, "CHAIN", True)
@@ -136,3 +136,50 @@ def test_chain_routes_no_tree_kernel(
             buf, view, init = gen.guarded(cp, fresh_rng, m, n)
             nvfp4.w4a4_gemv_small_m(codes, dw, view)
             gen.bits_equal(gen.check_guard(buf, init, m, n), want4[:m], f"chain routed A4 m={m} K={k}")
+    for n, k in ((70, 4096), (40, 1216)):  # Q2_0: B % 8 == 0 and not
+        w = gen.q2_0(fresh_rng, n, k)
+        dw = cuda.upload(w)
+        x = gen.rows(fresh_rng, 40, k)
+        want = ref(x, w)
+        for m in (1, 2, 3, 4, 5, 8, 9, 16, 17, 24, 25, 40):
+            buf, view, init = gen.guarded(cp, fresh_rng, m, n)
+            cuda.launch("q2_0_gemm", dev_rows(x[:m]), dw, view)
+            gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"chain routed Q2_0 m={m} K={k}")
+
+
+#: Q2_0 (N, K): one part of 16 Q2 blocks, two parts the last of 3 Q2 blocks, Qwen3-8B's gate (4
+#: parts) and down (12), K = 131072 (128 parts: rounds of 2 columns).
+Q2_SHAPES = ((300, 1024), (70, 1216), (130, 4096), (45, 12288), (5, 131072))
+
+
+@pytest.mark.parametrize("shape", Q2_SHAPES, ids=[f"N{n}-K{k}" for n, k in Q2_SHAPES])
+def test_chain_generic_q2_0(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, shape: tuple
+) -> None:
+    """Q2_0 × A16 on ``q2_0_chain_r{R}`` (tile, decode and MMA kernels off): R = 1, 2, 4 and rows
+    in groups of 4 over grid.y, in-window and edge rows, against project_chain."""
+    from metrale.cuda import configs, mma, q2_0, runtime, tile
+
+    monkeypatch.setattr(tile, "CHAIN", True)
+    monkeypatch.setattr(tile, "Q2_ENABLED", False)
+    monkeypatch.setattr(mma, "ENABLED", False)
+    names: list[str] = []
+    real = runtime.get_kernel
+
+    def get_kernel(file: str, name: str) -> Any:
+        names.append(name)
+        return real(file, name)
+
+    monkeypatch.setattr(q2_0, "get_kernel", get_kernel)
+    n, k = shape
+    w = gen.q2_0(fresh_rng, n, k)
+    dw = cuda.upload(w)
+    x = np.concatenate([window_rows(fresh_rng, 3, k, tuple(range(-30, 31))), gen.rows(fresh_rng, 6, k)])
+    x = x[fresh_rng.permutation(len(x))]
+    want = ref(x, w)
+    for m in (1, 2, 3, 4, 9):
+        buf, view, init = gen.guarded(cp, fresh_rng, m, n)
+        cuda.launch("q2_0_gemm", dev_rows(x[:m]), dw, view)
+        gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"q2 chain generic m={m} {shape}")
+    assert {f"q2_0_chain_r{r}" for r in configs.Q2_0_CHAIN_ROWS} <= set(names), names
+    assert not any(name.startswith(("q2_0_gemv_r", "q2_dec_")) for name in names), names

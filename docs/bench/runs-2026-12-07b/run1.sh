@@ -4,7 +4,7 @@
 # FP8 chain tile's two-fma speed).
 export PYTHONPATH=.
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
-timeout 200 python -m pytest -q -n 8 tests/gpu/test_cuda_chain_generic.py 2>&1 | tail -15
+timeout 240 python -m pytest -q -n 8 tests/gpu/test_cuda_chain_generic.py 2>&1 | tail -25
 P=docs/bench/runs-2026-12-05/chain_tile.py
 for g in 0 8 4; do
   METRALE_TILE_ROW_GROUP=$g MS=4096 VARS=chain16 TAG=_w4c_g$g timeout 40 python $P 2>&1 | tail -2

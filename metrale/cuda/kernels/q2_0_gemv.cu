@@ -159,3 +159,87 @@ __device__ __forceinline__ void q2_gemv_warp(const uint4* __restrict__ qs, const
     }
 
 // @instances Q2_GEMV   (lines generated from metrale/cuda/configs.py)
+
+// q2_0_chain_r{1,2,4}(qs, d, N, K, lohi, aux, m, out, ldo): the generic kernels on the block-value
+// chain (docs/chain-revision.md; chain.project_chain's bits; tile.CHAIN routes them where no
+// chain tile takes the rows), from q2_a16_prep's codes, any K (a multiple of 64) with Q = ceil(B /
+// 64) <= Q2C_THREADS chain parts per column, the last holding B - 64 (Q - 1) blocks:
+//   * a run is one (column, part), one thread's, its A16 blocks in K order; a CTA round is the
+//     runs of C = Q2C_THREADS / Q whole columns, part-major (thread t: part t / C of column t % C,
+//     threads from C Q on idle), so a warp's lanes read the same codes (one part or two);
+//     rounds persistent over grid.x, groups of R rows over grid.y;
+//   * per Q2 block (4 A16 blocks) its 16 code bytes and d by __ldg; per A16 block and row S_b =
+//     q2_block_dot (exact), the term pair P_b = f32(S_b) * 2^(E_b - 14) (one rounding, as
+//     ldexpf's, where subnormal; NaN for a non-finite block), f_b = f32(d), the chain c =
+//     fma(P_b, f_b, c) from -0.0;
+//   * at the round's end the roots go to shared memory (roots [R][Q2C_THREADS]) and thread j < C
+//     sums column j's parts in place by the padded tree over parts (stride h = 1, 2, 4, ..: part
+//     p += part p + h where p is a multiple of 2h and p + h < Q), y = bf16(root).
+// Block Q2C_THREADS, grid (rounds, row groups), no dynamic shared memory.
+#define Q2C_THREADS 256
+template <int R>
+__device__ __forceinline__ void q2_chain_body(const uint4* __restrict__ qs, const u16* __restrict__ d, int N,
+                                              int K, const uint4* __restrict__ lohi,
+                                              const uint2* __restrict__ aux, int m, u16* __restrict__ out,
+                                              long long ldo) {
+    __shared__ float roots[R * Q2C_THREADS];
+    const int nq = K >> 6, B = K >> 4;
+    const int Q = (B + 63) >> 6, C = Q2C_THREADS / Q, used = C * Q;
+    const int t = threadIdx.x, lq = min(t / C, Q - 1), lcol = t % C;
+    const int nqr = t < used ? min(16, nq - 16 * lq) : 0;  // Q2 blocks of this thread's run
+    const int ngroups = (m + R - 1) / R, rounds = (N + C - 1) / C;
+    pdl_trigger();
+    pdl_wait();
+    for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
+        const int row0 = g * R;
+        for (int it = blockIdx.x; it < rounds; it += gridDim.x) {
+            const int n = it * C + lcol;
+            const int nrun = n < N ? nqr : 0;
+            const long long wq0 = (long long)(n < N ? n : 0) * nq + 16 * lq;
+            float c[R];
+#pragma unroll
+            for (int r = 0; r < R; ++r) c[r] = -0.0f;
+            for (int j = 0; j < nrun; ++j) {
+                const uint4 wq = __ldg(qs + wq0 + j);
+                const float dd = q2_f16_f32(__ldg(d + wq0 + j));
+                const u32 qw[4] = {wq.x, wq.y, wq.z, wq.w};
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    const int row = row0 + r < m ? row0 + r : row0;
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        const long long bi = (long long)row * B + 4 * (16 * lq + j) + i;
+                        const uint2 ax = __ldg(aux + bi);
+                        const int S = q2_block_dot(qw[i], __ldg(lohi + 2 * bi), __ldg(lohi + 2 * bi + 1), (int)ax.x);
+                        const float P = ieee_mul(__int2float_rn(S), __uint_as_float(ax.y));
+                        c[r] = ieee_fma(P, dd, c[r]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < R; ++r) roots[r * Q2C_THREADS + t] = c[r];
+            __syncthreads();
+            const int nj = it * C + t;
+            if (t < C && nj < N) {
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    float* const v = roots + r * Q2C_THREADS + t;  // part p at v[p C]
+                    for (int h = 1; h < Q; h <<= 1)
+                        for (int p = 0; p + h < Q; p += 2 * h) v[p * C] = ieee_add(v[p * C], v[(p + h) * C]);
+                    if (row0 + r < m) out[(long long)(row0 + r) * ldo + nj] = f32_to_bf16(v[0]);
+                }
+            }
+            __syncthreads();  // the roots read before the next round's are written
+        }
+    }
+}
+
+#define Q2_CHAIN(R)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(Q2C_THREADS) q2_0_chain_r##R(                       \
+        const uint4* __restrict__ qs, const u16* __restrict__ d, int N, int K,                      \
+        const uint4* __restrict__ lohi, const uint2* __restrict__ aux, int m, u16* __restrict__ out, \
+        long long ldo) {                                                                            \
+        q2_chain_body<R>(qs, d, N, K, lohi, aux, m, out, ldo);                                      \
+    }
+
+// @instances Q2_CHAIN
