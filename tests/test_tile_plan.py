@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from metrale.cuda import configs, mma, pdl, runtime, tile
-from metrale.errors import MetraleError
 
 
 @pytest.mark.parametrize("s8", [1, 2, 3, 9, 31, 32, 33, 96, 112, 4096])
@@ -224,8 +223,9 @@ def test_chain_counter_levels() -> None:
 
 def test_fp8_tile_bytes_layout() -> None:
     """FP8 chain tile weights (fp8_bf16.tile_fp8_bytes): the rounded e4m3 of fp8_effective, and
-    per step lane t's words t of blocks 0..7 as bytes 32 t .. 32 t + 31; K not whole steps is
-    refused."""
+    per step lane t's words t of blocks 0..7 as bytes 32 t .. 32 t + 31; a last step of nbs < 8
+    blocks (K % 128 != 0, the generic chain kernels' weights) holds word t of block j at bytes
+    4 (t nbs + j) .. + 3 of the step."""
     from metrale.cuda.fp8_bf16 import tile_fp8_bytes
     from metrale.reference.chain import fp8_effective
     from metrale.reference.formats import Fp8Weight
@@ -238,8 +238,15 @@ def test_fp8_tile_bytes_layout() -> None:
     got = tile_fp8_bytes(q).reshape(3, 3, 4, 8, 4)  # row, step, t, block, byte
     want = eff.view(np.uint8).reshape(3, 3, 8, 4, 4).transpose(0, 1, 3, 2, 4)  # row, step, word t, block
     assert np.array_equal(got, want)
-    with pytest.raises(MetraleError, match="K=144 is not a multiple of 128"):
-        tile_fp8_bytes(q[:, :144])
+    for k in (144, 176, 368):  # last steps of 1, 3 and 7 blocks
+        got = tile_fp8_bytes(q[:, :k])
+        e = fp8_effective(q[:, :k]).view(np.uint8)
+        for b in range(k // 16):
+            s, j = divmod(b, 8)
+            nbs = min(8, k // 16 - 8 * s)
+            for t in range(4):
+                at, el = 128 * s + 4 * (t * nbs + j), 16 * b + 4 * t
+                assert np.array_equal(got[:, at : at + 4], e[:, el : el + 4]), (k, b, t)
 
 
 def test_fp8_chain_plan() -> None:

@@ -191,6 +191,8 @@ Q2_0_DEC_ROUTE: tuple[tuple[int, int, str], ...] = (
 )
 #: fp8_bf16_gemv.cu kernels ``{fp8,bf16}_gemv_r{R}``: rows per warp -> columns per warp.
 FP8_BF16_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 2, 8: 2}
+#: Rows per pass of the generic FP8 / BF16 kernels on the block-value chain ({fp8,bf16}_chain_r{R}).
+FP8_BF16_CHAIN_ROWS: tuple[int, ...] = (1, 2, 4)
 #: fp8_bf16_gemv.cu decode kernels ``{fp8,bf16}_dec_r{R}_c{NC}_w{W}_p{P}_{h,i}`` (one pass over
 #: R <= 3 rows; layout and arithmetic in the file's header).
 
@@ -520,6 +522,7 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
     ],
     "Q2_GEMV": lambda: [f"Q2_GEMV({r}, {nc})" for r, nc in Q2_0_TIERS.items()],
     "Q2_CHAIN": lambda: [f"Q2_CHAIN({r})" for r in Q2_0_CHAIN_ROWS],
+    "WIDE_CHAIN": lambda: [f"WIDE_CHAIN({r})" for r in FP8_BF16_CHAIN_ROWS],
     "Q2_DEC": lambda: [
         f"Q2_DEC({r}, {nc}, {dp}, {_bool(sm)}, {'s' if sm else 'l'})"
         for r in Q2_0_DEC_ROWS

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from metrale.cuda import configs, mma, pdl
+from metrale.cuda import configs, mma, pdl, runtime, tile
 from metrale.cuda.launch_args import built_launchers, cdiv, projection_operands, tier, tier_launch
 from metrale.cuda.runtime import get_kernel, set_dynamic_smem
 from metrale.cuda.weights import DeviceWeight, to_device
@@ -41,6 +41,10 @@ WIDE_TIERS = configs.FP8_BF16_TIERS
 WIDE_MAX_K = 65536
 WARPS = 4
 BLOCK = 16
+#: The generic kernels on the block-value chain (tile.CHAIN; ``{fp8,bf16}_chain_r{R}``, R in
+#: CHAIN_ROWS): CTAs of CHAIN_THREADS threads, one per (column, chain part) of a round.
+CHAIN_ROWS = configs.FP8_BF16_CHAIN_ROWS
+CHAIN_THREADS = 256
 #: Rows per prep/GEMV pass (bounds the float64 code scratch at ROW_CHUNK·K·8 bytes).
 ROW_CHUNK = 1024
 _UPLOAD_ROWS = 2048
@@ -112,15 +116,17 @@ def _mma_arrays(w: np.ndarray) -> dict[str, Any]:
 
 
 def tile_fp8_bytes(w: np.ndarray) -> np.ndarray:
-    """uint8 [N, K] of e4m3 w [N, K] for the FP8 chain tile (tile.FP8; docs/chain-revision.md):
-    the rounded values of ``chain.fp8_effective``, and per 8-block step of a row the 4-byte words
-    in (word t, block) order, so that lane t of the tile reads its words of the step's blocks as
-    two 16-byte chunks."""
+    """uint8 [N, K] of e4m3 w [N, K] for the FP8 chain kernels (tile.FP8's tile and
+    ``fp8_chain_r*``; docs/chain-revision.md): the rounded values of ``chain.fp8_effective``, and
+    per 8-block step of a row the 4-byte words in (word t, block) order, so that lane t of the
+    tile reads its words of the step's blocks as two 16-byte chunks (a last step of fewer blocks,
+    K % 128 != 0, in the same order over its blocks)."""
     n, k = w.shape
-    if k % 128 != 0:
-        raise MetraleError(f"FP8 chain tile: K={k} is not a multiple of 128 (whole 8-block steps)")
-    eff = fp8_effective(w).view(np.uint8).reshape(n, k // 128, 8, 4, 4)
-    return np.ascontiguousarray(eff.transpose(0, 1, 3, 2, 4)).reshape(n, k)
+    eff = fp8_effective(w).view(np.uint8)
+    full = k // 128 * 128
+    head = eff[:, :full].reshape(n, k // 128, 8, 4, 4).transpose(0, 1, 3, 2, 4).reshape(n, full)
+    tail = eff[:, full:].reshape(n, -1, 4, 4).transpose(0, 2, 1, 3).reshape(n, k - full)
+    return np.ascontiguousarray(np.concatenate([head, tail], axis=1))
 
 
 def upload_fp8(w: Fp8Weight) -> DeviceWeight:
@@ -255,6 +261,41 @@ def _project_gemm(
     )
 
 
+def _project_chain(xa: Any, arr: dict[str, Any], w: Any, m: int, outa: Any, ldo: int, fp8: bool) -> None:
+    """tile.CHAIN (docs/chain-revision.md): FP8 on the chain tile where it takes the rows (from
+    tile.CHAIN_MIN_ROWS, B % 8 == 0), else, and BF16 at every m, ``{fp8,bf16}_chain_r{R}`` after
+    ``fp8_bf16_a16_prep`` in ROW_CHUNK passes. FP8 reads the chain's bytes (``tile_fp8_bytes``,
+    added to the device weight on its first such call), BF16 its uploaded weight."""
+    import cupy
+
+    n, k = w.n, w.k
+    nb = k // BLOCK
+    if fp8 and "chain_w" not in arr:
+        arr["chain_w"] = to_device(tile_fp8_bytes(w.host.weight))
+    wt, scale = (arr["chain_w"], arr["weight_scale"]) if fp8 else (arr["weight"], np.uint64(0))
+    if fp8 and m >= tile.CHAIN_MIN_ROWS:
+        ws = (wt, scale, np.float32(1.0), outa, np.int64(ldo))
+        if tile.gemm_fp8(xa, xa.strides[0] // 2, m, nb, ws, ws, 1, n):
+            return
+    prep = get_kernel(CU_FILE, "fp8_bf16_a16_prep")
+    sms = runtime.sm_count()
+    for r0 in range(0, m, ROW_CHUNK):
+        mr = min(ROW_CHUNK, m - r0)
+        ac = cupy.empty((mr * k,), dtype=cupy.float64)
+        p2 = cupy.empty((mr * nb,), dtype=cupy.float64)
+        prep(
+            (cdiv(mr * nb, 256),),
+            (256,),
+            (xa[r0 : r0 + mr], np.int64(xa.strides[0] // 2), np.int32(k), np.int32(mr), ac, p2),
+        )
+        r = max(c for c in CHAIN_ROWS if c <= mr)
+        gx = min(cdiv(n, CHAIN_THREADS // cdiv(nb, 64)), 2 * sms)
+        gy = max(1, min(cdiv(mr, r), 2 * sms // gx))
+        kern = get_kernel(CU_FILE, f"{'fp8' if fp8 else 'bf16'}_chain_r{r}")
+        args = (wt, scale, np.int32(n), np.int32(k), ac, p2, np.int32(mr), outa[r0 : r0 + mr], np.int64(ldo))
+        pdl.launch(kern, (gx, gy), (CHAIN_THREADS,), args)
+
+
 def _project(x: Any, w: Any, out: Any, m: int, kernel: str, fp8: bool) -> None:
     import cupy
 
@@ -263,6 +304,9 @@ def _project(x: Any, w: Any, out: Any, m: int, kernel: str, fp8: bool) -> None:
         return
     arr, xa, outa, ldo = ops
     n, k = w.n, w.k
+    if tile.CHAIN:
+        _project_chain(xa, arr, w, m, outa, ldo, fp8)
+        return
     if m >= MMA_MIN_M:
         if "mma_w" not in arr:  # 3 bytes per weight plus a factor per block: built when first needed
             arr.update(_mma_arrays(w.host.weight))

@@ -4,7 +4,7 @@ revision's reference ``chain.project_chain``, bit for bit: B odd, B of one parti
 part of a few blocks, K up to the kernels' largest (64 parts, one row per pass), CTA
 rounds of 256 columns down to 4, N off the rounds, rows in groups of R over grid.y, gate and up
 in one launch, rows of every edge kind, A16 and A4; and the routing under tile.CHAIN: no K-split
-MMA kernel (the tree's) runs at any row count."""
+MMA kernel (the tree's) runs at any row count; Q2_0, FP8 and BF16 on their generic chain kernels."""
 
 from __future__ import annotations
 
@@ -183,3 +183,64 @@ def test_chain_generic_q2_0(
         gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"q2 chain generic m={m} {shape}")
     assert {f"q2_0_chain_r{r}" for r in configs.Q2_0_CHAIN_ROWS} <= set(names), names
     assert not any(name.startswith(("q2_0_gemv_r", "q2_dec_")) for name in names), names
+
+
+#: FP8 / BF16 (N, K): one block, 3 blocks, 65 (two parts, the last of 1 block), 197 (a last step
+#: of 5 blocks), Qwen3-8B's gate (4 parts) and down (12).
+WIDE_SHAPES = ((9, 16), (37, 48), (30, 1040), (21, 3152), (130, 4096), (45, 12288))
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "bf16"])
+@pytest.mark.parametrize("shape", WIDE_SHAPES, ids=[f"N{n}-K{k}" for n, k in WIDE_SHAPES])
+def test_chain_generic_wide(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, fmt: str, shape: tuple
+) -> None:
+    """FP8 (every finite e4m3 code, weights rounded by the 11-bit codes) and BF16 (blocks spanning
+    the whole range) × A16 on ``{fp8,bf16}_chain_r{R}`` (the FP8 chain tile off): R = 1, 2, 4, rows
+    in groups of 4 over grid.y, in-window and edge rows, against project_chain; the FP8 chain
+    bytes added to the device weight once."""
+    from metrale.cuda import fp8_bf16, tile
+    from tests.gpu.test_cuda_fp8_bf16 import bf16_weight, fp8_weight
+
+    monkeypatch.setattr(tile, "CHAIN", True)
+    monkeypatch.setattr(tile, "ENABLED", False)
+    names: list[str] = []
+    real = fp8_bf16.get_kernel
+
+    def get_kernel(file: str, name: str) -> Any:
+        names.append(name)
+        return real(file, name)
+
+    monkeypatch.setattr(fp8_bf16, "get_kernel", get_kernel)
+    n, k = shape
+    w = fp8_weight(fresh_rng, n, k) if fmt == "fp8" else bf16_weight(fresh_rng, n, k)
+    dw = cuda.upload(w)
+    x = np.concatenate([window_rows(fresh_rng, 3, k, tuple(range(-30, 31))), gen.rows(fresh_rng, 6, k)])
+    x = x[fresh_rng.permutation(len(x))]
+    want = ref(x, w)
+    entry = "w8a16_gemm" if fmt == "fp8" else "dense_gemm"
+    for m in (1, 2, 3, 4, 9):
+        buf, view, init = gen.guarded(cp, fresh_rng, m, n)
+        cuda.launch(entry, dev_rows(x[:m]), dw, view)
+        gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"{fmt} chain generic m={m} {shape}")
+    assert {f"{fmt}_chain_r{r}" for r in (1, 2, 4)} <= set(names), names
+    assert not any("_gemv_r" in name or "_dec_" in name or "_mma_" in name for name in names), names
+    assert ("chain_w" in dw.arrays) == (fmt == "fp8")
+
+
+def test_chain_routes_fp8(cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FP8 under tile.CHAIN as routed: the chain tile from tile.CHAIN_MIN_ROWS rows where B % 8
+    == 0, the generic chain kernels below and elsewhere: the chain's bits at 1 to 40 rows."""
+    from metrale.cuda import tile
+    from tests.gpu.test_cuda_fp8_bf16 import fp8_weight
+
+    monkeypatch.setattr(tile, "CHAIN", True)
+    for n, k in ((70, 4096), (40, 1040)):
+        w = fp8_weight(fresh_rng, n, k)
+        dw = cuda.upload(w)
+        x = gen.rows(fresh_rng, 40, k)
+        want = ref(x, w)
+        for m in (1, 4, 5, 8, 9, 24, 25, 40):
+            buf, view, init = gen.guarded(cp, fresh_rng, m, n)
+            cuda.launch("w8a16_gemm", dev_rows(x[:m]), dw, view)
+            gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"chain routed FP8 m={m} K={k}")

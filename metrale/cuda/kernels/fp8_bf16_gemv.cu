@@ -159,6 +159,117 @@ __device__ __forceinline__ void fp8_bf16_gemv_warp(const uint4* __restrict__ w, 
 
 // @instances FP8_BF16_GEMV   (lines generated from metrale/cuda/configs.py)
 
+// ---- The generic kernels on the block-value chain: {fp8,bf16}_chain_r{1,2,4} ----
+//
+// docs/chain-revision.md (chain.project_chain's bits; tile.CHAIN routes them where the FP8 chain
+// tile does not take the rows, and BF16 at every row count): the block values of the GEMV above
+// (the exact float64 block dot of the uploaded weight values with fp8_bf16_a16_prep's codes, one
+// rounding to f32) from FP8 weights rounded to 11-bit block codes (chain.fp8_effective, so the
+// value is f32(S_b 2^(E_b + F_b - 24)) of the revision's codes) or BF16's 24-bit ones, added
+// into a chain per part, c = c + v_b from -0.0, then the tree over parts:
+//   * a run is one (column, part), one thread's, its blocks in K order; a CTA round is the runs
+//     of C = WIDEC_THREADS / Q whole columns, part-major (thread t: part t / C of column t % C,
+//     threads from C Q on idle: a warp's lanes read the same codes); rounds persistent over
+//     grid.x, groups of R rows over grid.y;
+//   * FP8 weights in the chain tile's bytes (fp8_bf16.py tile_fp8_bytes: per 8-block step s of a
+//     row, nbs = min(8, B - 8 s) blocks, word t (elements 4t .. 4t + 3) of block j at byte
+//     128 s + 4 (t nbs + j)), BF16 row-major bf16 bits;
+//   * the tree over parts in shared memory as q2_0_gemv.cu's q2_0_chain_r*; y = bf16(root
+//     scale[n]) (FP8, one fp32 multiply) or bf16(root) (BF16).
+// Block WIDEC_THREADS, grid (rounds, row groups), no dynamic shared memory.
+#define WIDEC_THREADS 256
+template <int R, bool BF>
+__device__ __forceinline__ void wide_chain_body(const unsigned char* __restrict__ w, const float* __restrict__ scale,
+                                                int N, int K, const double* __restrict__ ac,
+                                                const double* __restrict__ p2, int m, u16* __restrict__ out,
+                                                long long ldo) {
+    __shared__ float roots[R * WIDEC_THREADS];
+    const int B = K >> 4, Q = (B + 63) >> 6, C = WIDEC_THREADS / Q, used = C * Q;
+    const int t = threadIdx.x, lq = min(t / C, Q - 1), lcol = t % C;
+    const int nb = t < used ? min(64, B - 64 * lq) : 0;  // blocks of this thread's run
+    const long long wrow = (long long)K * (BF ? 2 : 1);  // weight bytes per row
+    const double unscale = BF ? 0x1p896 : 0x1p1016;
+    const int ngroups = (m + R - 1) / R, rounds = (N + C - 1) / C;
+    pdl_trigger();
+    pdl_wait();
+    for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
+        const int row0 = g * R;
+        for (int it = blockIdx.x; it < rounds; it += gridDim.x) {
+            const int n = it * C + lcol;
+            const int nrun = n < N ? nb : 0;
+            const unsigned char* const wr = w + (long long)(n < N ? n : 0) * wrow;
+            float c[R];
+#pragma unroll
+            for (int r = 0; r < R; ++r) c[r] = -0.0f;
+            for (int j = 0; j < nrun; ++j) {
+                const int b = 64 * lq + j;
+                double wd[16];
+                if (BF) {
+                    const uint4* blk = (const uint4*)(wr + (long long)b * 32);
+                    const uint4 v0 = __ldg(blk), v1 = __ldg(blk + 1);
+                    const u32 wv[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+                    for (int e = 0; e < 16; ++e) wd[e] = wd_raw_bf16((e & 1) ? (wv[e >> 1] >> 16) : (wv[e >> 1] & 0xFFFFu));
+                } else {
+                    const int s = b >> 3, nbs = min(8, B - 8 * s);
+                    const unsigned char* step = wr + 128LL * s + 4 * (b & 7);
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) {
+                        const u32 wv = __ldg((const unsigned int*)(step + 4 * q * nbs));
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) wd[4 * q + e] = wd_raw_e4m3((wv >> (8 * e)) & 0xFFu);
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    const int row = row0 + r < m ? row0 + r : row0;
+                    const double2* a = reinterpret_cast<const double2*>(ac + (long long)row * K + b * 16);
+                    double acc = 0.0;
+#pragma unroll
+                    for (int jj = 0; jj < 8; ++jj) {
+                        const double2 av = __ldg(a + jj);
+                        acc = fma(wd[2 * jj], av.x, acc);
+                        acc = fma(wd[2 * jj + 1], av.y, acc);
+                    }
+                    const double sc = __ldg(p2 + (long long)row * B + b);
+                    c[r] = ieee_add(c[r], ieee_d2f(__dmul_rn(__dmul_rn(acc, unscale), sc)));
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < R; ++r) roots[r * WIDEC_THREADS + t] = c[r];
+            __syncthreads();
+            const int nj = it * C + t;
+            if (t < C && nj < N) {
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    float* const v = roots + r * WIDEC_THREADS + t;  // part p at v[p C]
+                    for (int h = 1; h < Q; h <<= 1)
+                        for (int p = 0; p + h < Q; p += 2 * h) v[p * C] = ieee_add(v[p * C], v[(p + h) * C]);
+                    if (row0 + r < m)
+                        out[(long long)(row0 + r) * ldo + nj] = f32_to_bf16(BF ? v[0] : ieee_mul(v[0], scale[nj]));
+                }
+            }
+            __syncthreads();  // the roots read before the next round's are written
+        }
+    }
+}
+
+#define WIDE_CHAIN(R)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(WIDEC_THREADS) fp8_chain_r##R(                        \
+        const unsigned char* __restrict__ w, const float* __restrict__ scale, int N, int K,           \
+        const double* __restrict__ ac, const double* __restrict__ p2, int m, u16* __restrict__ out,    \
+        long long ldo) {                                                                              \
+        wide_chain_body<R, false>(w, scale, N, K, ac, p2, m, out, ldo);                               \
+    }                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(WIDEC_THREADS) bf16_chain_r##R(                       \
+        const unsigned char* __restrict__ w, const float* __restrict__ scale, int N, int K,           \
+        const double* __restrict__ ac, const double* __restrict__ p2, int m, u16* __restrict__ out,    \
+        long long ldo) {                                                                              \
+        wide_chain_body<R, true>(w, scale, N, K, ac, p2, m, out, ldo);                                \
+    }
+
+// @instances WIDE_CHAIN
+
 // ---- Decode kernels (m <= 3 rows in one pass): {fp8,bf16}_dec_r{R}_c{NC}_w{W}_p{P}_{h,i} ----
 //
 // Same arithmetic as the GEMV above (raw weight doubles, exact DFMA block dot, one rounding per
