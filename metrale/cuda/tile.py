@@ -115,8 +115,11 @@ PART_OVERHEAD_STEPS = 2
 #: Row tiles per raster group (tile.cuh ``tile_at``): the CTAs of a group take its row tiles
 #: fastest, then the next column tile, so a wave reads the activations of about this many row
 #: tiles; 0: all of the chunk's row tiles in one group (each column tile's row tiles in turn).
-#: METRALE_TILE_ROW_GROUP sets it (benchmarks).
-ROW_GROUP = int(os.environ.get("METRALE_TILE_ROW_GROUP", "0"))
+#: Measured on an H100 (Qwen3-8B NVFP4 chain tile at 4096 rows, two runs each, alternated;
+#: performance-log.md "2026-12-07 (b)"): groups of 4 2,790 / 1,700 us gate + up / down against
+#: 2,863-2,945 / 1,733-1,751 in one group; the same within 1 % at 256 and 1024 rows and for
+#: Q2_0. METRALE_TILE_ROW_GROUP sets it (benchmarks).
+ROW_GROUP = int(os.environ.get("METRALE_TILE_ROW_GROUP", "4"))
 NVFP4 = TileFormat("w4a16b", 80, 8, -102, 110, wg_prefix="w4a16w", chain_prefix="w4c")
 #: NVFP4 × A4 (``w4a4b_prep``'s operand, no window): on wgmma its exact block values fuse the
 #: tree's level 1 into an fma (``w4a4w_gemm_f{NF}``); on mma.sync the NVFP4 kernels.
