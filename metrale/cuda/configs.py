@@ -420,6 +420,14 @@ W8A8_TMA_PAIR_MAX_ROWS = 128
 #: 67.3 / 70.0; m = 64 76.2 / 76.1; m = 128, 256, 1024 96.0 / 94.0, 133.0 / 127.3,
 #: 350.3 / 315.8 (8 clusters per row leave threads idle where many rows fill the GPU anyway).
 W8A8_SILU_CLUSTER_MAX_ROWS = 32
+#: w8a8.cu's one-launch SiLU-quantize kernels: CTAs per row (the cluster) -> (threads per CTA,
+#: 8-element groups per thread), K <= 8 · groups · threads · CTAs (else the slice pair):
+#: ``w8a8_silu_quant`` (8 CTAs) and ``w8a8_silu_quant_c{CL}``.
+W8A8_SILU_QUANT_BUILDS: dict[int, tuple[int, int]] = {8: (256, 8), 2: (512, 16), 1: (512, 16)}
+#: Beyond W8A8_SILU_CLUSTER_MAX_ROWS: (most rows, CTAs per row) in order, the kernel
+#: ``w8a8_silu_quant_c{CL}`` for the rows up to each; none: the slice pair. Empty until measured
+#: on the device (built and GPU-tested: tests/gpu/test_cuda_w8a8.py).
+W8A8_SILU_ROW_KERNELS: tuple[tuple[int, int], ...] = ()
 
 
 def nvfp4_gemm_builds() -> list[tuple[int, int, int]]:
@@ -549,6 +557,10 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         f"FP8_BF16_GEMM_LATE({nt}, {d}, {b})" for d, nt, b in fp8_bf16_gemm_late_builds()
     ],
     "W8A8_GEMV": lambda: [f"W8A8_GEMV({r}, {nc})" for r, nc in W8A8_GEMV_TIERS.items()],
+    "W8A8_SILU_QUANT": lambda: [
+        f"W8A8_SILU_QUANT({cl}, {t}, {v}, {'w8a8_silu_quant' if cl == 8 else f'w8a8_silu_quant_c{cl}'})"
+        for cl, (t, v) in W8A8_SILU_QUANT_BUILDS.items()
+    ],
     "W8A8_GEMM": lambda: [
         f"W8A8_GEMM({t.bm}, {t.bn}, {t.wm}, {t.wn}, {t.stages}, {t.minb})" for t in W8A8_GEMM_TILES
     ],

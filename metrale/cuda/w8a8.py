@@ -454,8 +454,28 @@ def _codes_scratch(m: int, k: int) -> tuple[DeviceA8Codes, Any]:
 #: its SQ_CL / SQ_T in kernels/w8a8.cu; it serves up to SILU_QUANT_CLUSTER_MAX_ROWS rows
 #: (configs.W8A8_SILU_CLUSTER_MAX_ROWS), the slice pair beyond and on other devices (tests run
 #: both on the same inputs).
-SILU_QUANT_CTAS, SILU_QUANT_THREADS = 8, 256
 SILU_QUANT_CLUSTER_MAX_ROWS = configs.W8A8_SILU_CLUSTER_MAX_ROWS
+#: The one-launch kernels with fewer CTAs per row (``w8a8_silu_quant_c{CL}``) past those rows:
+#: (most rows, CL) in order (configs.W8A8_SILU_ROW_KERNELS); each build's (threads, groups).
+SILU_ROW_KERNELS = configs.W8A8_SILU_ROW_KERNELS
+SILU_QUANT_BUILDS = configs.W8A8_SILU_QUANT_BUILDS
+
+
+def silu_quant_kernel(m: int, k: int) -> tuple[str, int, int] | None:
+    """(name, CTAs per row, threads per CTA) of the one-launch SiLU-quantize kernel for m rows of
+    K = k, or None (the slice pair): ``w8a8_silu_quant`` up to SILU_QUANT_CLUSTER_MAX_ROWS rows,
+    then SILU_ROW_KERNELS' ``w8a8_silu_quant_c{CL}``, where the build's registers hold K."""
+    cl = (
+        8
+        if m <= SILU_QUANT_CLUSTER_MAX_ROWS
+        else next((c for rows, c in SILU_ROW_KERNELS if m <= rows), None)
+    )
+    if cl is None or cl not in SILU_QUANT_BUILDS:
+        return None
+    threads, groups = SILU_QUANT_BUILDS[cl]
+    if k > 8 * groups * threads * cl:
+        return None
+    return ("w8a8_silu_quant" if cl == 8 else f"w8a8_silu_quant_c{cl}"), cl, threads
 
 
 def w8a8_silu_quant_gemv(gate: Any, up: Any, w: Any, out: Any, warps: int | None = None) -> None:
@@ -481,12 +501,13 @@ def w8a8_silu_quant_gemv(gate: Any, up: Any, w: Any, out: Any, warps: int | None
         return
     codes, parts = _codes_scratch(m, k)
     ldg, ldu = np.int64(g.strides[0] // 2), np.int64(u.strides[0] // 2)
-    fused = get_kernel(CU_FILE, "w8a8_silu_quant") if m <= SILU_QUANT_CLUSTER_MAX_ROWS else None
-    if fused is not None:
+    pick = silu_quant_kernel(m, k)
+    fused = get_kernel(CU_FILE, pick[0]) if pick is not None else None
+    if pick is not None and fused is not None:
         pdl.launch(
             fused,
-            (SILU_QUANT_CTAS, m),
-            (SILU_QUANT_THREADS,),
+            (pick[1], m),
+            (pick[2],),
             (g, ldg, u, ldu, device_table("silu"), np.int32(k), codes.q, codes.scale),
         )
     else:

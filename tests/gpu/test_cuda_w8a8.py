@@ -92,23 +92,30 @@ def _silu_inputs(rng: np.random.Generator, m: int, k: int) -> tuple[np.ndarray, 
     return gate, up
 
 
-def _silu_quant_path(monkeypatch: pytest.MonkeyPatch, cluster: bool) -> None:
-    """Route the fused entry point's first step: the cluster kernel (which must have built on an
-    sm_90 device, else the test would pass on the fallback) or the slice pair."""
+#: The fused entry point's first step: the 8-CTA cluster kernel, the kernels of 2 and 1 CTAs per
+#: row (``w8a8_silu_quant_c{CL}``), or the slice pair.
+SILU_PATHS = ["cluster", "c2", "c1", "slices"]
+
+
+def _silu_quant_path(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+    """Route every row count to ``path`` (a one-launch kernel must have built on an sm_90 device,
+    else the test would pass on the fallback)."""
     from metrale.cuda import w8a8
     from metrale.cuda.runtime import get_kernel
 
-    monkeypatch.setattr(w8a8, "SILU_QUANT_CLUSTER_MAX_ROWS", 1 << 30 if cluster else 0)
-    if cluster and cp.cuda.Device().compute_capability >= "90":
-        assert get_kernel(w8a8.CU_FILE, "w8a8_silu_quant") is not None
+    monkeypatch.setattr(w8a8, "SILU_QUANT_CLUSTER_MAX_ROWS", 1 << 30 if path == "cluster" else 0)
+    monkeypatch.setattr(w8a8, "SILU_ROW_KERNELS", ((1 << 30, int(path[1])),) if path in ("c2", "c1") else ())
+    if path != "slices" and cp.cuda.Device().compute_capability >= "90":
+        name = "w8a8_silu_quant" if path == "cluster" else f"w8a8_silu_quant_{path}"
+        assert get_kernel(w8a8.CU_FILE, name) is not None
 
 
-@pytest.mark.parametrize("cluster", [True, False], ids=["cluster", "slices"])
+@pytest.mark.parametrize("path", SILU_PATHS)
 @pytest.mark.parametrize(("n", "k"), SHAPES)
 def test_fused_silu_quant_gemv_matches_reference(
-    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, n: int, k: int, cluster: bool
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, n: int, k: int, path: str
 ) -> None:
-    _silu_quant_path(monkeypatch, cluster)
+    _silu_quant_path(monkeypatch, path)
     host = w8a8_weight(fresh_rng, n, k)
     w = cuda.upload(host)
     gate, up = _silu_inputs(fresh_rng, 64, k)
@@ -126,14 +133,15 @@ def test_fused_silu_quant_gemv_matches_reference(
         bits_equal(cp.asnumpy(g[m:]), gate.view(np.uint16)[m:], f"w8a8_silu_quant_gemv m={m}: rows >= m")
 
 
-@pytest.mark.parametrize("cluster", [True, False], ids=["cluster", "slices"])
-@pytest.mark.parametrize("k", [40960, 131056, MAX_K])
+@pytest.mark.parametrize("path", SILU_PATHS)
+@pytest.mark.parametrize("k", [40960, 65536, 131056, MAX_K])
 def test_fused_large_k(
-    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, k: int, cluster: bool
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, k: int, path: str
 ) -> None:
-    """Long rows: K = 40960 (640 GEMV steps), 131056 (a CTA's last groups partly filled) and
-    MAX_K (every register group of the cluster kernel used), h in gate checked too."""
-    _silu_quant_path(monkeypatch, cluster)
+    """Long rows: K = 40960 (640 GEMV steps), 65536 (every register group of the 1-CTA kernel),
+    131056 (a CTA's last groups partly filled; the 1-CTA route falls back to the pair) and MAX_K
+    (every register group of the 8- and 2-CTA kernels), h in gate checked too."""
+    _silu_quant_path(monkeypatch, path)
     host = w8a8_weight(fresh_rng, 20, k)
     w = cuda.upload(host)
     gate, up = _silu_inputs(fresh_rng, 11, k)

@@ -40,6 +40,8 @@
 //       grid (8, m), clusters of 8 CTAs (a row each), block 256: the two kernels above in one
 //       launch (each CTA an eighth of the row, h in registers; the row's amax / flag reduced
 //       over the cluster's distributed shared memory). Absent below sm_90 (the pair serves).
+//       w8a8_silu_quant_c{CL}(same arguments): the same with CL CTAs per row (configs.py
+//       W8A8_SILU_QUANT_BUILDS: cluster size -> block, registers' groups).
 //
 // Every kernel is PDL-capable (metrale/cuda/pdl.py): pdl_trigger, then pdl_wait, before it touches
 // global memory.
@@ -506,39 +508,39 @@ extern "C" __global__ void __launch_bounds__(SILU_SLICE / 8) w8a8_quantize_parts
 }
 
 // ---- the SiLU-quantize step in one launch (sm_90: thread-block clusters) ----
-// w8a8_silu_quant: grid (SQ_CL, m), clusters of SQ_CL CTAs (one row each), block SQ_T. CTA c
-// of row r takes the 8-element groups [c G, (c + 1) G) of the row, G = ceil(K / 8 / SQ_CL),
-// keeps h = bf16(silu[gate] * f32(up)) of them in registers (at most SQ_V groups per thread:
-// K <= 8 SQ_V SQ_T SQ_CL = MAX_K), stores h over gate and reduces its (amax bits, non-finite
+// silu_quant_body<CL, T, V>: grid (CL, m), clusters of CL CTAs (one row each; CL = 1: no
+// cluster), block T. CTA c of row r takes the 8-element groups [c G, (c + 1) G) of the row,
+// G = ceil(K / 8 / CL), keeps h = bf16(silu[gate] * f32(up)) of them in registers (at most V
+// groups per thread: K <= 8 V T CL), stores h over gate and reduces its (amax bits, non-finite
 // flag); the row's is the max / or of the cluster's, read from each CTA's shared memory
 // (distributed shared memory: any order gives the same); then the scale (CTA 0 stores it) and
 // the codes as w8a8_quantize_parts writes them, from the registers. The same bits as the two
-// kernels above, with one launch and one read of gate and up.
+// kernels above, with one launch and one read of gate and up. Kernels (configs.py
+// W8A8_SILU_QUANT_BUILDS): w8a8_silu_quant (CL = 8, T = 256, V = 8: K <= MAX_K, few rows: a row
+// over eight multiprocessors) and w8a8_silu_quant_c{CL} (fewer CTAs per row for more rows).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define SQ_CL 8
-#define SQ_T 256
-#define SQ_V 8
 __device__ __forceinline__ void cluster_sync_all() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
-extern "C" __global__ void __cluster_dims__(SQ_CL, 1, 1) __launch_bounds__(SQ_T) w8a8_silu_quant(
-    u16* __restrict__ gate, long long ldg_, const u16* __restrict__ up, long long ldu,
-    const float* __restrict__ table, int K, signed char* __restrict__ q, float* __restrict__ scale) {
+template <int CL, int T, int V>
+__device__ __forceinline__ void silu_quant_body(u16* __restrict__ gate, long long ldg_, const u16* __restrict__ up,
+                                                long long ldu, const float* __restrict__ table, int K,
+                                                signed char* __restrict__ q, float* __restrict__ scale) {
     pdl_trigger();
     pdl_wait();
     __shared__ u32 red[64];
     __shared__ uint2 mine;
     const int r = blockIdx.y, c = blockIdx.x, tid = threadIdx.x;
-    const int NG = K >> 3, G = (NG + SQ_CL - 1) / SQ_CL, g0 = c * G, g1 = min(NG, g0 + G);
+    const int NG = K >> 3, G = (NG + CL - 1) / CL, g0 = c * G, g1 = min(NG, g0 + G);
     u16* gr = gate + (long long)r * ldg_;
     const u16* ur = up + (long long)r * ldu;
-    uint4 h[SQ_V];
+    uint4 h[V];
     u32 amax = 0;
     int bad = 0;
 #pragma unroll
-    for (int v = 0; v < SQ_V; ++v) {
-        const int gi = g0 + tid + v * SQ_T;
+    for (int v = 0; v < V; ++v) {
+        const int gi = g0 + tid + v * T;
         if (gi < g1) {
             h[v] = w8_silu8(*reinterpret_cast<const uint4*>(gr + 8 * gi), *reinterpret_cast<const uint4*>(ur + 8 * gi),
                             table);
@@ -547,30 +549,41 @@ extern "C" __global__ void __cluster_dims__(SQ_CL, 1, 1) __launch_bounds__(SQ_T)
         }
     }
     w8_block_reduce(&amax, &bad, red);
-    if (tid == 0) mine = make_uint2(amax, (u32)bad);
-    cluster_sync_all();  // every CTA's part is in its shared memory
-    amax = 0;
-    bad = 0;
-    if (tid < SQ_CL) {
-        u32 remote, px, py;
-        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-                     : "=r"(remote)
-                     : "r"((u32)__cvta_generic_to_shared(&mine)), "r"(tid));
-        asm volatile("ld.shared::cluster.v2.u32 {%0, %1}, [%2];" : "=r"(px), "=r"(py) : "r"(remote) : "memory");
-        amax = px;
-        bad = (int)py;
+    if constexpr (CL > 1) {
+        if (tid == 0) mine = make_uint2(amax, (u32)bad);
+        cluster_sync_all();  // every CTA's part is in its shared memory
+        amax = 0;
+        bad = 0;
+        if (tid < CL) {
+            u32 remote, px, py;
+            asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                         : "=r"(remote)
+                         : "r"((u32)__cvta_generic_to_shared(&mine)), "r"(tid));
+            asm volatile("ld.shared::cluster.v2.u32 {%0, %1}, [%2];" : "=r"(px), "=r"(py) : "r"(remote) : "memory");
+            amax = px;
+            bad = (int)py;
+        }
+        w8_block_reduce(&amax, &bad, red);
+        asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");  // done reading the others
     }
-    w8_block_reduce(&amax, &bad, red);
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");  // done reading the others
     float s, inv;
     w8_row_params(amax, bad, &s, &inv);
     if (c == 0 && tid == 0) scale[r] = s;
     signed char* qr = q + (long long)r * K;
 #pragma unroll
-    for (int v = 0; v < SQ_V; ++v) {
-        const int gi = g0 + tid + v * SQ_T;
+    for (int v = 0; v < V; ++v) {
+        const int gi = g0 + tid + v * T;
         if (gi < g1) *reinterpret_cast<uint2*>(qr + 8 * gi) = w8_quant8(h[v], inv);
     }
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");  // no CTA leaves while read
+    if constexpr (CL > 1) asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");  // no CTA leaves while read
 }
+
+#define W8A8_SILU_QUANT(CL, T, V, NAME)                                                                       \
+    extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(T) NAME(                        \
+        u16* __restrict__ gate, long long ldg_, const u16* __restrict__ up, long long ldu,                  \
+        const float* __restrict__ table, int K, signed char* __restrict__ q, float* __restrict__ scale) {   \
+        silu_quant_body<CL, T, V>(gate, ldg_, up, ldu, table, K, q, scale);                                 \
+    }
+
+// @instances W8A8_SILU_QUANT
 #endif
