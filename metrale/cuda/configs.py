@@ -423,7 +423,12 @@ W8A8_SILU_CLUSTER_MAX_ROWS = 32
 #: w8a8.cu's one-launch SiLU-quantize kernels: CTAs per row (the cluster) -> (threads per CTA,
 #: 8-element groups per thread), K <= 8 · groups · threads · CTAs (else the slice pair):
 #: ``w8a8_silu_quant`` (8 CTAs) and ``w8a8_silu_quant_c{CL}``.
-W8A8_SILU_QUANT_BUILDS: dict[int, tuple[int, int]] = {8: (256, 8), 2: (512, 16), 1: (512, 16)}
+W8A8_SILU_QUANT_BUILDS: dict[int, tuple[int, int]] = {
+    8: (256, 8),
+    4: (256, 16),
+    2: (512, 16),
+    1: (512, 16),
+}
 #: Beyond W8A8_SILU_CLUSTER_MAX_ROWS: (most rows, CTAs per row) in order, the kernel
 #: ``w8a8_silu_quant_c{CL}`` for the rows up to each; none: the slice pair. Empty until measured
 #: on the device (built and GPU-tested: tests/gpu/test_cuda_w8a8.py).

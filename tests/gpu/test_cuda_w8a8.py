@@ -92,9 +92,9 @@ def _silu_inputs(rng: np.random.Generator, m: int, k: int) -> tuple[np.ndarray, 
     return gate, up
 
 
-#: The fused entry point's first step: the 8-CTA cluster kernel, the kernels of 2 and 1 CTAs per
+#: The fused entry point's first step: the 8-CTA cluster kernel, the kernels of 4, 2 and 1 CTAs per
 #: row (``w8a8_silu_quant_c{CL}``), or the slice pair.
-SILU_PATHS = ["cluster", "c2", "c1", "slices"]
+SILU_PATHS = ["cluster", "c4", "c2", "c1", "slices"]
 
 
 def _silu_quant_path(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
@@ -104,7 +104,8 @@ def _silu_quant_path(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
     from metrale.cuda.runtime import get_kernel
 
     monkeypatch.setattr(w8a8, "SILU_QUANT_CLUSTER_MAX_ROWS", 1 << 30 if path == "cluster" else 0)
-    monkeypatch.setattr(w8a8, "SILU_ROW_KERNELS", ((1 << 30, int(path[1])),) if path in ("c2", "c1") else ())
+    rows_kernels = ((1 << 30, int(path[1:])),) if path not in ("cluster", "slices") else ()
+    monkeypatch.setattr(w8a8, "SILU_ROW_KERNELS", rows_kernels)
     if path != "slices" and cp.cuda.Device().compute_capability >= "90":
         name = "w8a8_silu_quant" if path == "cluster" else f"w8a8_silu_quant_{path}"
         assert get_kernel(w8a8.CU_FILE, name) is not None
