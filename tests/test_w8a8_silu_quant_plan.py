@@ -53,3 +53,17 @@ def test_silu_quant_kernel_routing(monkeypatch: pytest.MonkeyPatch) -> None:
     assert w8a8.silu_quant_kernel(129, 12288) == ("w8a8_silu_quant_c1", 1, 512)
     assert w8a8.silu_quant_kernel(4096, 65536) == ("w8a8_silu_quant_c1", 1, 512)
     assert w8a8.silu_quant_kernel(4096, 65552) is None  # past one CTA's registers: the pair
+
+
+def test_silu_row_kernels_from_the_environment() -> None:
+    """METRALE_W8A8_SILU_ROW_KERNELS: parsed in order, empty for none, unset for the config; a
+    bad item or falling rows refused naming the variable."""
+    from metrale.cuda import configs
+    from metrale.errors import MetraleError
+
+    assert w8a8._silu_row_kernels("64:4,128:2,4096:1") == ((64, 4), (128, 2), (4096, 1))
+    assert w8a8._silu_row_kernels("") == ()
+    assert w8a8._silu_row_kernels(None) == configs.W8A8_SILU_ROW_KERNELS
+    for bad in ("64:3", "64", "a:4", "128:2,64:4"):
+        with pytest.raises(MetraleError, match="METRALE_W8A8_SILU_ROW_KERNELS"):
+            w8a8._silu_row_kernels(bad)

@@ -455,10 +455,32 @@ def _codes_scratch(m: int, k: int) -> tuple[DeviceA8Codes, Any]:
 #: (configs.W8A8_SILU_CLUSTER_MAX_ROWS), the slice pair beyond and on other devices (tests run
 #: both on the same inputs).
 SILU_QUANT_CLUSTER_MAX_ROWS = configs.W8A8_SILU_CLUSTER_MAX_ROWS
-#: The one-launch kernels with fewer CTAs per row (``w8a8_silu_quant_c{CL}``) past those rows:
-#: (most rows, CL) in order (configs.W8A8_SILU_ROW_KERNELS); each build's (threads, groups).
-SILU_ROW_KERNELS = configs.W8A8_SILU_ROW_KERNELS
 SILU_QUANT_BUILDS = configs.W8A8_SILU_QUANT_BUILDS
+
+
+def _silu_row_kernels(text: str | None) -> tuple[tuple[int, int], ...]:
+    """``METRALE_W8A8_SILU_ROW_KERNELS`` ("64:4,128:2,4096:1": most rows and CTAs per row, rows
+    rising; empty: none) as SILU_ROW_KERNELS, or configs.W8A8_SILU_ROW_KERNELS when unset."""
+    if text is None:
+        return configs.W8A8_SILU_ROW_KERNELS
+    out: list[tuple[int, int]] = []
+    for item in filter(None, text.split(",")):
+        rows, _, cl = item.partition(":")
+        if not (rows.isdigit() and cl.isdigit() and int(cl) in SILU_QUANT_BUILDS):
+            raise MetraleError(
+                f"METRALE_W8A8_SILU_ROW_KERNELS={text!r}: want rows:ctas items, ctas one of "
+                f"{sorted(SILU_QUANT_BUILDS)}, e.g. '64:4,128:2,4096:1'"
+            )
+        out.append((int(rows), int(cl)))
+    if [r for r, _ in out] != sorted(r for r, _ in out):
+        raise MetraleError(f"METRALE_W8A8_SILU_ROW_KERNELS={text!r}: the rows must rise")
+    return tuple(out)
+
+
+#: The one-launch kernels with fewer CTAs per row (``w8a8_silu_quant_c{CL}``) past those rows:
+#: (most rows, CL) in order (configs.W8A8_SILU_ROW_KERNELS; METRALE_W8A8_SILU_ROW_KERNELS for
+#: benchmarks); each build's (threads, groups) in SILU_QUANT_BUILDS.
+SILU_ROW_KERNELS = _silu_row_kernels(os.environ.get("METRALE_W8A8_SILU_ROW_KERNELS"))
 
 
 def silu_quant_kernel(m: int, k: int) -> tuple[str, int, int] | None:
