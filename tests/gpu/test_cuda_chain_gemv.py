@@ -58,6 +58,23 @@ def threads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     return int(request.param)
 
 
+def check_a16_rows(cuda: Any, rng: np.random.Generator, shape: tuple[int, int], what: str) -> None:
+    """NVFP4 × A16 of (N, K) = ``shape`` through ``w4a16_gemm`` at 1, 2, 3, 4, 7 and 11 rows and
+    through one dual launch at 1 and 3, in-window and edge rows shuffled, against project_chain."""
+    n, k = shape
+    w, w1 = gen.nvfp4(rng, n, k), gen.nvfp4(rng, n, k, name="up")
+    dw, dw1 = cuda.upload(w), cuda.upload(w1)
+    x = np.concatenate([window_rows(rng, 4, k, tuple(range(-30, 31))), gen.rows(rng, 7, k)])
+    x = x[rng.permutation(len(x))]
+    want, want1 = ref(x, w), ref(x, w1)
+    for m in (1, 2, 3, 4, 7, 11):
+        gen.bits_equal(run_nvfp4(cuda, rng, x[:m], dw, n), want[:m], f"{what} m={m} {shape}")
+    for m in (1, 3):
+        got, got1 = run_nvfp4_dual(rng, x[:m], dw, dw1, n)
+        gen.bits_equal(got, want[:m], f"{what} dual m={m} gate {shape}")
+        gen.bits_equal(got1, want1[:m], f"{what} dual m={m} up {shape}")
+
+
 #: (threads, (N, K)). At 384 threads: Q = 1 part (384 columns per round), 3 (128), 4 (Qwen3-8B
 #: gate / up: 96), 12 (its down: 32), 14 (Llama-3-8B's down: 27, six threads idle), 20 (19, four
 #: idle); at 32 threads more rounds than CTAs (rounds of 8, 2 and 1 columns), K of 32 parts (one
@@ -75,18 +92,8 @@ def test_chain_gemv_a16_matches_chain_reference(
     """R = 1..4 in one pass, 7 rows (groups of 4), in-window and edge rows, single and dual."""
     from metrale.cuda import nvfp4
 
-    n, k = shape
-    w, w1 = gen.nvfp4(fresh_rng, n, k), gen.nvfp4(fresh_rng, n, k, name="up")
-    dw, dw1 = cuda.upload(w), cuda.upload(w1)
-    x = np.concatenate([window_rows(fresh_rng, 4, k, tuple(range(-30, 31))), gen.rows(fresh_rng, 7, k)])
-    x = x[fresh_rng.permutation(len(x))]
-    want, want1 = ref(x, w), ref(x, w1)
-    for m in (1, 2, 3, 4, 7, 11):
-        gen.bits_equal(run_nvfp4(cuda, fresh_rng, x[:m], dw, n), want[:m], f"chain gemv m={m} {shape}")
-    for m in (1, 3):
-        got, got1 = run_nvfp4_dual(fresh_rng, x[:m], dw, dw1, n)
-        gen.bits_equal(got, want[:m], f"chain gemv dual m={m} gate {shape}")
-        gen.bits_equal(got1, want1[:m], f"chain gemv dual m={m} up {shape}")
+    check_a16_rows(cuda, fresh_rng, shape, "chain gemv")
+    k = shape[1]
     fits = {r for r in nvfp4.A16_ROWS if nvfp4._fast_rows(r, k) == r}  # R = 4 of K = 14336 does not
     assert {f"nvfp4_a16fc_r{r}" for r in fits} <= set(chained), chained
 

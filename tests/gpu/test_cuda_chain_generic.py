@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from tests.gpu import gen
-from tests.gpu.test_cuda_chain_tile import ref, run_nvfp4, run_nvfp4_dual
+from tests.gpu.test_cuda_chain_gemv import check_a16_rows
+from tests.gpu.test_cuda_chain_tile import ref, run_nvfp4
 from tests.gpu.test_cuda_nvfp4_tile import dev_rows, window_rows
 
 cp = pytest.importorskip("cupy")
@@ -54,18 +55,7 @@ def test_chain_generic_a16(
 ) -> None:
     """R = 1..4 in one pass, 7 and 11 rows (groups of 4), in-window and edge rows, single and
     dual launches."""
-    n, k = shape
-    w, w1 = gen.nvfp4(fresh_rng, n, k), gen.nvfp4(fresh_rng, n, k, name="up")
-    dw, dw1 = cuda.upload(w), cuda.upload(w1)
-    x = np.concatenate([window_rows(fresh_rng, 4, k, tuple(range(-30, 31))), gen.rows(fresh_rng, 7, k)])
-    x = x[fresh_rng.permutation(len(x))]
-    want, want1 = ref(x, w), ref(x, w1)
-    for m in (1, 2, 3, 4, 7, 11):
-        gen.bits_equal(run_nvfp4(cuda, fresh_rng, x[:m], dw, n), want[:m], f"chain generic m={m} {shape}")
-    for m in (1, 3):
-        got, got1 = run_nvfp4_dual(fresh_rng, x[:m], dw, dw1, n)
-        gen.bits_equal(got, want[:m], f"chain generic dual m={m} gate {shape}")
-        gen.bits_equal(got1, want1[:m], f"chain generic dual m={m} up {shape}")
+    check_a16_rows(cuda, fresh_rng, shape, "chain generic")
     assert generic and all(name.startswith("nvfp4_a16c_r") for name in generic), generic
 
 

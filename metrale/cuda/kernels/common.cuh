@@ -146,6 +146,7 @@ __device__ __forceinline__ void a16_block(const unsigned short* xb, int (&c)[16]
 //   a16_code_int(x, F)               one element's code of that rule
 //   a16_codes8_f32(w, mx, c, E, fin) the same codes for half a block by exact f32 steps
 //   warp_tree_ieee / chunk_roots_tree / store_chunk_roots<R, NC>  the GEMVs' trees and epilogue
+//   chain_round_tree<R, T>(...)      the chain kernels' tree over parts at the end of a CTA round
 // ---------------------------------------------------------------------------------------------
 __device__ __forceinline__ float ieee_mul(float a, float b) {
     float d;
@@ -302,4 +303,29 @@ __device__ __forceinline__ uint4 ld_stream16(const void* p) {
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
         : "l"(p));
     return v;
+}
+
+// The chain kernels' tree over parts (docs/chain-revision.md) at the end of a CTA round of T
+// threads whose thread t holds part t / C of column t % C (the run kernels: nvfp4.cuh,
+// q2_0_gemv.cu, fp8_bf16_gemv.cu): each thread's R part roots c into roots [R][T], a barrier,
+// then thread j < C sums column j's Q roots in place by the padded tree over parts (stride h =
+// 1, 2, 4, ..: part p += part p + h where p is a multiple of 2h and p + h < Q; a missing partner
+// is the -0.0 leaf, x + -0.0 = x) and calls store(r, root) for each row r; a second barrier
+// frees the roots for the next round.
+template <int R, int T, class Store>
+__device__ __forceinline__ void chain_round_tree(float* roots, const float (&c)[R], int Q, int C, Store store) {
+    const int t = threadIdx.x;
+#pragma unroll
+    for (int r = 0; r < R; ++r) roots[r * T + t] = c[r];
+    __syncthreads();
+    if (t < C) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            float* const v = roots + r * T + t;  // part p at v[p C]
+            for (int h = 1; h < Q; h <<= 1)
+                for (int p = 0; p + h < Q; p += 2 * h) v[p * C] = ieee_add(v[p * C], v[(p + h) * C]);
+            store(r, v[0]);
+        }
+    }
+    __syncthreads();
 }

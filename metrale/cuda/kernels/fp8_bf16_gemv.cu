@@ -235,21 +235,11 @@ __device__ __forceinline__ void wide_chain_body(const unsigned char* __restrict_
                     c[r] = ieee_add(c[r], ieee_d2f(__dmul_rn(__dmul_rn(acc, unscale), sc)));
                 }
             }
-#pragma unroll
-            for (int r = 0; r < R; ++r) roots[r * WIDEC_THREADS + t] = c[r];
-            __syncthreads();
             const int nj = it * C + t;
-            if (t < C && nj < N) {
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    float* const v = roots + r * WIDEC_THREADS + t;  // part p at v[p C]
-                    for (int h = 1; h < Q; h <<= 1)
-                        for (int p = 0; p + h < Q; p += 2 * h) v[p * C] = ieee_add(v[p * C], v[(p + h) * C]);
-                    if (row0 + r < m)
-                        out[(long long)(row0 + r) * ldo + nj] = f32_to_bf16(BF ? v[0] : ieee_mul(v[0], scale[nj]));
-                }
-            }
-            __syncthreads();  // the roots read before the next round's are written
+            chain_round_tree<R, WIDEC_THREADS>(roots, c, Q, C, [&](int r, float root) {
+                if (nj < N && row0 + r < m)
+                    out[(long long)(row0 + r) * ldo + nj] = f32_to_bf16(BF ? root : ieee_mul(root, scale[nj]));
+            });
         }
     }
 }

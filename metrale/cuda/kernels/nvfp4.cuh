@@ -97,6 +97,22 @@ __device__ __forceinline__ float a16_factor(int E, bool fin) {
     return fin ? pow2f(E - 15) : __uint_as_float(0x7fc00000u);
 }
 
+// The A16 record of one block of bf16 bits xb[0..15]: its codes' limb words lo / hi (a16_limbs)
+// and f = a16_factor.
+__device__ __forceinline__ void a16_record(const unsigned short* xb, uint4& lo, uint4& hi, float& f) {
+    unsigned short xs[16];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) xs[j] = xb[j];
+    int c[16], E;
+    bool fin;
+    a16_block(xs, c, E, fin);
+    unsigned int l[4], h[4];
+    a16_limbs(c, l, h);
+    lo = make_uint4(l[0], l[1], l[2], l[3]);
+    hi = make_uint4(h[0], h[1], h[2], h[3]);
+    f = a16_factor(E, fin);
+}
+
 // S of an A4 block: its weight code words c0..c3 (elements 0-3, 4-7, 8-11, 12-15) against its
 // activation code words a (element n in byte n), both signed 2*e2m1.
 __device__ __forceinline__ int a4_dot(unsigned int c0, unsigned int c1, unsigned int c2, unsigned int c3,
@@ -140,21 +156,8 @@ __device__ __forceinline__ void nvfp4_body(const void* act, long long lda, const
             if (MODE == 0) {
                 uint4 lo = make_uint4(0, 0, 0, 0), hi = make_uint4(0, 0, 0, 0);
                 float f = METRALE_NEG_ZERO;
-                if (b < B && row < m) {
-                    const unsigned short* xb = (const unsigned short*)act + (size_t)row * lda + (size_t)b * 16;
-                    unsigned short xs[16];
-#pragma unroll
-                    for (int j = 0; j < 16; ++j) xs[j] = xb[j];
-                    int c[16];
-                    int E;
-                    bool fin;
-                    a16_block(xs, c, E, fin);
-                    unsigned int l[4], hh[4];
-                    a16_limbs(c, l, hh);
-                    lo = make_uint4(l[0], l[1], l[2], l[3]);
-                    hi = make_uint4(hh[0], hh[1], hh[2], hh[3]);
-                    f = a16_factor(E, fin);
-                }
+                if (b < B && row < m)
+                    a16_record((const unsigned short*)act + (size_t)row * lda + (size_t)b * 16, lo, hi, f);
                 limbs[h * P + p] = lo;        // lo_even, lo_odd
                 limbs[(2 + h) * P + p] = hi;  // hi_even, hi_odd
                 fac[b] = f;
@@ -965,23 +968,13 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
                     }
                 }
                 if (++s == 8) {  // the round's runs are done: the tree over each column's parts
-#pragma unroll
-                    for (int r = 0; r < R; ++r) {
-                        roots[r * RUN_THREADS + t] = c[r];
-                        c[r] = -0.0f;
-                    }
-                    __syncthreads();
                     const int n = it * C + t;
-                    if (t < C && n < N) {
+                    chain_round_tree<R, RUN_THREADS>(roots, c, Q, C, [&](int r, float root) {
+                        if (n < N && row0 + r < m)
+                            set.out[(size_t)(row0 + r) * set.ldo + n] = f32_to_bf16(ieee_mul(root, set.rowscale));
+                    });
 #pragma unroll
-                        for (int r = 0; r < R; ++r) {
-                            float* const v = roots + r * RUN_THREADS + t;  // part p at v[p C]
-                            for (int h = 1; h < Q; h <<= 1)
-                                for (int p = 0; p + h < Q; p += 2 * h) v[p * C] = v[p * C] + v[(p + h) * C];
-                            if (row0 + r < m) set.out[(size_t)(row0 + r) * set.ldo + n] = f32_to_bf16(v[0] * set.rowscale);
-                        }
-                    }
-                    __syncthreads();  // the roots read before the next round's are written
+                    for (int r = 0; r < R; ++r) c[r] = -0.0f;
                     s = 0;
                     it += gridDim.x;
                 }
@@ -1042,18 +1035,7 @@ __device__ __forceinline__ void nvfp4_chain_body(const void* act, long long lda,
             float f = METRALE_NEG_ZERO;
             if (row < m) {
                 if (MODE == 0) {
-                    const unsigned short* xb = (const unsigned short*)act + (size_t)row * lda + (size_t)b * 16;
-                    unsigned short xs[16];
-#pragma unroll
-                    for (int j = 0; j < 16; ++j) xs[j] = xb[j];
-                    int c[16], E;
-                    bool fin;
-                    a16_block(xs, c, E, fin);
-                    unsigned int l[4], h[4];
-                    a16_limbs(c, l, h);
-                    lo = make_uint4(l[0], l[1], l[2], l[3]);
-                    hi = make_uint4(h[0], h[1], h[2], h[3]);
-                    f = a16_factor(E, fin);
+                    a16_record((const unsigned short*)act + (size_t)row * lda + (size_t)b * 16, lo, hi, f);
                 } else {
                     lo = *(const uint4*)((const unsigned char*)act + (size_t)row * lda + (size_t)b * 16);
                     f = afac[(size_t)row * B + b];
@@ -1108,21 +1090,11 @@ __device__ __forceinline__ void nvfp4_chain_body(const void* act, long long lda,
                     }
                 }
             }
-            // the round's runs are done: the tree over each column's parts
-#pragma unroll
-            for (int r = 0; r < R; ++r) roots[r * NVFP4_THREADS + t] = c[r];
-            __syncthreads();
-            const int nj = it * C + t;
-            if (t < C && nj < N) {
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    float* const v = roots + r * NVFP4_THREADS + t;  // part p at v[p C]
-                    for (int h = 1; h < Q; h <<= 1)
-                        for (int p = 0; p + h < Q; p += 2 * h) v[p * C] = v[p * C] + v[(p + h) * C];
-                    if (row0 + r < m) set.out[(size_t)(row0 + r) * set.ldo + nj] = f32_to_bf16(v[0] * set.rowscale);
-                }
-            }
-            __syncthreads();  // the roots read before the next round's are written
+            const int nj = it * C + t;  // the round's runs are done: the tree over each column's parts
+            chain_round_tree<R, NVFP4_THREADS>(roots, c, Q, C, [&](int r, float root) {
+                if (nj < N && row0 + r < m)
+                    set.out[(size_t)(row0 + r) * set.ldo + nj] = f32_to_bf16(ieee_mul(root, set.rowscale));
+            });
         }
     }
 }

@@ -216,20 +216,10 @@ __device__ __forceinline__ void q2_chain_body(const uint4* __restrict__ qs, cons
                     }
                 }
             }
-#pragma unroll
-            for (int r = 0; r < R; ++r) roots[r * Q2C_THREADS + t] = c[r];
-            __syncthreads();
             const int nj = it * C + t;
-            if (t < C && nj < N) {
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    float* const v = roots + r * Q2C_THREADS + t;  // part p at v[p C]
-                    for (int h = 1; h < Q; h <<= 1)
-                        for (int p = 0; p + h < Q; p += 2 * h) v[p * C] = ieee_add(v[p * C], v[(p + h) * C]);
-                    if (row0 + r < m) out[(long long)(row0 + r) * ldo + nj] = f32_to_bf16(v[0]);
-                }
-            }
-            __syncthreads();  // the roots read before the next round's are written
+            chain_round_tree<R, Q2C_THREADS>(roots, c, Q, C, [&](int r, float root) {
+                if (nj < N && row0 + r < m) out[(long long)(row0 + r) * ldo + nj] = f32_to_bf16(root);
+            });
         }
     }
 }
