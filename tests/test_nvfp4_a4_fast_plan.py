@@ -137,3 +137,30 @@ def test_chain_run_kernels_refuse_more_parts_than_threads(
     assert nvfp4.a4_fast_smem(1, k) is None
     assert nvfp4._fast_rows(1, threads * 1024) == 1
     assert nvfp4.a4_fast_smem(1, threads * 1024) is not None
+
+
+def test_chain_runs_at_two_ctas_per_sm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tile.CHAIN's fast kernels at NVFP4_RUN_CTAS_PER_SM = 2: grid.x twice the multiprocessors
+    (at most one CTA per round of RUN_THREADS // Q columns), and a row count whose records and
+    rings pass half a multiprocessor's shared memory runs fewer rows per pass (down projection
+    of Qwen3-8B at ring depth 3: R = 1 fits twice, R = 2 once)."""
+    from metrale.cuda import runtime, tile
+
+    monkeypatch.setattr(tile, "CHAIN", True)
+    monkeypatch.setattr(runtime, "sm_count", lambda: 132)
+    monkeypatch.setattr(configs, "NVFP4_RUN_THREADS", 256)
+    monkeypatch.setattr(configs, "NVFP4_RUN_DEPTH", dict.fromkeys((1, 2, 3, 4), 3))
+    monkeypatch.setattr(configs, "NVFP4_RUN_SCALE_SLICES", 4)
+    monkeypatch.setattr(configs, "NVFP4_RUN_CTAS_PER_SM", 1)
+    assert nvfp4._fast_grid_x(4096, 1, 12288) == 132  # 12 parts: 21 columns a round, 196 rounds
+    assert nvfp4._fast_smem_limit() == mma.SMEM_LIMIT
+    one = {r: nvfp4._fast_rows(r, 12288) for r in (1, 2, 3, 4)}
+    monkeypatch.setattr(configs, "NVFP4_RUN_CTAS_PER_SM", 2)
+    assert nvfp4._fast_grid_x(4096, 1, 12288) == 196
+    assert nvfp4._fast_grid_x(12288, 2, 4096) == 132  # two sets share the 264 slots
+    assert nvfp4._fast_smem_limit() == 228 * 1024 // 2 - 1024
+    two = {r: nvfp4._fast_rows(r, 12288) for r in (1, 2, 3, 4)}
+    for r in (1, 2, 3, 4):
+        fits = nvfp4._fast_smem(r, 12288) <= nvfp4._fast_smem_limit()
+        assert (two[r] == r) == fits, (r, two[r])
+    assert one[2] == 2 and two[1] == 1 and two[2] == 1  # R = 2 needs more than half an SM

@@ -65,6 +65,11 @@ NVFP4_RUN_SCALE_SLICES = 4
 #: (their terms passed by shuffles) were slower at every row count.
 NVFP4_RUN_THREADS = 384
 NVFP4_RUN_DEPTH: dict[int, int] = {1: 5, 2: 4, 3: 3, 4: 3}
+#: CTAs per multiprocessor they are built (``__launch_bounds__``) and launched for: 1; a probe may
+#: ask 2 (smaller CTAs, as many warps per SM: 256 threads at ring depth 3 fit twice at one row of
+#: K = 12288), which the one-CTA builds at 256 threads did not have (performance-log.md
+#: "2026-12-07 (b)": slower there).
+NVFP4_RUN_CTAS_PER_SM = 1
 #: q2_0_dec.cu's most warps per CTA (its ``// @defines Q2_0_DEC``; metrale/cuda/q2_0.py starts
 #: from it and halves it while the grid would leave multiprocessors idle).
 Q2_0_DEC_WARPS = 8
@@ -587,6 +592,7 @@ _DEFINES: dict[str, Callable[[], dict[str, int]]] = {  # read at build time: a p
     "NVFP4_FAST": lambda: {
         "FAST_THREADS": NVFP4_FAST_THREADS,
         "RUN_THREADS": NVFP4_RUN_THREADS,
+        "RUN_CTAS": NVFP4_RUN_CTAS_PER_SM,
         "RUN_SCALE_SLICES": NVFP4_RUN_SCALE_SLICES,
     },
     "NVFP4_FAST_SLOT": lambda: {"FAST_SLOT": NVFP4_FAST_SLOT},

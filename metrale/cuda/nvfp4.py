@@ -163,12 +163,21 @@ def _fast_name(mode: str, r: int) -> str:
 
 def _fast_grid_x(n: int, gz: int, k: int) -> int:
     """CTAs along grid.x of a fast kernel: one per SM (shared by ``gz`` weight sets), at most
-    one per column per warp; tile.CHAIN: at most one per round of NVFP4_RUN_THREADS // Q columns
-    (nvfp4_run_body)."""
-    per_cta = _fast_threads() // 32
+    one per column per warp; tile.CHAIN: NVFP4_RUN_CTAS_PER_SM per SM, at most one per round of
+    NVFP4_RUN_THREADS // Q columns (nvfp4_run_body)."""
+    per_cta, slots = _fast_threads() // 32, runtime.sm_count()
     if tile.CHAIN:
         per_cta = configs.NVFP4_RUN_THREADS // (_geometry(k)[0] // 64)
-    return max(1, min(-(-n // per_cta), runtime.sm_count() // gz))
+        slots *= configs.NVFP4_RUN_CTAS_PER_SM
+    return max(1, min(-(-n // per_cta), slots // gz))
+
+
+def _fast_smem_limit() -> int:
+    """The most dynamic shared memory of a fast kernel: mma.SMEM_LIMIT, and under tile.CHAIN
+    its share of the multiprocessor at NVFP4_RUN_CTAS_PER_SM CTAs."""
+    if not tile.CHAIN:
+        return mma.SMEM_LIMIT
+    return min(mma.SMEM_LIMIT, mma.SM_SMEM // configs.NVFP4_RUN_CTAS_PER_SM - mma.CTA_RESERVED)
 
 
 def a4_fast_smem(m: int, k: int) -> int | None:
@@ -180,7 +189,7 @@ def a4_fast_smem(m: int, k: int) -> int | None:
     if tile.CHAIN and b // 64 > configs.NVFP4_RUN_THREADS:
         return None
     smem = _fast_smem(m, k, A4F_DEPTH)
-    return smem if smem <= mma.SMEM_LIMIT else None
+    return smem if smem <= _fast_smem_limit() else None
 
 
 def _fast_rows(want: int, k: int) -> int | None:
@@ -190,7 +199,7 @@ def _fast_rows(want: int, k: int) -> int | None:
     if b % 64 or (tile.CHAIN and b // 64 > configs.NVFP4_RUN_THREADS):
         return None
     r = max(c for c in A16_ROWS if c <= max(1, want))
-    while _fast_smem(r, k) > mma.SMEM_LIMIT:
+    while _fast_smem(r, k) > _fast_smem_limit():
         if r == 1:
             return None
         r = max(c for c in A16_ROWS if c < r)

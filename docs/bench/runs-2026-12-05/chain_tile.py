@@ -8,8 +8,8 @@ BUILDS=8:4:1,... sets configs.TILE_CHAIN_BUILDS entries (NF:stages:CTAs per mult
 SA=w4s (or w4p) runs NVFP4 chunks over 128 rows on w4s_gemm_f16 (w4p_gemm_f16: its producer
 warpgroup form; configs.TILE_CHAIN_SHARED_A);
 LOCAL=16 (or empty) lists the NF whose counter over parts is in local memory; SG=1 or 4 sets
-configs.NVFP4_RUN_SCALE_SLICES, RUN=threads,depth the run kernels' CTA and rings (the gemv
-variant); NOSLOW=1 builds
+configs.NVFP4_RUN_SCALE_SLICES, RUN=threads,depth[,ctas] the run kernels' CTA, rings and CTAs
+per multiprocessor (the gemv variant); NOSLOW=1 builds
 the tiles without their slow epilogue (all rows here are fast:
 the same bits); INLINE_SLOW=1 inlines it (tile_slow_run, before tile_slow); SLOW_CALL=1 builds
 tile_slow out of line (a call: every wgmma serialised, as the tiles were before it was inlined);
@@ -57,9 +57,10 @@ if os.environ.get("SA"):  # chunks over 128 rows on w4s_gemm_f16 / w4p_gemm_f16 
 if "SG" in os.environ:  # slices per scale copy of the fast chain decode kernels
     configs.NVFP4_RUN_SCALE_SLICES = int(os.environ["SG"])
 if "RUN" in os.environ:  # their threads per CTA and ring depth for every R: RUN=512,3
-    threads, depth = (int(v) for v in os.environ["RUN"].split(","))
+    threads, depth, *ctas = (int(v) for v in os.environ["RUN"].split(","))
     configs.NVFP4_RUN_THREADS = threads
     configs.NVFP4_RUN_DEPTH = dict.fromkeys(configs.NVFP4_RUN_DEPTH, depth)
+    configs.NVFP4_RUN_CTAS_PER_SM = ctas[0] if ctas else 1
 if "LOCAL" in os.environ:  # NF list whose chain kernels keep the counter in local memory
     configs.TILE_CHAIN_LOCAL = frozenset(int(f) for f in os.environ["LOCAL"].split(",") if f)
 if os.environ.get("PF"):  # NF list whose chain kernels prefetch (three stages)

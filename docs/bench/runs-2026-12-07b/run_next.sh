@@ -11,3 +11,10 @@ for v in "" "64:4,128:2,4096:1" "128:4,4096:2" "4096:1"; do
   tag=$(echo "${v:-pair}" | tr ':,' '-_')
   METRALE_W8A8_SILU_ROW_KERNELS="$v" timeout 90 $B --json $OUT/w8a8_silu_$tag.json 2>&1 | grep -i "w8a8\|cublas" | head -4
 done
+# The fast chain decode kernels at 1 / 2 rows with two CTAs per multiprocessor (16 warps per SM
+# as the tree's kernels have; configs.NVFP4_RUN_CTAS_PER_SM) against the tree's.
+P=docs/bench/runs-2026-12-05/chain_tile.py
+MS=1,2 VARS=tree,gemv TAG=_dec2 timeout 60 python $P 2>&1 | grep "{"
+for run in 256,3,2 192,4,2 128,6,2; do
+  echo "RUN=$run"; RUN=$run MS=1,2 VARS=gemv TAG=_dec_c2_${run//,/_} timeout 45 python $P 2>&1 | grep "{"
+done

@@ -111,7 +111,7 @@ extern "C" __global__ void w4a4_quantize(const unsigned short* x, long long ldx,
 // nvfp4_a4fc_r{1,2,3,4}: the same on the block-value chain (nvfp4.cuh nvfp4_run_body, as
 // nvfp4_gemv.cu's nvfp4_a16fc_r*).
 #define NVFP4_A4F(R, D, C, SUFFIX)                                                                     \
-    extern "C" __global__ void __launch_bounds__(C ? RUN_THREADS : FAST_THREADS, 1) nvfp4_a4##SUFFIX##_r##R(             \
+    extern "C" __global__ void __launch_bounds__(C ? RUN_THREADS : FAST_THREADS, C ? RUN_CTAS : 1) nvfp4_a4##SUFFIX##_r##R(             \
         const signed char* codes, long long ldc, const float* afac, int m, const unsigned char* w0,     \
         const unsigned char* s0, float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, \
         const unsigned char* s1, float rs1, unsigned short* out1, long long ldo1, int N, int K) {       \

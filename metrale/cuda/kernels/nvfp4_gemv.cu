@@ -51,7 +51,7 @@
 // 32 * 8 * RUN_SCALE_SLICES (when > 1) + R * RUN_THREADS * 4 bytes (W = RUN_THREADS / 32 warps,
 // D = configs.NVFP4_RUN_DEPTH[R]; metrale/cuda/nvfp4.py _fast_smem); no P/Q block dot.
 #define NVFP4_A16F(R, D, PQ, C, SUFFIX)                                                               \
-    extern "C" __global__ void __launch_bounds__(C ? RUN_THREADS : FAST_THREADS, 1) nvfp4_a16##SUFFIX##_r##R(              \
+    extern "C" __global__ void __launch_bounds__(C ? RUN_THREADS : FAST_THREADS, C ? RUN_CTAS : 1) nvfp4_a16##SUFFIX##_r##R(              \
         const unsigned short* x, long long ldx, int m, const unsigned char* w0, const unsigned char* s0, \
         float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, const unsigned char* s1, \
         float rs1, unsigned short* out1, long long ldo1, int N, int K) {                               \
