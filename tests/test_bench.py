@@ -867,3 +867,25 @@ def test_gemlite_peers_are_listed_and_refused_without_gemlite(monkeypatch: pytes
     for kind in peers.GEMLITE_BITS:
         with pytest.raises(peers.PeerUnavailable, match="gemlite not importable"):
             peers._gemlite(setup, kind)
+
+
+def test_dry_run_on_the_chain(tmp_path: Path) -> None:
+    """--chain: the reference and the device side both on the block-value chain (the dry run's
+    device is the reference backend on it), every cell exact, the formats labelled, the revision
+    recorded; a chain run does not merge with a contract run (the chain's reference itself:
+    test_chain.py::test_reference_backend_on_the_chain)."""
+    from metrale.bench import gate
+
+    out, tree = tmp_path / "chain.json", tmp_path / "tree.json"
+    args = [*DRY, "--formats", "nvfp4", "--m", "1,3", "--kernels", "none"]
+    try:
+        assert run.main([*args, "--chain", "--json", str(out)]) == 0
+    finally:
+        gate.CHAIN = False
+    doc = json.loads(out.read_text())
+    assert doc["revision"] == "chain" and doc["failed"] == []
+    assert doc["shapes"]["tiny"]["formats"]["nvfp4"]["label"].endswith("(chain)")
+    assert run.main([*args, "--json", str(tree)]) == 0
+    assert json.loads(tree.read_text())["revision"] == "contract"
+    with pytest.raises(ValueError, match="do not merge"):
+        report.merge([report.load(tree), report.load(out)])

@@ -160,6 +160,26 @@ def test_chain_projection_matches_oracle(fmt: str, mode: str, k: int) -> None:
     assert np.array_equal(bits(got), bits(oracle.to_bf16(want))), f"{fmt}x{mode} output, K = {k}"
 
 
+def test_reference_backend_on_the_chain() -> None:
+    """ReferenceBackend(chain=True) (metrale bench --chain's reference) projects by
+    project_chain, the default one by project: on rows where one bf16 output of the two differs,
+    each backend's kernels give its own, for a single and a dual launch."""
+    from metrale.reference.kernels import ReferenceBackend
+
+    w = make_weight("nvfp4", 64, 2048, seed=1)
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((16, 2048)) * 4).astype(F32).astype(BF16)
+    with np.errstate(all="ignore"):
+        tree, chain = project(x, w, "A16"), project_chain(x, w, "A16")
+        assert (bits(tree) != bits(chain)).sum() == 1  # the case is a case
+        for backend, want in ((ReferenceBackend(), tree), (ReferenceBackend(chain=True), chain)):
+            out, out1 = np.empty_like(want), np.empty_like(want)
+            backend.launch("w4a16_gemm", x, w, out)
+            assert np.array_equal(bits(out), bits(want))
+            backend.launch("w4a16_gemm_dual", x, w, out, w, out1)
+            assert np.array_equal(bits(out1), bits(want))
+
+
 def test_chain_differs_from_tree_where_it_should() -> None:
     """The chain is a different sum: on long rows with cancellation some roots differ from the
     tree's (so the GPU tests of the chain kernels cannot pass on the tree's bits)."""

@@ -125,17 +125,19 @@ def job_cost(job: tuple[Any, ...]) -> float:
 
 
 _LAYER: dict[tuple[str, str], Any] = {}
+#: The reference's projections: the block-value chain's (``--chain``; set before the workers fork).
+CHAIN = False
 
 
 def _reference_layer(shape: str, hidden: int, inter: int, fmt: str, seed: int) -> Any:
-    from metrale.backend import get_backend
+    from metrale.reference.kernels import ReferenceBackend
 
     key = (shape, fmt)
     if key not in _LAYER:
         _LAYER.clear()
         cfg = FfnConfig(hidden, inter)
         _LAYER[key] = make_layer(
-            fmt, build_host(fmt, hidden, inter, seed, shape), cfg, get_backend("reference")
+            fmt, build_host(fmt, hidden, inter, seed, shape), cfg, ReferenceBackend(chain=CHAIN)
         )
     return _LAYER[key]
 

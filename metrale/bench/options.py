@@ -38,6 +38,7 @@ class Options:
     full_max: int
     sample_rows: int
     dry_run: bool
+    chain: bool
     profile: bool
     deadline_s: float
     merge: list[Path]
@@ -97,6 +98,13 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--png", help="write the plot here")
     ap.add_argument(
         "--dry-run", action="store_true", help="CPU only: reference backend, tiny shape, host timers"
+    )
+    ap.add_argument(
+        "--chain",
+        action="store_true",
+        help="the block-value chain's kernels (tile.CHAIN) checked against its reference "
+        "(chain.project_chain): the revision's preview, docs/chain-revision.md; its formats are "
+        "labelled '(chain)' and its results do not merge with the contract's",
     )
     ap.add_argument("--profile", action="store_true", help="only launch the m=1 NVFP4 gate and down GEMVs")
     ap.add_argument(
@@ -212,6 +220,7 @@ def parse(argv: list[str] | None = None) -> Options:
         full_max=a.full_max,
         sample_rows=a.sample_rows,
         dry_run=a.dry_run,
+        chain=a.chain,
         profile=a.profile,
         deadline_s=a.deadline,
         merge=[Path(p) for p in a.merge],

@@ -141,7 +141,8 @@ def assemble(
         for (s, fmt), info in fmt_info.items():
             if s != shape:
                 continue
-            fd: dict[str, Any] = {"label": FORMATS[fmt].label, **info}
+            chain = " (chain)" if meta.get("revision") == "chain" else ""
+            fd: dict[str, Any] = {"label": FORMATS[fmt].label + chain, **info}
             if "weight_bytes" in info:
                 fd["floor_us"] = floor_us(info["weight_bytes"], ceil["read_Bps"])
             mine = [c for (cs, cf, _), c in cells.items() if cs == shape and cf == fmt]
@@ -191,6 +192,9 @@ def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
     ``merged_from`` its list."""
     if not docs:
         raise ValueError("merge: no documents")
+    revisions = {d.get("revision", "contract") for d in docs}
+    if len(revisions) > 1:
+        raise ValueError("merge: results of the contract and of the chain's preview (--chain) do not merge")
     out = {k: v for k, v in docs[-1].items() if k not in ("shapes", "kernels", "targets", "failed")}
     out["shapes"], out["kernels"], out["merged_from"] = {}, [], []
     for d in docs:

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from metrale.bench import gate, report
 from metrale.bench import kernels as kern
-from metrale.bench import report
 from metrale.bench.cases import FORMATS, SHAPES, build_host, device_copy, make_layer, x_rows
 from metrale.bench.gate import Cell, Verdicts, full_jobs, job_cost, row_jobs, run_job, sample_rows
 from metrale.bench.measure import HostClock, ceilings_gpu, ceilings_host, rotation
@@ -65,14 +65,19 @@ class Device:
         from metrale.backend import get_backend
 
         if opts.dry_run:
+            from metrale.reference.kernels import ReferenceBackend
+
             name = f"host CPU (dry run, {platform.processor() or platform.machine()})"
             clock = HostClock()
-            return cls(get_backend("reference"), clock, clock, "cpu", name, 1 << 20, ceilings_host(), True)
+            ref = ReferenceBackend(chain=opts.chain)
+            return cls(ref, clock, clock, "cpu", name, 1 << 20, ceilings_host(), True)
         get_backend("cuda")  # BackendUnavailable naming what is missing, before any CuPy import
         import cupy as cp
 
         from metrale.bench.measure import CupyClock, TorchClock
-        from metrale.cuda import runtime
+        from metrale.cuda import runtime, tile
+
+        tile.CHAIN = opts.chain  # the bench decides: its reference is the contract's or the chain's
 
         props = runtime.device_props(runtime.device_id())
         name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
@@ -178,12 +183,12 @@ def time_peer(dev: Device, opts: Options, shape: str, kind: str) -> dict[str, An
 
 def time_kernels(dev: Device, opts: Options) -> list[dict[str, Any]]:
     """The single-kernel cases of ``opts.kernels`` at the first shape."""
-    from metrale.backend import get_backend
+    from metrale.reference.kernels import ReferenceBackend
 
     if not opts.kernels:
         return []
     shape = next(iter(opts.shapes.values()))
-    ref = get_backend("reference")
+    ref = ReferenceBackend(chain=opts.chain)
     out = []
     for case in kern.cases(opts.kernels, cuda=not dev.dry):
         if dev.late(f"kernel {case.label} m={case.m}"):
@@ -265,6 +270,7 @@ def run(opts: Options, command: str) -> int:
 
 def _run(opts: Options, command: str) -> int:
     t_start = time.time()
+    gate.CHAIN = opts.chain  # before the reference workers fork
     pool, pending = start_reference(opts)
     dev = Device.open(opts)
     if opts.deadline_s:
@@ -304,6 +310,7 @@ def _run(opts: Options, command: str) -> int:
         "gpu": dev.name,
         "command": command,
         "dry_run": opts.dry_run,
+        "revision": "chain" if opts.chain else "contract",
         "l2_bytes": dev.l2,
         "options": {"full_max": opts.full_max, "sample_rows": opts.sample_rows, "seed": opts.seed},
         "timing": {

@@ -20,73 +20,95 @@ from metrale.reference.activations import (
     quantize_a8,
     quantize_a16,
 )
-from metrale.reference.backend import W4A16_TIERS, Backend
+from metrale.reference.backend import KERNEL_NAMES, W4A16_TIERS, Backend
+from metrale.reference.chain import project_chain
 from metrale.reference.elements import BF16
 from metrale.reference.lora import LoraAdapter, lora_expand, lora_shrink
 from metrale.reference.projection import project
 from metrale.reference.tables import act_mul
 
-
-def _proj(x: np.ndarray, w: Any, out: np.ndarray) -> None:
-    out[...] = project(x, w, "A16")
-
-
-def _proj_dual(x: np.ndarray, w0: Any, out0: np.ndarray, w1: Any, out1: np.ndarray) -> None:
-    """Gate and up over the same rows (``w4a16_gemm_dual``, ``q2_0_gemm_dual``): one A16
-    quantization of x, the projection twice."""
-    if (w0.n, w0.k) != (w1.n, w1.k):
-        raise MetraleError("dual launch: gate and up must have the same shape")
-    codes = quantize_a16(check_rows(x, w0.k, name="gemm_dual: x"))
-    out0[...] = project(None, w0, "A16", codes=codes)
-    out1[...] = project(None, w1, "A16", codes=codes)
+#: A projection: ``projection.project`` (the contract) or ``chain.project_chain`` (the revision's
+#: preview, docs/chain-revision.md), the same signature.
+Project = Callable[..., np.ndarray]
 
 
-def _fixed(rows: int) -> Callable[..., None]:
-    def kernel(x: np.ndarray, w: Any, out: np.ndarray) -> None:
-        out[:rows] = project(x[:rows], w, "A16")
+def _projection_kernels(project: Project) -> dict[str, Callable[..., Any]]:
+    """The kernels that project, each by ``project``."""
 
-    return kernel
+    def proj(x: np.ndarray, w: Any, out: np.ndarray) -> None:
+        out[...] = project(x, w, "A16")
 
+    def proj_dual(x: np.ndarray, w0: Any, out0: np.ndarray, w1: Any, out1: np.ndarray) -> None:
+        """Gate and up over the same rows (``w4a16_gemm_dual``, ``q2_0_gemm_dual``): one A16
+        quantization of x, the projection twice."""
+        if (w0.n, w0.k) != (w1.n, w1.k):
+            raise MetraleError("dual launch: gate and up must have the same shape")
+        codes = quantize_a16(check_rows(x, w0.k, name="gemm_dual: x"))
+        out0[...] = project(None, w0, "A16", codes=codes)
+        out1[...] = project(None, w1, "A16", codes=codes)
 
-def _dual(rows: int) -> Callable[..., None]:
-    def kernel(x: np.ndarray, w0: Any, out0: np.ndarray, w1: Any, out1: np.ndarray) -> None:
-        out0[:rows] = project(x[:rows], w0, "A16")
-        out1[:rows] = project(x[:rows], w1, "A16")
+    def fixed(rows: int) -> Callable[..., None]:
+        def kernel(x: np.ndarray, w: Any, out: np.ndarray) -> None:
+            out[:rows] = project(x[:rows], w, "A16")
 
-    return kernel
+        return kernel
 
+    def dual(rows: int) -> Callable[..., None]:
+        def kernel(x: np.ndarray, w0: Any, out0: np.ndarray, w1: Any, out1: np.ndarray) -> None:
+            out0[:rows] = project(x[:rows], w0, "A16")
+            out1[:rows] = project(x[:rows], w1, "A16")
 
-def _tier(max_m: int) -> Callable[..., None]:
-    def kernel(x: np.ndarray, w: Any, out: np.ndarray, m: int) -> None:
-        r = min(m, max_m)  # a tier writes only its first MAX_M rows
-        out[:r] = project(x[:r], w, "A16")
+        return kernel
 
-    return kernel
+    def tier(max_m: int) -> Callable[..., None]:
+        def kernel(x: np.ndarray, w: Any, out: np.ndarray, m: int) -> None:
+            r = min(m, max_m)  # a tier writes only its first MAX_M rows
+            out[:r] = project(x[:r], w, "A16")
 
+        return kernel
 
-def _batchm(x: np.ndarray, w: Any, out: np.ndarray, m: int) -> None:
-    out[:m] = project(x[:m], w, "A16")
+    def batchm(x: np.ndarray, w: Any, out: np.ndarray, m: int) -> None:
+        out[:m] = project(x[:m], w, "A16")
 
+    def w4a4_gemv(codes: A4Codes, w: Any, out: np.ndarray) -> None:
+        out[...] = project(None, w, "A4", codes=codes)
 
-def _w4a4_gemv(codes: A4Codes, w: Any, out: np.ndarray) -> None:
-    out[...] = project(None, w, "A4", codes=codes)
+    def w8a8_gemv(codes: A8Codes, w: Any, out: np.ndarray) -> None:
+        out[...] = project(None, w, "A8", codes=codes)
 
+    def w8a8_gemv_dual(codes: A8Codes, w: Any, out: np.ndarray, w2: Any, out2: np.ndarray) -> None:
+        """Gate and up of the W8A8 arm from one set of codes: ``w8a8_gemv`` twice."""
+        w8a8_gemv(codes, w, out)
+        w8a8_gemv(codes, w2, out2)
 
-def _w8a8_gemv(codes: A8Codes, w: Any, out: np.ndarray) -> None:
-    out[...] = project(None, w, "A8", codes=codes)
+    def w8a8_silu_quant_gemv(gate: np.ndarray, up: np.ndarray, w: Any, out: np.ndarray) -> None:
+        """h = bf16(silu[gate]·up) into ``gate`` (as ``act_mul`` leaves it), out = down(A8 of h)."""
+        h = act_mul(gate, up, "silu")
+        gate[...] = h
+        out[...] = project(None, w, "A8", codes=quantize_a8(h))
 
-
-def _w8a8_gemv_dual(codes: A8Codes, w: Any, out: np.ndarray, w2: Any, out2: np.ndarray) -> None:
-    """Gate and up of the W8A8 arm from one set of codes: ``w8a8_gemv`` twice."""
-    _w8a8_gemv(codes, w, out)
-    _w8a8_gemv(codes, w2, out2)
-
-
-def _w8a8_silu_quant_gemv(gate: np.ndarray, up: np.ndarray, w: Any, out: np.ndarray) -> None:
-    """h = bf16(silu[gate]·up) into ``gate`` (as ``act_mul`` leaves it), out = down(A8 of h)."""
-    h = act_mul(gate, up, "silu")
-    gate[...] = h
-    out[...] = project(None, w, "A8", codes=quantize_a8(h))
+    return {
+        "w4a16_gemv": fixed(1),
+        "w4a16_gemv_batch2": fixed(2),
+        "w4a16_gemv_batch3": fixed(3),
+        "w4a16_gemv_dual_batch2": dual(2),
+        "w4a16_gemv_dual_batch3": dual(3),
+        **{f"w4a16_gemv_batch{t}": tier(t) for t in W4A16_TIERS},
+        "w4a16_gemm": proj,
+        "w4a16_gemm_dual": proj_dual,
+        "w4a4_gemv_small_m": w4a4_gemv,
+        "w8a16_gemv": fixed(1),
+        "w8a16_gemm": proj,
+        "dense_gemv": fixed(1),
+        "dense_gemm": proj,
+        "q2_0_gemv_vec": fixed(1),
+        "q2_0_gemv_vec_batchm": batchm,
+        "q2_0_gemm": proj,
+        "q2_0_gemm_dual": proj_dual,
+        "w8a8_gemv": w8a8_gemv,
+        "w8a8_gemv_dual": w8a8_gemv_dual,
+        "w8a8_silu_quant_gemv": w8a8_silu_quant_gemv,
+    }
 
 
 def _act(name: str) -> Callable[..., None]:
@@ -100,43 +122,35 @@ def _lora_expand(t: np.ndarray, lora: LoraAdapter, out: np.ndarray) -> None:
     out[...] = lora_expand(t, lora, out)
 
 
-REFERENCE_KERNELS: dict[str, Callable[..., Any]] = {
-    "w4a16_gemv": _fixed(1),
-    "w4a16_gemv_batch2": _fixed(2),
-    "w4a16_gemv_batch3": _fixed(3),
-    "w4a16_gemv_dual_batch2": _dual(2),
-    "w4a16_gemv_dual_batch3": _dual(3),
-    **{f"w4a16_gemv_batch{t}": _tier(t) for t in W4A16_TIERS},
-    "w4a16_gemm": _proj,
-    "w4a16_gemm_dual": _proj_dual,
-    "w4a4_quantize": quantize_a4,
-    "w4a4_gemv_small_m": _w4a4_gemv,
-    "w8a16_gemv": _fixed(1),
-    "w8a16_gemm": _proj,
-    "dense_gemv": _fixed(1),
-    "dense_gemm": _proj,
-    "q2_0_gemv_vec": _fixed(1),
-    "q2_0_gemv_vec_batchm": _batchm,
-    "q2_0_gemm": _proj,
-    "q2_0_gemm_dual": _proj_dual,
-    "w8a8_quantize": quantize_a8,
-    "w8a8_gemv": _w8a8_gemv,
-    "w8a8_gemv_dual": _w8a8_gemv_dual,
-    "w8a8_silu_quant_gemv": _w8a8_silu_quant_gemv,
-    "act_mul_silu": _act("silu"),
-    "act_mul_gelu": _act("gelu"),
-    "lora_shrink": lora_shrink,
-    "lora_expand": _lora_expand,
-}
+def _kernels(project: Project) -> dict[str, Callable[..., Any]]:
+    """Every kernel of ``KERNEL_NAMES`` in the order of the catalogue, projecting by ``project``."""
+    kernels = {
+        **_projection_kernels(project),
+        "w4a4_quantize": quantize_a4,
+        "w8a8_quantize": quantize_a8,
+        "act_mul_silu": _act("silu"),
+        "act_mul_gelu": _act("gelu"),
+        "lora_shrink": lora_shrink,
+        "lora_expand": _lora_expand,
+    }
+    return {name: kernels[name] for name in KERNEL_NAMES}
+
+
+#: The reference kernels of the contract (arithmetic.md).
+REFERENCE_KERNELS: dict[str, Callable[..., Any]] = _kernels(project)
+#: The same on the block-value chain (docs/chain-revision.md: ``chain.project_chain``), the
+#: revision's preview: what the CUDA kernels give under ``tile.CHAIN``.
+CHAIN_KERNELS: dict[str, Callable[..., Any]] = _kernels(project_chain)
 
 
 class ReferenceBackend(Backend):
-    """All kernels in numpy on host memory; CPU-only, always available."""
+    """All kernels in numpy on host memory; CPU-only, always available. ``chain``: the
+    block-value chain's projections (CHAIN_KERNELS), the revision's preview."""
 
     name = "reference"
 
-    def __init__(self) -> None:
-        super().__init__(REFERENCE_KERNELS)
+    def __init__(self, chain: bool = False) -> None:
+        super().__init__(CHAIN_KERNELS if chain else REFERENCE_KERNELS)
 
     def empty_bf16(self, shape: tuple[int, ...]) -> np.ndarray:
         return np.empty(shape, dtype=BF16)
