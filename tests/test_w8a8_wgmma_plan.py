@@ -51,7 +51,7 @@ def test_prefill_tile_choice(monkeypatch: pytest.MonkeyPatch, built: bool) -> No
     assert w8a8.gemm_tile(65, 4096).name == small
     if built:  # one wave either way (128 CTAs of 128x128, 64 of 256x128): the smaller work
         assert w8a8.gemm_tile(512, 4096).name == small
-        # 96 CTAs of 256x128 (one wave) against 192 of 128x128 (two): the same work, the first
+        # 96 CTAs of 256x128 (one wave) against 192 of 128x128 (two): the same work, the larger
         assert w8a8.gemm_tile(256, 12288).name == big
         # two waves of 256x128 (192 CTAs) against three of 128x128 (288): 2 x 2 > 3 x 1 units
         assert w8a8.gemm_tile(384, 12288).name == small
@@ -328,6 +328,54 @@ def test_dual_past_the_pair_rule_is_two_launches(monkeypatch: pytest.MonkeyPatch
     assert n1 == n2 == w8a8.gemm_tile(m, 12288).name
     assert a1[0] is st["ag"]["weight"] and a1[8] is st["og"]
     assert a2[0] is st["au"]["weight"] and a2[8] is st["ou"] and int(a2[9]) == 12288 + 8
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "want"),
+    [
+        (129, 12288, "w8a8_wgmma_256x192"),  # 128 CTAs (one wave) against 192 of 256x128 (two)
+        (256, 12288, "w8a8_wgmma_256x192"),
+        (1024, 12288, "w8a8_wgmma_256x192"),  # 512 CTAs in 4 waves against 768 in 6: a tie, the larger
+        (512, 4096, "w8a8_wgmma_256x128"),  # 128 CTAs of 256x128 (one wave) against 88 of 256x192
+    ],
+)
+def test_pair_tile_choice(monkeypatch: pytest.MonkeyPatch, m: int, n: int, want: str) -> None:
+    """Gate and up in one launch of the tile pick from configs.W8A8_WGMMA_ROUTED["pair"] by the
+    same rule over both matrices' column tiles; one matrix never takes a pair-only tile."""
+    monkeypatch.setattr(w8a8, "sm_count", lambda dev=None: 132)
+    monkeypatch.setattr(w8a8, "wgmma_built", lambda: True)
+    assert w8a8.gemm_tile(m, n, 2).name == want
+    assert w8a8.gemm_tile(m, n).name in configs.W8A8_WGMMA_ROUTED["one"]
+
+
+@pytest.mark.parametrize("m", [129, 300])
+def test_dual_tile_pair_is_one_launch_over_both_matrices(monkeypatch: pytest.MonkeyPatch, m: int) -> None:
+    """w8a8.TILE_PAIR past the stream-K pair: one launch of the pair's tile, grid (row tiles, 2 t1),
+    the tail naming up's weight, scales, output and row stride and t1 = gate's column tiles, the
+    arguments the kernel's parameter list one for one."""
+    monkeypatch.setattr(w8a8, "TILE_PAIR", True)
+    seen, st = _plan_dual(monkeypatch, m, 12288, 4096)
+    ((name, grid, args),) = seen
+    tile = w8a8.gemm_tile(m, 12288, 2)
+    t1 = -(-12288 // tile.bn)
+    assert name == tile.name and grid == (-(-m // tile.bm), 2 * t1)
+    assert args[0] is st["ag"]["weight"] and args[8] is st["og"]
+    w2, sw2, out2, ldo2, got_t1 = args[-5:]
+    assert w2 is st["au"]["weight"] and sw2 is st["au"]["weight_scale"] and out2 is st["ou"]
+    assert int(ldo2) == 12288 + 8 and int(got_t1) == t1
+    got = ["array" if isinstance(a, Arr) else type(a) for a in args]
+    assert got == kernel_params("w8a8_wgmma_##BM##x##BN")
+
+
+def test_single_tile_launch_passes_the_kernels_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One matrix on a wgmma tile: the second matrix's arguments repeat the first's and t1 is the
+    grid's column tiles (no tile takes the second branch)."""
+    seen, _ = _plan_dual(monkeypatch, 300, 12288, 4096)
+    for name, grid, args in seen:
+        assert name in w8a8.WGMMA_TILES and int(args[-1]) == grid[1]
+        assert args[-5] is args[0] and args[-3] is args[8]
+        got = ["array" if isinstance(a, Arr) else type(a) for a in args]
+        assert got == kernel_params("w8a8_wgmma_##BM##x##BN")
 
 
 def test_dual_refuses_bad_operands() -> None:

@@ -375,7 +375,15 @@ class W8a8WgmmaTile:
 W8A8_WGMMA_TILES: tuple[W8a8WgmmaTile, ...] = (
     W8a8WgmmaTile(256, 128, 4),
     W8a8WgmmaTile(128, 128, 6),
+    W8a8WgmmaTile(256, 192, 4),
 )
+#: The tiles w8a8.gemm_tile picks from: for one matrix, and for gate and up in one launch
+#: ("pair", w8a8.TILE_PAIR: not yet measured): 256x192 gives Qwen3-8B's pair 128 CTAs at
+#: 129..256 rows (one wave on 132 multiprocessors) where 256x128 gives 192.
+W8A8_WGMMA_ROUTED: dict[str, tuple[str, ...]] = {
+    "one": ("w8a8_wgmma_256x128", "w8a8_wgmma_128x128"),
+    "pair": ("w8a8_wgmma_256x128", "w8a8_wgmma_256x192"),
+}
 
 
 #: w8a8_wgmma.cu split-K kernels for few rows ``w8a8_wgmma_sk_n{nb}`` (sm_90a): activation

@@ -93,6 +93,10 @@ TMA_NAMES = {f"w8a8_tma_n{bn}": bn for bn in TMA_TIERS}
 #: Rows from which ``w8a8_gemv`` runs the tiled GEMM (below: the GEMV tiers, which stream the
 #: weights once per 32 rows; 65 = past the W8A8 arm's row cap, i.e. prefill only).
 GEMM_MIN_ROWS = 65
+#: Gate and up in one launch of the wgmma tile (``w8a8_gemv_dual`` where the stream-K pair does
+#: not take the rows; the tile by ``gemm_tile(m, N, 2)`` from configs.W8A8_WGMMA_ROUTED["pair"]):
+#: off until measured; METRALE_W8A8_TILE_PAIR=1 turns it on (benchmarks; the same bits).
+TILE_PAIR = os.environ.get("METRALE_W8A8_TILE_PAIR", "0") == "1"
 
 
 @dataclass(frozen=True)
@@ -276,17 +280,21 @@ def sk_split(n: int, k: int, ra: int) -> tuple[int, int]:
     return kps, cdiv(tiles, kps)
 
 
-def gemm_tile(m: int, n: int) -> configs.W8a8GemmTile | configs.W8a8WgmmaTile:
-    """The prefill tile for m rows, N = n. The wgmma tiles where they built: the one with the
-    least work per multiprocessor counted in whole waves (ceil(CTAs / SMs) x BM x BN; a tie
-    to the first in table order). Measured on an H200 (VARIANT_MEASUREMENTS w8a8-gemm): 96 CTAs
-    of 256x128 against 192 of 128x128 (gate 12288x4096 at m = 192 / 256) 37.5 / 36.3 against
-    42.7 / 43.5 us; 3 waves of 128x128 against 2 of 256x128 (m = 384) 62.7 against 64.0.
-    Else the mma.sync tiles: the first whose grid fills ``minb`` CTAs on every multiprocessor,
-    else the last (smallest)."""
+def gemm_tile(m: int, n: int, gz: int = 1) -> configs.W8a8GemmTile | configs.W8a8WgmmaTile:
+    """The prefill tile for m rows, N = n (``gz`` = 2: two matrices of that shape in one
+    launch, gate and up). The wgmma tiles where they built (configs.W8A8_WGMMA_ROUTED's for one
+    matrix or the pair): the one with the least work per multiprocessor counted in whole waves
+    (ceil(CTAs / SMs) x BM x BN; a tie to the larger tile). Measured on an H200
+    (VARIANT_MEASUREMENTS w8a8-gemm): 96 CTAs of 256x128 against 192 of 128x128 (gate
+    12288x4096 at m = 192 / 256) 37.5 / 36.3 against 42.7 / 43.5 us; 3 waves of 128x128 against
+    2 of 256x128 (m = 384) 62.7 against 64.0. Else the mma.sync tiles: the first whose grid
+    fills ``minb`` CTAs on every multiprocessor, else the last (smallest)."""
     if wgmma_built():
-        tiles = list(WGMMA_TILES.values())
-        return min(tiles, key=lambda t: cdiv(cdiv(m, t.bm) * cdiv(n, t.bn), sm_count()) * t.bm * t.bn)
+        tiles = [WGMMA_TILES[name] for name in configs.W8A8_WGMMA_ROUTED["pair" if gz > 1 else "one"]]
+        return min(
+            tiles,
+            key=lambda t: (cdiv(cdiv(m, t.bm) * cdiv(n, t.bn) * gz, sm_count()) * t.bm * t.bn, -t.bm * t.bn),
+        )
     tiles = list(GEMM_TILES.values())
     for t in tiles:
         if cdiv(m, t.bm) * cdiv(n, t.bn) >= t.minb * sm_count():
@@ -318,7 +326,8 @@ def _gemv_launch(
     mma.sync GEMV tiers up to ``max(MMA_TIERS)``, the tiled GEMM (wgmma where built) beyond
     (``warps`` / ``gemm`` force a GEMV CTA shape / a kernel by name). With ``second`` (same N
     and K) the stream-K and split-K kernels take both matrices in one launch (routed by their
-    2 N columns); every other kernel is launched once per matrix."""
+    2 N columns), and the wgmma tiles where TILE_PAIR (or ``gemm`` names one); every other
+    kernel is launched once per matrix."""
     m, k = q.shape
     args = (
         arr["weight"],
@@ -359,7 +368,11 @@ def _gemv_launch(
         grid = (t1 if second is None else 2 * t1, splits)
         pdl.launch(kern, grid, (sk.threads,), (*args, ws, cnt, np.int32(kps), *tail), sk.smem)
         return
-    if second is not None:
+    pair = second is not None and (
+        gemm in WGMMA_TILES
+        or (gemm is None and warps is None and TILE_PAIR and m >= GEMM_MIN_ROWS and wgmma_built())
+    )
+    if second is not None and not pair:
         _gemv_launch(q, scale, w, arr, out, ldo, warps, gemm)
         _gemv_launch(q, scale, second.w, second.arr, second.out, second.ldo, warps, gemm)
         return
@@ -368,12 +381,17 @@ def _gemv_launch(
         if gemm is not None and gemm not in tiles:
             names = sorted([*tiles, *SK_BY_NAME, *TMA_NAMES])
             raise MetraleError(f"w8a8_gemv: gemm={gemm!r}, want one of {names}")
-        tile = tiles[gemm] if gemm is not None else gemm_tile(m, w.n)
+        tile = tiles[gemm] if gemm is not None else gemm_tile(m, w.n, 2 if pair else 1)
         kern = get_kernel(WGMMA_FILE if tile.name in WGMMA_TILES else CU_FILE, tile.name)
         if kern is None:
             raise MetraleError(f"w8a8_gemv: {tile.name} did not build on this device")
         set_dynamic_smem(kern, tile.smem)
-        pdl.launch(kern, (cdiv(m, tile.bm), cdiv(w.n, tile.bn)), (tile.threads,), args, tile.smem)
+        t1 = cdiv(w.n, tile.bn)
+        if tile.name in WGMMA_TILES:  # a second matrix's column tiles from t1 (one matrix: t1 = T)
+            s2 = second or _Second(w, arr, out, ldo)
+            args = (*args, s2.arr["weight"], s2.arr["weight_scale"], s2.out, np.int64(s2.ldo), np.int32(t1))
+        grid = (cdiv(m, tile.bm), 2 * t1 if pair else t1)
+        pdl.launch(kern, grid, (tile.threads,), args, tile.smem)
         return
     if m <= max(GEMV_TIERS) and warps is None:
         name, grid, block = tier_launch("w8a8_gemv", GEMV_TIERS, w.n, m, 4)

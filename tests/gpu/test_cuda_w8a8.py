@@ -253,24 +253,34 @@ def test_stream_k_tma_every_tier(cuda: Any, fresh_rng: np.random.Generator, bn: 
 DUAL_KERNELS = [
     *(f"w8a8_wgmma_sk_n{nb}" for nb in sorted(SK_TIERS)),
     *(f"w8a8_tma_n{bn}" for bn in sorted(TMA_TIERS)),
+    *sorted(WGMMA_TILES),  # gate and up in one launch of the tile (second matrix from column tile t1)
 ]
 
 
-@pytest.mark.parametrize("gemm", [None, *DUAL_KERNELS])
+#: (forced kernel, w8a8.TILE_PAIR): the routed launch with the tiles one per matrix and as a
+#: pair, then each kernel forced.
+DUAL_CASES = [(None, False), (None, True), *((g, False) for g in DUAL_KERNELS)]
+DUAL_IDS = [f"{g or 'routed'}-{'pair' if p else 'two'}" for g, p in DUAL_CASES]
+
+
+@pytest.mark.parametrize(("gemm", "pair"), DUAL_CASES, ids=DUAL_IDS)
 def test_gemv_dual_matches_two_projections(
-    cuda: Any, fresh_rng: np.random.Generator, gemm: str | None
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, gemm: str | None, pair: bool
 ) -> None:
     """Gate and up in one launch (``w8a8_gemv_dual``): the routed kernel at m = 1 .. 300 (split K
-    to 32 rows, stream-K by the 2 N columns, one launch per matrix beyond) or each split-K /
-    stream-K kernel forced at the rows it takes; every output the reference's bits, both guard
-    bands intact, the two outputs with different row strides; launched twice (workspaces and
-    flags cleared by the first launch); N off the tiles (the second matrix's first tile
-    starts mid-workspace), K off the 128-byte tile."""
+    to 32 rows, stream-K by the 2 N columns, beyond one launch per matrix or, w8a8.TILE_PAIR, one
+    launch of the tile over both) or each split-K / stream-K kernel and wgmma tile forced at the
+    rows it takes; every output the reference's bits, both guard bands intact, the two outputs
+    with different row strides; launched twice (workspaces and flags cleared by the first
+    launch); N off the tiles (the second matrix's first tile starts mid-workspace), K off the
+    128-byte tile."""
+    from metrale.cuda import w8a8
     from metrale.cuda.w8a8 import SK_BY_NAME, TMA_NAMES, _sk_workspace, _tma_workspace, w8a8_gemv_dual
 
     if gemm is not None and not wgmma_expected():
         pytest.skip("wgmma kernels are sm_90a only")
-    cap = SK_BY_NAME[gemm].bn if gemm in SK_BY_NAME else 2 * TMA_NAMES[gemm] + 3 if gemm else 300
+    monkeypatch.setattr(w8a8, "TILE_PAIR", pair)
+    cap = SK_BY_NAME[gemm].bn if gemm in SK_BY_NAME else 2 * TMA_NAMES[gemm] + 3 if gemm in TMA_NAMES else 300
     for n, k in ((37, 48), (203, 2128), (130, 16400)):
         hg, hu = w8a8_weight(fresh_rng, n, k), w8a8_weight(fresh_rng, n, k)
         wg, wu = cuda.upload(hg), cuda.upload(hu)

@@ -8,8 +8,12 @@
 //
 // Kernels (every pointer to bf16 is uint16 bits; strides in elements; rows of q and w 16-byte
 // aligned, K a multiple of 16):
-//   w8a8_wgmma_{BM}x{BN}(w, sw, N, K, q, ldq, sa, m, out, ldo)                      (prefill rows)
-//       grid (ceil(m / BM), ceil(N / BN)), block 2 BM (one warpgroup per 64 activation rows),
+//   w8a8_wgmma_{BM}x{BN}(w, sw, N, K, q, ldq, sa, m, out, ldo, w2, sw2, out2, ldo2, t1)
+//                                                                                (prefill rows)
+//       grid (ceil(m / BM), T), block 2 BM (one warpgroup per 64 activation rows); column tiles
+//       blockIdx.y < t1 of the first matrix, the rest (blockIdx.y - t1) of a second of the same
+//       shape (w2, sw2, out2, ldo2: gate and up in one launch, w8a8_gemv_dual; one matrix: t1 =
+//       T = ceil(N / BN)),
 //       dynamic shared memory STAGES (BM + BN) 128 + 1024 bytes. wg_mainloop below with the
 //       activation rows as A and the weight rows as B, over all of K; epilogue
 //       y = bf16((f32(S) * s_a[r]) * s_w[n]) from the accumulators. Consecutive CTAs
@@ -81,6 +85,9 @@ __device__ __forceinline__ void wg_cp16(u32 dst, const void* src, int nbytes) {
 #define WG_REGS64 \
     WG_REGS32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
               "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define WG_REGS96 \
+    WG_REGS64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+              "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
 
 // The eight accumulator operands d[i] .. d[i + 7] of a wgmma (read and written: "+r").
 #define WG_D8(i)                                                                                     \
@@ -91,6 +98,14 @@ __device__ __forceinline__ void wg_cp16(u32 dst, const void* src, int nbytes) {
 __device__ __forceinline__ void wgmma_n128(int (&d)[64], unsigned long long da, unsigned long long db) {
     asm volatile(WG_TEXT(128, WG_REGS64, 64, 65)
         : WG_D8(0), WG_D8(8), WG_D8(16), WG_D8(24), WG_D8(32), WG_D8(40), WG_D8(48), WG_D8(56)
+        : "l"(da), "l"(db));
+}
+
+// D[64 x 192] s32 += A[64 x 32] s8 (smem, K-major) * B[192 x 32] s8 (smem, K-major).
+__device__ __forceinline__ void wgmma_n192(int (&d)[96], unsigned long long da, unsigned long long db) {
+    asm volatile(WG_TEXT(192, WG_REGS96, 96, 97)
+        : WG_D8(0), WG_D8(8), WG_D8(16), WG_D8(24), WG_D8(32), WG_D8(40), WG_D8(48), WG_D8(56), WG_D8(64),
+          WG_D8(72), WG_D8(80), WG_D8(88)
         : "l"(da), "l"(db));
 }
 
@@ -117,6 +132,8 @@ __device__ __forceinline__ void wgmma_n16(int (&d)[8], unsigned long long da, un
 
 template <int N_>
 __device__ __forceinline__ void wgmma_tile(int (&d)[N_ / 2], u64 da, u64 db);
+template <>
+__device__ __forceinline__ void wgmma_tile<192>(int (&d)[96], u64 da, u64 db) { wgmma_n192(d, da, db); }
 template <>
 __device__ __forceinline__ void wgmma_tile<128>(int (&d)[64], u64 da, u64 db) { wgmma_n128(d, da, db); }
 template <>
@@ -209,8 +226,14 @@ template <int BM, int BN, int STAGES>
 __device__ __forceinline__ void w8_wgmma_gemm(const signed char* __restrict__ w, const float* __restrict__ sw,
                                               int N, int K, const signed char* __restrict__ q, long long ldq,
                                               const float* __restrict__ sa, int m, u16* __restrict__ out,
-                                              long long ldo) {
-    const int r0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+                                              long long ldo, const signed char* __restrict__ w2,
+                                              const float* __restrict__ sw2, u16* __restrict__ out2,
+                                              long long ldo2, int t1) {
+    const bool second = (int)blockIdx.y >= t1;  // column tiles t1 .. of the second matrix
+    if (second) {
+        w = w2, sw = sw2, out = out2, ldo = ldo2;
+    }
+    const int r0 = blockIdx.x * BM, n0 = ((int)blockIdx.y - (second ? t1 : 0)) * BN;
     int acc[BN / 2];
     wg_mainloop<BM, BN, STAGES, false>(acc, q + (long long)r0 * ldq, ldq, m - r0, w + (long long)n0 * K, K, N - n0,
                                        K, 0, (K + 127) >> 7);
@@ -430,9 +453,10 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
     extern "C" __global__ void __launch_bounds__(2 * BM, 1) w8a8_wgmma_##BM##x##BN(                   \
         const signed char* __restrict__ w, const float* __restrict__ sw, int N, int K,              \
         const signed char* __restrict__ q, long long ldq, const float* __restrict__ sa, int m,      \
-        u16* __restrict__ out, long long ldo) {                                                     \
+        u16* __restrict__ out, long long ldo, const signed char* __restrict__ w2,                   \
+        const float* __restrict__ sw2, u16* __restrict__ out2, long long ldo2, int t1) {            \
         pdl_trigger();                                                                              \
-        w8_wgmma_gemm<BM, BN, STAGES>(w, sw, N, K, q, ldq, sa, m, out, ldo);                        \
+        w8_wgmma_gemm<BM, BN, STAGES>(w, sw, N, K, q, ldq, sa, m, out, ldo, w2, sw2, out2, ldo2, t1); \
     }
 
 // w8a8_wgmma_sk_n{NB}: grid (ceil(N / RA), S), block 2 RA, dynamic shared memory
