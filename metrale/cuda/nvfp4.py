@@ -265,8 +265,10 @@ def nvfp4_a16(x: Any, sets: list[tuple[Any, Any]], rows: int, r_want: int) -> No
     runtime.set_dynamic_smem(kern, smem)
     grid = _grid(w0.n, -(-rows // r), len(sets), smem, k)
     args = (x, np.int64(ldx), np.int32(rows), *args0, *args1, *tail)
-    # the tree's generic kernels are not PDL-capable, the chain's are
-    pdl.launch(kern, grid, (THREADS,), args, smem, programmatic_ok=tile.CHAIN)
+    if tile.CHAIN:  # the chain's generic kernels are PDL-capable, the tree's are not
+        pdl.launch(kern, grid, (THREADS,), args, smem)
+    else:
+        kern(grid, (THREADS,), args, shared_mem=smem)
 
 
 @dataclass
@@ -402,8 +404,10 @@ def w4a4_gemv_small_m(codes: DeviceA4Codes, w: Any, out: Any) -> None:
     runtime.set_dynamic_smem(kern, smem)
     grid = _grid(w.n, -(-m // r), 1, smem, k)
     a4_args = (c, np.int64(ldc), codes.afac, np.int32(m), *args, *args, *tail)
-    # the tree's generic kernels are not PDL-capable, the chain's are
-    pdl.launch(kern, grid, (THREADS,), a4_args, smem, programmatic_ok=tile.CHAIN)
+    if tile.CHAIN:  # the chain's generic kernels are PDL-capable, the tree's are not
+        pdl.launch(kern, grid, (THREADS,), a4_args, smem)
+    else:
+        kern(grid, (THREADS,), a4_args, shared_mem=smem)
 
 
 def _fixed(rows: int) -> Callable[..., None]:
