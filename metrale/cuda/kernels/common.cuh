@@ -146,6 +146,7 @@ __device__ __forceinline__ void a16_block(const unsigned short* xb, int (&c)[16]
 //   a16_code_int(x, F)               one element's code of that rule
 //   a16_codes8_f32(w, mx, c, E, fin) the same codes for half a block by exact f32 steps
 //   warp_tree_ieee / chunk_roots_tree / store_chunk_roots<R, NC>  the GEMVs' trees and epilogue
+//   ChainRuns(B, T)                  a generic chain kernel's run: parts, columns per round, part, column
 //   chain_round_tree<R, T>(...)      the chain kernels' tree over parts at the end of a CTA round
 // ---------------------------------------------------------------------------------------------
 __device__ __forceinline__ float ieee_mul(float a, float b) {
@@ -304,6 +305,24 @@ __device__ __forceinline__ uint4 ld_stream16(const void* p) {
         : "l"(p));
     return v;
 }
+
+// A generic chain kernel's runs (docs/chain-revision.md; nvfp4.cuh nvfp4_chain_body, q2_0_gemv.cu,
+// fp8_bf16_gemv.cu): B blocks in Q = ceil(B / 64) parts per column (the last holding B - 64 (Q -
+// 1)), a CTA round of T threads the runs of C = T / Q whole columns, part-major: this thread's
+// part t / C of column t % C of the round, and the blocks of its run (0 for threads from C Q on,
+// idle as part Q - 1).
+struct ChainRuns {
+    int Q, C, part, col, blocks;
+    __device__ __forceinline__ ChainRuns(int B, int T) {
+        const int t = threadIdx.x;
+        Q = (B + 63) >> 6;
+        C = T / Q;
+        part = min(t / C, Q - 1);
+        col = t % C;
+        blocks = t < C * Q ? min(64, B - 64 * part) : 0;
+    }
+    __device__ __forceinline__ int rounds(int N) const { return (N + C - 1) / C; }
+};
 
 // The chain kernels' tree over parts (docs/chain-revision.md) at the end of a CTA round of T
 // threads whose thread t holds part t / C of column t % C (the run kernels: nvfp4.cuh,

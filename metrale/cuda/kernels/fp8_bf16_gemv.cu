@@ -184,12 +184,12 @@ __device__ __forceinline__ void wide_chain_body(const unsigned char* __restrict_
                                                 const double* __restrict__ p2, int m, u16* __restrict__ out,
                                                 long long ldo) {
     __shared__ float roots[R * WIDEC_THREADS];
-    const int B = K >> 4, Q = (B + 63) >> 6, C = WIDEC_THREADS / Q, used = C * Q;
-    const int t = threadIdx.x, lq = min(t / C, Q - 1), lcol = t % C;
-    const int nb = t < used ? min(64, B - 64 * lq) : 0;  // blocks of this thread's run
+    const int B = K >> 4, t = threadIdx.x;
+    const ChainRuns runs(B, WIDEC_THREADS);
+    const int Q = runs.Q, C = runs.C, lq = runs.part, lcol = runs.col, nb = runs.blocks;
     const long long wrow = (long long)K * (BF ? 2 : 1);  // weight bytes per row
     const double unscale = BF ? 0x1p896 : 0x1p1016;
-    const int ngroups = (m + R - 1) / R, rounds = (N + C - 1) / C;
+    const int ngroups = (m + R - 1) / R, rounds = runs.rounds(N);
     pdl_trigger();
     pdl_wait();
     for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {

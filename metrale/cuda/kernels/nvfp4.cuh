@@ -1008,15 +1008,13 @@ __device__ __forceinline__ void nvfp4_chain_body(const void* act, long long lda,
                                                  WeightSet set, int N, int K) {
     extern __shared__ __align__(16) unsigned char smem[];
     constexpr int LIMBS = MODE == 0 ? 2 : 1;
-    const int B = K >> 4;
-    const int Q = (B + 63) >> 6, S = 64 * Q;  // parts per column, record slots per row
-    const int C = NVFP4_THREADS / Q, used = C * Q;
-    const int t = threadIdx.x;
-    const int ngroups = (m + R - 1) / R, rounds = (N + C - 1) / C;
+    const int B = K >> 4, t = threadIdx.x;
+    const ChainRuns runs(B, NVFP4_THREADS);
+    const int Q = runs.Q, C = runs.C, S = 64 * Q;  // record slots per row
+    const int lq = runs.part, lcol = runs.col, nb = runs.blocks;
+    const int ngroups = (m + R - 1) / R, rounds = runs.rounds(N);
     const size_t rec = (size_t)S * (16 * LIMBS + 4);  // bytes of one row's records
     float* const roots = (float*)(smem + (size_t)R * rec);  // [R][NVFP4_THREADS]
-    const int lq = min(t / C, Q - 1), lcol = t % C;       // this thread's part, column in the round
-    const int nb = t < used ? min(64, B - 64 * lq) : 0;   // blocks of its run
     const long long wrow = (long long)(K >> 1);
 
     pdl_trigger();

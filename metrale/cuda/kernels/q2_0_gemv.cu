@@ -183,11 +183,11 @@ __device__ __forceinline__ void q2_chain_body(const uint4* __restrict__ qs, cons
                                               const uint2* __restrict__ aux, int m, u16* __restrict__ out,
                                               long long ldo) {
     __shared__ float roots[R * Q2C_THREADS];
-    const int nq = K >> 6, B = K >> 4;
-    const int Q = (B + 63) >> 6, C = Q2C_THREADS / Q, used = C * Q;
-    const int t = threadIdx.x, lq = min(t / C, Q - 1), lcol = t % C;
-    const int nqr = t < used ? min(16, nq - 16 * lq) : 0;  // Q2 blocks of this thread's run
-    const int ngroups = (m + R - 1) / R, rounds = (N + C - 1) / C;
+    const int nq = K >> 6, t = threadIdx.x;
+    const ChainRuns runs(K >> 4, Q2C_THREADS);
+    const int Q = runs.Q, C = runs.C, lq = runs.part, lcol = runs.col;
+    const int nqr = runs.blocks >> 2;  // Q2 blocks of this thread's run
+    const int B = K >> 4, ngroups = (m + R - 1) / R, rounds = runs.rounds(N);
     pdl_trigger();
     pdl_wait();
     for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
