@@ -1,9 +1,11 @@
-"""CPU replay of the tree over parts in the fast chain decode kernels (nvfp4.cuh
-``nvfp4_run_body``): after a CTA round, thread j < C holds column j's Q part roots at v[p C]
-(p = 0 .. Q - 1) in shared memory and sums them in place: at stride h = 1, 2, 4, ... < Q,
-v[p] = v[p] + v[p + h] for every p a multiple of 2h with p + h < Q (else v[p] is kept: the padded
-tree's −0.0 leaf, x + −0.0 = x), the root in v[0]. The replay, symbolic, must give the padded tree
-over the parts (``chain`` § tree over parts; arithmetic.md § tree) for every Q the kernels take."""
+"""CPU replay of the tree over parts of the chain decode and generic kernels (common.cuh
+``chain_round_tree``: nvfp4.cuh ``nvfp4_run_body`` and ``nvfp4_chain_body``, q2_0_gemv.cu and
+fp8_bf16_gemv.cu's generic chain kernels): after a CTA round, thread j < C holds column j's Q part
+roots at v[p C] (p = 0 .. Q - 1) in shared memory and sums them in place: at stride h = 1, 2, 4,
+... < Q, v[p] = v[p] + v[p + h] for every p a multiple of 2h with p + h < Q (else v[p] is kept:
+the padded tree's −0.0 leaf, x + −0.0 = x), the root in v[0]. The replay, symbolic, must give the
+padded tree over the parts (``chain`` § tree over parts; arithmetic.md § tree) for every Q the
+kernels take."""
 
 from __future__ import annotations
 
