@@ -468,10 +468,11 @@ def _codes_scratch(m: int, k: int) -> tuple[DeviceA8Codes, Any]:
     return DeviceA8Codes(q=buf[0].q[:m], scale=buf[0].scale[:m]), buf[1]
 
 
-#: ``w8a8_silu_quant`` (sm_90): CTAs per row (one thread-block cluster) and threads per CTA, as
-#: its SQ_CL / SQ_T in kernels/w8a8.cu; it serves up to SILU_QUANT_CLUSTER_MAX_ROWS rows
-#: (configs.W8A8_SILU_CLUSTER_MAX_ROWS), the slice pair beyond and on other devices (tests run
-#: both on the same inputs).
+#: ``w8a8_silu_quant`` (sm_90, a cluster of 8 CTAs per row) serves up to
+#: SILU_QUANT_CLUSTER_MAX_ROWS rows (configs.W8A8_SILU_CLUSTER_MAX_ROWS), the slice pair beyond
+#: and on other devices (tests run both on the same inputs). SILU_QUANT_BUILDS: each one-launch
+#: build's CTAs per row -> (threads per CTA, 8-element groups per thread), as w8a8.cu's
+#: instantiations read them.
 SILU_QUANT_CLUSTER_MAX_ROWS = configs.W8A8_SILU_CLUSTER_MAX_ROWS
 SILU_QUANT_BUILDS = configs.W8A8_SILU_QUANT_BUILDS
 
