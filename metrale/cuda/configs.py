@@ -165,8 +165,6 @@ Q2_0_TILE_FRAGS: tuple[int, ...] = (2, 4)
 Q2_0_TILE_CTAS_PER_SM = 2
 #: q2_0_gemv.cu kernels ``q2_0_gemv_r{R}``: rows per warp -> columns per warp.
 Q2_0_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 4, 8: 2}
-#: Rows per pass of the generic Q2_0 kernels on the block-value chain (q2_0_chain_r{R}).
-Q2_0_CHAIN_ROWS: tuple[int, ...] = (1, 2, 4)
 #: q2_0_dec.cu decode kernels ``q2_dec_r{R}_c{NC}_d{D}_{s,l}``, one pass for m <= Q2_0_DEC_MAX_ROWS
 #: (R = m): variant -> (NC output columns per warp, activation planes staged in shared memory (``s``)
 #: or read through L1 (``l``), CTAs per multiprocessor the grid is capped at (0: one CTA per 8 NC
@@ -196,8 +194,11 @@ Q2_0_DEC_ROUTE: tuple[tuple[int, int, str], ...] = (
 )
 #: fp8_bf16_gemv.cu kernels ``{fp8,bf16}_gemv_r{R}``: rows per warp -> columns per warp.
 FP8_BF16_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 2, 8: 2}
-#: Rows per pass of the generic FP8 / BF16 kernels on the block-value chain ({fp8,bf16}_chain_r{R}).
-FP8_BF16_CHAIN_ROWS: tuple[int, ...] = (1, 2, 4)
+#: The generic Q2_0 / FP8 / BF16 kernels on the block-value chain (``q2_0_chain_r{R}``,
+#: ``{fp8,bf16}_chain_r{R}``; common.cuh ``ChainRuns``): rows per pass (R), and threads per CTA,
+#: one per (column, chain part) of a round.
+CHAIN_GENERIC_ROWS: tuple[int, ...] = (1, 2, 4)
+CHAIN_GENERIC_THREADS = 256
 #: fp8_bf16_gemv.cu decode kernels ``{fp8,bf16}_dec_r{R}_c{NC}_w{W}_p{P}_{h,i}`` (one pass over
 #: R <= 3 rows; layout and arithmetic in the file's header).
 
@@ -547,8 +548,8 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         for al in (True, False)
     ],
     "Q2_GEMV": lambda: [f"Q2_GEMV({r}, {nc})" for r, nc in Q2_0_TIERS.items()],
-    "Q2_CHAIN": lambda: [f"Q2_CHAIN({r})" for r in Q2_0_CHAIN_ROWS],
-    "WIDE_CHAIN": lambda: [f"WIDE_CHAIN({r})" for r in FP8_BF16_CHAIN_ROWS],
+    "Q2_CHAIN": lambda: [f"Q2_CHAIN({r})" for r in CHAIN_GENERIC_ROWS],
+    "WIDE_CHAIN": lambda: [f"WIDE_CHAIN({r})" for r in CHAIN_GENERIC_ROWS],
     "Q2_DEC": lambda: [
         f"Q2_DEC({r}, {nc}, {dp}, {_bool(sm)}, {'s' if sm else 'l'})"
         for r in Q2_0_DEC_ROWS
@@ -597,6 +598,7 @@ _DEFINES: dict[str, Callable[[], dict[str, int]]] = {  # read at build time: a p
     "MMA_GEMM": lambda: {"MMA_WARPS": MMA_WARPS, "MMA_RUN": MMA_RUN, "GEMM_WARPS": GEMM_WARPS},
     "FP8_BF16_MMA": lambda: {"FP8_BF16_MMA_WARPS": FP8_BF16_MMA_WARPS},
     "NVFP4": lambda: {"NVFP4_WARPS": NVFP4_WARPS},
+    "CHAIN_GENERIC": lambda: {"CHAIN_GENERIC_THREADS": CHAIN_GENERIC_THREADS},
     "NVFP4_FAST": lambda: {
         "FAST_THREADS": NVFP4_FAST_THREADS,
         "RUN_THREADS": NVFP4_RUN_THREADS,

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from metrale.cuda import configs, mma, pdl, runtime, tile
-from metrale.cuda.launch_args import built_launchers, cdiv, projection_operands, tier, tier_launch
+from metrale.cuda import configs, mma, pdl, tile
+from metrale.cuda.launch_args import built_launchers, cdiv, chain_grid, projection_operands, tier, tier_launch
 from metrale.cuda.runtime import get_kernel, set_dynamic_smem
 from metrale.cuda.weights import DeviceWeight, to_device
 from metrale.errors import MetraleError
@@ -41,10 +41,6 @@ WIDE_TIERS = configs.FP8_BF16_TIERS
 WIDE_MAX_K = 65536
 WARPS = 4
 BLOCK = 16
-#: The generic kernels on the block-value chain (tile.CHAIN; ``{fp8,bf16}_chain_r{R}``, R in
-#: CHAIN_ROWS): CTAs of CHAIN_THREADS threads, one per (column, chain part) of a round.
-CHAIN_ROWS = configs.FP8_BF16_CHAIN_ROWS
-CHAIN_THREADS = 256
 #: Rows per prep/GEMV pass (bounds the float64 code scratch at ROW_CHUNK·K·8 bytes).
 ROW_CHUNK = 1024
 _UPLOAD_ROWS = 2048
@@ -278,7 +274,6 @@ def _project_chain(xa: Any, arr: dict[str, Any], w: Any, m: int, outa: Any, ldo:
         if tile.gemm_fp8(xa, xa.strides[0] // 2, m, nb, ws, ws, 1, n):
             return
     prep = get_kernel(CU_FILE, "fp8_bf16_a16_prep")
-    sms = runtime.sm_count()
     for r0 in range(0, m, ROW_CHUNK):
         mr = min(ROW_CHUNK, m - r0)
         ac = cupy.empty((mr * k,), dtype=cupy.float64)
@@ -288,12 +283,10 @@ def _project_chain(xa: Any, arr: dict[str, Any], w: Any, m: int, outa: Any, ldo:
             (256,),
             (xa[r0 : r0 + mr], np.int64(xa.strides[0] // 2), np.int32(k), np.int32(mr), ac, p2),
         )
-        r = max(c for c in CHAIN_ROWS if c <= mr)
-        gx = min(cdiv(n, CHAIN_THREADS // cdiv(nb, 64)), 2 * sms)
-        gy = max(1, min(cdiv(mr, r), 2 * sms // gx))
+        r = max(c for c in configs.CHAIN_GENERIC_ROWS if c <= mr)
         kern = get_kernel(CU_FILE, f"{'fp8' if fp8 else 'bf16'}_chain_r{r}")
         args = (wt, scale, np.int32(n), np.int32(k), ac, p2, np.int32(mr), outa[r0 : r0 + mr], np.int64(ldo))
-        pdl.launch(kern, (gx, gy), (CHAIN_THREADS,), args)
+        pdl.launch(kern, chain_grid(n, nb, mr, r), (configs.CHAIN_GENERIC_THREADS,), args)
 
 
 def _project(x: Any, w: Any, out: Any, m: int, kernel: str, fp8: bool) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from metrale.cuda import runtime
+from metrale.cuda import configs, runtime
 from metrale.cuda.weights import DeviceWeight
 from metrale.errors import MetraleError
 
@@ -115,6 +115,15 @@ def tier_launch(stem: str, tiers: dict[int, int], n: int, m: int, warps: int) ->
     per CTA; grid (ceil(N / (warps · columns)), ceil(m / R)) (row groups along y)."""
     r = tier(m, tiers)
     return f"{stem}_r{r}", (cdiv(n, warps * tiers[r]), cdiv(m, r)), (32 * warps,)
+
+
+def chain_grid(n: int, b: int, rows: int, r: int) -> tuple[int, int]:
+    """(gx, gy) of a generic chain kernel (``q2_0_chain_r{r}``, ``{fp8,bf16}_chain_r{r}``): CTAs of
+    configs.CHAIN_GENERIC_THREADS take rounds of whole columns (threads // ceil(b / 64) of N = ``n``,
+    b blocks) along x and groups of r of ``rows`` rows along y, two CTAs per multiprocessor in all."""
+    slots = 2 * runtime.sm_count()
+    gx = min(cdiv(n, configs.CHAIN_GENERIC_THREADS // cdiv(b, 64)), slots)
+    return gx, max(1, min(cdiv(rows, r), slots // gx))
 
 
 def cdiv(a: int, b: int) -> int:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from metrale.cuda import configs, mma, pdl, runtime, tile
-from metrale.cuda.launch_args import built_launchers, cdiv, projection_operands, tier_launch
+from metrale.cuda.launch_args import built_launchers, cdiv, chain_grid, projection_operands, tier_launch
 from metrale.cuda.runtime import get_kernel
 from metrale.cuda.weights import DeviceWeight, to_device
 from metrale.errors import MetraleError
@@ -54,10 +54,6 @@ DEC_PREP_THREADS = 128
 DEC_ACT_BYTES = 160
 #: Row tiers of the GEMV kernel (rows per warp) and columns per warp for each.
 Q2_TIERS = configs.Q2_0_TIERS
-#: The generic kernels on the block-value chain (tile.CHAIN; q2_0_chain_r{R}, R in CHAIN_ROWS):
-#: CTAs of CHAIN_THREADS threads, one per (column, chain part) of a round.
-CHAIN_ROWS = configs.Q2_0_CHAIN_ROWS
-CHAIN_THREADS = 256
 #: The tree over 2048-element chunks keeps at most 64 chunk roots.
 Q2_MAX_K = 131072
 WARPS = 4
@@ -113,12 +109,10 @@ def _q2_project(x: Any, w: Any, out: Any, m: int, kernel: str) -> None:
         (xa, np.int64(xa.strides[0] // 2), np.int32(k), np.int32(m), lohi, aux),
     )
     args = (arr["qs"], arr["d"], np.int32(n), np.int32(k), lohi, aux, np.int32(m), outa, np.int64(ldo))
-    if tile.CHAIN:
-        r = max(c for c in CHAIN_ROWS if c <= m)
-        rounds = cdiv(n, CHAIN_THREADS // cdiv(nb, 64))
-        gx = min(rounds, 2 * runtime.sm_count())
-        gy = max(1, min(cdiv(m, r), 2 * runtime.sm_count() // gx))
-        pdl.launch(get_kernel(CU_FILE, f"q2_0_chain_r{r}"), (gx, gy), (CHAIN_THREADS,), args)
+    if tile.CHAIN:  # the generic kernels on the chain (configs.CHAIN_GENERIC_ROWS)
+        r = max(c for c in configs.CHAIN_GENERIC_ROWS if c <= m)
+        grid = chain_grid(n, nb, m, r)
+        pdl.launch(get_kernel(CU_FILE, f"q2_0_chain_r{r}"), grid, (configs.CHAIN_GENERIC_THREADS,), args)
         return
     name, grid, block = tier_launch("q2_0_gemv", Q2_TIERS, n, m, WARPS)
     get_kernel(CU_FILE, name)(grid, block, args)

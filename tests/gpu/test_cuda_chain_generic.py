@@ -171,7 +171,7 @@ def test_chain_generic_q2_0(
         buf, view, init = gen.guarded(cp, fresh_rng, m, n)
         cuda.launch("q2_0_gemm", dev_rows(x[:m]), dw, view)
         gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"q2 chain generic m={m} {shape}")
-    assert {f"q2_0_chain_r{r}" for r in configs.Q2_0_CHAIN_ROWS} <= set(names), names
+    assert {f"q2_0_chain_r{r}" for r in configs.CHAIN_GENERIC_ROWS} <= set(names), names
     assert not any(name.startswith(("q2_0_gemv_r", "q2_dec_")) for name in names), names
 
 

@@ -306,6 +306,8 @@ __device__ __forceinline__ uint4 ld_stream16(const void* p) {
     return v;
 }
 
+// @defines CHAIN_GENERIC (CHAIN_GENERIC_THREADS, the Q2_0 / FP8 / BF16 generic chain kernels' CTA, from metrale/cuda/configs.py)
+
 // A generic chain kernel's runs (docs/chain-revision.md; nvfp4.cuh nvfp4_chain_body, q2_0_gemv.cu,
 // fp8_bf16_gemv.cu): B blocks in Q = ceil(B / 64) parts per column (the last holding B - 64 (Q -
 // 1)), a CTA round of T threads the runs of C = T / Q whole columns, part-major: this thread's

@@ -168,7 +168,7 @@ __device__ __forceinline__ void fp8_bf16_gemv_warp(const uint4* __restrict__ w, 
 // value is f32(S_b 2^(E_b + F_b - 24)) of the revision's codes) or BF16's 24-bit ones, added
 // into a chain per part, c = c + v_b from -0.0, then the tree over parts:
 //   * a run is one (column, part), one thread's, its blocks in K order; a CTA round is the runs
-//     of C = WIDEC_THREADS / Q whole columns, part-major (thread t: part t / C of column t % C,
+//     of C = CHAIN_GENERIC_THREADS / Q whole columns, part-major (thread t: part t / C of column t % C,
 //     threads from C Q on idle: a warp's lanes read the same codes); rounds persistent over
 //     grid.x, groups of R rows over grid.y;
 //   * FP8 weights in the chain tile's bytes (fp8_bf16.py tile_fp8_bytes: per 8-block step s of a
@@ -176,16 +176,15 @@ __device__ __forceinline__ void fp8_bf16_gemv_warp(const uint4* __restrict__ w, 
 //     128 s + 4 (t nbs + j)), BF16 row-major bf16 bits;
 //   * the tree over parts in shared memory as q2_0_gemv.cu's q2_0_chain_r*; y = bf16(root
 //     scale[n]) (FP8, one fp32 multiply) or bf16(root) (BF16).
-// Block WIDEC_THREADS, grid (rounds, row groups), no dynamic shared memory.
-#define WIDEC_THREADS 256
+// Block CHAIN_GENERIC_THREADS, grid (rounds, row groups), no dynamic shared memory.
 template <int R, bool BF>
 __device__ __forceinline__ void wide_chain_body(const unsigned char* __restrict__ w, const float* __restrict__ scale,
                                                 int N, int K, const double* __restrict__ ac,
                                                 const double* __restrict__ p2, int m, u16* __restrict__ out,
                                                 long long ldo) {
-    __shared__ float roots[R * WIDEC_THREADS];
+    __shared__ float roots[R * CHAIN_GENERIC_THREADS];
     const int B = K >> 4, t = threadIdx.x;
-    const ChainRuns runs(B, WIDEC_THREADS);
+    const ChainRuns runs(B, CHAIN_GENERIC_THREADS);
     const int Q = runs.Q, C = runs.C, lq = runs.part, lcol = runs.col, nb = runs.blocks;
     const long long wrow = (long long)K * (BF ? 2 : 1);  // weight bytes per row
     const double unscale = BF ? 0x1p896 : 0x1p1016;
@@ -236,7 +235,7 @@ __device__ __forceinline__ void wide_chain_body(const unsigned char* __restrict_
                 }
             }
             const int nj = it * C + t;
-            chain_round_tree<R, WIDEC_THREADS>(roots, c, Q, C, [&](int r, float root) {
+            chain_round_tree<R, CHAIN_GENERIC_THREADS>(roots, c, Q, C, [&](int r, float root) {
                 if (nj < N && row0 + r < m)
                     out[(long long)(row0 + r) * ldo + nj] = f32_to_bf16(BF ? root : ieee_mul(root, scale[nj]));
             });
@@ -245,13 +244,13 @@ __device__ __forceinline__ void wide_chain_body(const unsigned char* __restrict_
 }
 
 #define WIDE_CHAIN(R)                                                                                 \
-    extern "C" __global__ void __launch_bounds__(WIDEC_THREADS) fp8_chain_r##R(                        \
+    extern "C" __global__ void __launch_bounds__(CHAIN_GENERIC_THREADS) fp8_chain_r##R(                        \
         const unsigned char* __restrict__ w, const float* __restrict__ scale, int N, int K,           \
         const double* __restrict__ ac, const double* __restrict__ p2, int m, u16* __restrict__ out,    \
         long long ldo) {                                                                              \
         wide_chain_body<R, false>(w, scale, N, K, ac, p2, m, out, ldo);                               \
     }                                                                                                 \
-    extern "C" __global__ void __launch_bounds__(WIDEC_THREADS) bf16_chain_r##R(                       \
+    extern "C" __global__ void __launch_bounds__(CHAIN_GENERIC_THREADS) bf16_chain_r##R(                       \
         const unsigned char* __restrict__ w, const float* __restrict__ scale, int N, int K,           \
         const double* __restrict__ ac, const double* __restrict__ p2, int m, u16* __restrict__ out,    \
         long long ldo) {                                                                              \

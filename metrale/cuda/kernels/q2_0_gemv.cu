@@ -163,28 +163,27 @@ __device__ __forceinline__ void q2_gemv_warp(const uint4* __restrict__ qs, const
 // q2_0_chain_r{1,2,4}(qs, d, N, K, lohi, aux, m, out, ldo): the generic kernels on the block-value
 // chain (docs/chain-revision.md; chain.project_chain's bits; tile.CHAIN routes them where no
 // chain tile takes the rows), from q2_a16_prep's codes, any K (a multiple of 64) with Q = ceil(B /
-// 64) <= Q2C_THREADS chain parts per column, the last holding B - 64 (Q - 1) blocks:
+// 64) <= CHAIN_GENERIC_THREADS chain parts per column, the last holding B - 64 (Q - 1) blocks:
 //   * a run is one (column, part), one thread's, its A16 blocks in K order; a CTA round is the
-//     runs of C = Q2C_THREADS / Q whole columns, part-major (thread t: part t / C of column t % C,
+//     runs of C = CHAIN_GENERIC_THREADS / Q whole columns, part-major (thread t: part t / C of column t % C,
 //     threads from C Q on idle), so a warp's lanes read the same codes (one part or two);
 //     rounds persistent over grid.x, groups of R rows over grid.y;
 //   * per Q2 block (4 A16 blocks) its 16 code bytes and d by __ldg; per A16 block and row S_b =
 //     q2_block_dot (exact), the term pair P_b = f32(S_b) * 2^(E_b - 14) (one rounding, as
 //     ldexpf's, where subnormal; NaN for a non-finite block), f_b = f32(d), the chain c =
 //     fma(P_b, f_b, c) from -0.0;
-//   * at the round's end the roots go to shared memory (roots [R][Q2C_THREADS]) and thread j < C
+//   * at the round's end the roots go to shared memory (roots [R][CHAIN_GENERIC_THREADS]) and thread j < C
 //     sums column j's parts in place by the padded tree over parts (stride h = 1, 2, 4, ..: part
 //     p += part p + h where p is a multiple of 2h and p + h < Q), y = bf16(root).
-// Block Q2C_THREADS, grid (rounds, row groups), no dynamic shared memory.
-#define Q2C_THREADS 256
+// Block CHAIN_GENERIC_THREADS, grid (rounds, row groups), no dynamic shared memory.
 template <int R>
 __device__ __forceinline__ void q2_chain_body(const uint4* __restrict__ qs, const u16* __restrict__ d, int N,
                                               int K, const uint4* __restrict__ lohi,
                                               const uint2* __restrict__ aux, int m, u16* __restrict__ out,
                                               long long ldo) {
-    __shared__ float roots[R * Q2C_THREADS];
+    __shared__ float roots[R * CHAIN_GENERIC_THREADS];
     const int nq = K >> 6, t = threadIdx.x;
-    const ChainRuns runs(K >> 4, Q2C_THREADS);
+    const ChainRuns runs(K >> 4, CHAIN_GENERIC_THREADS);
     const int Q = runs.Q, C = runs.C, lq = runs.part, lcol = runs.col;
     const int nqr = runs.blocks >> 2;  // Q2 blocks of this thread's run
     const int B = K >> 4, ngroups = (m + R - 1) / R, rounds = runs.rounds(N);
@@ -217,7 +216,7 @@ __device__ __forceinline__ void q2_chain_body(const uint4* __restrict__ qs, cons
                 }
             }
             const int nj = it * C + t;
-            chain_round_tree<R, Q2C_THREADS>(roots, c, Q, C, [&](int r, float root) {
+            chain_round_tree<R, CHAIN_GENERIC_THREADS>(roots, c, Q, C, [&](int r, float root) {
                 if (nj < N && row0 + r < m) out[(long long)(row0 + r) * ldo + nj] = f32_to_bf16(root);
             });
         }
@@ -225,7 +224,7 @@ __device__ __forceinline__ void q2_chain_body(const uint4* __restrict__ qs, cons
 }
 
 #define Q2_CHAIN(R)                                                                                 \
-    extern "C" __global__ void __launch_bounds__(Q2C_THREADS) q2_0_chain_r##R(                       \
+    extern "C" __global__ void __launch_bounds__(CHAIN_GENERIC_THREADS) q2_0_chain_r##R(                       \
         const uint4* __restrict__ qs, const u16* __restrict__ d, int N, int K,                      \
         const uint4* __restrict__ lohi, const uint2* __restrict__ aux, int m, u16* __restrict__ out, \
         long long ldo) {                                                                            \
