@@ -801,11 +801,11 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
     static_assert(MODE == 0 || !PQ, "the P/Q block dot is A16's");
     extern __shared__ __align__(16) unsigned char smem[];
     const int B = K >> 4;
-    const int Q = B >> 6;                        // parts per column, 1 .. RUN_THREADS
-    const int C = RUN_THREADS / Q, used = C * Q;  // columns per round, threads in use
+    const ChainRuns runs(B, RUN_THREADS);             // B % 64 == 0: Q = B / 64 whole parts
+    const int Q = runs.Q, C = runs.C, used = C * Q;  // parts per column, columns per round, threads in use
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
     const int ngroups = (m + R - 1) / R;
-    const int rounds = (N + C - 1) / C;
+    const int rounds = runs.rounds(N);
     const long long wrow = (long long)(K >> 1);
     const size_t rec = (size_t)B * 36;  // bytes of one row's records
     unsigned char* const ring = smem + (size_t)R * rec + (size_t)warp * DEPTH * FAST_SLOT;
@@ -818,7 +818,7 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
     unsigned char* const sbase = smem + (size_t)R * rec + (size_t)RUN_WARPS * DEPTH * FAST_SLOT;
     unsigned char* const sbuf = sbase + (size_t)warp * NBUF * 32 * SGB;
     float* const roots = (float*)(sbase + (SG > 1 ? (size_t)RUN_WARPS * NBUF * 32 * SGB : 0));  // [R][RUN_THREADS]
-    const int lq = min(t / C, Q - 1), lcol = t % C;  // this thread's part, column in the round
+    const int lq = runs.part, lcol = runs.col;  // this thread's part, column in the round
     const int swz = (lane >> 1) & 3;
     const NibConsts kc = nib_consts();
 
