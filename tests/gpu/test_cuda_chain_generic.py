@@ -137,6 +137,34 @@ def test_chain_routes_no_tree_kernel(
             gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"chain routed Q2_0 m={m} K={k}")
 
 
+def kernels_fetched(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[str]:
+    """The names ``module`` fetches through its ``get_kernel`` from here on, in order."""
+    names: list[str] = []
+    real = module.get_kernel
+
+    def get_kernel(file: str, name: str) -> Any:
+        names.append(name)
+        return real(file, name)
+
+    monkeypatch.setattr(module, "get_kernel", get_kernel)
+    return names
+
+
+def check_rows(cuda: Any, rng: np.random.Generator, entry: str, w: Any, what: str) -> Any:
+    """``entry`` on w's device copy at 1, 2, 3, 4 and 9 rows (in-window and edge rows shuffled)
+    into guarded outputs, bit for bit against project_chain; returns the device weight."""
+    n, k = w.n, w.k
+    dw = cuda.upload(w)
+    x = np.concatenate([window_rows(rng, 3, k, tuple(range(-30, 31))), gen.rows(rng, 6, k)])
+    x = x[rng.permutation(len(x))]
+    want = ref(x, w)
+    for m in (1, 2, 3, 4, 9):
+        buf, view, init = gen.guarded(cp, rng, m, n)
+        cuda.launch(entry, dev_rows(x[:m]), dw, view)
+        gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"{what} m={m} N={n} K={k}")
+    return dw
+
+
 #: Q2_0 (N, K): one part of 16 Q2 blocks, two parts the last of 3 Q2 blocks, Qwen3-8B's gate (4
 #: parts) and down (12), K = 131072 (128 parts: rounds of 2 columns).
 Q2_SHAPES = ((300, 1024), (70, 1216), (130, 4096), (45, 12288), (5, 131072))
@@ -148,29 +176,13 @@ def test_chain_generic_q2_0(
 ) -> None:
     """Q2_0 × A16 on ``q2_0_chain_r{R}`` (tile, decode and MMA kernels off): R = 1, 2, 4 and rows
     in groups of 4 over grid.y, in-window and edge rows, against project_chain."""
-    from metrale.cuda import configs, mma, q2_0, runtime, tile
+    from metrale.cuda import configs, mma, q2_0, tile
 
     monkeypatch.setattr(tile, "CHAIN", True)
     monkeypatch.setattr(tile, "Q2_ENABLED", False)
     monkeypatch.setattr(mma, "ENABLED", False)
-    names: list[str] = []
-    real = runtime.get_kernel
-
-    def get_kernel(file: str, name: str) -> Any:
-        names.append(name)
-        return real(file, name)
-
-    monkeypatch.setattr(q2_0, "get_kernel", get_kernel)
-    n, k = shape
-    w = gen.q2_0(fresh_rng, n, k)
-    dw = cuda.upload(w)
-    x = np.concatenate([window_rows(fresh_rng, 3, k, tuple(range(-30, 31))), gen.rows(fresh_rng, 6, k)])
-    x = x[fresh_rng.permutation(len(x))]
-    want = ref(x, w)
-    for m in (1, 2, 3, 4, 9):
-        buf, view, init = gen.guarded(cp, fresh_rng, m, n)
-        cuda.launch("q2_0_gemm", dev_rows(x[:m]), dw, view)
-        gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"q2 chain generic m={m} {shape}")
+    names = kernels_fetched(monkeypatch, q2_0)
+    check_rows(cuda, fresh_rng, "q2_0_gemm", gen.q2_0(fresh_rng, *shape), "q2 chain generic")
     assert {f"q2_0_chain_r{r}" for r in configs.CHAIN_GENERIC_ROWS} <= set(names), names
     assert not any(name.startswith(("q2_0_gemv_r", "q2_dec_")) for name in names), names
 
@@ -194,25 +206,10 @@ def test_chain_generic_wide(
 
     monkeypatch.setattr(tile, "CHAIN", True)
     monkeypatch.setattr(tile, "ENABLED", False)
-    names: list[str] = []
-    real = fp8_bf16.get_kernel
-
-    def get_kernel(file: str, name: str) -> Any:
-        names.append(name)
-        return real(file, name)
-
-    monkeypatch.setattr(fp8_bf16, "get_kernel", get_kernel)
-    n, k = shape
-    w = fp8_weight(fresh_rng, n, k) if fmt == "fp8" else bf16_weight(fresh_rng, n, k)
-    dw = cuda.upload(w)
-    x = np.concatenate([window_rows(fresh_rng, 3, k, tuple(range(-30, 31))), gen.rows(fresh_rng, 6, k)])
-    x = x[fresh_rng.permutation(len(x))]
-    want = ref(x, w)
+    names = kernels_fetched(monkeypatch, fp8_bf16)
+    w = fp8_weight(fresh_rng, *shape) if fmt == "fp8" else bf16_weight(fresh_rng, *shape)
     entry = "w8a16_gemm" if fmt == "fp8" else "dense_gemm"
-    for m in (1, 2, 3, 4, 9):
-        buf, view, init = gen.guarded(cp, fresh_rng, m, n)
-        cuda.launch(entry, dev_rows(x[:m]), dw, view)
-        gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"{fmt} chain generic m={m} {shape}")
+    dw = check_rows(cuda, fresh_rng, entry, w, f"{fmt} chain generic")
     assert {f"{fmt}_chain_r{r}" for r in (1, 2, 4)} <= set(names), names
     assert not any("_gemv_r" in name or "_dec_" in name or "_mma_" in name for name in names), names
     assert ("chain_w" in dw.arrays) == (fmt == "fp8")
