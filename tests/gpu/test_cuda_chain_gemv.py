@@ -58,6 +58,18 @@ def threads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     return int(request.param)
 
 
+def run_a4(rng: np.random.Generator, x: np.ndarray, w: Any, dw: Any) -> np.ndarray:
+    """NVFP4 × A4 of host rows ``x`` (w4a4_quantize with w's input scale, w4a4_gemv_small_m on
+    its device copy ``dw``) into a guarded output: its bits."""
+    from metrale.cuda import nvfp4
+
+    m = x.shape[0]
+    codes = nvfp4.w4a4_quantize(dev_rows(x), w.input_scale)
+    buf, view, init = gen.guarded(cp, rng, m, w.n)
+    nvfp4.w4a4_gemv_small_m(codes, dw, view)
+    return gen.check_guard(buf, init, m, w.n)
+
+
 def check_a16_rows(cuda: Any, rng: np.random.Generator, shape: tuple[int, int], what: str) -> None:
     """NVFP4 × A16 of (N, K) = ``shape`` through ``w4a16_gemm`` at 1, 2, 3, 4, 7 and 11 rows and
     through one dual launch at 1 and 3, in-window and edge rows shuffled, against project_chain."""
@@ -126,19 +138,12 @@ def test_chain_gemv_a4(
 ) -> None:
     """NVFP4 × A4 (w4a4_quantize's codes) on the fast chain kernels, m = 1..4, rows of every edge
     kind, against project_chain(..., "A4")."""
-    from metrale.cuda import nvfp4
-
-    n, k = shape
-    w = gen.nvfp4(fresh_rng, n, k)
+    w = gen.nvfp4(fresh_rng, *shape)
     dw = cuda.upload(w)
-    x = gen.rows(fresh_rng, 4, k)
+    x = gen.rows(fresh_rng, 4, w.k)
     want = ref(x, w, "A4")
-    xd = dev_rows(x)
     for m in (1, 2, 3, 4):
-        codes = nvfp4.w4a4_quantize(xd[:m], w.input_scale)
-        buf, view, init = gen.guarded(cp, fresh_rng, m, n)
-        nvfp4.w4a4_gemv_small_m(codes, dw, view)
-        gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"chain gemv A4 m={m} {shape}")
+        gen.bits_equal(run_a4(fresh_rng, x[:m], w, dw), want[:m], f"chain gemv A4 m={m} {shape}")
     assert {f"nvfp4_a4fc_r{r}" for r in (1, 2, 3, 4)} <= set(chained), chained
 
 

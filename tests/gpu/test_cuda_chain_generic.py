@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.gpu import gen
-from tests.gpu.test_cuda_chain_gemv import check_a16_rows
+from tests.gpu.test_cuda_chain_gemv import check_a16_rows, run_a4
 from tests.gpu.test_cuda_chain_tile import ref, run_nvfp4
 from tests.gpu.test_cuda_nvfp4_tile import dev_rows, window_rows
 
@@ -85,19 +85,12 @@ def test_chain_generic_a4(
 ) -> None:
     """NVFP4 × A4 (w4a4_quantize's codes) on the generic chain kernels (R = 1 and 4), 1..6 rows
     of every edge kind, against project_chain(..., "A4")."""
-    from metrale.cuda import nvfp4
-
-    n, k = shape
-    w = gen.nvfp4(fresh_rng, n, k)
+    w = gen.nvfp4(fresh_rng, *shape)
     dw = cuda.upload(w)
-    x = gen.rows(fresh_rng, 6, k)
+    x = gen.rows(fresh_rng, 6, w.k)
     want = ref(x, w, "A4")
-    xd = dev_rows(x)
     for m in (1, 2, 4, 6):
-        codes = nvfp4.w4a4_quantize(xd[:m], w.input_scale)
-        buf, view, init = gen.guarded(cp, fresh_rng, m, n)
-        nvfp4.w4a4_gemv_small_m(codes, dw, view)
-        gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"chain generic A4 m={m} {shape}")
+        gen.bits_equal(run_a4(fresh_rng, x[:m], w, dw), want[:m], f"chain generic A4 m={m} {shape}")
     assert {"nvfp4_a4c_r1", "nvfp4_a4c_r4"} <= set(generic), generic
 
 
@@ -107,7 +100,7 @@ def test_chain_routes_no_tree_kernel(
     """tile.CHAIN as routed (tile, fast and generic kernels on): row counts from 1 to 40, NVFP4
     A16 (B % 8 == 0 and not, B % 64 == 0 and not), A4 and Q2_0, give the chain's bits; the
     K-split MMA kernels (the tree's) never launch."""
-    from metrale.cuda import mma, nvfp4, tile
+    from metrale.cuda import mma, tile
 
     monkeypatch.setattr(tile, "CHAIN", True)
 
@@ -122,10 +115,7 @@ def test_chain_routes_no_tree_kernel(
         want, want4 = ref(x, w), ref(x, w, "A4")
         for m in (1, 2, 3, 4, 5, 8, 9, 16, 17, 24, 25, 40):
             gen.bits_equal(run_nvfp4(cuda, fresh_rng, x[:m], dw, n), want[:m], f"chain routed m={m} K={k}")
-            codes = nvfp4.w4a4_quantize(dev_rows(x[:m]), w.input_scale)
-            buf, view, init = gen.guarded(cp, fresh_rng, m, n)
-            nvfp4.w4a4_gemv_small_m(codes, dw, view)
-            gen.bits_equal(gen.check_guard(buf, init, m, n), want4[:m], f"chain routed A4 m={m} K={k}")
+            gen.bits_equal(run_a4(fresh_rng, x[:m], w, dw), want4[:m], f"chain routed A4 m={m} K={k}")
     for n, k in ((70, 4096), (40, 1216)):  # Q2_0: B % 8 == 0 and not
         w = gen.q2_0(fresh_rng, n, k)
         dw = cuda.upload(w)
