@@ -116,15 +116,23 @@ def test_chain_gemv_extreme_blocks(
 ) -> None:
     """Blocks whose exponent makes P_b subnormal (one rounding, as ldexpf's) or the chain
     overflow, beside ordinary blocks of the same rows."""
-    n, k = 66, 4096
-    w = gen.nvfp4(fresh_rng, n, k)
+    check_extreme_blocks(cuda, fresh_rng, 4096, (3, 64, 255, 130), exp, "chain gemv")
+
+
+def check_extreme_blocks(
+    cuda: Any, rng: np.random.Generator, k: int, blocks: tuple[int, ...], exp: int, what: str
+) -> None:
+    """NVFP4 × A16 (N = 66, K = ``k``) of four in-window rows whose block ``blocks[r]`` of row r
+    has its largest exponent at ``exp``, through ``w4a16_gemm`` at 1 and 4 rows, against
+    project_chain."""
+    w = gen.nvfp4(rng, 66, k)
     dw = cuda.upload(w)
-    x = window_rows(fresh_rng, 4, k, (-20, 0, 20))
-    for r, b in ((0, 3), (1, 64), (2, 255), (3, 130)):
-        x[r, 16 * b : 16 * b + 16] = window_rows(fresh_rng, 1, 16, (exp,))[0]
+    x = window_rows(rng, 4, k, (-20, 0, 20))
+    for r, b in enumerate(blocks):
+        x[r, 16 * b : 16 * b + 16] = window_rows(rng, 1, 16, (exp,))[0]
     want = ref(x, w)
     for m in (1, 4):
-        gen.bits_equal(run_nvfp4(cuda, fresh_rng, x[:m], dw, n), want[:m], f"chain gemv E={exp} m={m}")
+        gen.bits_equal(run_nvfp4(cuda, rng, x[:m], dw, 66), want[:m], f"{what} E={exp} m={m}")
 
 
 A4_CASES = [(384, (37, 1024)), (384, (130, 4096)), (384, (45, 12288)), (32, (300, 12288))]

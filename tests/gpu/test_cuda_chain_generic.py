@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.gpu import gen
-from tests.gpu.test_cuda_chain_gemv import check_a16_rows, run_a4
+from tests.gpu.test_cuda_chain_gemv import check_a16_rows, check_extreme_blocks, run_a4
 from tests.gpu.test_cuda_chain_tile import ref, run_nvfp4
 from tests.gpu.test_cuda_nvfp4_tile import dev_rows, window_rows
 
@@ -65,15 +65,7 @@ def test_chain_generic_extreme_blocks(
 ) -> None:
     """Blocks whose exponent makes P_b subnormal (one rounding, as ldexpf's) or the chain
     overflow, beside ordinary blocks of the same rows; a part's last block among them."""
-    n, k = 66, 16 * 197
-    w = gen.nvfp4(fresh_rng, n, k)
-    dw = cuda.upload(w)
-    x = window_rows(fresh_rng, 4, k, (-20, 0, 20))
-    for r, b in ((0, 3), (1, 63), (2, 196), (3, 130)):
-        x[r, 16 * b : 16 * b + 16] = window_rows(fresh_rng, 1, 16, (exp,))[0]
-    want = ref(x, w)
-    for m in (1, 4):
-        gen.bits_equal(run_nvfp4(cuda, fresh_rng, x[:m], dw, n), want[:m], f"chain generic E={exp} m={m}")
+    check_extreme_blocks(cuda, fresh_rng, 16 * 197, (3, 63, 196, 130), exp, "chain generic")
 
 
 A4_SHAPES = ((37, 1232), (130, 4096), (45, 12288))
