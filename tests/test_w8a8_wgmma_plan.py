@@ -321,7 +321,9 @@ def test_dual_stream_k_is_one_launch_over_both_matrices(monkeypatch: pytest.Monk
 
 @pytest.mark.parametrize("m", [129, 300])
 def test_dual_past_the_pair_rule_is_two_launches(monkeypatch: pytest.MonkeyPatch, m: int) -> None:
-    """Past W8A8_TMA_PAIR_MAX_ROWS the pair is one launch per matrix, each routed as alone."""
+    """Past W8A8_TMA_PAIR_MAX_ROWS, w8a8.TILE_PAIR off, the pair is one launch per matrix, each
+    routed as alone."""
+    monkeypatch.setattr(w8a8, "TILE_PAIR", False)
     seen, st = _plan_dual(monkeypatch, m, 12288, 4096)
     assert len(seen) == 2
     (n1, _, a1), (n2, _, a2) = seen
@@ -370,7 +372,9 @@ def test_dual_tile_pair_is_one_launch_over_both_matrices(monkeypatch: pytest.Mon
 def test_single_tile_launch_passes_the_kernels_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
     """One matrix on a wgmma tile: the second matrix's arguments repeat the first's and t1 is the
     grid's column tiles (no tile takes the second branch)."""
+    monkeypatch.setattr(w8a8, "TILE_PAIR", False)
     seen, _ = _plan_dual(monkeypatch, 300, 12288, 4096)
+    assert len(seen) == 2
     for name, grid, args in seen:
         assert name in w8a8.WGMMA_TILES and int(args[-1]) == grid[1]
         assert args[-5] is args[0] and args[-3] is args[8]

@@ -379,7 +379,7 @@ W8A8_WGMMA_TILES: tuple[W8a8WgmmaTile, ...] = (
     W8a8WgmmaTile(256, 192, 4),
 )
 #: The tiles w8a8.gemm_tile picks from: for one matrix, and for gate and up in one launch
-#: ("pair", w8a8.TILE_PAIR: not yet measured): 256x192 gives Qwen3-8B's pair 128 CTAs at
+#: ("pair", w8a8.TILE_PAIR): 256x192 gives Qwen3-8B's pair 128 CTAs at
 #: 129..256 rows (one wave on 132 multiprocessors) where 256x128 gives 192.
 W8A8_WGMMA_ROUTED: dict[str, tuple[str, ...]] = {
     "one": ("w8a8_wgmma_256x128", "w8a8_wgmma_128x128"),
@@ -444,9 +444,11 @@ W8A8_SILU_QUANT_BUILDS: dict[int, tuple[int, int]] = {
     1: (512, 16),
 }
 #: Beyond W8A8_SILU_CLUSTER_MAX_ROWS: (most rows, CTAs per row) in order, the kernel
-#: ``w8a8_silu_quant_c{CL}`` for the rows up to each; none: the slice pair. Empty until measured
-#: on the device (built and GPU-tested: tests/gpu/test_cuda_w8a8.py).
-W8A8_SILU_ROW_KERNELS: tuple[tuple[int, int], ...] = ()
+#: ``w8a8_silu_quant_c{CL}`` for the rows up to each; beyond the last: the slice pair. Qwen3-8B
+#: W8A8 FFN on an H100 (docs/performance-log.md "2026-12-07 (c)"), one CTA per row against the
+#: pair: 84.5 / 105.7 µs against 87.9 / 110.8 at m = 64 / 128, equal within noise at 192..512;
+#: four CTAs per row at 64 rows and two at 128 were slower (91.6 / 106.6).
+W8A8_SILU_ROW_KERNELS: tuple[tuple[int, int], ...] = ((128, 1),)
 
 
 def nvfp4_gemm_builds() -> list[tuple[int, int, int]]:

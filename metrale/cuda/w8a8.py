@@ -94,9 +94,11 @@ TMA_NAMES = {f"w8a8_tma_n{bn}": bn for bn in TMA_TIERS}
 #: weights once per 32 rows; 65 = past the W8A8 arm's row cap, i.e. prefill only).
 GEMM_MIN_ROWS = 65
 #: Gate and up in one launch of the wgmma tile (``w8a8_gemv_dual`` where the stream-K pair does
-#: not take the rows; the tile by ``gemm_tile(m, N, 2)`` from configs.W8A8_WGMMA_ROUTED["pair"]):
-#: off until measured; METRALE_W8A8_TILE_PAIR=1 turns it on (benchmarks; the same bits).
-TILE_PAIR = os.environ.get("METRALE_W8A8_TILE_PAIR", "0") == "1"
+#: not take the rows; the tile by ``gemm_tile(m, N, 2)`` from configs.W8A8_WGMMA_ROUTED["pair"]).
+#: Qwen3-8B W8A8 FFN on an H100 (docs/performance-log.md "2026-12-07 (c)"): 127.6 / 123.5 /
+#: 179.8 / 322.2 µs at m = 192 / 256 / 512 / 1024 against 145.7 / 140.6 / 212.6 / 330.4 in two
+#: launches. METRALE_W8A8_TILE_PAIR=0 turns it off (benchmarks; the same bits).
+TILE_PAIR = os.environ.get("METRALE_W8A8_TILE_PAIR", "1") == "1"
 
 
 @dataclass(frozen=True)
