@@ -94,7 +94,9 @@ def window_rows(rng: np.random.Generator, m: int, k: int, exps: tuple[int, ...])
     drop[:, :, 0] = 0
     sign = np.where(rng.random((m, b, 16)) < 0.5, -1.0, 1.0)
     v = sign * np.ldexp(mant, (e - drop).astype(np.int64))
-    v[rng.random((m, b, 16)) < 0.05] = 0.0
+    zero = rng.random((m, b, 16)) < 0.05
+    zero[:, :, 0] = False  # element 0 holds the block's exponent E (zeroed, E could fall below)
+    v[zero] = 0.0
     return v.reshape(m, k).astype(np.float32).astype(BF16)
 
 
