@@ -922,8 +922,8 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
             if constexpr (SG == 1) {
                 cp_async8_if(dst + 2048 + lane * 8, ssrc[0], lv >> 4 & 1);
                 ssrc[0] += 8;
-            } else if (s_i % SG == 0) {
-                unsigned char* sdst = sbuf + (g_i++ % NBUF) * 32 * SGB;
+            } else if ((unsigned)s_i % SG == 0) {
+                unsigned char* sdst = sbuf + ((unsigned)g_i++ % NBUF) * 32 * SGB;
 #pragma unroll
                 for (int i = 0; i < SCH; ++i) {
                     cp_async16_if(sdst + (lane + 32 * i) * 16, ssrc[i], lv >> (4 + i) & 1);
@@ -984,8 +984,8 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
                 issue((d + DEPTH - 1) % DEPTH);
                 const unsigned char* const cur = ring + d * FAST_SLOT;
                 const uint2 scw = SG == 1 ? *(const uint2*)(cur + 2048 + lane * 8)
-                                          : *(const uint2*)(sbuf + (g_c % NBUF) * 32 * SGB + lane * SGB + (s % SG) * 8);
-                if (s % SG == SG - 1) ++g_c;
+                                          : *(const uint2*)(sbuf + ((unsigned)g_c % NBUF) * 32 * SGB + lane * SGB + ((unsigned)s % SG) * 8);
+                if ((unsigned)s % SG == SG - 1) ++g_c;
                 float ws[8];
                 e4m3x2_to_f32(scw.x, ws[0], ws[1]);
                 e4m3x2_to_f32(scw.x >> 16, ws[2], ws[3]);
