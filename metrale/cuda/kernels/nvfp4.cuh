@@ -367,32 +367,24 @@ __device__ __forceinline__ void cp_async16_l2_128(void* dst, const void* src, in
     asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes)
                  : "memory");
 }
-// cp_async16_l2_128 / cp_async16 / cp_async8 where live, else nothing (the destination keeps
-// what it held: the chain decode kernels' copies past the last column, whose runs are never
-// stored).
-__device__ __forceinline__ void cp_async16_l2_128_if(void* dst, const void* src, bool live) {
-    const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
-    asm volatile("{.reg .pred p; setp.ne.b32 p, %2, 0; @p cp.async.cg.shared.global.L2::128B [%0], [%1], 16;}" ::"r"(d),
-                 "l"(src), "r"((int)live)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async16_if(void* dst, const void* src, bool live) {
-    const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
-    asm volatile("{.reg .pred p; setp.ne.b32 p, %2, 0; @p cp.async.cg.shared.global [%0], [%1], 16;}" ::"r"(d),
-                 "l"(src), "r"((int)live)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async8_if(void* dst, const void* src, bool live) {
-    const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
-    asm volatile("{.reg .pred p; setp.ne.b32 p, %2, 0; @p cp.async.ca.shared.global [%0], [%1], 8;}" ::"r"(d),
-                 "l"(src), "r"((int)live)
-                 : "memory");
-}
 // The same for 8 bytes (L1 allocating: cp.async.ca), source size 0 or 8.
 __device__ __forceinline__ void cp_async8(void* dst, const void* src, int src_bytes) {
     const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
 }
+// cp_async16_l2_128 / cp_async16 / cp_async8 where live, else nothing (the destination keeps
+// what it held: the chain decode kernels' copies past the last column, whose runs are never
+// stored).
+#define CP_ASYNC_IF(NAME, COPY)                                                                           \
+    __device__ __forceinline__ void NAME(void* dst, const void* src, bool live) {                         \
+        const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);                               \
+        asm volatile("{.reg .pred p; setp.ne.b32 p, %2, 0; @p " COPY ";}" ::"r"(d), "l"(src), "r"((int)live) \
+                     : "memory");                                                                         \
+    }
+CP_ASYNC_IF(cp_async16_l2_128_if, "cp.async.cg.shared.global.L2::128B [%0], [%1], 16")
+CP_ASYNC_IF(cp_async16_if, "cp.async.cg.shared.global [%0], [%1], 16")
+CP_ASYNC_IF(cp_async8_if, "cp.async.ca.shared.global [%0], [%1], 8")
+#undef CP_ASYNC_IF
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
