@@ -369,6 +369,29 @@ def test_dual_tile_pair_is_one_launch_over_both_matrices(monkeypatch: pytest.Mon
     assert got == kernel_params("w8a8_wgmma_##BM##x##BN")
 
 
+@pytest.mark.parametrize(
+    ("m", "n", "launches"),
+    [
+        (129, 12288, 1),  # pair 256x192: 1 wave x 49152 against 2 x (1 x 32768) of 256x128
+        (256, 12288, 1),
+        (1024, 12288, 1),  # 4 waves x 49152 against 2 x 3 x 32768: a tie, one launch
+        (256, 14336, 1),  # pair 256x128: 2 waves x 32768 against 2 x (1 x 32768)
+        (384, 14336, 2),  # pair 256x128: 4 x 32768 against 2 x (3 waves x 16384) of 128x128
+    ],
+)
+def test_tile_pair_only_where_its_waves_pay(
+    monkeypatch: pytest.MonkeyPatch, m: int, n: int, launches: int
+) -> None:
+    """w8a8.TILE_PAIR launches gate and up as one grid only where the pair's tile takes no more
+    whole-wave work per multiprocessor than the single matrix's tile twice (pair_pays); else one
+    launch per matrix, each routed as alone."""
+    monkeypatch.setattr(w8a8, "TILE_PAIR", True)
+    seen, _ = _plan_dual(monkeypatch, m, n, 4096)
+    assert len(seen) == launches
+    if launches == 2:
+        assert seen[0][0] == seen[1][0] == w8a8.gemm_tile(m, n).name
+
+
 def test_single_tile_launch_passes_the_kernels_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
     """One matrix on a wgmma tile: the second matrix's arguments repeat the first's and t1 is the
     grid's column tiles (no tile takes the second branch)."""

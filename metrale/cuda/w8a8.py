@@ -97,7 +97,8 @@ GEMM_MIN_ROWS = 65
 #: not take the rows; the tile by ``gemm_tile(m, N, 2)`` from configs.W8A8_WGMMA_ROUTED["pair"]).
 #: Qwen3-8B W8A8 FFN on an H100 (docs/performance-log.md "2026-12-07 (c)"): 127.6 / 123.5 /
 #: 179.8 / 322.2 µs at m = 192 / 256 / 512 / 1024 against 145.7 / 140.6 / 212.6 / 330.4 in two
-#: launches. METRALE_W8A8_TILE_PAIR=0 turns it off (benchmarks; the same bits).
+#: launches. Only where ``pair_pays``; METRALE_W8A8_TILE_PAIR=0 turns it off (benchmarks; the
+#: same bits).
 TILE_PAIR = os.environ.get("METRALE_W8A8_TILE_PAIR", "1") == "1"
 
 
@@ -282,6 +283,20 @@ def sk_split(n: int, k: int, ra: int) -> tuple[int, int]:
     return kps, cdiv(tiles, kps)
 
 
+def wave_work(t: configs.W8a8WgmmaTile, m: int, n: int, gz: int = 1) -> int:
+    """Output elements per multiprocessor of tile ``t`` over ``gz`` matrices of m x N = n, counted
+    in whole waves: ceil(CTAs / SMs) x BM x BN."""
+    return cdiv(cdiv(m, t.bm) * cdiv(n, t.bn) * gz, sm_count()) * t.bm * t.bn
+
+
+def pair_pays(m: int, n: int) -> bool:
+    """Whether gate and up as one launch of the pair's tile take no more wave work than two
+    launches of the single matrix's tile (``gemm_tile``): Qwen3-8B (N = 12288) at 129..256 rows
+    one wave of 128 CTAs of 256x192 against two of 96; Llama-3-8B (N = 14336) at 384 rows the
+    pair's 256x128 would take four waves where two launches of 128x128 take three each."""
+    return wave_work(gemm_tile(m, n, 2), m, n, 2) <= 2 * wave_work(gemm_tile(m, n), m, n)
+
+
 def gemm_tile(m: int, n: int, gz: int = 1) -> configs.W8a8GemmTile | configs.W8a8WgmmaTile:
     """The prefill tile for m rows, N = n (``gz`` = 2: two matrices of that shape in one
     launch, gate and up). The wgmma tiles where they built (configs.W8A8_WGMMA_ROUTED's for one
@@ -293,10 +308,7 @@ def gemm_tile(m: int, n: int, gz: int = 1) -> configs.W8a8GemmTile | configs.W8a
     fills ``minb`` CTAs on every multiprocessor, else the last (smallest)."""
     if wgmma_built():
         tiles = [WGMMA_TILES[name] for name in configs.W8A8_WGMMA_ROUTED["pair" if gz > 1 else "one"]]
-        return min(
-            tiles,
-            key=lambda t: (cdiv(cdiv(m, t.bm) * cdiv(n, t.bn) * gz, sm_count()) * t.bm * t.bn, -t.bm * t.bn),
-        )
+        return min(tiles, key=lambda t: (wave_work(t, m, n, gz), -t.bm * t.bn))
     tiles = list(GEMM_TILES.values())
     for t in tiles:
         if cdiv(m, t.bm) * cdiv(n, t.bn) >= t.minb * sm_count():
@@ -328,8 +340,8 @@ def _gemv_launch(
     mma.sync GEMV tiers up to ``max(MMA_TIERS)``, the tiled GEMM (wgmma where built) beyond
     (``warps`` / ``gemm`` force a GEMV CTA shape / a kernel by name). With ``second`` (same N
     and K) the stream-K and split-K kernels take both matrices in one launch (routed by their
-    2 N columns), and the wgmma tiles where TILE_PAIR (or ``gemm`` names one); every other
-    kernel is launched once per matrix."""
+    2 N columns), and the wgmma tiles where TILE_PAIR and ``pair_pays`` (or ``gemm`` names
+    one); every other kernel is launched once per matrix."""
     m, k = q.shape
     args = (
         arr["weight"],
@@ -372,7 +384,14 @@ def _gemv_launch(
         return
     pair = second is not None and (
         gemm in WGMMA_TILES
-        or (gemm is None and warps is None and TILE_PAIR and m >= GEMM_MIN_ROWS and wgmma_built())
+        or (
+            gemm is None
+            and warps is None
+            and TILE_PAIR
+            and m >= GEMM_MIN_ROWS
+            and wgmma_built()
+            and pair_pays(m, w.n)
+        )
     )
     if second is not None and not pair:
         _gemv_launch(q, scale, w, arr, out, ldo, warps, gemm)

@@ -4,11 +4,12 @@
 D=docs/bench/runs-2026-12-07c
 bash $D/run_next.sh
 # W8A8 gate + up at 65..128 rows: the stream-K pair (routed) against one launch of the tile
-# (w8a8.TILE_PAIR, now on past 128 rows), by W8A8_TMA_PAIR_MAX_ROWS 128 / 64.
+# (w8a8.TILE_PAIR, now on past 128 rows; its wave rule pair_pays forced true), by
+# W8A8_TMA_PAIR_MAX_ROWS 128 / 64.
 A="--shape qwen3-8b --m 64,96,128 --formats w8a8 --peers bf16 --kernels none --cell-seconds 1 --samples 5"
 for mx in 128 64 128 64; do
   echo "TMA_PAIR_MAX_ROWS=$mx"
-  timeout 40 python -c "import sys; from metrale.cuda import configs; configs.W8A8_TMA_PAIR_MAX_ROWS = $mx; from metrale.bench.run import main; sys.exit(main(sys.argv[1:]))" $A --json $OUT/w8a8_pairmax_$mx.json 2>&1 | grep "^| W8A8\|^| peer"
+  timeout 40 python -c "import sys; from metrale.cuda import configs; configs.W8A8_TMA_PAIR_MAX_ROWS = $mx; from metrale.cuda import w8a8; w8a8.pair_pays = lambda m, n: True; from metrale.bench.run import main; sys.exit(main(sys.argv[1:]))" $A --json $OUT/w8a8_pairmax_$mx.json 2>&1 | grep "^| W8A8\|^| peer"
 done
 if patch -p1 --dry-run -s < $D/w8a8_tma_n256.patch >/dev/null 2>&1; then
   patch -p1 -s < $D/w8a8_tma_n256.patch && bash $D/run2.sh
