@@ -350,3 +350,26 @@ __device__ __forceinline__ void chain_round_tree(float* roots, const float (&c)[
     }
     __syncthreads();
 }
+
+// The generic Q2_0 / FP8 / BF16 chain kernels' rounds (q2_0_gemv.cu, fp8_bf16_gemv.cu): row groups
+// of R rows over grid.y, CTA rounds over grid.x; run(row0, n, c) chains this thread's run of
+// column n (n >= N: a dead run) into c[R] from -0.0, chain_round_tree sums each column's parts
+// and store(row, col, root) writes the live outputs (row < m, col < N).
+template <int R, int T, class Run, class Store>
+__device__ __forceinline__ void chain_generic_rounds(const ChainRuns& runs, float* roots, int m, int N, Run run,
+                                                     Store store) {
+    const int ngroups = (m + R - 1) / R, rounds = runs.rounds(N);
+    for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
+        const int row0 = g * R;
+        for (int it = blockIdx.x; it < rounds; it += gridDim.x) {
+            float c[R];
+#pragma unroll
+            for (int r = 0; r < R; ++r) c[r] = -0.0f;
+            run(row0, it * runs.C + runs.col, c);
+            const int nj = it * runs.C + (int)threadIdx.x;
+            chain_round_tree<R, T>(roots, c, runs.Q, runs.C, [&](int r, float root) {
+                if (nj < N && row0 + r < m) store(row0 + r, nj, root);
+            });
+        }
+    }
+}

@@ -183,23 +183,18 @@ __device__ __forceinline__ void wide_chain_body(const unsigned char* __restrict_
                                                 const double* __restrict__ p2, int m, u16* __restrict__ out,
                                                 long long ldo) {
     __shared__ float roots[R * CHAIN_GENERIC_THREADS];
-    const int B = K >> 4, t = threadIdx.x;
+    const int B = K >> 4;
     const ChainRuns runs(B, CHAIN_GENERIC_THREADS);
-    const int Q = runs.Q, C = runs.C, lq = runs.part, lcol = runs.col, nb = runs.blocks;
+    const int lq = runs.part, nb = runs.blocks;
     const long long wrow = (long long)K * (BF ? 2 : 1);  // weight bytes per row
     const double unscale = BF ? 0x1p896 : 0x1p1016;
-    const int ngroups = (m + R - 1) / R, rounds = runs.rounds(N);
     pdl_trigger();
     pdl_wait();
-    for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
-        const int row0 = g * R;
-        for (int it = blockIdx.x; it < rounds; it += gridDim.x) {
-            const int n = it * C + lcol;
+    chain_generic_rounds<R, CHAIN_GENERIC_THREADS>(
+        runs, roots, m, N,
+        [&](int row0, int n, float (&c)[R]) {
             const int nrun = n < N ? nb : 0;
             const unsigned char* const wr = w + (long long)(n < N ? n : 0) * wrow;
-            float c[R];
-#pragma unroll
-            for (int r = 0; r < R; ++r) c[r] = -0.0f;
             for (int j = 0; j < nrun; ++j) {
                 const int b = 64 * lq + j;
                 double wd[16];
@@ -234,13 +229,10 @@ __device__ __forceinline__ void wide_chain_body(const unsigned char* __restrict_
                     c[r] = ieee_add(c[r], ieee_d2f(__dmul_rn(__dmul_rn(acc, unscale), sc)));
                 }
             }
-            const int nj = it * C + t;
-            chain_round_tree<R, CHAIN_GENERIC_THREADS>(roots, c, Q, C, [&](int r, float root) {
-                if (nj < N && row0 + r < m)
-                    out[(long long)(row0 + r) * ldo + nj] = f32_to_bf16(BF ? root : ieee_mul(root, scale[nj]));
-            });
-        }
-    }
+        },
+        [&](int row, int col, float root) {
+            out[(long long)row * ldo + col] = f32_to_bf16(BF ? root : ieee_mul(root, scale[col]));
+        });
 }
 
 #define WIDE_CHAIN(R)                                                                                 \

@@ -182,22 +182,18 @@ __device__ __forceinline__ void q2_chain_body(const uint4* __restrict__ qs, cons
                                               const uint2* __restrict__ aux, int m, u16* __restrict__ out,
                                               long long ldo) {
     __shared__ float roots[R * CHAIN_GENERIC_THREADS];
-    const int nq = K >> 6, t = threadIdx.x;
+    const int nq = K >> 6;
     const ChainRuns runs(K >> 4, CHAIN_GENERIC_THREADS);
-    const int Q = runs.Q, C = runs.C, lq = runs.part, lcol = runs.col;
+    const int lq = runs.part;
     const int nqr = runs.blocks >> 2;  // Q2 blocks of this thread's run
-    const int B = K >> 4, ngroups = (m + R - 1) / R, rounds = runs.rounds(N);
+    const int B = K >> 4;
     pdl_trigger();
     pdl_wait();
-    for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
-        const int row0 = g * R;
-        for (int it = blockIdx.x; it < rounds; it += gridDim.x) {
-            const int n = it * C + lcol;
+    chain_generic_rounds<R, CHAIN_GENERIC_THREADS>(
+        runs, roots, m, N,
+        [&](int row0, int n, float (&c)[R]) {
             const int nrun = n < N ? nqr : 0;
             const long long wq0 = (long long)(n < N ? n : 0) * nq + 16 * lq;
-            float c[R];
-#pragma unroll
-            for (int r = 0; r < R; ++r) c[r] = -0.0f;
             for (int j = 0; j < nrun; ++j) {
                 const uint4 wq = __ldg(qs + wq0 + j);
                 const float dd = q2_f16_f32(__ldg(d + wq0 + j));
@@ -215,12 +211,8 @@ __device__ __forceinline__ void q2_chain_body(const uint4* __restrict__ qs, cons
                     }
                 }
             }
-            const int nj = it * C + t;
-            chain_round_tree<R, CHAIN_GENERIC_THREADS>(roots, c, Q, C, [&](int r, float root) {
-                if (nj < N && row0 + r < m) out[(long long)(row0 + r) * ldo + nj] = f32_to_bf16(root);
-            });
-        }
-    }
+        },
+        [&](int row, int col, float root) { out[(long long)row * ldo + col] = f32_to_bf16(root); });
 }
 
 #define Q2_CHAIN(R)                                                                                 \
