@@ -28,6 +28,7 @@ def _compile(cu: str, out_dir: str) -> tuple[str, int, str]:
         NVCC or "nvcc",
         f"-gencode=arch=compute_{arch[3:]},code={arch}",
         *COMPILE_OPTIONS,
+        "-Xptxas=-warn-spills",
         "-cubin",
         "-o",
         str(Path(out_dir) / f"{cu}.cubin"),
@@ -69,14 +70,28 @@ def test_every_kernel_file_compiles_for_sm90(compiled: list[tuple[str, int, str]
 #: overlaps the epilogue): C7510 a call in the kernel, C7514 / C7515 an accumulator register read
 #: or written by other instructions while its wgmma is in flight.
 SERIALISED = re.compile(r"\(C751[0-9]\).*")
+#: Kernels that must not spill registers (-warn-spills names them): the fast chain decode kernels,
+#: issue-bound at one row (docs/performance-log.md "2026-12-07 (c)"), whose ring loop holds every
+#: live value in registers.
+NO_SPILL = re.compile(r"nvfp4_a(16|4)fc_r\d+")
+SPILLED = re.compile(r"spilled to local memory in function '(\w+)'")
 
 
-def test_no_wgmma_pipeline_is_serialised(compiled: list[tuple[str, int, str]]) -> None:
+def test_ptxas_keeps_the_hot_kernels(compiled: list[tuple[str, int, str]]) -> None:
     """ptxas keeps every warpgroup-MMA pipeline of the sm_90a files (nvfp4_wgmma.cu's tiles,
     w8a8_wgmma.cu): a kernel must hold no call (tile.cuh's tile_slow is inlined for this) nor
-    touch an accumulator of a wgmma in flight."""
+    touch an accumulator of a wgmma in flight; and it spills no register of NO_SPILL's kernels.
+    (Both checks in one test: each test of the compiled files can cost an xdist worker its own
+    compile of every file.)"""
     notes = [f"{cu}: {m.group(0)}" for cu, _, log in compiled for m in SERIALISED.finditer(log)]
     assert not notes, "ptxas serialised wgmma:\n" + "\n".join(notes)
+    spills = [
+        f"{cu}: {m.group(1)}"
+        for cu, _, log in compiled
+        for m in SPILLED.finditer(log)
+        if NO_SPILL.fullmatch(m.group(1))
+    ]
+    assert not spills, "spills in kernels that must keep registers:\n" + "\n".join(spills)
 
 
 def test_instantiations_come_from_the_configuration_tables() -> None:
