@@ -447,7 +447,7 @@ W8A8_SILU_QUANT_BUILDS: dict[int, tuple[int, int]] = {
 #: ``w8a8_silu_quant_c{CL}`` for the rows up to each; beyond the last: the slice pair. Qwen3-8B
 #: W8A8 FFN on an H100 (docs/performance-log.md "2026-12-07 (c)"), one CTA per row against the
 #: pair: 84.5 / 105.7 µs against 87.9 / 110.8 at m = 64 / 128, equal within noise at 192..512;
-#: four CTAs per row at 64 rows and two at 128 were slower (91.6 / 106.6).
+#: four CTAs per row were slower at 64 and 128 rows (91.6 / 115.2), two beyond (150.0 at 256).
 W8A8_SILU_ROW_KERNELS: tuple[tuple[int, int], ...] = ((128, 1),)
 
 
