@@ -139,3 +139,16 @@ def bits_equal(got: np.ndarray, want: np.ndarray, what: str) -> int:
     COMPARED["calls"] += 1
     COMPARED["values"] += int(got.size)
     return int(got.size)
+
+
+def kernels_fetched(monkeypatch: Any, module: Any) -> list[str]:
+    """The names ``module`` fetches through its ``get_kernel`` from here on, in order."""
+    names: list[str] = []
+    real = module.get_kernel
+
+    def get_kernel(file: str, name: str) -> Any:
+        names.append(name)
+        return real(file, name)
+
+    monkeypatch.setattr(module, "get_kernel", get_kernel)
+    return names

@@ -70,6 +70,19 @@ def run_a4(rng: np.random.Generator, x: np.ndarray, w: Any, dw: Any) -> np.ndarr
     return gen.check_guard(buf, init, m, w.n)
 
 
+def check_a4_rows(
+    cuda: Any, rng: np.random.Generator, shape: tuple[int, int], ms: tuple[int, ...], what: str
+) -> None:
+    """NVFP4 × A4 (w4a4_quantize's codes) of (N, K) = ``shape`` at each row count of ``ms``, rows
+    of every edge kind, against project_chain(..., "A4")."""
+    w = gen.nvfp4(rng, *shape)
+    dw = cuda.upload(w)
+    x = gen.rows(rng, max(ms), w.k)
+    want = ref(x, w, "A4")
+    for m in ms:
+        gen.bits_equal(run_a4(rng, x[:m], w, dw), want[:m], f"{what} A4 m={m} {shape}")
+
+
 def check_a16_rows(cuda: Any, rng: np.random.Generator, shape: tuple[int, int], what: str) -> None:
     """NVFP4 × A16 of (N, K) = ``shape`` through ``w4a16_gemm`` at 1, 2, 3, 4, 7 and 11 rows and
     through one dual launch at 1 and 3, in-window and edge rows shuffled, against project_chain."""
@@ -146,12 +159,7 @@ def test_chain_gemv_a4(
 ) -> None:
     """NVFP4 × A4 (w4a4_quantize's codes) on the fast chain kernels, m = 1..4, rows of every edge
     kind, against project_chain(..., "A4")."""
-    w = gen.nvfp4(fresh_rng, *shape)
-    dw = cuda.upload(w)
-    x = gen.rows(fresh_rng, 4, w.k)
-    want = ref(x, w, "A4")
-    for m in (1, 2, 3, 4):
-        gen.bits_equal(run_a4(fresh_rng, x[:m], w, dw), want[:m], f"chain gemv A4 m={m} {shape}")
+    check_a4_rows(cuda, fresh_rng, shape, (1, 2, 3, 4), "chain gemv")
     assert {f"nvfp4_a4fc_r{r}" for r in (1, 2, 3, 4)} <= set(chained), chained
 
 

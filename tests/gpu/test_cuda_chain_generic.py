@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.gpu import gen
-from tests.gpu.test_cuda_chain_gemv import check_a16_rows, check_extreme_blocks, run_a4
+from tests.gpu.test_cuda_chain_gemv import check_a4_rows, check_a16_rows, check_extreme_blocks, run_a4
 from tests.gpu.test_cuda_chain_tile import ref, run_nvfp4
 from tests.gpu.test_cuda_nvfp4_tile import dev_rows, window_rows
 
@@ -77,12 +77,7 @@ def test_chain_generic_a4(
 ) -> None:
     """NVFP4 × A4 (w4a4_quantize's codes) on the generic chain kernels (R = 1 and 4), 1..6 rows
     of every edge kind, against project_chain(..., "A4")."""
-    w = gen.nvfp4(fresh_rng, *shape)
-    dw = cuda.upload(w)
-    x = gen.rows(fresh_rng, 6, w.k)
-    want = ref(x, w, "A4")
-    for m in (1, 2, 4, 6):
-        gen.bits_equal(run_a4(fresh_rng, x[:m], w, dw), want[:m], f"chain generic A4 m={m} {shape}")
+    check_a4_rows(cuda, fresh_rng, shape, (1, 2, 4, 6), "chain generic")
     assert {"nvfp4_a4c_r1", "nvfp4_a4c_r4"} <= set(generic), generic
 
 
@@ -119,19 +114,6 @@ def test_chain_routes_no_tree_kernel(
             gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"chain routed Q2_0 m={m} K={k}")
 
 
-def kernels_fetched(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[str]:
-    """The names ``module`` fetches through its ``get_kernel`` from here on, in order."""
-    names: list[str] = []
-    real = module.get_kernel
-
-    def get_kernel(file: str, name: str) -> Any:
-        names.append(name)
-        return real(file, name)
-
-    monkeypatch.setattr(module, "get_kernel", get_kernel)
-    return names
-
-
 def check_rows(cuda: Any, rng: np.random.Generator, entry: str, w: Any, what: str) -> Any:
     """``entry`` on w's device copy at 1, 2, 3, 4 and 9 rows (in-window and edge rows shuffled)
     into guarded outputs, bit for bit against project_chain; returns the device weight."""
@@ -163,7 +145,7 @@ def test_chain_generic_q2_0(
     monkeypatch.setattr(tile, "CHAIN", True)
     monkeypatch.setattr(tile, "Q2_ENABLED", False)
     monkeypatch.setattr(mma, "ENABLED", False)
-    names = kernels_fetched(monkeypatch, q2_0)
+    names = gen.kernels_fetched(monkeypatch, q2_0)
     check_rows(cuda, fresh_rng, "q2_0_gemm", gen.q2_0(fresh_rng, *shape), "q2 chain generic")
     assert {f"q2_0_chain_r{r}" for r in configs.CHAIN_GENERIC_ROWS} <= set(names), names
     assert not any(name.startswith(("q2_0_gemv_r", "q2_dec_")) for name in names), names
@@ -188,7 +170,7 @@ def test_chain_generic_wide(
 
     monkeypatch.setattr(tile, "CHAIN", True)
     monkeypatch.setattr(tile, "ENABLED", False)
-    names = kernels_fetched(monkeypatch, fp8_bf16)
+    names = gen.kernels_fetched(monkeypatch, fp8_bf16)
     w = fp8_weight(fresh_rng, *shape) if fmt == "fp8" else bf16_weight(fresh_rng, *shape)
     entry = "w8a16_gemm" if fmt == "fp8" else "dense_gemm"
     dw = check_rows(cuda, fresh_rng, entry, w, f"{fmt} chain generic")

@@ -197,14 +197,7 @@ def test_w4a4_fast_kernels_match_reference(
     with np.errstate(all="ignore"):
         want = project(None, w, "A4", codes=quantize_a4(x, w.input_scale)).view(np.uint16)
     xd = dev_rows(x)
-    asked: list[str] = []
-    get_kernel = runtime.get_kernel
-
-    def spy(cu: str, name: str) -> Any:
-        asked.append(name)
-        return get_kernel(cu, name)
-
-    monkeypatch.setattr(runtime, "get_kernel", spy)
+    asked = gen.kernels_fetched(monkeypatch, runtime)
     for path in ("fast", "mma", "generic"):
         fast = _a4_paths(nvfp4, mma_mod, monkeypatch, path)
         for m in (1, 2, 3, 4):

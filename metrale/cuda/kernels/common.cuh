@@ -354,10 +354,14 @@ __device__ __forceinline__ void chain_round_tree(float* roots, const float (&c)[
 // The generic Q2_0 / FP8 / BF16 chain kernels' rounds (q2_0_gemv.cu, fp8_bf16_gemv.cu): row groups
 // of R rows over grid.y, CTA rounds over grid.x; run(row0, n, c) chains this thread's run of
 // column n (n >= N: a dead run) into c[R] from -0.0, chain_round_tree sums each column's parts
-// and store(row, col, root) writes the live outputs (row < m, col < N).
+// and store(row, col, root) writes the live outputs (row < m, col < N). The kernel's launch
+// prologue too: the parts' roots in static shared memory, pdl_trigger, pdl_wait (the callers read
+// no global memory before).
 template <int R, int T, class Run, class Store>
-__device__ __forceinline__ void chain_generic_rounds(const ChainRuns& runs, float* roots, int m, int N, Run run,
-                                                     Store store) {
+__device__ __forceinline__ void chain_generic_rounds(const ChainRuns& runs, int m, int N, Run run, Store store) {
+    __shared__ float roots[R * T];
+    pdl_trigger();
+    pdl_wait();
     const int ngroups = (m + R - 1) / R, rounds = runs.rounds(N);
     for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
         const int row0 = g * R;

@@ -182,16 +182,13 @@ __device__ __forceinline__ void wide_chain_body(const unsigned char* __restrict_
                                                 int N, int K, const double* __restrict__ ac,
                                                 const double* __restrict__ p2, int m, u16* __restrict__ out,
                                                 long long ldo) {
-    __shared__ float roots[R * CHAIN_GENERIC_THREADS];
     const int B = K >> 4;
     const ChainRuns runs(B, CHAIN_GENERIC_THREADS);
     const int lq = runs.part, nb = runs.blocks;
     const long long wrow = (long long)K * (BF ? 2 : 1);  // weight bytes per row
     const double unscale = BF ? 0x1p896 : 0x1p1016;
-    pdl_trigger();
-    pdl_wait();
     chain_generic_rounds<R, CHAIN_GENERIC_THREADS>(
-        runs, roots, m, N,
+        runs, m, N,
         [&](int row0, int n, float (&c)[R]) {
             const int nrun = n < N ? nb : 0;
             const unsigned char* const wr = w + (long long)(n < N ? n : 0) * wrow;

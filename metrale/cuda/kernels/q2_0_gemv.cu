@@ -181,16 +181,13 @@ __device__ __forceinline__ void q2_chain_body(const uint4* __restrict__ qs, cons
                                               int K, const uint4* __restrict__ lohi,
                                               const uint2* __restrict__ aux, int m, u16* __restrict__ out,
                                               long long ldo) {
-    __shared__ float roots[R * CHAIN_GENERIC_THREADS];
     const int nq = K >> 6;
     const ChainRuns runs(K >> 4, CHAIN_GENERIC_THREADS);
     const int lq = runs.part;
     const int nqr = runs.blocks >> 2;  // Q2 blocks of this thread's run
     const int B = K >> 4;
-    pdl_trigger();
-    pdl_wait();
     chain_generic_rounds<R, CHAIN_GENERIC_THREADS>(
-        runs, roots, m, N,
+        runs, m, N,
         [&](int row0, int n, float (&c)[R]) {
             const int nrun = n < N ? nqr : 0;
             const long long wq0 = (long long)(n < N ? n : 0) * nq + 16 * lq;
