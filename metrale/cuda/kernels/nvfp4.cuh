@@ -333,21 +333,24 @@ __device__ __forceinline__ void nib8_codes_k(unsigned int w, const NibConsts& k,
 
 // The constants of nib8_codes_k in registers (mov, so the compiler keeps them live). BIASED: the
 // tables of the codes + 128 (each byte XOR 0x80), the f16 mode's input.
+// NIB_TABLES: p0, p1, n0, n1 (the codes of the nibbles 0-7 and of their negatives), base.
+#define NIB_TABLES 0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu, 0x32103210u
 template <bool BIASED = false>
 __device__ __forceinline__ NibConsts nib_consts() {
     constexpr unsigned int X = BIASED ? 0x80808080u : 0u;
+    constexpr unsigned int T[5] = {NIB_TABLES};
     NibConsts kc;
-    asm volatile("mov.b32 %0, %1;" : "=r"(kc.p0) : "n"(0x03020100u ^ X));
-    asm volatile("mov.b32 %0, %1;" : "=r"(kc.p1) : "n"(0x0C080604u ^ X));
-    asm volatile("mov.b32 %0, %1;" : "=r"(kc.n0) : "n"(0xFDFEFF00u ^ X));
-    asm volatile("mov.b32 %0, %1;" : "=r"(kc.n1) : "n"(0xF4F8FAFCu ^ X));
-    asm volatile("mov.b32 %0, 0x32103210;" : "=r"(kc.base));
+    asm volatile("mov.b32 %0, %1;" : "=r"(kc.p0) : "n"(T[0] ^ X));
+    asm volatile("mov.b32 %0, %1;" : "=r"(kc.p1) : "n"(T[1] ^ X));
+    asm volatile("mov.b32 %0, %1;" : "=r"(kc.n0) : "n"(T[2] ^ X));
+    asm volatile("mov.b32 %0, %1;" : "=r"(kc.n1) : "n"(T[3] ^ X));
+    asm volatile("mov.b32 %0, %1;" : "=r"(kc.base) : "n"(T[4]));
     return kc;
 }
-// The same tables read from global memory once (ptxas rematerialises a constant from a uniform
-// register before every PRMT that takes it, however it was formed; a loaded value stays in its
-// register): the chain decode kernels, 7 moves per block fewer.
-__device__ unsigned int nib_tables[5] = {0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu, 0x32103210u};
+// The same (unbiased) tables read from global memory once (ptxas rematerialises a constant from
+// a uniform register before every PRMT that takes it, however it was formed; a loaded value stays
+// in its register): the chain decode kernels, 7 moves per block fewer.
+__device__ unsigned int nib_tables[5] = {NIB_TABLES};
 __device__ __forceinline__ NibConsts nib_consts_loaded() {
     const volatile unsigned int* t = nib_tables;
     return {t[0], t[1], t[2], t[3], t[4]};
@@ -359,22 +362,16 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_b
     const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
 }
-// The same with the L2 asked to fetch the whole aligned 128 bytes around the source (the chain
-// decode kernels read a run's weights in 64-byte slices at 8 times; 0-7 % faster on the H100
-// than sector requests at m = 1..4, 256 bytes no better: docs/performance-log.md).
-__device__ __forceinline__ void cp_async16_l2_128(void* dst, const void* src, int src_bytes) {
-    const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes)
-                 : "memory");
-}
 // The same for 8 bytes (L1 allocating: cp.async.ca), source size 0 or 8.
 __device__ __forceinline__ void cp_async8(void* dst, const void* src, int src_bytes) {
     const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
 }
-// cp_async16_l2_128 / cp_async16 / cp_async8 where live, else nothing (the destination keeps
-// what it held: the chain decode kernels' copies past the last column, whose runs are never
-// stored).
+// cp.async of 16 / 16 / 8 bytes where live, else nothing (the destination keeps what it held: the
+// chain decode kernels' copies past the last column, whose runs are never stored). The first asks
+// the L2 for the whole aligned 128 bytes around the source (those kernels read a run's weights in
+// 64-byte slices at 8 times; 0-7 % faster on the H100 than sector requests at m = 1..4, 256 bytes
+// no better: docs/performance-log.md).
 #define CP_ASYNC_IF(NAME, COPY)                                                                           \
     __device__ __forceinline__ void NAME(void* dst, const void* src, bool live) {                         \
         const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);                               \
