@@ -241,6 +241,7 @@ def _pasted(macro: str, a: list[str]) -> tuple[str, ...]:
         "FP8_BF16_MMA": lambda: f"{a[0]}_nt{a[2]}",
         "FP8_BF16_GEMM": lambda: f"fp8_bf16_gemm_nt{a[0]}_d{a[1]}_b{a[2]}_p",
         "FP8_BF16_GEMM_LATE": lambda: f"fp8_bf16_gemm_nt{a[0]}_d{a[1]}_b{a[2]}_l",
+        "BF16_CHAIN_GEMM": lambda: f"bf16c_gemm_nt{a[0]}_d{a[1]}_b{a[2]}_{a[3]}",
         "W8A8_GEMM": lambda: f"w8a8_gemm_{a[0]}x{a[1]}",
         "W8A8_WGMMA": lambda: f"w8a8_wgmma_{a[0]}x{a[1]}",
         "W8A8_WGMMA_SK": lambda: f"w8a8_wgmma_sk_n{a[1]}",

@@ -13,6 +13,7 @@ import pytest
 
 from metrale.cuda.fp8_bf16 import mma_fragments
 from metrale.reference.activations import quantize_a16, weight_codes24
+from metrale.reference.chain import project_chain
 from metrale.reference.elements import to_bf16
 from metrale.reference.formats import DenseWeight, Fp8Weight
 from metrale.reference.projection import project
@@ -84,7 +85,23 @@ def _gemm_tree(v: np.ndarray, kp8: int) -> np.ndarray:
     return _counter(parts)
 
 
-def _replay(x: np.ndarray, w: Fp8Weight | DenseWeight, kp8: int | None = None) -> np.ndarray:
+def _gemm_chain(v: np.ndarray, kp8: int) -> np.ndarray:
+    """The chain form (gemm_body CH, ``bf16c_mma_nt*``) over block values v [Bp, N, m] (f32):
+    each 64-block part's values added in K order from −0.0, a counter over the parts of each K
+    split of kp8 steps (a multiple of 8), a counter over the splits."""
+    roots = []
+    for p0 in range(0, v.shape[0], 64):
+        c = np.full(v.shape[1:], -0.0, dtype=F32)
+        for b in range(p0, min(p0 + 64, v.shape[0])):
+            c = c + v[b]
+        roots.append(c)
+    per = max(1, kp8 // 8)  # kp8 < 8: one split holding all of K (one part)
+    return _counter([_counter(roots[q : q + per]) for q in range(0, len(roots), per)])
+
+
+def _replay(
+    x: np.ndarray, w: Fp8Weight | DenseWeight, kp8: int | None = None, chain: bool = False
+) -> np.ndarray:
     a = quantize_a16(x)
     frag, pw = mma_fragments(w.weight)
     n, k = w.weight.shape
@@ -108,7 +125,7 @@ def _replay(x: np.ndarray, w: Fp8Weight | DenseWeight, kp8: int | None = None) -
         bp = 8 * -(-nb // 8)
         v = np.concatenate([v, np.full((bp - nb, *v.shape[1:]), F32(-0.0), dtype=F32)])
         if kp8 is not None:
-            root = _gemm_tree(v, kp8).T
+            root = (_gemm_chain(v, kp8) if chain else _gemm_tree(v, kp8)).T
             if isinstance(w, Fp8Weight):
                 root = root * w.weight_scale[None, :]
             return to_bf16(root)
@@ -199,3 +216,36 @@ def test_prefill_gemm_replay_can_fail(rng: np.random.Generator) -> None:
         for b in range(1, v.shape[0]):
             flat = flat + v[b]
     assert not np.array_equal(to_bf16(flat.T).view(np.uint16), want)
+
+
+#: (N, K, kp8) of the chain form: one part, two parts the last of 3 steps (B = 88), three parts
+#: the last of one step and 7 padding blocks (B = 129); K split by whole parts (kp8 = 8, 16) or
+#: not (kp8 at least the steps: the K-split ``bf16c_mma_nt*``, whose runs are the parts).
+CHAIN_CASES = [(5, 16, 1), (16, 1024, 8), (17, 1408, 8), (17, 1408, 16), (9, 2064, 8), (9, 2064, 32)]
+
+
+@pytest.mark.parametrize(("n", "k", "kp8"), CHAIN_CASES)
+def test_chain_gemm_order_replays_the_chain(rng: np.random.Generator, n: int, k: int, kp8: int) -> None:
+    """BF16 on the wide kernels' chain form: the same block values, chained per part, the
+    counter over parts and K splits: ``project_chain``'s bits."""
+    w = _weight(rng, "bf16", n, k)
+    x = rows(rng, 13, k)
+    want = project_chain(x, w, "A16").view(np.uint16)
+    got = _replay(x, w, kp8, chain=True).view(np.uint16)
+    assert np.array_equal(got, want), f"{int((got != want).sum())} of {want.size} differ"
+
+
+def test_chain_replay_tells_the_chain_from_the_tree() -> None:
+    """A named case the two orders round apart: block values 1, 2^−24, 2^−24, −1 (weight element
+    0 of blocks 0..3, activation 1.0 there): the chain gives 1, 1, 1, 0; the tree (1 + 2^−24) +
+    (2^−24 − 1) = 2^−24. The replay's chain form gives project_chain's bits, its tree form not."""
+    w = np.zeros((1, 128), dtype=np.float64)
+    w[0, [0, 16, 32, 48]] = [1.0, 2.0**-24, 2.0**-24, -1.0]
+    x = np.zeros((1, 128), dtype=np.float64)
+    x[0, ::16] = 1.0
+    wd = DenseWeight(weight=w.astype(BF16), name="bf16")
+    xb = x.astype(BF16)
+    want = project_chain(xb, wd, "A16").view(np.uint16)
+    assert want[0, 0] in (0x0000, 0x8000)
+    assert np.array_equal(_replay(xb, wd, 1, chain=True).view(np.uint16), want)
+    assert _replay(xb, wd, 1).view(np.uint16)[0, 0] == to_bf16(np.float32(2.0**-24)).view(np.uint16)

@@ -569,13 +569,17 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         for r, d in fp8_bf16_dec_builds()
     ],
     "FP8_BF16_MMA": lambda: [
-        f"FP8_BF16_MMA({p}_mma, {_bool(p == 'fp8')}, {nt})"
-        for p in ("fp8", "bf16")
+        f"FP8_BF16_MMA({p}, {_bool(p == 'fp8')}, {nt}, {_bool(p == 'bf16c')})"
+        for p in ("fp8_mma", "bf16_mma", "bf16c_mma")
         for nt in FP8_BF16_MMA_TILES.values()
     ],
     "FP8_BF16_GEMM": lambda: [f"FP8_BF16_GEMM({nt}, {d}, {b})" for d, nt, b in fp8_bf16_gemm_builds()],
     "FP8_BF16_GEMM_LATE": lambda: [
         f"FP8_BF16_GEMM_LATE({nt}, {d}, {b})" for d, nt, b in fp8_bf16_gemm_late_builds()
+    ],
+    "BF16_CHAIN_GEMM": lambda: [
+        f"BF16_CHAIN_GEMM({nt}, {d}, {b}, {FP8_BF16_GEMM_SUFFIX[d]})"
+        for d, (nt, b) in dict.fromkeys([*FP8_BF16_GEMM_TILES.items(), *FP8_BF16_GEMM_SMALL_TILES.items()])
     ],
     "W8A8_GEMV": lambda: [f"W8A8_GEMV({r}, {nc})" for r, nc in W8A8_GEMV_TIERS.items()],
     "W8A8_SILU_QUANT": lambda: [

@@ -30,7 +30,7 @@ from metrale.cuda.runtime import get_kernel, set_dynamic_smem
 from metrale.cuda.weights import DeviceWeight, to_device
 from metrale.errors import MetraleError
 from metrale.reference.activations import weight_codes24
-from metrale.reference.chain import fp8_effective
+from metrale.reference.chain import PART_BLOCKS, fp8_effective
 from metrale.reference.elements import BF16, bf16_exponent_field
 from metrale.reference.formats import DenseWeight, Fp8Weight
 
@@ -140,9 +140,10 @@ def upload_bf16(w: DenseWeight) -> DeviceWeight:
 
 
 def _project_mma(
-    xa: Any, arr: dict[str, Any], n: int, k: int, m: int, outa: Any, ldo: int, fp8: bool
+    xa: Any, arr: dict[str, Any], n: int, k: int, m: int, outa: Any, ldo: int, fp8: bool, chain: bool = False
 ) -> None:
-    """The integer tensor-core GEMM (``{fp8,bf16}_mma_nt*``) over rows in ROW_CHUNK passes."""
+    """The integer tensor-core GEMM (``{fp8,bf16}_mma_nt*``; BF16 on the chain ``bf16c_mma_nt*``)
+    over rows in ROW_CHUNK passes."""
     import cupy
 
     nb = k // BLOCK
@@ -161,7 +162,7 @@ def _project_mma(
             (xa[r0 : r0 + mr], ld, np.int32(k), np.int32(mr), np.int32(mt), np.int32(bp), act, pa),
         )
         nt = MMA_TIERS[tier(mr, MMA_TIERS)]
-        gemm = get_kernel(CU_FILE, f"{'fp8' if fp8 else 'bf16'}_mma_nt{nt}")
+        gemm = get_kernel(CU_FILE, f"{'fp8' if fp8 else 'bf16c' if chain else 'bf16'}_mma_nt{nt}")
         smem = cdiv(bp // 8, 8) * nt * 4 * 32 * 4  # run roots
         set_dynamic_smem(gemm, smem)
         gemm(
@@ -230,10 +231,11 @@ def _project_dec(
 
 
 def _project_gemm(
-    xa: Any, arr: dict[str, Any], n: int, k: int, m: int, outa: Any, ldo: int, fp8: bool
+    xa: Any, arr: dict[str, Any], n: int, k: int, m: int, outa: Any, ldo: int, fp8: bool, chain: bool = False
 ) -> bool:
-    """The prefill GEMM (``fp8_bf16_gemm_*``) over all m rows; False (nothing launched) where it
-    did not build or its grid would not fill the GPU."""
+    """The prefill GEMM (``fp8_bf16_gemm_*``; BF16 on the chain ``bf16c_gemm_*``, K split by whole
+    chain parts) over all m rows; False (nothing launched) where it did not build or its grid
+    would not fill the GPU."""
     nb = k // BLOCK
     prep = mma.a16_prep(GEMM_FILE, "fp8_bf16_gemm_prep", xa, xa.strides[0] // 2, nb)
     if prep is None:
@@ -241,7 +243,7 @@ def _project_gemm(
     args = (arr["mma_w"], arr["mma_pw"], np.float32(1.0), outa, np.int64(ldo))
     return mma.gemm(
         GEMM_FILE,
-        "fp8_bf16",
+        "bf16c" if chain else "fp8_bf16",
         prep,
         m,
         nb,
@@ -254,14 +256,18 @@ def _project_gemm(
         suffix=GEMM_SUFFIX,
         colscale=(arr["weight_scale"] if fp8 else None, None),
         rows_first=GEMM_ROWS_FIRST,
+        min_part_steps=PART_BLOCKS // 8 if chain else mma.GEMM_MIN_PART_STEPS,
     )
 
 
 def _project_chain(xa: Any, arr: dict[str, Any], w: Any, m: int, outa: Any, ldo: int, fp8: bool) -> None:
     """tile.CHAIN (docs/chain-revision.md): FP8 on the chain tile where it takes the rows (from
-    tile.CHAIN_MIN_ROWS, B % 8 == 0), else, and BF16 at every m, ``{fp8,bf16}_chain_r{R}`` after
-    ``fp8_bf16_a16_prep`` in ROW_CHUNK passes. FP8 reads the chain's bytes (``tile_fp8_bytes``,
-    added to the device weight on its first such call), BF16 its uploaded weight."""
+    tile.CHAIN_MIN_ROWS, B % 8 == 0); BF16 from MMA_MIN_M rows on the wide tensor-core kernels'
+    chain form (mma.ENABLED) (the prefill GEMM ``bf16c_gemm_*`` from GEMM_MIN_ROWS where its grid fills the
+    GPU, else the K-split ``bf16c_mma_nt*``: the tree's routing, the same block values); else
+    ``{fp8,bf16}_chain_r{R}`` after ``fp8_bf16_a16_prep`` in ROW_CHUNK passes. FP8 reads the
+    chain's bytes (``tile_fp8_bytes``, added to the device weight on its first such call), BF16
+    its uploaded weight."""
     import cupy
 
     n, k = w.n, w.k
@@ -273,6 +279,12 @@ def _project_chain(xa: Any, arr: dict[str, Any], w: Any, m: int, outa: Any, ldo:
         ws = (wt, scale, np.float32(1.0), outa, np.int64(ldo))
         if tile.gemm_fp8(xa, xa.strides[0] // 2, m, nb, ws, ws, 1, n):
             return
+    if not fp8 and mma.ENABLED and m >= MMA_MIN_M:
+        if "mma_w" not in arr:
+            arr.update(_mma_arrays(w.host.weight))
+        if not (m >= GEMM_MIN_ROWS and _project_gemm(xa, arr, n, k, m, outa, ldo, False, chain=True)):
+            _project_mma(xa, arr, n, k, m, outa, ldo, False, chain=True)
+        return
     prep = get_kernel(CU_FILE, "fp8_bf16_a16_prep")
     for r0 in range(0, m, ROW_CHUNK):
         mr = min(ROW_CHUNK, m - r0)
@@ -366,7 +378,7 @@ _KERNEL_FUNCS = (
     "fp8_bf16_dec_prep",
     *(d.name(p, r) for p in ("fp8", "bf16") for r, d in configs.FP8_BF16_DEC.items()),
     *(f"{p}_gemv_r{t}" for p in ("fp8", "bf16") for t in WIDE_TIERS),
-    *(f"{p}_mma_nt{nt}" for p in ("fp8", "bf16") for nt in MMA_TIERS.values()),
+    *(f"{p}_mma_nt{nt}" for p in ("fp8", "bf16", "bf16c") for nt in MMA_TIERS.values()),
 )
 
 

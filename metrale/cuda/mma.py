@@ -165,6 +165,7 @@ def gemm(
     suffix: str | dict[int, str] | None = None,
     colscale: tuple[Any, Any] | None = None,
     rows_first: bool = False,
+    min_part_steps: int = GEMM_MIN_PART_STEPS,
 ) -> bool:
     """The GEMM over chunks of up to GEMM_ROWS rows: the prologue of the chunk, then one launch
     (K split into ``parts`` aligned subtrees where the grid would not fill the GPU twice, the
@@ -174,7 +175,9 @@ def gemm(
     part, one or per counter depth (default ``a``/``u`` by B % 8); ``colscale``: the wide
     kernels' per-column output scales of the two sets (device f32 [N] or None), passed to the
     GEMM and to ``mma_finish``, with ``rows_first`` (the wide kernels only): row tiles along
-    grid.x, so the CTAs running together share weight columns (mma_gemm.cuh gemm_body's raster)."""
+    grid.x, so the CTAs running together share weight columns (mma_gemm.cuh gemm_body's raster);
+    ``min_part_steps``: the fewest steps a K part holds (8 for the chain's kernels: whole chain
+    parts)."""
     nb = 8 * -(-b // 8)
     s8 = nb // 8
     chunk = min(rows, GEMM_ROWS)
@@ -183,7 +186,7 @@ def gemm(
     kp8 = 1 << max(0, (s8 - 1).bit_length())  # steps per part: a power of two >= S8 (one part)
     parts = 1
     target = 2 * runtime.sm_count()
-    while kp8 > GEMM_MIN_PART_STEPS and -(-s8 // (kp8 // 2)) <= GEMM_MAX_PARTS:
+    while kp8 > min_part_steps and -(-s8 // (kp8 // 2)) <= GEMM_MAX_PARTS:
         nt_here = table[min((d for d in table if kp8 <= 1 << d), default=max(table))][0]
         if col_ctas * -(-chunk // (8 * nt_here)) * gz * parts >= target:
             break

@@ -162,14 +162,15 @@ def test_chain_generic_wide(
     cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, fmt: str, shape: tuple
 ) -> None:
     """FP8 (every finite e4m3 code, weights rounded by the 11-bit codes) and BF16 (blocks spanning
-    the whole range) × A16 on ``{fp8,bf16}_chain_r{R}`` (the FP8 chain tile off): R = 1, 2, 4, rows
-    in groups of 4 over grid.y, in-window and edge rows, against project_chain; the FP8 chain
-    bytes added to the device weight once."""
-    from metrale.cuda import fp8_bf16, tile
+    the whole range) × A16 on ``{fp8,bf16}_chain_r{R}`` (the FP8 chain tile and the tensor-core
+    kernels off): R = 1, 2, 4, rows in groups of 4 over grid.y, in-window and edge rows, against
+    project_chain; the FP8 chain bytes added to the device weight once."""
+    from metrale.cuda import fp8_bf16, mma, tile
     from tests.gpu.test_cuda_fp8_bf16 import bf16_weight, fp8_weight
 
     monkeypatch.setattr(tile, "CHAIN", True)
     monkeypatch.setattr(tile, "ENABLED", False)
+    monkeypatch.setattr(mma, "ENABLED", False)
     names = gen.kernels_fetched(monkeypatch, fp8_bf16)
     w = fp8_weight(fresh_rng, *shape) if fmt == "fp8" else bf16_weight(fresh_rng, *shape)
     entry = "w8a16_gemm" if fmt == "fp8" else "dense_gemm"
@@ -195,3 +196,43 @@ def test_chain_routes_fp8(cuda: Any, fresh_rng: np.random.Generator, monkeypatch
             buf, view, init = gen.guarded(cp, fresh_rng, m, n)
             cuda.launch("w8a16_gemm", dev_rows(x[:m]), dw, view)
             gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"chain routed FP8 m={m} K={k}")
+
+
+#: BF16 (N, K) on the wide tensor-core kernels' chain form: one block (one partial part), B = 65
+#: (two parts, the last of one block and seven padding blocks), a last part of 5 blocks, Qwen3-8B's
+#: gate (4 parts) and down (12: the GEMM's K split into whole parts on a small grid).
+BF16_MMA_SHAPES = ((9, 16), (37, 1040), (21, 3152), (70, 4096), (45, 12288))
+
+
+@pytest.mark.parametrize("gemm", [False, True], ids=["ksplit", "gemm"])
+@pytest.mark.parametrize("shape", BF16_MMA_SHAPES, ids=[f"N{n}-K{k}" for n, k in BF16_MMA_SHAPES])
+def test_chain_routes_bf16(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, gemm: bool, shape: tuple
+) -> None:
+    """BF16 under tile.CHAIN as routed: from MMA_MIN_M rows the K-split ``bf16c_mma_nt{1,2,4}``
+    (``gemm`` off) or the prefill GEMM ``bf16c_gemm_*`` on any grid (K split into whole chain
+    parts where the grid is small), the generic chain kernels below; the chain's bits at 1 to 70
+    rows (in-window and edge rows), and no kernel of the tree."""
+    from metrale.cuda import fp8_bf16, mma, runtime, tile
+    from tests.gpu.test_cuda_fp8_bf16 import bf16_weight
+
+    monkeypatch.setattr(tile, "CHAIN", True)
+    monkeypatch.setattr(mma, "GEMM_ANY_GRID", gemm)
+    monkeypatch.setattr(fp8_bf16, "GEMM_MIN_ROWS", fp8_bf16.MMA_MIN_M if gemm else 1 << 30)
+    names = gen.kernels_fetched(monkeypatch, fp8_bf16)
+    gemms = gen.kernels_fetched(monkeypatch, runtime)
+    n, k = shape
+    w = bf16_weight(fresh_rng, n, k)
+    dw = cuda.upload(w)
+    x = np.concatenate([window_rows(fresh_rng, 8, k, tuple(range(-30, 31))), gen.rows(fresh_rng, 62, k)])
+    x = x[fresh_rng.permutation(len(x))]
+    want = ref(x, w)
+    for m in (1, 3, 4, 5, 8, 9, 16, 17, 32, 33, 70):
+        buf, view, init = gen.guarded(cp, fresh_rng, m, n)
+        cuda.launch("dense_gemm", dev_rows(x[:m]), dw, view)
+        gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"chain routed BF16 m={m} N={n} K={k}")
+    launched = {*names, *gemms}
+    assert {f"bf16c_mma_nt{nt}" for nt in (1, 2, 4)} <= launched or gemm, sorted(launched)
+    assert any(name.startswith("bf16c_gemm_") for name in launched) == gemm, sorted(launched)
+    tree = ("bf16_mma", "fp8_bf16_gemm_nt", "bf16_dec", "bf16_gemv")
+    assert not any(name.startswith(tree) for name in launched), sorted(launched)

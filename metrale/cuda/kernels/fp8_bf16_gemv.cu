@@ -30,8 +30,8 @@
 //   fp8_bf16_dec_prep and {fp8,bf16}_dec_r{R}_c{NC}_w{W}_p{P}_{h,i} (below): the decode
 //       kernels, m = 1, 2, 3 rows in one pass (w8a16_gemv / dense_gemv and the gemm entry
 //       points at m <= 3; configurations in configs.py FP8_BF16_DEC).
-//   fp8_bf16_mma_prep, {fp8,bf16}_mma_nt{1,2,4} (at the end): the integer tensor-core GEMM
-//       from MMA_MIN_M (configs.py FP8_BF16_MMA_MIN_M) rows.
+//   fp8_bf16_mma_prep, {fp8,bf16}_mma_nt{1,2,4}, bf16c_mma_nt{1,2,4} (at the end): the integer
+//       tensor-core GEMM from MMA_MIN_M (configs.py FP8_BF16_MMA_MIN_M) rows.
 //
 // Build: --fmad=false; the only fma() calls are exact by the argument above; fp32 steps and the
 // f64 -> f32 rounding are common.cuh's inline-PTX ieee_* (subnormals kept whatever -ftz).
@@ -501,7 +501,10 @@ __device__ __forceinline__ void dec_body(const uint4* __restrict__ w, const floa
 // the counter's slots, combined from the lowest level upward (each slot the left operand), are
 // the padded subtree's root because every padded subtree is -0.0 and x + (-0.0) = x. Warps take
 // runs round-robin (split K) and park run roots in shared memory; warp 0 combines them the same
-// way. Blocks B..Bp-1 (padding to a multiple of 8) are -0.0 leaves.
+// way. Blocks B..Bp-1 (padding to a multiple of 8) are -0.0 leaves. On the block-value chain
+// (bf16c_mma_nt*, docs/chain-revision.md) a run is one chain part: its block values are added in
+// K order from -0.0 (c <- c + v_b) instead of the counter, and the run roots' counter is the
+// padded tree over parts.
 //
 // Kernels:
 //   fp8_bf16_mma_prep(x, ldx, K, m, MT, Bp, act, pa)
@@ -514,6 +517,8 @@ __device__ __forceinline__ void dec_body(const uint4* __restrict__ w, const floa
 //       = high word of the double 2^(F-22). grid (ceil(N / 16), ceil(m / (8 NT))), block
 //       32 FP8_BF16_MMA_WARPS; the CTA computes 16 columns x 8 NT rows, its warps split K by runs.
 //       Dynamic shared memory: runs * NT * 4 * 32 floats.
+//   bf16c_mma_nt{1,2,4}(the same arguments)
+//       BF16 on the block-value chain (tile.CHAIN routes it; the chain's form of the run above).
 
 // @defines FP8_BF16_MMA (FP8_BF16_MMA_WARPS from metrale/cuda/configs.py)
 #define FP8_BF16_MMA_LEVELS 8
@@ -600,7 +605,7 @@ __device__ __forceinline__ void counter_root(const float (&lv)[FP8_BF16_MMA_LEVE
     }
 }
 
-template <int NT, bool FP8>
+template <int NT, bool FP8, bool CH = false>
 __device__ __forceinline__ void wide_mma_body(const uint2* __restrict__ wf, const int* __restrict__ pw,
                                               const float* __restrict__ scale, const uint2* __restrict__ act,
                                               const int* __restrict__ pa, int N, int B, int Bp, int m,
@@ -616,6 +621,11 @@ __device__ __forceinline__ void wide_mma_body(const uint2* __restrict__ wf, cons
     for (int run = warp; run < runs; run += FP8_BF16_MMA_WARPS) {
         const int s_end = min(steps, run * 8 + 8);
         int cnt = 0;
+        float ch[NT][4];  // CH: the run's chains (a run is one 64-block part)
+#pragma unroll
+        for (int i = 0; i < NT; ++i)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) ch[i][q] = -0.0f;
         for (int s = run * 8; s < s_end; ++s, ++cnt) {
             float p0[NT][4], p1[NT][4], p2[NT][4];
 #pragma unroll
@@ -657,7 +667,9 @@ __device__ __forceinline__ void wide_mma_body(const uint2* __restrict__ wf, cons
 #pragma unroll
                     for (int q = 0; q < 4; ++q) {
                         const float x = v[i][q];
-                        if (j == 0 || j == 2 || j == 4 || j == 6) {
+                        if (CH) {
+                            ch[i][q] = ieee_add(ch[i][q], x);
+                        } else if (j == 0 || j == 2 || j == 4 || j == 6) {
                             p0[i][q] = x;
                         } else if (j == 1 || j == 5) {
                             p1[i][q] = ieee_add(p0[i][q], x);
@@ -668,10 +680,17 @@ __device__ __forceinline__ void wide_mma_body(const uint2* __restrict__ wf, cons
                         }
                     }
             }
-            counter_push<NT>(lv, cnt, p2);
+            if (!CH) counter_push<NT>(lv, cnt, p2);
         }
         float root[NT][4];
-        counter_root<NT>(lv, cnt, root);
+        if (CH) {
+#pragma unroll
+            for (int i = 0; i < NT; ++i)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) root[i][q] = ch[i][q];
+        } else {
+            counter_root<NT>(lv, cnt, root);
+        }
 #pragma unroll
         for (int i = 0; i < NT; ++i)
 #pragma unroll
@@ -702,12 +721,12 @@ __device__ __forceinline__ void wide_mma_body(const uint2* __restrict__ wf, cons
     }
 }
 
-#define FP8_BF16_MMA(NAME, FP8, NT)                                                                      \
+#define FP8_BF16_MMA(NAME, FP8, NT, CH)                                                                  \
     extern "C" __global__ void __launch_bounds__(32 * FP8_BF16_MMA_WARPS) NAME##_nt##NT(                  \
         const uint2* __restrict__ wf, const int* __restrict__ pw, const float* __restrict__ scale,    \
         const uint2* __restrict__ act, const int* __restrict__ pa, int N, int B, int Bp, int m,       \
         u16* __restrict__ out, long long ldo) {                                                      \
-        wide_mma_body<NT, FP8>(wf, pw, scale, act, pa, N, B, Bp, m, out, ldo);                       \
+        wide_mma_body<NT, FP8, CH>(wf, pw, scale, act, pa, N, B, Bp, m, out, ldo);                   \
     }
 
 // @instances FP8_BF16_MMA   (lines generated from metrale/cuda/configs.py)

@@ -25,6 +25,12 @@
 //   fp8_bf16_gemm_nt{NT}_d{D}_b{MINB}_l(same arguments)
 //       the same GEMM without the prefetch of the next step's weights (W24Late: 64 registers
 //       fewer, so 2 CTAs per SM at NT = 1); configs.FP8_BF16_GEMM_SUFFIX picks p or l per depth.
+//   bf16c_gemm_nt{NT}_d{D}_b{MINB}_{p,l}(same arguments)
+//       BF16 on the block-value chain (docs/chain-revision.md; tile.CHAIN routes it): the same
+//       GEMM with each 64-block part's values chained from -0.0 (c <- c + v_b in K order) and the
+//       padded tree over the part roots (gemm_body CH; K split by whole parts, mma_finish for
+//       the splits' roots). The builds of the routing tables (configs.FP8_BF16_GEMM_TILES,
+//       _SMALL_TILES with their FP8_BF16_GEMM_SUFFIX).
 //
 // Exactness: mma_gemm.cuh's wide step_roots (six 8-bit limb MMAs per block, H and L in int32,
 // S_b = 2^16 H + L in float64, two exact power-of-two multiplies, ONE rounding to f32), the
@@ -95,8 +101,16 @@ struct W24Late : W24 {
     }
 };
 
-#define FP8_BF16_GEMM(NT, D, MINB) WIDE_GEMM_KERNEL(W24, fp8_bf16, NT, D, MINB, true, p)
+#define FP8_BF16_GEMM(NT, D, MINB) WIDE_GEMM_KERNEL(W24, fp8_bf16, NT, D, MINB, true, p, false)
 // @instances FP8_BF16_GEMM   (lines generated from metrale/cuda/configs.py)
 
-#define FP8_BF16_GEMM_LATE(NT, D, MINB) WIDE_GEMM_KERNEL(W24Late, fp8_bf16, NT, D, MINB, true, l)
+#define FP8_BF16_GEMM_LATE(NT, D, MINB) WIDE_GEMM_KERNEL(W24Late, fp8_bf16, NT, D, MINB, true, l, false)
 // @instances FP8_BF16_GEMM_LATE   (lines generated from metrale/cuda/configs.py)
+
+// The BF16 GEMM on the block-value chain (bf16c_gemm_*): the routed builds, each with its
+// depth's policy (p: W24, l: W24Late).
+#define BF16_CHAIN_POLICY_p W24
+#define BF16_CHAIN_POLICY_l W24Late
+#define BF16_CHAIN_GEMM(NT, D, MINB, SUF) \
+    WIDE_GEMM_KERNEL(BF16_CHAIN_POLICY_##SUF, bf16c, NT, D, MINB, true, SUF, true)
+// @instances BF16_CHAIN_GEMM   (lines generated from metrale/cuda/configs.py)

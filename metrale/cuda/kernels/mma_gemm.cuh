@@ -245,7 +245,7 @@ __device__ __forceinline__ double mma_i32_to_f64(int x) {
     return __dsub_rn(__hiloint2double(0x43300000, x ^ (int)0x80000000), 4503601774854144.0);
 }
 
-// Wide step roots. Per block, six limb MMAs (k = 16 = one block, so each accumulator is one
+// Wide block values v[block][j] of a step. Per block, six limb MMAs (k = 16 = one block, so each accumulator is one
 // limb-pair block dot P_ij, |P| < 2^21): H = 2^8 Q3 + Q2 and L = 2^8 Q1 + Q0 (Q_L = sum over
 // i + j = L of P_ij), the shift applied to the accumulator between MMAs (int32-exact: |H| <
 // 2^27, |L| < 2^30); S_b = 2^16 H + L (|S_b| < 2^43) by one exact float64 fma; v_b =
@@ -253,11 +253,8 @@ __device__ __forceinline__ double mma_i32_to_f64(int x) {
 // the double; NaN for a non-finite block, -0.0 for padding; no conversion): two exact
 // power-of-two multiplies (|exponents| < 300) and ONE rounding to f32 by cvt.rn (ieee_d2f:
 // subnormals and overflow to Inf exact).
-template <int MODE>
-__device__ __forceinline__ void step_roots(const WideOps& o, const uint4* __restrict__ ap,
-                                           const float4* __restrict__ fp, float (&sr)[4]) {
-    static_assert(MODE == 2, "WideOps serve the wide mode only");
-    float v[8][4];
+__device__ __forceinline__ void wide_values(const WideOps& o, const uint4* __restrict__ ap,
+                                            const float4* __restrict__ fp, float (&v)[8][4]) {
 #pragma unroll
     for (int pr = 0; pr < 4; ++pr) {
         const uint4 bv = __ldg(ap + pr * 32);  // blocks 2 pr (x lo, y hi), 2 pr + 1 (z lo, w hi)
@@ -288,7 +285,30 @@ __device__ __forceinline__ void step_roots(const WideOps& o, const uint4* __rest
             }
         }
     }
+}
+
+// The wide step roots: the step's 8-leaf subtrees of its block values.
+template <int MODE>
+__device__ __forceinline__ void step_roots(const WideOps& o, const uint4* __restrict__ ap,
+                                           const float4* __restrict__ fp, float (&sr)[4]) {
+    static_assert(MODE == 2, "WideOps serve the wide mode only");
+    float v[8][4];
+    wide_values(o, ap, fp, v);
     step_tree(v, sr);
+}
+
+// The wide step on the block-value chain (docs/chain-revision.md, BF16: c <- c + v_b in K order):
+// the step's 8 block values added into the lane's 4 chains c.
+template <int MODE>
+__device__ __forceinline__ void step_chain(const WideOps& o, const uint4* __restrict__ ap,
+                                           const float4* __restrict__ fp, float (&c)[4]) {
+    static_assert(MODE == 2, "the chain form serves the wide mode only");
+    float v[8][4];
+    wide_values(o, ap, fp, v);
+#pragma unroll
+    for (int b = 0; b < 8; ++b)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) c[j] = ieee_add(c[j], v[b][j]);
 }
 
 template <class WP, int MODE, int NT, bool AL>
@@ -419,12 +439,16 @@ __device__ __forceinline__ float counter_fold(int n, Level&& level) {
 
 // Split K (parts > 1): blockIdx.z = part * gz + set; the part covers steps [part kp8, part kp8 +
 // kp8) ∩ [0, S8), kp8 a power of two, an aligned subtree of the padded tree; its root goes to
-// partial [parts][gz][m][N] (f32) and mma_finish sums the parts' tree. parts = 1: y directly,
+// partial [parts][gz][m][N] (f32) and mma_finish sums the parts' tree. CH (the wide mode on the
+// block-value chain, docs/chain-revision.md): each 8 steps (64 blocks, a chain part) chain their
+// block values from -0.0 (step_chain) and the part roots, not the step roots, enter the counter,
+// so it holds the padded tree over parts; kp8 is then a multiple of 8 (whole chain parts) or all
+// of K. parts = 1: y directly,
 // y = bf16(root * scale) with scale = cs[column] where cs is given (FP8's per-output-row weight
 // scale), else the set's rowscale. Raster: rows_first = false: grid (column CTAs, row tiles),
 // the CTAs running together share a row tile; true: grid (row tiles, column CTAs), they share
 // the weight columns (the wide weights, 3.25 bytes per element, do not fit in L2: read once).
-template <class WP, int MODE, int NT, int D, bool AL>
+template <class WP, int MODE, int NT, int D, bool AL, bool CH = false>
 __device__ __forceinline__ void gemm_body(const uint4* __restrict__ act, const float4* __restrict__ fac,
                                                 int m, WeightSet set, int N, int B, int NB, int part_i, int kp8,
                                                 float* __restrict__ partial, int zs, int gz,
@@ -438,6 +462,7 @@ __device__ __forceinline__ void gemm_body(const uint4* __restrict__ act, const f
     const typename WP::Consts kc = WP::consts();
     const WeightRows wr = WP::rows(set, n0, lane, N, B);
     float p[D + 1][NT][4];
+    float ch[CH ? NT : 1][4];  // CH: the chains of the current part
     typename WP::Load cur, nxt;
     WP::template load<AL>(cur, wr.w0, wr.w1, wr.s0, wr.s1, s_begin * 8, B, t);
     pdl_wait();  // the first step's weights in flight (pdl.py)
@@ -447,22 +472,33 @@ __device__ __forceinline__ void gemm_body(const uint4* __restrict__ act, const f
         if (ls + 1 < Sl) WP::template load<AL>(nxt, wr.w0, wr.w1, wr.s0, wr.s1, (s8 + 1) * 8, B, t);
         typename WP::Ops o;
         WP::decode(cur, t, kc, o);
-        const int lvl = __ffs(~ls) - 1;  // trailing ones of ls: the level the step's root parks at
+        // trailing ones of the leaf's index (the step's, or CH the part's): the level it parks at
+        const int lvl = __ffs(~(CH ? ls >> 3 : ls)) - 1;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
             const size_t tile = (size_t)(tile0 + nt);
-            float sr[4];
-            step_roots<MODE>(o, act + (tile * (NB >> 1) + (size_t)s8 * 4) * 32 + lane,
-                       fac + ((tile * S8 + s8) * 4 + t) * 4, sr);
-            counter_push<NT, D>(p, nt, sr, lvl);
+            const uint4* ap = act + (tile * (NB >> 1) + (size_t)s8 * 4) * 32 + lane;
+            const float4* fp = fac + ((tile * S8 + s8) * 4 + t) * 4;
+            if constexpr (CH) {
+                if ((ls & 7) == 0)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) ch[nt][j] = METRALE_NEG_ZERO;
+                step_chain<MODE>(o, ap, fp, ch[nt]);
+                if ((ls & 7) == 7 || ls + 1 == Sl) counter_push<NT, D>(p, nt, ch[nt], lvl);
+            } else {
+                float sr[4];
+                step_roots<MODE>(o, ap, fp, sr);
+                counter_push<NT, D>(p, nt, sr, lvl);
+            }
         }
         cur = nxt;
     }
+    const int leaves = CH ? (Sl + 7) >> 3 : Sl;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            const float acc = counter_fold<D + 1>(Sl, [&](int L) { return p[L][nt][j]; });
+            const float acc = counter_fold<D + 1>(leaves, [&](int L) { return p[L][nt][j]; });
             const int c = n0 + g + 8 * (j >> 1), rr = 8 * (tile0 + nt) + 2 * t + (j & 1);
             if (c >= N || rr >= m) continue;
             if (partial == nullptr)
@@ -528,8 +564,9 @@ extern "C" __global__ void __launch_bounds__(256) mma_finish(const float* __rest
     }
 
 // The wide GEMM (MODE 2) of one shape: the arguments of GEMM_KERNEL, then the sets' column
-// scales cs0, cs1 (null: the set's rowscale) and the raster (rows_first: gemm_body).
-#define WIDE_GEMM_KERNEL(WP, PREFIX, NT, D, MINB, AL, SUFFIX)                                            \
+// scales cs0, cs1 (null: the set's rowscale) and the raster (rows_first: gemm_body); CH: on the
+// block-value chain (gemm_body).
+#define WIDE_GEMM_KERNEL(WP, PREFIX, NT, D, MINB, AL, SUFFIX, CH)                                        \
     extern "C" __global__ void __launch_bounds__(32 * GEMM_WARPS, MINB)                                   \
         PREFIX##_gemm_nt##NT##_d##D##_b##MINB##_##SUFFIX(                                                \
             const uint4* __restrict__ act, const float4* __restrict__ fac, int m, const unsigned char* w0, \
@@ -539,6 +576,6 @@ extern "C" __global__ void __launch_bounds__(256) mma_finish(const float* __rest
             const float* __restrict__ cs0, const float* __restrict__ cs1, int rows_first) {              \
         const int zs = blockIdx.z % gz;                                                                  \
         const WeightSet set = weight_set_at(zs, w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);    \
-        gemm_body<WP, 2, NT, D, AL>(act, fac, m, set, N, B, NB, blockIdx.z / gz, kp8, partial, zs, gz,   \
-                                    zs == 0 ? cs0 : cs1, rows_first != 0);                               \
+        gemm_body<WP, 2, NT, D, AL, CH>(act, fac, m, set, N, B, NB, blockIdx.z / gz, kp8, partial, zs, gz, \
+                                        zs == 0 ? cs0 : cs1, rows_first != 0);                           \
     }
