@@ -34,12 +34,21 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple, tuple]]:
     return recorded
 
 
-def _plan(m: int, n: int, k: int, *, rows_first: bool, colscale: tuple | None = (None, None)) -> bool:
+def _plan(
+    m: int,
+    n: int,
+    k: int,
+    *,
+    rows_first: bool,
+    colscale: tuple | None = (None, None),
+    prefix: str = "fp8_bf16",
+    min_part_steps: int = mma.GEMM_MIN_PART_STEPS,
+) -> bool:
     out = np.zeros((m, n), dtype=np.uint16)
     args = ("w", "pw", np.float32(1.0), out, np.int64(n))
     return mma.gemm(
         "fp8_bf16_mma.cu",
-        "fp8_bf16",
+        prefix,
         lambda *a: None,
         m,
         k // 16,
@@ -52,6 +61,7 @@ def _plan(m: int, n: int, k: int, *, rows_first: bool, colscale: tuple | None = 
         suffix=configs.FP8_BF16_GEMM_SUFFIX,
         colscale=colscale,
         rows_first=rows_first,
+        min_part_steps=min_part_steps,
     )
 
 
@@ -96,3 +106,42 @@ def test_every_routed_kernel_is_built() -> None:
     for table in (configs.FP8_BF16_GEMM_TILES, configs.FP8_BF16_GEMM_SMALL_TILES):
         for depth, (nt, minb) in table.items():
             assert (depth, nt, minb) in built[configs.FP8_BF16_GEMM_SUFFIX[depth]], (depth, nt, minb)
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "k"), [(4, 4096, 12288), (16, 4096, 12288), (64, 4096, 12288), (8, 12288, 4096)]
+)
+def test_chain_split_keeps_whole_parts(calls: list, m: int, n: int, k: int) -> None:
+    """BF16 on the chain (``bf16c_gemm_*``, ``min_part_steps`` 8): K is split only at chain part
+    edges (kp8 a multiple of 8 steps = 64 blocks), where the tree's plan splits finer, and the
+    kernel is a built chain GEMM."""
+    assert _plan(m, n, k, rows_first=True)
+    tree_kp8 = int(_gemm_calls(calls)[0][2][17])
+    calls.clear()
+    assert _plan(m, n, k, rows_first=True, prefix="bf16c", min_part_steps=8)
+    (name, grid, args), *rest = _gemm_calls(calls)
+    assert not rest
+    kp8 = int(args[17])
+    assert kp8 % 8 == 0 and kp8 >= tree_kp8, (kp8, tree_kp8)
+    assert grid[2] == -(-k // 16 // 8 // kp8)
+    built = [
+        f"bf16c_gemm_nt{a.split(', ')[0]}_d{a.split(', ')[1]}_b{a.split(', ')[2]}_{a.split(', ')[3]}"
+        for a in (ln[ln.index("(") + 1 : -1] for ln in configs.instances("BF16_CHAIN_GEMM"))
+    ]
+    assert name in built, (name, built)
+
+
+def test_wide_ksplit_instances_carry_their_flags() -> None:
+    """The K-split wide kernels' instance lines: the FP8 output scale exactly for ``fp8_mma``, the
+    chain form exactly for ``bf16c_mma`` (a generator that compared the wrong name once built
+    ``bf16c_mma`` as the tree and ``fp8_mma`` without its scale: GPU-caught)."""
+    lines = configs.instances("FP8_BF16_MMA")
+    assert len(lines) == 3 * len(configs.FP8_BF16_MMA_TILES)
+    for ln in lines:
+        name, fp8, nt, chain = (a.strip() for a in ln[ln.index("(") + 1 : -1].split(","))
+        assert (fp8, chain) == {
+            "fp8_mma": ("true", "false"),
+            "bf16_mma": ("false", "false"),
+            "bf16c_mma": ("false", "true"),
+        }[name], ln
+        assert int(nt) in configs.FP8_BF16_MMA_TILES.values()

@@ -569,8 +569,8 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         for r, d in fp8_bf16_dec_builds()
     ],
     "FP8_BF16_MMA": lambda: [
-        f"FP8_BF16_MMA({p}, {_bool(p == 'fp8')}, {nt}, {_bool(p == 'bf16c')})"
-        for p in ("fp8_mma", "bf16_mma", "bf16c_mma")
+        f"FP8_BF16_MMA({p}_mma, {_bool(p == 'fp8')}, {nt}, {_bool(p == 'bf16c')})"
+        for p in ("fp8", "bf16", "bf16c")
         for nt in FP8_BF16_MMA_TILES.values()
     ],
     "FP8_BF16_GEMM": lambda: [f"FP8_BF16_GEMM({nt}, {d}, {b})" for d, nt, b in fp8_bf16_gemm_builds()],
