@@ -262,7 +262,7 @@ def _project_gemm(
 
 def _project_chain(xa: Any, arr: dict[str, Any], w: Any, m: int, outa: Any, ldo: int, fp8: bool) -> None:
     """tile.CHAIN (docs/chain-revision.md): FP8 on the chain tile where it takes the rows (from
-    tile.CHAIN_MIN_ROWS, B % 8 == 0); BF16 from MMA_MIN_M rows on the wide tensor-core kernels'
+    ``tile.FP8.chain_min_rows``, B % 8 == 0); BF16 from MMA_MIN_M rows on the wide tensor-core kernels'
     chain form (mma.ENABLED) (the prefill GEMM ``bf16c_gemm_*`` from GEMM_MIN_ROWS where its grid fills the
     GPU, else the K-split ``bf16c_mma_nt*``: the tree's routing, the same block values); else
     ``{fp8,bf16}_chain_r{R}`` after ``fp8_bf16_a16_prep`` in ROW_CHUNK passes. FP8 reads the
@@ -275,7 +275,7 @@ def _project_chain(xa: Any, arr: dict[str, Any], w: Any, m: int, outa: Any, ldo:
     if fp8 and "chain_w" not in arr:
         arr["chain_w"] = to_device(tile_fp8_bytes(w.host.weight))
     wt, scale = (arr["chain_w"], arr["weight_scale"]) if fp8 else (arr["weight"], np.uint64(0))
-    if fp8 and m >= tile.CHAIN_MIN_ROWS:
+    if fp8 and m >= tile.FP8.chain_min_rows:
         ws = (wt, scale, np.float32(1.0), outa, np.int64(ldo))
         if tile.gemm_fp8(xa, xa.strides[0] // 2, m, nb, ws, ws, 1, n):
             return

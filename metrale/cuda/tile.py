@@ -54,8 +54,13 @@ WG_FRAGS = configs.NVFP4_WGMMA_TILE_FRAGS
 #: until the revision's switch; tests and benchmarks turn it on (METRALE_TILE_CHAIN=1).
 CHAIN = os.environ.get("METRALE_TILE_CHAIN", "0") == "1"
 CHAIN_FRAGS = configs.TILE_CHAIN_FRAGS
-#: The chain tile's rows from here (CHAIN): below, the fast chain decode kernels (1..4 rows) and
-#: the generic ones (nvfp4.py); the K-split MMA kernels (mma.py) are the tree's.
+#: The chain tile's rows from here (CHAIN), the NVFP4 formats': below, the fast chain decode
+#: kernels (1..4 rows) and the generic ones (nvfp4.py); the K-split MMA kernels (mma.py) are the
+#: tree's. Q2_0 and FP8 take the tile from one row (TileFormat.chain_min_rows): their generic
+#: chain kernels were slower at every row count (H100, Qwen3-8B FFN on the chain, µs at 1 / 2 /
+#: 4 rows: Q2_0 72.2 / 91.5 / 160.7, FP8 312.8 / 369.5 / 675.2, against the tile's 65.6 / 97.9 at
+#: 8 rows, whose one fragment of 8 rows costs the same for fewer; performance-log.md
+#: "2026-12-07 (d)").
 CHAIN_MIN_ROWS = 5
 #: Steps (8 blocks) per chain part: a CTA's K part holds whole parts (or all of K).
 CHAIN_PART_STEPS = 8
@@ -97,6 +102,8 @@ class TileFormat:
     #: Whether a stage holds the step's per-row block factors (``FAC`` of tile.cuh: 8 blocks x
     #: 8 NF rows of f32; the prologue writes them block-major, fac [B][rows_pad]).
     staged_fac: bool = False
+    #: CHAIN: the rows from which its chain tile serves (CHAIN_MIN_ROWS).
+    chain_min_rows: int = CHAIN_MIN_ROWS
 
 
 #: Steps (8 blocks) per K part at most: the counter keeps levels 1 .. dlog - 1 in shared memory.
@@ -138,6 +145,7 @@ Q2_0 = TileFormat(
     configs.Q2_0_TILE_CTAS_PER_SM,
     wg_prefix="q2a16w",
     chain_prefix="q2c",
+    chain_min_rows=1,
 )
 #: FP8 × A16 on the chain only (``w8c_prep``, ``w8c_gemm_f{NF}``: docs/chain-revision.md, "The
 #: FP8 chain tile"): weights as ``fp8_bf16.tile_fp8_bytes`` lays them out, 128 bytes per column
@@ -155,6 +163,7 @@ FP8 = TileFormat(
     chain_builds=configs.TILE_FP8_CHAIN_BUILDS,
     chain_local=configs.TILE_FP8_CHAIN_LOCAL,
     staged_fac=True,
+    chain_min_rows=1,
 )
 THREADS = 256
 COLS = 128
@@ -178,8 +187,8 @@ def frags_for(rows: int, frags: tuple[int, ...] | None = None) -> int:
 def takes(rows: int, fmt: TileFormat) -> bool:
     """Whether a projection of ``rows`` rows (one chunk's worth) is the tile's to try: from
     MIN_ROWS rows, and over SMALL_ROWS where the format's wgmma kernel for them is built; CHAIN:
-    from CHAIN_MIN_ROWS rows (no K-split MMA kernel gives the chain's bits)."""
-    if rows >= (CHAIN_MIN_ROWS if CHAIN else MIN_ROWS):
+    from the format's ``chain_min_rows`` (no K-split MMA kernel gives the chain's bits)."""
+    if rows >= (fmt.chain_min_rows if CHAIN else MIN_ROWS):
         return True
     if not SMALL_ROWS[0] <= rows <= SMALL_ROWS[1]:
         return False

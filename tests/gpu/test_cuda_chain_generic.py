@@ -180,22 +180,31 @@ def test_chain_generic_wide(
     assert ("chain_w" in dw.arrays) == (fmt == "fp8")
 
 
-def test_chain_routes_fp8(cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
-    """FP8 under tile.CHAIN as routed: the chain tile from tile.CHAIN_MIN_ROWS rows where B % 8
-    == 0, the generic chain kernels below and elsewhere: the chain's bits at 1 to 40 rows."""
-    from metrale.cuda import tile
+@pytest.mark.parametrize("fmt", ["fp8", "q2_0"])
+def test_chain_routes_fp8_and_q2_0(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, fmt: str
+) -> None:
+    """FP8 and Q2_0 under tile.CHAIN as routed: the chain tile from one row (their
+    ``chain_min_rows``) where B % 8 == 0, the generic chain kernels elsewhere: the chain's bits at
+    1 to 40 rows, each row count on the kernel it should take."""
+    from metrale.cuda import runtime, tile
     from tests.gpu.test_cuda_fp8_bf16 import fp8_weight
 
     monkeypatch.setattr(tile, "CHAIN", True)
-    for n, k in ((70, 4096), (40, 1040)):
-        w = fp8_weight(fresh_rng, n, k)
+    names = gen.kernels_fetched(monkeypatch, runtime)
+    entry, stem = ("w8a16_gemm", "w8c_gemm_f") if fmt == "fp8" else ("q2_0_gemm", "q2c_gemm_f")
+    for n, k in ((70, 4096), (40, 1040) if fmt == "fp8" else (40, 1216)):
+        w = fp8_weight(fresh_rng, n, k) if fmt == "fp8" else gen.q2_0(fresh_rng, n, k)
         dw = cuda.upload(w)
         x = gen.rows(fresh_rng, 40, k)
         want = ref(x, w)
-        for m in (1, 4, 5, 8, 9, 24, 25, 40):
+        for m in (1, 2, 3, 4, 5, 8, 9, 24, 25, 40):
+            del names[:]
             buf, view, init = gen.guarded(cp, fresh_rng, m, n)
-            cuda.launch("w8a16_gemm", dev_rows(x[:m]), dw, view)
-            gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"chain routed FP8 m={m} K={k}")
+            cuda.launch(entry, dev_rows(x[:m]), dw, view)
+            gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"chain routed {fmt} m={m} K={k}")
+            on_tile = any(name.startswith(stem) for name in names)
+            assert on_tile == (k // 16 % 8 == 0), (m, k, names)
 
 
 #: BF16 (N, K) on the wide tensor-core kernels' chain form: one block (one partial part), B = 65
