@@ -262,12 +262,12 @@ def _project_gemm(
 
 def _project_chain(xa: Any, arr: dict[str, Any], w: Any, m: int, outa: Any, ldo: int, fp8: bool) -> None:
     """tile.CHAIN (docs/chain-revision.md): FP8 on the chain tile where it takes the rows (from
-    ``tile.FP8.chain_min_rows``, B % 8 == 0); BF16 from MMA_MIN_M rows on the wide tensor-core kernels'
-    chain form (mma.ENABLED) (the prefill GEMM ``bf16c_gemm_*`` from GEMM_MIN_ROWS where its grid fills the
-    GPU, else the K-split ``bf16c_mma_nt*``: the tree's routing, the same block values); else
-    ``{fp8,bf16}_chain_r{R}`` after ``fp8_bf16_a16_prep`` in ROW_CHUNK passes. FP8 reads the
-    chain's bytes (``tile_fp8_bytes``, added to the device weight on its first such call), BF16
-    its uploaded weight."""
+    ``tile.FP8.chain_min_rows``, B % 8 == 0); BF16 from configs.FP8_BF16_CHAIN_MMA_MIN_M rows on
+    the wide tensor-core kernels' chain form where mma.ENABLED (the prefill GEMM ``bf16c_gemm_*``
+    from GEMM_MIN_ROWS where its grid fills the GPU, else the K-split ``bf16c_mma_nt*``: the
+    tree's routing, the same block values); else ``{fp8,bf16}_chain_r{R}`` after
+    ``fp8_bf16_a16_prep`` in ROW_CHUNK passes. FP8 reads the chain's bytes (``tile_fp8_bytes``,
+    added to the device weight on its first such call), BF16 its uploaded weight."""
     import cupy
 
     n, k = w.n, w.k
@@ -279,7 +279,7 @@ def _project_chain(xa: Any, arr: dict[str, Any], w: Any, m: int, outa: Any, ldo:
         ws = (wt, scale, np.float32(1.0), outa, np.int64(ldo))
         if tile.gemm_fp8(xa, xa.strides[0] // 2, m, nb, ws, ws, 1, n):
             return
-    if not fp8 and mma.ENABLED and m >= MMA_MIN_M:
+    if not fp8 and mma.ENABLED and m >= configs.FP8_BF16_CHAIN_MMA_MIN_M:
         if "mma_w" not in arr:
             arr.update(_mma_arrays(w.host.weight))
         if not (m >= GEMM_MIN_ROWS and _project_gemm(xa, arr, n, k, m, outa, ldo, False, chain=True)):

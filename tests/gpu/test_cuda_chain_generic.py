@@ -218,10 +218,10 @@ BF16_MMA_SHAPES = ((9, 16), (37, 1040), (21, 3152), (70, 4096), (45, 12288))
 def test_chain_routes_bf16(
     cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, gemm: bool, shape: tuple
 ) -> None:
-    """BF16 under tile.CHAIN as routed: from MMA_MIN_M rows the K-split ``bf16c_mma_nt{1,2,4}``
-    (``gemm`` off) or the prefill GEMM ``bf16c_gemm_*`` on any grid (K split into whole chain
-    parts where the grid is small), the generic chain kernels below; the chain's bits at 1 to 70
-    rows (in-window and edge rows), and no kernel of the tree."""
+    """BF16 under tile.CHAIN as routed: from configs.FP8_BF16_CHAIN_MMA_MIN_M rows the K-split
+    ``bf16c_mma_nt{1,2,4}`` (``gemm`` off) or the prefill GEMM ``bf16c_gemm_*`` on any grid from
+    MMA_MIN_M (K split into whole chain parts where the grid is small); the chain's bits at 1
+    to 70 rows (in-window and edge rows), and no kernel of the tree."""
     from metrale.cuda import fp8_bf16, mma, runtime, tile
     from tests.gpu.test_cuda_fp8_bf16 import bf16_weight
 
