@@ -7,5 +7,5 @@ nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 timeout 170 python -m pytest -q -n 8 --tb=short tests/gpu/test_cuda_fp8_bf16.py \
   tests/gpu/test_cuda_chain_generic.py -k "bf16 or wide or fp8 or q2" 2>&1 | grep -E "^FAILED|^E |passed|failed" | head -30
 OPENBLAS_NUM_THREADS=1 timeout 90 python -m metrale.bench --chain --shape qwen3-8b \
-  --m 1,4 --formats q2_0,fp8 --peers bf16 --kernels none \
+  --m 1,4 --formats q2_0,fp8,bf16 --peers bf16 --kernels none \
   --cell-seconds 1 --samples 5 --deadline 60 --json $OUT/bench_chain_small.json 2>&1 | grep "^| "
