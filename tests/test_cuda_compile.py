@@ -175,11 +175,7 @@ def test_launchers_ask_for_kernels_the_files_define() -> None:
             for k in (4096, 131072)
         ]
         + [("fp8_bf16_gemv.cu", f"{p}_gemv_r{r}") for p in ("fp8", "bf16") for r in configs.FP8_BF16_TIERS]
-        + [
-            ("fp8_bf16_gemv.cu", d.name(p, r))
-            for p in ("fp8", "bf16")
-            for r, d in configs.fp8_bf16_dec_builds()
-        ]
+        + [("fp8_bf16_gemv.cu", d.name(p, r)) for p, r, d in configs.fp8_bf16_dec_instances()]
         + [("w8a8.cu", f"w8a8_mma_r{r}_w{w}") for r in configs.W8A8_MMA_TIERS for w in configs.W8A8_MMA_WARPS]
         + [
             (tile.WG_FILE, f"{f.wg_prefix}_gemm_f{nf}")

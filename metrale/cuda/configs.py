@@ -255,9 +255,22 @@ FP8_BF16_MMA_MIN_M = 4
 FP8_BF16_CHAIN_MMA_MIN_M = 1
 
 
+#: The decode kernels' chain form (``{fp8,bf16}c_dec_*``, docs/chain-revision.md) that tile.CHAIN
+#: runs for m rows (m <= 3): the tree's configurations to start from.
+FP8_BF16_CHAIN_DEC: dict[int, Fp8Bf16Dec] = dict(FP8_BF16_DEC)
+
+
 def fp8_bf16_dec_builds() -> list[tuple[int, Fp8Bf16Dec]]:
     """(rows, configuration) of every decode kernel built: the routing table's, then the variants."""
     return list(dict.fromkeys([*FP8_BF16_DEC.items(), *FP8_BF16_DEC_VARIANTS]))
+
+
+def fp8_bf16_dec_instances() -> list[tuple[str, int, Fp8Bf16Dec]]:
+    """(kernel prefix, rows, configuration) of every decode kernel built: the tree's
+    (``fp8``, ``bf16``: fp8_bf16_dec_builds) and the chain form's (``fp8c``, ``bf16c``:
+    FP8_BF16_CHAIN_DEC)."""
+    tree = [(p, r, d) for p in ("fp8", "bf16") for r, d in fp8_bf16_dec_builds()]
+    return tree + [(p, r, d) for p in ("fp8c", "bf16c") for r, d in FP8_BF16_CHAIN_DEC.items()]
 
 
 #: fp8_bf16_gemv.cu tensor-core kernels ``{fp8,bf16}_mma_nt{NT}``: rows per CTA (8·NT) -> NT.
@@ -568,10 +581,9 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         for r, nc in FP8_BF16_TIERS.items()
     ],
     "FP8_BF16_DEC": lambda: [
-        f"FP8_BF16_DEC({p}, {_bool(p == 'bf16')}, {r}, {d.nc}, {d.warps}, {int(d.prefetch)}, "
-        f"{'hi'.index(d.act)}, {d.act})"
-        for p in ("fp8", "bf16")
-        for r, d in fp8_bf16_dec_builds()
+        f"FP8_BF16_DEC({p}, {_bool(p.startswith('bf16'))}, {r}, {d.nc}, {d.warps}, {int(d.prefetch)}, "
+        f"{'hi'.index(d.act)}, {d.act}, {_bool(p.endswith('c'))})"
+        for p, r, d in fp8_bf16_dec_instances()
     ],
     "FP8_BF16_MMA": lambda: [
         f"FP8_BF16_MMA({p}_mma, {_bool(p == 'fp8')}, {nt}, {_bool(p == 'bf16c')})"

@@ -54,6 +54,8 @@ MMA_WARPS = configs.FP8_BF16_MMA_WARPS
 MMA_MIN_M = configs.FP8_BF16_MMA_MIN_M
 DECODE = configs.FP8_BF16_DECODE
 DEC_TIERS: dict[int, configs.Fp8Bf16Dec] = dict(configs.FP8_BF16_DEC)
+#: Under tile.CHAIN: the decode kernels' chain form for these row counts.
+CHAIN_DEC_TIERS: dict[int, configs.Fp8Bf16Dec] = dict(configs.FP8_BF16_CHAIN_DEC)
 #: The prefill GEMM (``fp8_bf16_mma.cu``) from this many rows (METRALE_FP8_BF16_GEMM_MIN_ROWS
 #: moves the switch: tests and benchmarks).
 GEMM_FILE = "fp8_bf16_mma.cu"
@@ -196,9 +198,12 @@ def _project_dec(
     ldo: int,
     fp8: bool,
     cfg: configs.Fp8Bf16Dec,
+    chain: bool = False,
 ) -> None:
     """The decode kernel ``cfg`` over all m rows in one pass (prep, then one launch; both
-    PDL-capable, so each may start while its predecessor drains)."""
+    PDL-capable, so each may start while its predecessor drains); ``chain``: its chain form
+    ``{fp8,bf16}c_dec_*`` (FP8 ``w`` in the chain tile's bytes), its block values in dynamic
+    shared memory (65 floats per part, row and column)."""
     import cupy
 
     chunks = cdiv(k // BLOCK, 32)
@@ -221,12 +226,15 @@ def _project_dec(
             pe,
         ),
     )
-    gemv = get_kernel(CU_FILE, cfg.name("fp8" if fp8 else "bf16", m))
+    gemv = get_kernel(CU_FILE, cfg.name(("fp8" if fp8 else "bf16") + ("c" if chain else ""), m))
+    smem = 4 * cfg.nc * m * 65 * cdiv(k // BLOCK, PART_BLOCKS) if chain else 0
+    set_dynamic_smem(gemv, smem)
     pdl.launch(
         gemv,
         (cdiv(n, cfg.nc), 1),
         (32 * cfg.warps,),
         (w, scale, np.int32(n), np.int32(k), act, pe, np.int32(m), outa, np.int64(ldo)),
+        smem,
     )
 
 
@@ -261,7 +269,8 @@ def _project_gemm(
 
 
 def _project_chain(xa: Any, arr: dict[str, Any], w: Any, m: int, outa: Any, ldo: int, fp8: bool) -> None:
-    """tile.CHAIN (docs/chain-revision.md): FP8 on the chain tile where it takes the rows (from
+    """tile.CHAIN (docs/chain-revision.md): the decode kernels' chain form at the row counts of
+    CHAIN_DEC_TIERS (DECODE "dec"); FP8 on the chain tile where it takes the rows (from
     ``tile.FP8.chain_min_rows``, B % 8 == 0); BF16 from configs.FP8_BF16_CHAIN_MMA_MIN_M rows on
     the wide tensor-core kernels' chain form where mma.ENABLED (the prefill GEMM ``bf16c_gemm_*``
     from GEMM_MIN_ROWS where its grid fills the GPU, else the K-split ``bf16c_mma_nt*``: the
@@ -275,6 +284,9 @@ def _project_chain(xa: Any, arr: dict[str, Any], w: Any, m: int, outa: Any, ldo:
     if fp8 and "chain_w" not in arr:
         arr["chain_w"] = to_device(tile_fp8_bytes(w.host.weight))
     wt, scale = (arr["chain_w"], arr["weight_scale"]) if fp8 else (arr["weight"], np.uint64(0))
+    if DECODE == "dec" and m in CHAIN_DEC_TIERS:
+        _project_dec(xa, wt, scale, n, k, m, outa, ldo, fp8, CHAIN_DEC_TIERS[m], chain=True)
+        return
     if fp8 and m >= tile.FP8.chain_min_rows:
         ws = (wt, scale, np.float32(1.0), outa, np.int64(ldo))
         if tile.gemm_fp8(xa, xa.strides[0] // 2, m, nb, ws, ws, 1, n):

@@ -171,6 +171,7 @@ def test_chain_generic_wide(
     monkeypatch.setattr(tile, "CHAIN", True)
     monkeypatch.setattr(tile, "ENABLED", False)
     monkeypatch.setattr(mma, "ENABLED", False)
+    monkeypatch.setattr(fp8_bf16, "CHAIN_DEC_TIERS", {})
     names = gen.kernels_fetched(monkeypatch, fp8_bf16)
     w = fp8_weight(fresh_rng, *shape) if fmt == "fp8" else bf16_weight(fresh_rng, *shape)
     entry = "w8a16_gemm" if fmt == "fp8" else "dense_gemm"
@@ -184,10 +185,11 @@ def test_chain_generic_wide(
 def test_chain_routes_fp8_and_q2_0(
     cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, fmt: str
 ) -> None:
-    """FP8 and Q2_0 under tile.CHAIN as routed: the chain tile from one row (their
-    ``chain_min_rows``) where B % 8 == 0, the generic chain kernels elsewhere: the chain's bits at
-    1 to 40 rows, each row count on the kernel it should take."""
-    from metrale.cuda import runtime, tile
+    """FP8 and Q2_0 under tile.CHAIN as routed: FP8 on the decode kernels' chain form at the rows
+    of ``fp8_bf16.CHAIN_DEC_TIERS``; else the chain tile from one row (their ``chain_min_rows``)
+    where B % 8 == 0, the generic chain kernels elsewhere: the chain's bits at 1 to 40 rows, each
+    row count on the kernel it should take."""
+    from metrale.cuda import fp8_bf16, runtime, tile
     from tests.gpu.test_cuda_fp8_bf16 import fp8_weight
 
     monkeypatch.setattr(tile, "CHAIN", True)
@@ -203,8 +205,10 @@ def test_chain_routes_fp8_and_q2_0(
             buf, view, init = gen.guarded(cp, fresh_rng, m, n)
             cuda.launch(entry, dev_rows(x[:m]), dw, view)
             gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"chain routed {fmt} m={m} K={k}")
+            on_dec = fmt == "fp8" and m in fp8_bf16.CHAIN_DEC_TIERS
             on_tile = any(name.startswith(stem) for name in names)
-            assert on_tile == (k // 16 % 8 == 0), (m, k, names)
+            assert on_tile == (k // 16 % 8 == 0 and not on_dec), (m, k, names)
+            assert any(name.startswith("fp8c_dec_") for name in names) == on_dec, (m, k, names)
 
 
 #: BF16 (N, K) on the wide tensor-core kernels' chain form: one block (one partial part), B = 65
@@ -245,3 +249,80 @@ def test_chain_routes_bf16(
     assert any(name.startswith("bf16c_gemm_") for name in launched) == gemm, sorted(launched)
     tree = ("bf16_mma", "fp8_bf16_gemm_nt", "bf16_dec", "bf16_gemv")
     assert not any(name.startswith(tree) for name in launched), sorted(launched)
+
+
+#: (N, K) for the decode kernels' chain form: one block (one part of one block); odd N below a
+#: CTA's columns with B = 65 (two parts, the last of one block) and 67; B = 293 (five parts, the
+#: last of 37: more chunks than warps, the next one prefetched); Qwen3-8B's gate (4 parts) and
+#: down (12); K = 65536 (64 parts, the roots' tree at its widest).
+DEC_CHAIN_SHAPES = ((9, 16), (37, 1040), (21, 1072), (43, 4688), (70, 4096), (19, 12288), (5, 65536))
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "bf16"])
+@pytest.mark.parametrize("shape", DEC_CHAIN_SHAPES, ids=[f"N{n}-K{k}" for n, k in DEC_CHAIN_SHAPES])
+def test_chain_decode_wide(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, fmt: str, shape: tuple
+) -> None:
+    """FP8 (every finite e4m3 code; the chain tile's bytes, B % 8 != 0 included) and BF16 (blocks
+    spanning the whole range) on the decode kernels' chain form ``{fp8,bf16}c_dec_*`` at each of
+    their row counts: in-window and edge rows (NaN/Inf blocks, subnormal and huge values) against
+    project_chain, bit for bit, into guarded outputs; only those kernels launch (their prep
+    aside)."""
+    from metrale.cuda import fp8_bf16, tile
+    from tests.gpu.test_cuda_fp8_bf16 import bf16_weight, fp8_weight
+
+    monkeypatch.setattr(tile, "CHAIN", True)
+    names = gen.kernels_fetched(monkeypatch, fp8_bf16)
+    n, k = shape
+    w = fp8_weight(fresh_rng, n, k) if fmt == "fp8" else bf16_weight(fresh_rng, n, k)
+    dw = cuda.upload(w)
+    entry = "w8a16_gemm" if fmt == "fp8" else "dense_gemm"
+    x = np.concatenate(
+        [
+            np.stack([gen.row(fresh_rng, k, kind) for kind in gen.ROW_KINDS]),
+            window_rows(fresh_rng, 3, k, tuple(range(-30, 31))),
+            gen.rows(fresh_rng, 3, k),
+        ]
+    )
+    x = x[fresh_rng.permutation(len(x))]
+    want = ref(x, w)
+    for m, cfg in fp8_bf16.CHAIN_DEC_TIERS.items():
+        for i in range(0, len(x) - m + 1, 2 * m + 1):
+            del names[:]
+            buf, view, init = gen.guarded(cp, fresh_rng, m, n)
+            cuda.launch(entry, dev_rows(x[i : i + m]), dw, view)
+            got = gen.check_guard(buf, init, m, n)
+            what = f"{cfg.name(fmt + 'c', m)} N={n} K={k} rows {i}..{i + m - 1}"
+            gen.bits_equal(got, want[i : i + m], what)
+            assert set(names) == {"fp8_bf16_dec_prep", cfg.name(fmt + "c", m)}, names
+
+
+@pytest.mark.parametrize("m", [1, 2, 3])
+def test_chain_decode_extreme_bf16(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, m: int
+) -> None:
+    """BF16 weights at the code extremes (near the bf16 maximum, whole-range blocks, subnormals,
+    ±0, ties) times huge and edge activations on ``bf16c_dec_*``: block values overflow to Inf
+    after their one rounding, Inf − Inf in a chain gives NaN, subnormal block values round once."""
+    from metrale.cuda import tile
+    from metrale.reference.elements import BF16
+    from metrale.reference.formats import DenseWeight
+
+    monkeypatch.setattr(tile, "CHAIN", True)
+    k = 1600
+    kinds = ("huge", "spread", "subnormal", "zeros", "ties", "tiny")
+    codes = np.stack([gen.row(fresh_rng, k, kind) for kind in kinds * 3])
+    w = DenseWeight(weight=codes.astype(BF16), name="bf16")
+    dw = cuda.upload(w)
+    x = np.concatenate(
+        [
+            np.stack([gen.row(fresh_rng, k, kind) for kind in gen.ROW_KINDS]),
+            np.stack([gen.row(fresh_rng, k, "huge") for _ in range(3)]),
+        ]
+    )
+    want = ref(x, w)
+    for i in range(0, len(x) - m + 1, m):
+        buf, view, init = gen.guarded(cp, fresh_rng, m, w.n)
+        cuda.launch("dense_gemm", dev_rows(x[i : i + m]), dw, view)
+        got = gen.check_guard(buf, init, m, w.n)
+        gen.bits_equal(got, want[i : i + m], f"bf16c_dec extremes m={m} rows {i}")

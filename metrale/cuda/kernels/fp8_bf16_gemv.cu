@@ -273,6 +273,15 @@ __device__ __forceinline__ void wide_chain_body(const unsigned char* __restrict_
 //       pe int [m][C][32]: high word of 2^(E-14), NaN for a non-finite block, 0 for padding.
 //   {fp8,bf16}_dec_r{R}_c{NC}_w{W}_p{P}_{h,i}(w, scale, N, K, act, pe, m, out, ldo)
 //       grid (ceil(N / NC), ceil(m / R)), block 32 W; shared NC R 128 floats of chunk roots.
+//   {fp8,bf16}c_dec_r{R}_c{NC}_w{W}_p{P}_{h,i} (the same arguments): on the block-value chain
+//       (docs/chain-revision.md; tile.CHAIN routes them at m <= 3): the same block values (FP8
+//       from the chain tile's bytes, tile_fp8_bytes: lane l's block b = 32 ch + l has its word t
+//       at byte 128 s + 4 (t nbs + j), s = b / 8, j = b % 8, nbs = min(8, B - 8 s)) stored in
+//       dynamic shared memory, NC R rows of 65 Q floats (part p's block i at 65 p + i: the
+//       chaining threads' reads hit distinct banks); after a barrier thread v Q + p (v < NC R,
+//       p < Q) adds part p's values in K order from -0.0 (c = c + v_b), its root to the shared
+//       roots, and roots_tree128 is the padded tree over the Q parts. Dynamic shared memory:
+//       4 NC R 65 Q bytes.
 //   Both are PDL-capable (metrale/cuda/pdl.py): pdl_trigger, then pdl_wait, before any memory
 //   access.
 
@@ -377,10 +386,24 @@ __device__ __forceinline__ void tree_butterfly(float (&x)[V], int lane, int& off
     }
 }
 
-template <int NC, bool BF>
+// CH (FP8 on the chain): the block's four words from the chain tile's bytes (above), as the
+// uint4 of its 16 e4m3 bytes in element order.
+template <int NC, bool BF, bool CH>
 __device__ __forceinline__ void dec_load_w(uint4 (&wv)[NC][BF ? 2 : 1], const uint4* __restrict__ w, int N, int B,
                                            int n0, int b) {
     constexpr int WB = BF ? 2 : 1;
+    if constexpr (CH && !BF) {
+        const int s = b >> 3, nbs = min(8, B - 8 * s);
+        const long long off = 128LL * s + 4 * (b & 7);
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+            const unsigned int* p = (const unsigned int*)((const unsigned char*)w + (long long)(n0 + c) * B * 16 + off);
+            const bool ok = n0 + c < N && b < B;
+            wv[c][0] = ok ? make_uint4(__ldg(p), __ldg(p + nbs), __ldg(p + 2 * nbs), __ldg(p + 3 * nbs))
+                          : make_uint4(0u, 0u, 0u, 0u);
+        }
+        return;
+    }
 #pragma unroll
     for (int c = 0; c < NC; ++c)
 #pragma unroll
@@ -391,25 +414,25 @@ __device__ __forceinline__ void dec_load_w(uint4 (&wv)[NC][BF ? 2 : 1], const ui
         }
 }
 
-template <int R, int NC, int W, bool P, bool BF, int ACT>
+template <int R, int NC, int W, bool P, bool BF, int ACT, bool CH>
 __device__ __forceinline__ void dec_body(const uint4* __restrict__ w, const float* __restrict__ scale, int N, int K,
                                          const uint4* __restrict__ act, const int* __restrict__ pe, int m,
-                                         u16* __restrict__ out, long long ldo, float* sroot) {
+                                         u16* __restrict__ out, long long ldo, float* sroot, float* sval) {
     constexpr int WB = BF ? 2 : 1;
     constexpr int AQ = ACT == 0 ? 4 : 2;  // uint4 of activation codes per block
     constexpr int V = NC * R;
     pdl_trigger();  // launched programmatically (metrale/cuda/pdl.py): no access before pdl_wait
     pdl_wait();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int B = K >> 4, C = (B + 31) >> 5;
+    const int B = K >> 4, C = (B + 31) >> 5, Q = (B + 63) >> 6;
     const int n0 = blockIdx.x * NC, r0 = blockIdx.y * R;
     const double unscale = BF ? 0x1p896 : 0x1p1016;
     uint4 wc[NC][WB], wn[NC][WB];
-    if (warp < C) dec_load_w<NC, BF>(wc, w, N, B, n0, warp * 32 + lane);
+    if (warp < C) dec_load_w<NC, BF, CH>(wc, w, N, B, n0, warp * 32 + lane);
     for (int ch = warp; ch < C; ch += W) {
         const int b = ch * 32 + lane;
-        if (!P && ch != warp) dec_load_w<NC, BF>(wc, w, N, B, n0, b);
-        if (P && ch + W < C) dec_load_w<NC, BF>(wn, w, N, B, n0, b + 32 * W);
+        if (!P && ch != warp) dec_load_w<NC, BF, CH>(wc, w, N, B, n0, b);
+        if (P && ch + W < C) dec_load_w<NC, BF, CH>(wn, w, N, B, n0, b + 32 * W);
         uint4 a[R][4];
         double s[R];
 #pragma unroll
@@ -445,12 +468,19 @@ __device__ __forceinline__ void dec_body(const uint4* __restrict__ w, const floa
 #pragma unroll
             for (int r = 0; r < R; ++r)
                 x[c * R + r] = b < B ? ieee_d2f(__dmul_rn(__dmul_rn(acc[c][r], unscale), s[r])) : -0.0f;
-        int off, cnt, dup;
-        tree_butterfly<V>(x, lane, off, cnt, dup);
-        if ((lane & dup) == 0) {
+        if constexpr (CH) {
+            if (b < B) {
 #pragma unroll
-            for (int i = 0; i < V; ++i)
-                if (i < cnt) sroot[(off + i) * 128 + ch] = x[i];
+                for (int v = 0; v < V; ++v) sval[v * 65 * Q + 65 * (b >> 6) + (b & 63)] = x[v];
+            }
+        } else {
+            int off, cnt, dup;
+            tree_butterfly<V>(x, lane, off, cnt, dup);
+            if ((lane & dup) == 0) {
+#pragma unroll
+                for (int i = 0; i < V; ++i)
+                    if (i < cnt) sroot[(off + i) * 128 + ch] = x[i];
+            }
         }
         if (P && ch + W < C) {
 #pragma unroll
@@ -460,21 +490,32 @@ __device__ __forceinline__ void dec_body(const uint4* __restrict__ w, const floa
         }
     }
     __syncthreads();
+    if constexpr (CH) {  // the chains: thread v Q + p runs part p of (column, row) v
+        for (int i = threadIdx.x; i < V * Q; i += 32 * W) {
+            const int v = i / Q, p = i - v * Q, nb = min(64, B - 64 * p);
+            const float* sv = sval + v * 65 * Q + 65 * p;
+            float c = -0.0f;
+            for (int j = 0; j < nb; ++j) c = ieee_add(c, sv[j]);
+            sroot[v * 128 + p] = c;
+        }
+        __syncthreads();
+    }
     for (int v = warp; v < V; v += W) {
         const int c = v / R, r = v % R, row = r0 + r, n = n0 + c;
         if (row >= m || n >= N) continue;  // warp-uniform
-        const float t = roots_tree128(sroot + v * 128, C, lane);
+        const float t = roots_tree128(sroot + v * 128, CH ? Q : C, lane);
         if (lane == 0) out[(long long)row * ldo + n] = f32_to_bf16(scale ? ieee_mul(t, __ldg(scale + n)) : t);
     }
 }
 
-#define FP8_BF16_DEC(NAME, BF, R, NC, W, P, ACT, A)                                                       \
+#define FP8_BF16_DEC(NAME, BF, R, NC, W, P, ACT, A, CH)                                                   \
     extern "C" __global__ void __launch_bounds__(32 * W) NAME##_dec_r##R##_c##NC##_w##W##_p##P##_##A(     \
         const uint4* __restrict__ w, const float* __restrict__ scale, int N, int K,                       \
         const uint4* __restrict__ act, const int* __restrict__ pe, int m, u16* __restrict__ out,          \
         long long ldo) {                                                                                  \
         __shared__ float sroot[NC * R * 128];                                                             \
-        dec_body<R, NC, W, P, BF, ACT>(w, scale, N, K, act, pe, m, out, ldo, sroot);                      \
+        extern __shared__ float sval[];                                                                   \
+        dec_body<R, NC, W, P, BF, ACT, CH>(w, scale, N, K, act, pe, m, out, ldo, sroot, sval);            \
     }
 
 // @instances FP8_BF16_DEC
