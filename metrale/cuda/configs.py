@@ -199,6 +199,20 @@ FP8_BF16_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 2, 8: 2}
 #: one per (column, chain part) of a round.
 CHAIN_GENERIC_ROWS: tuple[int, ...] = (1, 2, 4)
 CHAIN_GENERIC_THREADS = 256
+
+
+@dataclass(frozen=True)
+class ChainDec:
+    """A decode-row form of a generic chain kernel: ``depth`` Q2 blocks in its register ring
+    (``depth`` - 1 in flight), ``per_sm`` CTAs per multiprocessor in its persistent grid."""
+
+    depth: int
+    per_sm: int
+
+
+#: Q2_0 under tile.CHAIN at m <= 3 rows (one pass): ``q2c_dec_r{m}_d{depth}`` (q2_0_gemv.cu, the
+#: generic chain kernel with a load ring); rows not listed take the chain tile or the generic kernel.
+Q2_0_CHAIN_DEC: dict[int, ChainDec] = {1: ChainDec(8, 3), 2: ChainDec(8, 2), 3: ChainDec(4, 3)}
 #: fp8_bf16_gemv.cu decode kernels ``{fp8,bf16}_dec_r{R}_c{NC}_w{W}_p{P}_{h,i}`` (one pass over
 #: R <= 3 rows; layout and arithmetic in the file's header).
 
@@ -569,6 +583,7 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
     ],
     "Q2_GEMV": lambda: [f"Q2_GEMV({r}, {nc})" for r, nc in Q2_0_TIERS.items()],
     "Q2_CHAIN": lambda: [f"Q2_CHAIN({r})" for r in CHAIN_GENERIC_ROWS],
+    "Q2_CHAIN_DEC": lambda: [f"Q2_CHAIN_DEC({r}, {d.depth})" for r, d in Q2_0_CHAIN_DEC.items()],
     "WIDE_CHAIN": lambda: [f"WIDE_CHAIN({r})" for r in CHAIN_GENERIC_ROWS],
     "Q2_DEC": lambda: [
         f"Q2_DEC({r}, {nc}, {dp}, {_bool(sm)}, {'s' if sm else 'l'})"

@@ -6,7 +6,7 @@
 export PYTHONPATH=.
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 timeout 200 python -m pytest -q -n 8 --tb=short tests/gpu/test_cuda_chain_generic.py \
-  -k "decode or wide or routes_fp8" 2>&1 | grep -E "^FAILED|^E |passed|failed" | head -30
+  -k "decode or wide or routes_fp8 or generic_q2" 2>&1 | grep -E "^FAILED|^E |passed|failed" | head -30
 timeout 100 python -m pytest -q -n 8 --tb=short tests/gpu/test_cuda_fp8_bf16.py -k decode 2>&1 \
   | grep -E "^FAILED|^E |passed|failed" | head -10
 for mode in "" "--chain"; do
