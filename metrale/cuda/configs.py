@@ -199,20 +199,6 @@ FP8_BF16_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 2, 8: 2}
 #: one per (column, chain part) of a round.
 CHAIN_GENERIC_ROWS: tuple[int, ...] = (1, 2, 4)
 CHAIN_GENERIC_THREADS = 256
-
-
-@dataclass(frozen=True)
-class ChainDec:
-    """A decode-row form of a generic chain kernel: ``depth`` Q2 blocks in its register ring
-    (``depth`` - 1 in flight), ``per_sm`` CTAs per multiprocessor in its persistent grid."""
-
-    depth: int
-    per_sm: int
-
-
-#: Q2_0 under tile.CHAIN at m <= 3 rows (one pass): ``q2c_dec_r{m}_d{depth}`` (q2_0_gemv.cu, the
-#: generic chain kernel with a load ring); rows not listed take the chain tile or the generic kernel.
-Q2_0_CHAIN_DEC: dict[int, ChainDec] = {1: ChainDec(8, 3), 2: ChainDec(8, 2), 3: ChainDec(4, 3)}
 #: fp8_bf16_gemv.cu decode kernels ``{fp8,bf16}_dec_r{R}_c{NC}_w{W}_p{P}_{h,i}`` (one pass over
 #: R <= 3 rows; layout and arithmetic in the file's header).
 
@@ -270,8 +256,13 @@ FP8_BF16_CHAIN_MMA_MIN_M = 1
 
 
 #: The decode kernels' chain form (``{fp8,bf16}c_dec_*``, docs/chain-revision.md) that tile.CHAIN
-#: runs for m rows (m <= 3): the tree's configurations to start from.
+#: runs for m rows (m <= 3): the tree's configurations. BF16 on it 124.1 / 146.9 µs at 1 / 2 rows
+#: against the tree's 121.9 / 139.3 (H100, Qwen3-8B FFN; performance-log.md "2026-12-07 (e)").
 FP8_BF16_CHAIN_DEC: dict[int, Fp8Bf16Dec] = dict(FP8_BF16_DEC)
+#: FP8 takes the decode kernels' chain form too (else its chain tile from one row): off, the tile
+#: was no slower at one row (93.0 against 96.9 µs) and its fragment of 8 rows costs the same at two
+#: and three (the chain form 120.8 at two; same log entry).
+FP8_CHAIN_DEC = False
 
 
 def fp8_bf16_dec_builds() -> list[tuple[int, Fp8Bf16Dec]]:
@@ -583,7 +574,6 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
     ],
     "Q2_GEMV": lambda: [f"Q2_GEMV({r}, {nc})" for r, nc in Q2_0_TIERS.items()],
     "Q2_CHAIN": lambda: [f"Q2_CHAIN({r})" for r in CHAIN_GENERIC_ROWS],
-    "Q2_CHAIN_DEC": lambda: [f"Q2_CHAIN_DEC({r}, {d.depth})" for r, d in Q2_0_CHAIN_DEC.items()],
     "WIDE_CHAIN": lambda: [f"WIDE_CHAIN({r})" for r in CHAIN_GENERIC_ROWS],
     "Q2_DEC": lambda: [
         f"Q2_DEC({r}, {nc}, {dp}, {_bool(sm)}, {'s' if sm else 'l'})"

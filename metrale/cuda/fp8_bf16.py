@@ -54,8 +54,10 @@ MMA_WARPS = configs.FP8_BF16_MMA_WARPS
 MMA_MIN_M = configs.FP8_BF16_MMA_MIN_M
 DECODE = configs.FP8_BF16_DECODE
 DEC_TIERS: dict[int, configs.Fp8Bf16Dec] = dict(configs.FP8_BF16_DEC)
-#: Under tile.CHAIN: the decode kernels' chain form for these row counts.
+#: Under tile.CHAIN: the decode kernels' chain form for these row counts (FP8 only where
+#: CHAIN_DEC_FP8).
 CHAIN_DEC_TIERS: dict[int, configs.Fp8Bf16Dec] = dict(configs.FP8_BF16_CHAIN_DEC)
+CHAIN_DEC_FP8 = configs.FP8_CHAIN_DEC
 #: The prefill GEMM (``fp8_bf16_mma.cu``) from this many rows (METRALE_FP8_BF16_GEMM_MIN_ROWS
 #: moves the switch: tests and benchmarks).
 GEMM_FILE = "fp8_bf16_mma.cu"
@@ -270,13 +272,14 @@ def _project_gemm(
 
 def _project_chain(xa: Any, arr: dict[str, Any], w: Any, m: int, outa: Any, ldo: int, fp8: bool) -> None:
     """tile.CHAIN (docs/chain-revision.md): the decode kernels' chain form at the row counts of
-    CHAIN_DEC_TIERS (DECODE "dec"); FP8 on the chain tile where it takes the rows (from
-    ``tile.FP8.chain_min_rows``, B % 8 == 0); BF16 from configs.FP8_BF16_CHAIN_MMA_MIN_M rows on
-    the wide tensor-core kernels' chain form where mma.ENABLED (the prefill GEMM ``bf16c_gemm_*``
-    from GEMM_MIN_ROWS where its grid fills the GPU, else the K-split ``bf16c_mma_nt*``: the
-    tree's routing, the same block values); else ``{fp8,bf16}_chain_r{R}`` after
-    ``fp8_bf16_a16_prep`` in ROW_CHUNK passes. FP8 reads the chain's bytes (``tile_fp8_bytes``,
-    added to the device weight on its first such call), BF16 its uploaded weight."""
+    CHAIN_DEC_TIERS (DECODE "dec"; FP8 only where CHAIN_DEC_FP8); FP8 on the chain tile where it
+    takes the rows (from ``tile.FP8.chain_min_rows``, B % 8 == 0); BF16 from
+    configs.FP8_BF16_CHAIN_MMA_MIN_M rows on the wide tensor-core kernels' chain form where
+    mma.ENABLED (the prefill GEMM ``bf16c_gemm_*`` from GEMM_MIN_ROWS where its grid fills the
+    GPU, else the K-split ``bf16c_mma_nt*``: the tree's routing, the same block values); else
+    ``{fp8,bf16}_chain_r{R}`` after ``fp8_bf16_a16_prep`` in ROW_CHUNK passes. FP8 reads the
+    chain's bytes (``tile_fp8_bytes``, added to the device weight on its first such call), BF16
+    its uploaded weight."""
     import cupy
 
     n, k = w.n, w.k
@@ -284,7 +287,7 @@ def _project_chain(xa: Any, arr: dict[str, Any], w: Any, m: int, outa: Any, ldo:
     if fp8 and "chain_w" not in arr:
         arr["chain_w"] = to_device(tile_fp8_bytes(w.host.weight))
     wt, scale = (arr["chain_w"], arr["weight_scale"]) if fp8 else (arr["weight"], np.uint64(0))
-    if DECODE == "dec" and m in CHAIN_DEC_TIERS:
+    if DECODE == "dec" and m in CHAIN_DEC_TIERS and (CHAIN_DEC_FP8 or not fp8):
         _project_dec(xa, wt, scale, n, k, m, outa, ldo, fp8, CHAIN_DEC_TIERS[m], chain=True)
         return
     if fp8 and m >= tile.FP8.chain_min_rows:

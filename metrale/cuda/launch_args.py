@@ -117,12 +117,11 @@ def tier_launch(stem: str, tiers: dict[int, int], n: int, m: int, warps: int) ->
     return f"{stem}_r{r}", (cdiv(n, warps * tiers[r]), cdiv(m, r)), (32 * warps,)
 
 
-def chain_grid(n: int, b: int, rows: int, r: int, per_sm: int = 2) -> tuple[int, int]:
+def chain_grid(n: int, b: int, rows: int, r: int) -> tuple[int, int]:
     """(gx, gy) of a generic chain kernel (``q2_0_chain_r{r}``, ``{fp8,bf16}_chain_r{r}``): CTAs of
     configs.CHAIN_GENERIC_THREADS take rounds of whole columns (threads // ceil(b / 64) of N = ``n``,
-    b blocks) along x and groups of r of ``rows`` rows along y, ``per_sm`` CTAs per multiprocessor
-    in all."""
-    slots = per_sm * runtime.sm_count()
+    b blocks) along x and groups of r of ``rows`` rows along y, two CTAs per multiprocessor in all."""
+    slots = 2 * runtime.sm_count()
     gx = min(cdiv(n, configs.CHAIN_GENERIC_THREADS // cdiv(b, 64)), slots)
     return gx, max(1, min(cdiv(rows, r), slots // gx))
 

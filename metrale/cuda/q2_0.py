@@ -47,8 +47,6 @@ DEC_MAX_ROWS = configs.Q2_0_DEC_MAX_ROWS
 DEC_VARIANTS = configs.Q2_0_DEC_VARIANTS
 DEC_VARIANT: str | None = os.environ.get("METRALE_Q2_DEC") or None
 DEC_ROUTE = configs.Q2_0_DEC_ROUTE
-#: Under tile.CHAIN: the decode rows' chain kernels (``q2c_dec_r{m}_d{depth}``), by row count.
-CHAIN_DEC: dict[int, configs.ChainDec] = dict(configs.Q2_0_CHAIN_DEC)
 #: Warps per decode CTA (fewer where the column groups would not give every multiprocessor a CTA).
 DEC_WARPS = configs.Q2_0_DEC_WARPS
 DEC_PREP_THREADS = 128
@@ -100,7 +98,7 @@ def _q2_project(x: Any, w: Any, out: Any, m: int, kernel: str) -> None:
         return
     nb = k // BLOCK
     ws = (arr["qs"], arr["d"], np.float32(1.0), outa, np.int64(ldo))
-    if not (tile.CHAIN and m in CHAIN_DEC) and _tensor_cores(xa, m, nb, n, ws, ws, 1):
+    if _tensor_cores(xa, m, nb, n, ws, ws, 1):
         return
     lohi = cupy.empty((m * nb * 2 * 4,), dtype=cupy.uint32)
     aux = cupy.empty((m * nb * 2,), dtype=cupy.uint32)
@@ -111,12 +109,6 @@ def _q2_project(x: Any, w: Any, out: Any, m: int, kernel: str) -> None:
         (xa, np.int64(xa.strides[0] // 2), np.int32(k), np.int32(m), lohi, aux),
     )
     args = (arr["qs"], arr["d"], np.int32(n), np.int32(k), lohi, aux, np.int32(m), outa, np.int64(ldo))
-    if tile.CHAIN and m in CHAIN_DEC:  # decode rows on the chain: the generic kernel's ring form
-        dec = CHAIN_DEC[m]
-        grid = chain_grid(n, nb, m, m, dec.per_sm)
-        kern = get_kernel(CU_FILE, f"q2c_dec_r{m}_d{dec.depth}")
-        pdl.launch(kern, grid, (configs.CHAIN_GENERIC_THREADS,), args)
-        return
     if tile.CHAIN:  # the generic kernels on the chain (configs.CHAIN_GENERIC_ROWS)
         r = max(c for c in configs.CHAIN_GENERIC_ROWS if c <= m)
         grid = chain_grid(n, nb, m, r)

@@ -168,19 +168,15 @@ __device__ __forceinline__ void q2_gemv_warp(const uint4* __restrict__ qs, const
 //     runs of C = CHAIN_GENERIC_THREADS / Q whole columns, part-major (thread t: part t / C of column t % C,
 //     threads from C Q on idle), so a warp's lanes read the same codes (one part or two);
 //     rounds persistent over grid.x, groups of R rows over grid.y;
-//   * per Q2 block (4 A16 blocks) its 16 code bytes and d by __ldg (through L1: the next Q2 block
-//     of a run is the other half of the same 32-byte sector), D of them in a register ring
-//     (D - 1 Q2 blocks in flight while one is summed; D = 1: none ahead); per A16 block and row
-//     S_b = q2_block_dot (exact), the term pair P_b = f32(S_b) * 2^(E_b - 14) (one rounding, as
+//   * per Q2 block (4 A16 blocks) its 16 code bytes and d by __ldg; per A16 block and row S_b =
+//     q2_block_dot (exact), the term pair P_b = f32(S_b) * 2^(E_b - 14) (one rounding, as
 //     ldexpf's, where subnormal; NaN for a non-finite block), f_b = f32(d), the chain c =
 //     fma(P_b, f_b, c) from -0.0;
 //   * at the round's end the roots go to shared memory (roots [R][CHAIN_GENERIC_THREADS]) and thread j < C
 //     sums column j's parts in place by the padded tree over parts (stride h = 1, 2, 4, ..: part
 //     p += part p + h where p is a multiple of 2h and p + h < Q), y = bf16(root).
-// q2c_dec_r{R}_d{D} (the same arguments): the decode rows' form (tile.CHAIN, m = R <= 3 rows in
-// one pass, configs.Q2_0_CHAIN_DEC), the ring D deep.
 // Block CHAIN_GENERIC_THREADS, grid (rounds, row groups), no dynamic shared memory.
-template <int R, int D>
+template <int R>
 __device__ __forceinline__ void q2_chain_body(const uint4* __restrict__ qs, const u16* __restrict__ d, int N,
                                               int K, const uint4* __restrict__ lohi,
                                               const uint2* __restrict__ aux, int m, u16* __restrict__ out,
@@ -195,36 +191,20 @@ __device__ __forceinline__ void q2_chain_body(const uint4* __restrict__ qs, cons
         [&](int row0, int n, float (&c)[R]) {
             const int nrun = n < N ? nqr : 0;
             const long long wq0 = (long long)(n < N ? n : 0) * nq + 16 * lq;
-            uint4 wb[D];
-            u32 db[D];
+            for (int j = 0; j < nrun; ++j) {
+                const uint4 wq = __ldg(qs + wq0 + j);
+                const float dd = q2_f16_f32(__ldg(d + wq0 + j));
+                const u32 qw[4] = {wq.x, wq.y, wq.z, wq.w};
 #pragma unroll
-            for (int u = 0; u < D - 1; ++u) {
-                wb[u] = u < nrun ? __ldg(qs + wq0 + u) : make_uint4(0u, 0u, 0u, 0u);
-                db[u] = u < nrun ? __ldg(d + wq0 + u) : 0u;
-            }
-            for (int j0 = 0; j0 < nrun; j0 += D) {
+                for (int r = 0; r < R; ++r) {
+                    const int row = row0 + r < m ? row0 + r : row0;
 #pragma unroll
-                for (int u = 0; u < D; ++u) {
-                    const int jl = j0 + u + D - 1;  // into the slot summed last
-                    wb[(u + D - 1) % D] = jl < nrun ? __ldg(qs + wq0 + jl) : make_uint4(0u, 0u, 0u, 0u);
-                    db[(u + D - 1) % D] = jl < nrun ? __ldg(d + wq0 + jl) : 0u;
-                    const int j = j0 + u;
-                    if (j < nrun) {
-                        const float dd = q2_f16_f32((u16)db[u]);
-                        const u32 qw[4] = {wb[u].x, wb[u].y, wb[u].z, wb[u].w};
-#pragma unroll
-                        for (int r = 0; r < R; ++r) {
-                            const int row = row0 + r < m ? row0 + r : row0;
-#pragma unroll
-                            for (int i = 0; i < 4; ++i) {
-                                const long long bi = (long long)row * B + 4 * (16 * lq + j) + i;
-                                const uint2 ax = __ldg(aux + bi);
-                                const int S = q2_block_dot(qw[i], __ldg(lohi + 2 * bi), __ldg(lohi + 2 * bi + 1),
-                                                           (int)ax.x);
-                                const float P = ieee_mul(__int2float_rn(S), __uint_as_float(ax.y));
-                                c[r] = ieee_fma(P, dd, c[r]);
-                            }
-                        }
+                    for (int i = 0; i < 4; ++i) {
+                        const long long bi = (long long)row * B + 4 * (16 * lq + j) + i;
+                        const uint2 ax = __ldg(aux + bi);
+                        const int S = q2_block_dot(qw[i], __ldg(lohi + 2 * bi), __ldg(lohi + 2 * bi + 1), (int)ax.x);
+                        const float P = ieee_mul(__int2float_rn(S), __uint_as_float(ax.y));
+                        c[r] = ieee_fma(P, dd, c[r]);
                     }
                 }
             }
@@ -232,15 +212,12 @@ __device__ __forceinline__ void q2_chain_body(const uint4* __restrict__ qs, cons
         [&](int row, int col, float root) { out[(long long)row * ldo + col] = f32_to_bf16(root); });
 }
 
-#define Q2_CHAIN_KERNEL(NAME, R, D)                                                                 \
-    extern "C" __global__ void __launch_bounds__(CHAIN_GENERIC_THREADS) NAME(                       \
+#define Q2_CHAIN(R)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(CHAIN_GENERIC_THREADS) q2_0_chain_r##R(                       \
         const uint4* __restrict__ qs, const u16* __restrict__ d, int N, int K,                      \
         const uint4* __restrict__ lohi, const uint2* __restrict__ aux, int m, u16* __restrict__ out, \
         long long ldo) {                                                                            \
-        q2_chain_body<R, D>(qs, d, N, K, lohi, aux, m, out, ldo);                                   \
+        q2_chain_body<R>(qs, d, N, K, lohi, aux, m, out, ldo);                                      \
     }
-#define Q2_CHAIN(R) Q2_CHAIN_KERNEL(q2_0_chain_r##R, R, 1)
-#define Q2_CHAIN_DEC(R, D) Q2_CHAIN_KERNEL(q2c_dec_r##R##_d##D, R, D)
 
 // @instances Q2_CHAIN
-// @instances Q2_CHAIN_DEC
