@@ -806,9 +806,7 @@ __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, 
 //     buffers), __syncthreads, and thread j < C sums column j's Q roots in place by the padded
 //     tree (at stride h = 1, 2, 4, ..: part p += part p + h for p a multiple of 2h where p + h
 //     < Q; a missing partner is a -0.0 leaf, x + -0.0 = x), writes y = to_bf16(root * rowscale);
-//     a second __syncthreads before the next round's roots;
-//   * PDL (common.cuh): pdl_trigger first; the ring's first DEPTH - 1 slices (weights only) are
-//     requested before pdl_wait, as the tile kernels' first stages are, the activations after it.
+//     a second __syncthreads before the next round's roots.
 // CTAs of RUN_THREADS threads (RUN_WARPS warps), one per SM: a thread's work comes in whole runs,
 // so the CTA takes about as many runs per round as the Qwen3-8B down projection has per SM at
 // one row (49,152 runs: 384 threads, C = 32, 128 rounds for 132 SMs).
@@ -842,9 +840,8 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
     const int swz = (lane >> 1) & 3;
     const NibConsts kc = nib_consts_loaded();
 
-    // PDL: the ring's first slices (weights only) are requested before pdl_wait, so HBM streams
-    // while the previous launch drains; the activations after it.
     pdl_trigger();
+    pdl_wait();
 
     for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
         const int row0 = g * R;
@@ -929,12 +926,11 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
                 round_sources();
             }
         };
-#pragma unroll
-        for (int d = 0; d < DEPTH - 1; ++d) issue(d);
-        pdl_wait();  // at once after the first group
-        // A16: the x bytes of this thread's first FAST_PRE blocks are requested before the records
+        // A16: the x bytes of this thread's first FAST_PRE blocks are requested before the ring
         uint4 xv[FAST_PRE][2];
         if constexpr (MODE == 0) a16_x_prefetch(xv, (const unsigned short*)act, lda, m, row0, B, B, R * B, t, RUN_THREADS);
+#pragma unroll
+        for (int d = 0; d < DEPTH - 1; ++d) issue(d);
 
         // ---- prologue: the records of rows row0 .. row0 + R - 1 (block b = 64 j + p at slot p Q + j) ----
         for (int it = t, u = 0; it < R * B; it += RUN_THREADS, ++u) {
