@@ -249,9 +249,10 @@ FP8_BF16_DECODE = "dec"
 #: w8a16_gemm / dense_gemm run on the tensor cores from this many rows.
 FP8_BF16_MMA_MIN_M = 4
 #: Under the block-value chain (tile.CHAIN) BF16 runs its tensor-core kernels' chain form from
-#: this many rows: the generic chain kernel was no faster at one row and slower from two (H100,
-#: Qwen3-8B FFN on the chain: 235.7 / 305.4 µs at 1 / 2 rows against 233.0 at 4 on the K-split
-#: form, whose 8-row tile costs the same for fewer rows; performance-log.md "2026-12-07 (d)").
+#: this many rows where the decode kernels' chain form (FP8_BF16_CHAIN_DEC) does not take them:
+#: the generic chain kernel was no faster at one row and slower from two (H100, Qwen3-8B FFN on
+#: the chain: 235.7 / 305.4 µs at 1 / 2 rows against 233.0 at 4 on the K-split form, whose 8-row
+#: tile costs the same for fewer rows; performance-log.md "2026-12-07 (d)").
 FP8_BF16_CHAIN_MMA_MIN_M = 1
 
 
