@@ -224,7 +224,7 @@ def _pasted(macro: str, a: list[str]) -> tuple[str, ...]:
         "Q2_CHAIN_TILE": lambda: f"q2c_gemm_f{a[0]}",
         "FP8_CHAIN_TILE": lambda: f"w8c_gemm_f{a[0]}",
         "Q2_GEMV": lambda: f"q2_0_gemv_r{a[0]}",
-        "Q2_DEC": lambda: f"q2_dec_r{a[0]}_c{a[1]}_d{a[2]}_{a[4]}",
+        "Q2_DEC": lambda: f"{a[6]}_dec_r{a[0]}_c{a[1]}_d{a[2]}_{a[4]}",
         "FP8_BF16_GEMV": lambda: f"{a[0]}_r{a[2]}",
         "FP8_BF16_DEC": lambda: f"{a[0]}_dec_r{a[2]}_c{a[3]}_w{a[4]}_p{a[5]}_{a[7]}",
         "W8A8_GEMV": lambda: f"w8a8_gemv_r{a[0]}",

@@ -493,6 +493,17 @@ def fp8_bf16_gemm_late_builds() -> list[tuple[int, int, int]]:
     return list(dict.fromkeys([*fp8_bf16_gemm_builds(), *FP8_BF16_GEMM_LATE_VARIANTS]))
 
 
+def q2_chain_dec_builds() -> list[tuple[int, int, bool, int]]:
+    """(rows, NC, staged, D) of every ``q2c_dec_*`` kernel built (the decode kernels' chain form,
+    docs/chain-revision.md): the variants Q2_0_DEC_ROUTE routes, and the L1 form of each staged
+    one."""
+    out = []
+    for rows, _, v in Q2_0_DEC_ROUTE:
+        nc, sm, _, dp = Q2_0_DEC_VARIANTS[v]
+        out += [(rows, nc, sm, dp), (rows, nc, False, dp)]
+    return list(dict.fromkeys(out))
+
+
 def q2_dec_builds() -> list[tuple[int, bool, int]]:
     """(NC, staged, D) of every q2_0_dec.cu kernel built: each variant's, and the L1 form of each
     staged one (taken where the rows' activations do not fit in shared memory)."""
@@ -576,11 +587,17 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
     "Q2_GEMV": lambda: [f"Q2_GEMV({r}, {nc})" for r, nc in Q2_0_TIERS.items()],
     "Q2_CHAIN": lambda: [f"Q2_CHAIN({r})" for r in CHAIN_GENERIC_ROWS],
     "WIDE_CHAIN": lambda: [f"WIDE_CHAIN({r})" for r in CHAIN_GENERIC_ROWS],
-    "Q2_DEC": lambda: [
-        f"Q2_DEC({r}, {nc}, {dp}, {_bool(sm)}, {'s' if sm else 'l'})"
-        for r in Q2_0_DEC_ROWS
-        for nc, sm, dp in q2_dec_builds()
-    ],
+    "Q2_DEC": lambda: (
+        [
+            f"Q2_DEC({r}, {nc}, {dp}, {_bool(sm)}, {'s' if sm else 'l'}, false, q2)"
+            for r in Q2_0_DEC_ROWS
+            for nc, sm, dp in q2_dec_builds()
+        ]
+        + [
+            f"Q2_DEC({r}, {nc}, {dp}, {_bool(sm)}, {'s' if sm else 'l'}, true, q2c)"
+            for r, nc, sm, dp in q2_chain_dec_builds()
+        ]
+    ),
     "FP8_BF16_GEMV": lambda: [
         f"FP8_BF16_GEMV({p}_gemv, {_bool(p == 'bf16')}, {r}, {nc})"
         for p in ("fp8", "bf16")

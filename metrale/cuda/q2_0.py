@@ -94,7 +94,7 @@ def _q2_project(x: Any, w: Any, out: Any, m: int, kernel: str) -> None:
         return
     arr, xa, outa, ldo = ops
     n, k = w.n, w.k
-    if not tile.CHAIN and _dec_project(xa, arr, n, k, m, outa, ldo):  # the decode kernels are the tree's
+    if _dec_project(xa, arr, n, k, m, outa, ldo, chain=tile.CHAIN):
         return
     nb = k // BLOCK
     ws = (arr["qs"], arr["d"], np.float32(1.0), outa, np.int64(ldo))
@@ -118,15 +118,23 @@ def _q2_project(x: Any, w: Any, out: Any, m: int, kernel: str) -> None:
     get_kernel(CU_FILE, name)(grid, block, args)
 
 
-def dec_kernel_name(variant: str, rows: int, k: int) -> tuple[str, int, int]:
+def dec_kernel_name(variant: str, rows: int, k: int, chain: bool = False) -> tuple[str, int, int]:
     """(kernel name, dynamic shared memory bytes, CTAs per multiprocessor cap) of decode
     ``variant`` for ``rows`` rows at K = ``k``: a staged variant whose activations do not fit in
-    shared memory reads them through L1 instead (same arithmetic)."""
+    shared memory reads them through L1 instead (same arithmetic). ``chain``: its chain form
+    ``q2c_dec_*``, whose warps' term scratch (``chain_scratch``) comes on top."""
     nc, staged, per_sm, depth = DEC_VARIANTS[variant]
     smem = rows * DEC_ACT_BYTES * (k // 64) if staged else 0
-    if smem > mma.SMEM_LIMIT:
+    if smem + (chain_scratch(nc, rows, DEC_WARPS) if chain else 0) > mma.SMEM_LIMIT:
         staged, smem = False, 0
-    return f"q2_dec_r{rows}_c{nc}_d{depth}_{'s' if staged else 'l'}", smem, per_sm
+    prefix = "q2c" if chain else "q2"
+    return f"{prefix}_dec_r{rows}_c{nc}_d{depth}_{'s' if staged else 'l'}", smem, per_sm
+
+
+def chain_scratch(nc: int, rows: int, warps: int) -> int:
+    """Bytes of the chain form's term scratch: per warp and (row, column) two parts' 64 P_b
+    (68 floats each) and 16 f_b."""
+    return warps * 2 * nc * rows * 84 * 4
 
 
 def _resident(kern: Any, smem: int, cap: int, warps: int) -> int:
@@ -139,8 +147,11 @@ def _resident(kern: Any, smem: int, cap: int, warps: int) -> int:
     return max(1, min(cap, by_regs, by_smem))
 
 
-def _dec_project(xa: Any, arr: dict[str, Any], n: int, k: int, m: int, outa: Any, ldo: int) -> bool:
-    """The decode kernels for m <= DEC_MAX_ROWS rows (one pass); False where they do not serve."""
+def _dec_project(
+    xa: Any, arr: dict[str, Any], n: int, k: int, m: int, outa: Any, ldo: int, chain: bool = False
+) -> bool:
+    """The decode kernels for m <= DEC_MAX_ROWS rows (one pass); False where they do not serve.
+    ``chain``: their chain form (``q2c_dec_*``, tile.CHAIN)."""
     import cupy
 
     if m > min(DEC_MAX_ROWS, max(configs.Q2_0_DEC_ROWS)):
@@ -153,7 +164,7 @@ def _dec_project(xa: Any, arr: dict[str, Any], n: int, k: int, m: int, outa: Any
             f"METRALE_Q2_DEC={variant!r}: want one of {', '.join(DEC_VARIANTS)} or 'off' "
             "(metrale/cuda/configs.py)"
         )
-    name, smem, per_sm = dec_kernel_name(variant, m, k)
+    name, smem, per_sm = dec_kernel_name(variant, m, k, chain)
     prep, kern = get_kernel(DEC_FILE, "q2_dec_prep"), get_kernel(DEC_FILE, name)
     if prep is None or kern is None:
         return False
@@ -170,6 +181,8 @@ def _dec_project(xa: Any, arr: dict[str, Any], n: int, k: int, m: int, outa: Any
     while warps > 1 and cdiv(groups, warps) < sms:  # few columns (N = 4096): a CTA on every SM
         warps //= 2
     gx = cdiv(groups, warps)
+    if chain:
+        smem += chain_scratch(DEC_VARIANTS[variant][0], m, warps)
     if per_sm:
         gx = min(gx, _resident(kern, smem, per_sm, warps) * sms)
     if smem:

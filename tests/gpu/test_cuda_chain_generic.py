@@ -145,6 +145,7 @@ def test_chain_generic_q2_0(
     monkeypatch.setattr(tile, "CHAIN", True)
     monkeypatch.setattr(tile, "Q2_ENABLED", False)
     monkeypatch.setattr(mma, "ENABLED", False)
+    monkeypatch.setattr(q2_0, "DEC_VARIANT", "off")
     names = gen.kernels_fetched(monkeypatch, q2_0)
     check_rows(cuda, fresh_rng, "q2_0_gemm", gen.q2_0(fresh_rng, *shape), "q2 chain generic")
     assert {f"q2_0_chain_r{r}" for r in configs.CHAIN_GENERIC_ROWS} <= set(names), names
@@ -185,16 +186,17 @@ def test_chain_generic_wide(
 def test_chain_routes_fp8_and_q2_0(
     cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, fmt: str
 ) -> None:
-    """FP8 and Q2_0 under tile.CHAIN as routed: FP8 on the decode kernels' chain form at the rows
-    of ``fp8_bf16.CHAIN_DEC_TIERS`` where ``fp8_bf16.CHAIN_DEC_FP8``; else the chain tile from one
-    row (their ``chain_min_rows``) where B % 8 == 0, the generic chain kernels elsewhere: the
-    chain's bits at 1 to 40 rows, each row count on the kernel it should take."""
-    from metrale.cuda import fp8_bf16, runtime, tile
+    """FP8 and Q2_0 under tile.CHAIN as routed: the decode kernels' chain form at their rows (FP8:
+    ``fp8_bf16.CHAIN_DEC_TIERS`` where ``fp8_bf16.CHAIN_DEC_FP8``; Q2_0: ``q2c_dec_*`` at 1..3
+    rows); else the chain tile from one row (their ``chain_min_rows``) where B % 8 == 0, the
+    generic chain kernels elsewhere: the chain's bits at 1 to 40 rows, each row count on the
+    kernel it should take."""
+    from metrale.cuda import configs, fp8_bf16, q2_0, runtime, tile
     from tests.gpu.test_cuda_fp8_bf16 import fp8_weight
 
     monkeypatch.setattr(tile, "CHAIN", True)
     names = gen.kernels_fetched(monkeypatch, runtime)
-    decs = gen.kernels_fetched(monkeypatch, fp8_bf16)
+    decs = gen.kernels_fetched(monkeypatch, fp8_bf16 if fmt == "fp8" else q2_0)
     entry, stem = ("w8a16_gemm", "w8c_gemm_f") if fmt == "fp8" else ("q2_0_gemm", "q2c_gemm_f")
     for n, k in ((70, 4096), (40, 1040) if fmt == "fp8" else (40, 1216)):
         w = fp8_weight(fresh_rng, n, k) if fmt == "fp8" else gen.q2_0(fresh_rng, n, k)
@@ -206,10 +208,14 @@ def test_chain_routes_fp8_and_q2_0(
             buf, view, init = gen.guarded(cp, fresh_rng, m, n)
             cuda.launch(entry, dev_rows(x[:m]), dw, view)
             gen.bits_equal(gen.check_guard(buf, init, m, n), want[:m], f"chain routed {fmt} m={m} K={k}")
-            on_dec = fmt == "fp8" and fp8_bf16.CHAIN_DEC_FP8 and m in fp8_bf16.CHAIN_DEC_TIERS
+            if fmt == "fp8":
+                on_dec = fp8_bf16.CHAIN_DEC_FP8 and m in fp8_bf16.CHAIN_DEC_TIERS
+            else:
+                on_dec = m <= min(configs.Q2_0_DEC_MAX_ROWS, max(configs.Q2_0_DEC_ROWS))
             on_tile = any(name.startswith(stem) for name in names)
             assert on_tile == (k // 16 % 8 == 0 and not on_dec), (m, k, names)
-            assert any(name.startswith("fp8c_dec_") for name in decs) == on_dec, (m, k, decs)
+            dec = "fp8c_dec_" if fmt == "fp8" else "q2c_dec_"
+            assert any(name.startswith(dec) for name in decs) == on_dec, (m, k, decs)
 
 
 #: BF16 (N, K) on the wide tensor-core kernels' chain form: one block (one partial part), B = 65
@@ -328,3 +334,40 @@ def test_chain_decode_extreme_bf16(
         cuda.launch("dense_gemm", dev_rows(x[i : i + m]), dw, view)
         got = gen.check_guard(buf, init, m, w.n)
         gen.bits_equal(got, want[i : i + m], f"bf16c_dec extremes m={m} rows {i}")
+
+
+@pytest.mark.parametrize("shape", Q2_SHAPES, ids=[f"N{n}-K{k}" for n, k in Q2_SHAPES])
+def test_chain_decode_q2_0(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, shape: tuple
+) -> None:
+    """Q2_0 × A16 on the decode kernels' chain form ``q2c_dec_*``, every routed variant at its row
+    count (staged or through L1 as K decides; K = 131072 forces L1): one part, a partial last
+    part, 4 to 128 parts, columns off the warps' groups; in-window and edge rows (NaN/Inf blocks,
+    subnormal and huge values) against project_chain, bit for bit, into guarded outputs; only
+    those kernels launch (their prep aside)."""
+    from metrale.cuda import configs, q2_0, tile
+
+    monkeypatch.setattr(tile, "CHAIN", True)
+    names = gen.kernels_fetched(monkeypatch, q2_0)
+    n, k = shape
+    w = gen.q2_0(fresh_rng, n, k)
+    dw = cuda.upload(w)
+    x = np.concatenate(
+        [
+            np.stack([gen.row(fresh_rng, k, kind) for kind in gen.ROW_KINDS]),
+            window_rows(fresh_rng, 3, k, tuple(range(-30, 31))),
+            gen.rows(fresh_rng, 3, k),
+        ]
+    )
+    x = x[fresh_rng.permutation(len(x))]
+    want = ref(x, w)
+    for m, _, variant in configs.Q2_0_DEC_ROUTE:
+        monkeypatch.setattr(q2_0, "DEC_VARIANT", variant)
+        name = q2_0.dec_kernel_name(variant, m, k, chain=True)[0]
+        for i in range(0, len(x) - m + 1, 2 * m + 1):
+            del names[:]
+            buf, view, init = gen.guarded(cp, fresh_rng, m, n)
+            cuda.launch("q2_0_gemm", dev_rows(x[i : i + m]), dw, view)
+            got = gen.check_guard(buf, init, m, n)
+            gen.bits_equal(got, want[i : i + m], f"{name} N={n} K={k} rows {i}..{i + m - 1}")
+            assert set(names) == {"q2_dec_prep", name}, names

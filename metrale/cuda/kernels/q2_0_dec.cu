@@ -59,7 +59,7 @@ typedef unsigned short u16;
 typedef unsigned int u32;
 
 // @defines Q2_0_DEC (Q2D_WARPS, the most warps per CTA, from metrale/cuda/configs.py)
-#define Q2D_LEVELS 7  // binary counter over at most 64 chunk roots
+#define Q2D_LEVELS 7  // binary counter over at most 64 chunk roots (the chain's: 128 part roots, 8)
 
 // f16 bits (low half of h) -> f32, exact.
 __device__ __forceinline__ float q2d_f16(u32 h) {
@@ -217,11 +217,84 @@ __device__ __forceinline__ void q2d_step(const Q2dLoad<NC>& st, const u32* const
     }
 }
 
+// CH (the block-value chain): the step's term pairs into the warp's scratch instead of the tree:
+// P_b = f32(S_b) * 2^(E_b - 14) (one rounding, as ldexpf's where subnormal; NaN for a non-finite
+// block) of A16 block 4 qb + i at sp[68 k + 4 (lane & 15) + i] and f_b = f32(d) at
+// sf[16 k + (lane & 15)], k = r NC + c + (lane >> 4) NC R (lanes 0-15 hold part 2 ch of the
+// chunk, lanes 16-31 part 2 ch + 1).
+template <int R, int NC, bool SM>
+__device__ __forceinline__ void q2d_terms(const Q2dLoad<NC>& st, const u32* const (&ar)[R], int nq, int qb,
+                                          int lane, float* sp, float* sf) {
+    const int e = qb < nq ? qb : 0;
+    float P[R][NC][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        uint4 lo[R], hi[R];
+        uint2 ax[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            lo[r] = q2d_act4<SM>(ar[r] + 4 * (i * nq + e));
+            hi[r] = q2d_act4<SM>(ar[r] + 16 * nq + 4 * (i * nq + e));
+            ax[r] = q2d_act2<SM>(ar[r] + 32 * nq + 2 * (i * nq + e));
+        }
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+            const u32 qw = i == 0 ? st.w[c].x : i == 1 ? st.w[c].y : i == 2 ? st.w[c].z : st.w[c].w;
+            u32 gq[4];
+#pragma unroll
+            for (int s = 0; s < 4; ++s) gq[s] = (qw >> (2 * s)) & 0x03030303u;
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const u32 l[4] = {lo[r].x, lo[r].y, lo[r].z, lo[r].w};
+                const u32 h[4] = {hi[r].x, hi[r].y, hi[r].z, hi[r].w};
+                u32 slo = ax[r].x;
+                int shi = 0;
+#pragma unroll
+                for (int s = 0; s < 4; ++s) {
+                    slo = __dp4a(gq[s], l[s], slo);
+                    shi = __dp4a((int)gq[s], (int)h[s], shi);
+                }
+                const float fs = ieee_add(__uint_as_float((u32)shi * 256u + slo), -12582912.0f);
+                P[r][c][i] = ieee_mul(fs, __uint_as_float(ax[r].y));
+            }
+        }
+    }
+    const int half = lane >> 4, j = lane & 15;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+            const int k = r * NC + c + half * NC * R;
+            *reinterpret_cast<float4*>(sp + 68 * k + 4 * j) = make_float4(P[r][c][0], P[r][c][1], P[r][c][2], P[r][c][3]);
+            sf[16 * k + j] = q2d_f16(st.d[c]);
+        }
+}
+
+// CH: lane u < NC R chains the two parts of the chunk for (row u / NC, column u % NC) from the
+// scratch (c = fma(P_b, f_b, c) from -0.0 over the part's nq0 / nq1 Q2 blocks in K order, both
+// parts in one loop) and returns their roots.
+__device__ __forceinline__ void q2d_chain_parts(const float* sp, const float* sf, int k0, int k1, int nq0, int nq1,
+                                                float& c0, float& c1) {
+    c0 = -0.0f;
+    c1 = -0.0f;
+    for (int j = 0; j < nq0; ++j) {
+        const float4 p0 = *reinterpret_cast<const float4*>(sp + 68 * k0 + 4 * j);
+        const float f0 = sf[16 * k0 + j];
+        c0 = ieee_fma(p0.w, f0, ieee_fma(p0.z, f0, ieee_fma(p0.y, f0, ieee_fma(p0.x, f0, c0))));
+        if (j < nq1) {
+            const float4 p1 = *reinterpret_cast<const float4*>(sp + 68 * k1 + 4 * j);
+            const float f1 = sf[16 * k1 + j];
+            c1 = ieee_fma(p1.w, f1, ieee_fma(p1.z, f1, ieee_fma(p1.y, f1, ieee_fma(p1.x, f1, c1))));
+        }
+    }
+}
+
 // Chunk s of a column enters the counter (arithmetic.md § tree, streaming).
-__device__ __forceinline__ void q2d_push(float (&p)[Q2D_LEVELS], float c, int s) {
+template <int LV>
+__device__ __forceinline__ void q2d_push(float (&p)[LV], float c, int s) {
     bool carry = true;
 #pragma unroll
-    for (int L = 0; L < Q2D_LEVELS; ++L) {
+    for (int L = 0; L < LV; ++L) {
         if (carry) {
             if ((s >> L) & 1) {
                 c = ieee_add(p[L], c);
@@ -234,11 +307,12 @@ __device__ __forceinline__ void q2d_push(float (&p)[Q2D_LEVELS], float c, int s)
 }
 
 // The padded tree's root after C chunks: p[L_hi] + (... + (p[L_2] + p[L_1])) over the set bits of C.
-__device__ __forceinline__ float q2d_root(const float (&p)[Q2D_LEVELS], int C) {
+template <int LV>
+__device__ __forceinline__ float q2d_root(const float (&p)[LV], int C) {
     float acc = -0.0f;
     bool have = false;
 #pragma unroll
-    for (int L = 0; L < Q2D_LEVELS; ++L) {
+    for (int L = 0; L < LV; ++L) {
         if ((C >> L) & 1) {
             acc = have ? ieee_add(p[L], acc) : p[L];
             have = true;
@@ -255,10 +329,11 @@ __device__ __forceinline__ void q2d_advance(int& g, int& ch, int C, int gstep) {
     }
 }
 
-template <int R, int NC, int D, bool SM>
+template <int R, int NC, int D, bool SM, bool CH>
 __device__ __forceinline__ void q2d_body(const uint4* __restrict__ qs, const u16* __restrict__ d, int N, int K,
                                          const u32* __restrict__ act, int m, u16* __restrict__ out, long long ldo,
                                          u32* smem) {
+    static_assert(!CH || NC * R <= 32, "one chaining lane per (row, column)");
     pdl_trigger();
     pdl_wait();
     const int nq = K >> 6, C = (nq + 31) >> 5, rs = 40 * nq;
@@ -297,6 +372,14 @@ __device__ __forceinline__ void q2d_body(const uint4* __restrict__ qs, const u16
     for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int L = 0; L < Q2D_LEVELS; ++L) p[r][L] = -0.0f;
+    // CH: the warp's term scratch after the staged rows (Q2D_SCRATCH floats per warp), this
+    // lane's counter over the parts of (row lane / NC, column lane % NC)
+    float* const sp = reinterpret_cast<float*>(smem + (SM ? R * rs : 0)) + warp * (2 * NC * R * 84);
+    float* const sf = sp + 2 * NC * R * 68;
+    const int QP = (nq + 15) >> 4;  // chain parts per column
+    float pc[Q2D_LEVELS + 1];
+#pragma unroll
+    for (int L = 0; L <= Q2D_LEVELS; ++L) pc[L] = -0.0f;
     int g = g0, ch = 0;  // the step computed next
     for (int t = 0; t < T; t += D) {
 #pragma unroll
@@ -304,7 +387,22 @@ __device__ __forceinline__ void q2d_body(const uint4* __restrict__ qs, const u16
             // slot (j + D - 1) mod D held step t + j - 1, computed: refill it with step t + j + D - 1
             q2d_load<NC>(buf[(j + D - 1) % D], qs, d, N, nq, groups, lg, lch, lane);
             q2d_advance(lg, lch, C, gstep);
-            if (t + j < T) {  // warp-uniform
+            if (CH && t + j < T) {  // warp-uniform
+                q2d_terms<R, NC, SM>(buf[j], ar, nq, ch * 32 + lane, lane, sp, sf);
+                __syncwarp();
+                if (lane < NC * R) {
+                    const int nq0 = min(16, nq - 32 * ch), nq1 = min(16, nq - 32 * ch - 16);
+                    float c0, c1;
+                    q2d_chain_parts(sp, sf, lane, lane + NC * R, nq0, nq1, c0, c1);
+                    q2d_push(pc, c0, 2 * ch);
+                    if (nq1 > 0) q2d_push(pc, c1, 2 * ch + 1);
+                    const int n = g * NC + lane % NC, r = lane / NC;
+                    if (ch == C - 1 && n < N && r0 + r < m)
+                        out[(long long)(r0 + r) * ldo + n] = f32_to_bf16(q2d_root(pc, QP));
+                }
+                __syncwarp();  // the scratch is read before the next step writes it
+                q2d_advance(g, ch, C, gstep);
+            } else if (t + j < T) {  // warp-uniform
                 const int qb = ch * 32 + lane;
                 float root[R];
                 q2d_step<R, NC, SM>(buf[j], ar, nq, qb, qb < nq, lane, root);
@@ -324,12 +422,12 @@ __device__ __forceinline__ void q2d_body(const uint4* __restrict__ qs, const u16
     }
 }
 
-#define Q2_DEC(R, NC, D, SM, SUFFIX)                                                                       \
-    extern "C" __global__ void __launch_bounds__(32 * Q2D_WARPS) q2_dec_r##R##_c##NC##_d##D##_##SUFFIX(     \
+#define Q2_DEC(R, NC, D, SM, SUFFIX, CH, PREFIX)                                                          \
+    extern "C" __global__ void __launch_bounds__(32 * Q2D_WARPS) PREFIX##_dec_r##R##_c##NC##_d##D##_##SUFFIX( \
         const uint4* __restrict__ qs, const u16* __restrict__ d, int N, int K, const u32* __restrict__ act, \
         int m, u16* __restrict__ out, long long ldo) {                                                   \
         extern __shared__ uint4 q2d_smem[];                                                              \
-        q2d_body<R, NC, D, SM>(qs, d, N, K, act, m, out, ldo, reinterpret_cast<u32*>(q2d_smem));        \
+        q2d_body<R, NC, D, SM, CH>(qs, d, N, K, act, m, out, ldo, reinterpret_cast<u32*>(q2d_smem));    \
     }
 
 // @instances Q2_DEC   (lines generated from metrale/cuda/configs.py)
