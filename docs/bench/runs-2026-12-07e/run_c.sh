@@ -12,3 +12,16 @@ OPENBLAS_NUM_THREADS=1 timeout 120 python -m metrale.bench $mode --shape qwen3-8
   --m 1,2,3 --formats nvfp4,q2_0,fp8,bf16 --peers bf16 --kernels none \
   --cell-seconds 0.5 --samples 5 --deadline 100 --json $OUT/dec3${mode:+_chain}.json 2>&1 | grep "^| " | head -7
 done
+# The nibble decode's shifts as mul.hi (configs.NVFP4_NIB_MULHI, a variant): the NVFP4 chain GEMV
+# tests with it, then the NVFP4 chain FFN at 1..3 rows with it (the run above is without).
+python -c "
+import sys; from metrale.cuda import configs; configs.NVFP4_NIB_MULHI = True
+import pytest; sys.exit(pytest.main(['-q', '-p', 'no:benchmark', 'tests/gpu/test_cuda_chain_gemv.py']))
+" 2>&1 | grep -E "^FAILED|^E |passed|failed" | tail -5
+OPENBLAS_NUM_THREADS=1 timeout 90 python -c "
+import sys; from metrale.cuda import configs; configs.NVFP4_NIB_MULHI = True
+from metrale.bench.run import main
+sys.exit(main(['--chain', '--shape', 'qwen3-8b', '--m', '1,2,3', '--formats', 'nvfp4', '--peers', 'bf16',
+  '--kernels', 'none', '--cell-seconds', '0.5', '--samples', '5', '--deadline', '70', '--json', '$OUT/mulhi_chain.json'],
+  prog='bench'))
+" 2>&1 | grep "^| " | head -4
