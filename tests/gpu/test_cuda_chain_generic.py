@@ -258,6 +258,19 @@ def test_chain_routes_bf16(
     assert not any(name.startswith(tree) for name in launched), sorted(launched)
 
 
+def edge_rows(rng: np.random.Generator, k: int) -> np.ndarray:
+    """14 rows in random order: one of every edge kind (NaN/Inf blocks, subnormal, huge, ties, ...),
+    three in-window rows, three Gaussian."""
+    x = np.concatenate(
+        [
+            np.stack([gen.row(rng, k, kind) for kind in gen.ROW_KINDS]),
+            window_rows(rng, 3, k, tuple(range(-30, 31))),
+            gen.rows(rng, 3, k),
+        ]
+    )
+    return x[rng.permutation(len(x))]
+
+
 #: (N, K) for the decode kernels' chain form: one block (one part of one block); odd N below a
 #: CTA's columns with B = 65 (two parts, the last of one block) and 67; B = 293 (five parts, the
 #: last of 37: more chunks than warps, the next one prefetched); Qwen3-8B's gate (4 parts) and
@@ -285,14 +298,7 @@ def test_chain_decode_wide(
     w = fp8_weight(fresh_rng, n, k) if fmt == "fp8" else bf16_weight(fresh_rng, n, k)
     dw = cuda.upload(w)
     entry = "w8a16_gemm" if fmt == "fp8" else "dense_gemm"
-    x = np.concatenate(
-        [
-            np.stack([gen.row(fresh_rng, k, kind) for kind in gen.ROW_KINDS]),
-            window_rows(fresh_rng, 3, k, tuple(range(-30, 31))),
-            gen.rows(fresh_rng, 3, k),
-        ]
-    )
-    x = x[fresh_rng.permutation(len(x))]
+    x = edge_rows(fresh_rng, k)
     want = ref(x, w)
     for m, cfg in fp8_bf16.CHAIN_DEC_TIERS.items():
         for i in range(0, len(x) - m + 1, 2 * m + 1):
@@ -352,14 +358,7 @@ def test_chain_decode_q2_0(
     n, k = shape
     w = gen.q2_0(fresh_rng, n, k)
     dw = cuda.upload(w)
-    x = np.concatenate(
-        [
-            np.stack([gen.row(fresh_rng, k, kind) for kind in gen.ROW_KINDS]),
-            window_rows(fresh_rng, 3, k, tuple(range(-30, 31))),
-            gen.rows(fresh_rng, 3, k),
-        ]
-    )
-    x = x[fresh_rng.permutation(len(x))]
+    x = edge_rows(fresh_rng, k)
     want = ref(x, w)
     for m, _, variant in configs.Q2_0_DEC_ROUTE:
         monkeypatch.setattr(q2_0, "DEC_VARIANT", variant)

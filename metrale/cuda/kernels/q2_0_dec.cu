@@ -164,6 +164,56 @@ __device__ __forceinline__ float q2d_warp_tree(float (&v)[NC], int lane) {
     return t;
 }
 
+// The act words of A16 block 4 e + i of one row (lo, hi limbs; aux).
+struct Q2dAct {
+    uint4 lo, hi;
+    uint2 ax;
+};
+template <bool SM>
+__device__ __forceinline__ Q2dAct q2d_act(const u32* a, int nq, int e, int i) {
+    return {q2d_act4<SM>(a + 4 * (i * nq + e)), q2d_act4<SM>(a + 16 * nq + 4 * (i * nq + e)),
+            q2d_act2<SM>(a + 32 * nq + 2 * (i * nq + e))};
+}
+// The 2-bit codes g_s of word i of a column's Q2 block (elements s + 4j of A16 block 4 qb + i).
+template <int NC>
+__device__ __forceinline__ void q2d_codes(const Q2dLoad<NC>& st, int c, int i, u32 (&gq)[4]) {
+    const u32 qw = i == 0 ? st.w[c].x : i == 1 ? st.w[c].y : i == 2 ? st.w[c].z : st.w[c].w;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) gq[s] = (qw >> (2 * s)) & 0x03030303u;
+}
+// f32(S_b) of one block and row, exactly (the header's arithmetic).
+__device__ __forceinline__ float q2d_sum(const u32 (&gq)[4], const Q2dAct& a) {
+    const u32 l[4] = {a.lo.x, a.lo.y, a.lo.z, a.lo.w};
+    const u32 h[4] = {a.hi.x, a.hi.y, a.hi.z, a.hi.w};
+    u32 slo = a.ax.x;
+    int shi = 0;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+        slo = __dp4a(gq[s], l[s], slo);
+        shi = __dp4a((int)gq[s], (int)h[s], shi);
+    }
+    return ieee_add(__uint_as_float((u32)shi * 256u + slo), -12582912.0f);
+}
+
+// For A16 block i = 0..3 of the lane's Q2 block e, column c and row r (in that loop order):
+// f(i, c, r, f32(S_b), 2^(E_b - 14)).
+template <int R, int NC, bool SM, class F>
+__device__ __forceinline__ void q2d_blocks(const Q2dLoad<NC>& st, const u32* const (&ar)[R], int nq, int e, F f) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        Q2dAct av[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) av[r] = q2d_act<SM>(ar[r], nq, e, i);
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+            u32 gq[4];
+            q2d_codes(st, c, i, gq);
+#pragma unroll
+            for (int r = 0; r < R; ++r) f(i, c, r, q2d_sum(gq, av[r]), __uint_as_float(av[r].ax.y));
+        }
+    }
+}
+
 template <int R, int NC, bool SM>
 __device__ __forceinline__ void q2d_step(const Q2dLoad<NC>& st, const u32* const (&ar)[R], int nq, int qb,
                                          bool valid, int lane, float (&root)[R]) {
@@ -171,43 +221,13 @@ __device__ __forceinline__ void q2d_step(const Q2dLoad<NC>& st, const u32* const
 #pragma unroll
     for (int c = 0; c < NC; ++c) dd[c] = q2d_f16(st.d[c]);
     float a[R][NC], b[R][NC];
-    const int e = valid ? qb : 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        uint4 lo[R], hi[R];
-        uint2 ax[R];
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            lo[r] = q2d_act4<SM>(ar[r] + 4 * (i * nq + e));
-            hi[r] = q2d_act4<SM>(ar[r] + 16 * nq + 4 * (i * nq + e));
-            ax[r] = q2d_act2<SM>(ar[r] + 32 * nq + 2 * (i * nq + e));
-        }
-#pragma unroll
-        for (int c = 0; c < NC; ++c) {
-            const u32 qw = i == 0 ? st.w[c].x : i == 1 ? st.w[c].y : i == 2 ? st.w[c].z : st.w[c].w;
-            u32 gq[4];
-#pragma unroll
-            for (int s = 0; s < 4; ++s) gq[s] = (qw >> (2 * s)) & 0x03030303u;
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-                const u32 l[4] = {lo[r].x, lo[r].y, lo[r].z, lo[r].w};
-                const u32 h[4] = {hi[r].x, hi[r].y, hi[r].z, hi[r].w};
-                u32 slo = ax[r].x;
-                int shi = 0;
-#pragma unroll
-                for (int s = 0; s < 4; ++s) {
-                    slo = __dp4a(gq[s], l[s], slo);
-                    shi = __dp4a((int)gq[s], (int)h[s], shi);
-                }
-                const float fs = ieee_add(__uint_as_float((u32)shi * 256u + slo), -12582912.0f);
-                const float v = ieee_mul(ieee_mul(fs, dd[c]), __uint_as_float(ax[r].y));
-                if (i == 0) a[r][c] = v;
-                else if (i == 1) a[r][c] = ieee_add(a[r][c], v);
-                else if (i == 2) b[r][c] = v;
-                else a[r][c] = ieee_add(a[r][c], ieee_add(b[r][c], v));
-            }
-        }
-    }
+    q2d_blocks<R, NC, SM>(st, ar, nq, valid ? qb : 0, [&](int i, int c, int r, float fs, float fac) {
+        const float v = ieee_mul(ieee_mul(fs, dd[c]), fac);
+        if (i == 0) a[r][c] = v;
+        else if (i == 1) a[r][c] = ieee_add(a[r][c], v);
+        else if (i == 2) b[r][c] = v;
+        else a[r][c] = ieee_add(a[r][c], ieee_add(b[r][c], v));
+    });
 #pragma unroll
     for (int r = 0; r < R; ++r) {
         float v[NC];
@@ -225,40 +245,9 @@ __device__ __forceinline__ void q2d_step(const Q2dLoad<NC>& st, const u32* const
 template <int R, int NC, bool SM>
 __device__ __forceinline__ void q2d_terms(const Q2dLoad<NC>& st, const u32* const (&ar)[R], int nq, int qb,
                                           int lane, float* sp, float* sf) {
-    const int e = qb < nq ? qb : 0;
     float P[R][NC][4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        uint4 lo[R], hi[R];
-        uint2 ax[R];
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            lo[r] = q2d_act4<SM>(ar[r] + 4 * (i * nq + e));
-            hi[r] = q2d_act4<SM>(ar[r] + 16 * nq + 4 * (i * nq + e));
-            ax[r] = q2d_act2<SM>(ar[r] + 32 * nq + 2 * (i * nq + e));
-        }
-#pragma unroll
-        for (int c = 0; c < NC; ++c) {
-            const u32 qw = i == 0 ? st.w[c].x : i == 1 ? st.w[c].y : i == 2 ? st.w[c].z : st.w[c].w;
-            u32 gq[4];
-#pragma unroll
-            for (int s = 0; s < 4; ++s) gq[s] = (qw >> (2 * s)) & 0x03030303u;
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-                const u32 l[4] = {lo[r].x, lo[r].y, lo[r].z, lo[r].w};
-                const u32 h[4] = {hi[r].x, hi[r].y, hi[r].z, hi[r].w};
-                u32 slo = ax[r].x;
-                int shi = 0;
-#pragma unroll
-                for (int s = 0; s < 4; ++s) {
-                    slo = __dp4a(gq[s], l[s], slo);
-                    shi = __dp4a((int)gq[s], (int)h[s], shi);
-                }
-                const float fs = ieee_add(__uint_as_float((u32)shi * 256u + slo), -12582912.0f);
-                P[r][c][i] = ieee_mul(fs, __uint_as_float(ax[r].y));
-            }
-        }
-    }
+    q2d_blocks<R, NC, SM>(st, ar, nq, qb < nq ? qb : 0,
+                          [&](int i, int c, int r, float fs, float fac) { P[r][c][i] = ieee_mul(fs, fac); });
     const int half = lane >> 4, j = lane & 15;
 #pragma unroll
     for (int r = 0; r < R; ++r)
