@@ -261,20 +261,19 @@ __device__ __forceinline__ void q2d_terms(const Q2dLoad<NC>& st, const u32* cons
 
 // CH: lane u < NC R chains the two parts of the chunk for (row u / NC, column u % NC) from the
 // scratch (c = fma(P_b, f_b, c) from -0.0 over the part's nq0 / nq1 Q2 blocks in K order, both
-// parts in one loop) and returns their roots.
+// parts in one loop, unrolled so that the reads run ahead of the fmas: the slots past a part's
+// end are read and not used) and returns their roots.
 __device__ __forceinline__ void q2d_chain_parts(const float* sp, const float* sf, int k0, int k1, int nq0, int nq1,
                                                 float& c0, float& c1) {
     c0 = -0.0f;
     c1 = -0.0f;
-    for (int j = 0; j < nq0; ++j) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
         const float4 p0 = *reinterpret_cast<const float4*>(sp + 68 * k0 + 4 * j);
-        const float f0 = sf[16 * k0 + j];
-        c0 = ieee_fma(p0.w, f0, ieee_fma(p0.z, f0, ieee_fma(p0.y, f0, ieee_fma(p0.x, f0, c0))));
-        if (j < nq1) {
-            const float4 p1 = *reinterpret_cast<const float4*>(sp + 68 * k1 + 4 * j);
-            const float f1 = sf[16 * k1 + j];
-            c1 = ieee_fma(p1.w, f1, ieee_fma(p1.z, f1, ieee_fma(p1.y, f1, ieee_fma(p1.x, f1, c1))));
-        }
+        const float4 p1 = *reinterpret_cast<const float4*>(sp + 68 * k1 + 4 * j);
+        const float f0 = sf[16 * k0 + j], f1 = sf[16 * k1 + j];
+        if (j < nq0) c0 = ieee_fma(p0.w, f0, ieee_fma(p0.z, f0, ieee_fma(p0.y, f0, ieee_fma(p0.x, f0, c0))));
+        if (j < nq1) c1 = ieee_fma(p1.w, f1, ieee_fma(p1.z, f1, ieee_fma(p1.y, f1, ieee_fma(p1.x, f1, c1))));
     }
 }
 
