@@ -174,6 +174,11 @@ def test_launchers_ask_for_kernels_the_files_define() -> None:
             for r in range(1, configs.Q2_0_DEC_MAX_ROWS + 1)
             for k in (4096, 131072)
         ]
+        + [
+            ("q2_0_dec.cu", dec_kernel_name(v, r, k, chain=True)[0])
+            for r, _, v in configs.Q2_0_DEC_ROUTE
+            for k in (4096, 12288, 131072)
+        ]
         + [("fp8_bf16_gemv.cu", f"{p}_gemv_r{r}") for p in ("fp8", "bf16") for r in configs.FP8_BF16_TIERS]
         + [("fp8_bf16_gemv.cu", d.name(p, r)) for p, r, d in configs.fp8_bf16_dec_instances()]
         + [("w8a8.cu", f"w8a8_mma_r{r}_w{w}") for r in configs.W8A8_MMA_TIERS for w in configs.W8A8_MMA_WARPS]
