@@ -274,7 +274,8 @@ __device__ __forceinline__ void wide_chain_body(const unsigned char* __restrict_
 //   {fp8,bf16}_dec_r{R}_c{NC}_w{W}_p{P}_{h,i}(w, scale, N, K, act, pe, m, out, ldo)
 //       grid (ceil(N / NC), ceil(m / R)), block 32 W; shared NC R 128 floats of chunk roots.
 //   {fp8,bf16}c_dec_r{R}_c{NC}_w{W}_p{P}_{h,i} (the same arguments): on the block-value chain
-//       (docs/chain-revision.md; tile.CHAIN routes them at m <= 3): the same block values (FP8
+//       (docs/chain-revision.md; tile.CHAIN routes BF16's at m <= 3, FP8's where
+//       configs.FP8_CHAIN_DEC): the same block values (FP8
 //       from the chain tile's bytes, tile_fp8_bytes: lane l's block b = 32 ch + l has its word t
 //       at byte 128 s + 4 (t nbs + j), s = b / 8, j = b % 8, nbs = min(8, B - 8 s)) stored in
 //       dynamic shared memory, NC R rows of 65 Q floats (part p's block i at 65 p + i: the

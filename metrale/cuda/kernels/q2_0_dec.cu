@@ -32,6 +32,13 @@
 //       chunks in order) go through a ring of D register slots: D - 1 steps are in flight while one
 //       is computed (the first ones issued before the activations are staged).
 //       Instantiated from metrale/cuda/configs.py Q2_0_DEC_VARIANTS (the launcher: q2_0.py).
+//   q2c_dec_r{R}_c{NC}_d{D}_{s,l} (the same arguments): on the block-value chain
+//       (docs/chain-revision.md; tile.CHAIN; the variants Q2_0_DEC_ROUTE routes,
+//       configs.q2_chain_dec_builds): the same steps and block dots, but each step's term pairs
+//       P_b = f32(S_b) 2^(E_b - 14), f_b = f32(d) go to the warp's scratch after the staged rows
+//       (2 NC R (68 + 16) floats: q2d_terms), and lane u < NC R chains the chunk's two parts of
+//       (row u / NC, column u % NC), c = fma(P_b, f_b, c) from -0.0 (q2d_chain_parts), then
+//       pushes the part roots into its counter over parts (8 levels: up to 128 parts).
 //
 // Arithmetic per lane, column and A16 block (exact, in int32): g_s = (word >> 2s) & 0x03030303 holds
 // the codes q in 0..3 of elements s + 4j; slo = dp4a(g_s, lo_s) (unsigned, started at aux.x),
