@@ -175,9 +175,10 @@ def test_launchers_ask_for_kernels_the_files_define() -> None:
             for k in (4096, 131072)
         ]
         + [
-            ("q2_0_dec.cu", dec_kernel_name(v, r, k, chain=True)[0])
+            ("q2_0_dec.cu", dec_kernel_name(v, r, k, chain=True)[0].replace("q2c_", pre))
             for r, _, v in configs.Q2_0_DEC_ROUTE
             for k in (4096, 12288, 131072)
+            for pre in ("q2c_", *(("q2cp_",) if r in configs.Q2_0_CHAIN_PIPE_ROWS_BUILT else ()))
         ]
         + [("fp8_bf16_gemv.cu", f"{p}_gemv_r{r}") for p in ("fp8", "bf16") for r in configs.FP8_BF16_TIERS]
         + [("fp8_bf16_gemv.cu", d.name(p, r)) for p, r, d in configs.fp8_bf16_dec_instances()]

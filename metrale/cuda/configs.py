@@ -497,6 +497,13 @@ def fp8_bf16_gemm_late_builds() -> list[tuple[int, int, int]]:
     return list(dict.fromkeys([*fp8_bf16_gemm_builds(), *FP8_BF16_GEMM_LATE_VARIANTS]))
 
 
+#: Q2_0's decode kernels' chain form with the chains of each step run after the next step's
+#: block dots (``q2cp_dec_*``, two term scratches per warp): built for these row counts, routed
+#: for Q2_0_CHAIN_PIPE_ROWS (a variant to measure: none).
+Q2_0_CHAIN_PIPE_ROWS_BUILT: tuple[int, ...] = (1, 2)
+Q2_0_CHAIN_PIPE_ROWS: tuple[int, ...] = ()
+
+
 def q2_chain_dec_builds() -> list[tuple[int, int, bool, int]]:
     """(rows, NC, staged, D) of every ``q2c_dec_*`` kernel built (the decode kernels' chain form,
     docs/chain-revision.md): the variants Q2_0_DEC_ROUTE routes, and the L1 form of each staged
@@ -593,13 +600,15 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
     "WIDE_CHAIN": lambda: [f"WIDE_CHAIN({r})" for r in CHAIN_GENERIC_ROWS],
     "Q2_DEC": lambda: (
         [
-            f"Q2_DEC({r}, {nc}, {dp}, {_bool(sm)}, {'s' if sm else 'l'}, false, q2)"
+            f"Q2_DEC({r}, {nc}, {dp}, {_bool(sm)}, {'s' if sm else 'l'}, 0, q2)"
             for r in Q2_0_DEC_ROWS
             for nc, sm, dp in q2_dec_builds()
         ]
         + [
-            f"Q2_DEC({r}, {nc}, {dp}, {_bool(sm)}, {'s' if sm else 'l'}, true, q2c)"
+            f"Q2_DEC({r}, {nc}, {dp}, {_bool(sm)}, {'s' if sm else 'l'}, {ch}, {prefix})"
+            for ch, prefix in ((1, "q2c"), (2, "q2cp"))
             for r, nc, sm, dp in q2_chain_dec_builds()
+            if ch == 1 or r in Q2_0_CHAIN_PIPE_ROWS_BUILT
         ]
     ),
     "FP8_BF16_GEMV": lambda: [

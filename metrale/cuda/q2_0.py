@@ -47,6 +47,9 @@ DEC_MAX_ROWS = configs.Q2_0_DEC_MAX_ROWS
 DEC_VARIANTS = configs.Q2_0_DEC_VARIANTS
 DEC_VARIANT: str | None = os.environ.get("METRALE_Q2_DEC") or None
 DEC_ROUTE = configs.Q2_0_DEC_ROUTE
+#: Under tile.CHAIN, the row counts whose decode kernels run each step's chains after the next
+#: step's block dots (``q2cp_dec_*``; built for configs.Q2_0_CHAIN_PIPE_ROWS_BUILT).
+CHAIN_PIPE_ROWS: tuple[int, ...] = configs.Q2_0_CHAIN_PIPE_ROWS
 #: Warps per decode CTA (fewer where the column groups would not give every multiprocessor a CTA).
 DEC_WARPS = configs.Q2_0_DEC_WARPS
 DEC_PREP_THREADS = 128
@@ -127,14 +130,15 @@ def dec_kernel_name(variant: str, rows: int, k: int, chain: bool = False) -> tup
     smem = rows * DEC_ACT_BYTES * (k // 64) if staged else 0
     if smem + (chain_scratch(nc, rows, DEC_WARPS) if chain else 0) > mma.SMEM_LIMIT:
         staged, smem = False, 0
-    prefix = "q2c" if chain else "q2"
+    prefix = ("q2cp" if rows in CHAIN_PIPE_ROWS else "q2c") if chain else "q2"
     return f"{prefix}_dec_r{rows}_c{nc}_d{depth}_{'s' if staged else 'l'}", smem, per_sm
 
 
 def chain_scratch(nc: int, rows: int, warps: int) -> int:
     """Bytes of the chain form's term scratch: per warp and (row, column) two parts' 64 P_b
-    (68 floats each) and 16 f_b."""
-    return warps * 2 * nc * rows * 84 * 4
+    (68 floats each) and 16 f_b; twice that where the chains run a step late
+    (CHAIN_PIPE_ROWS)."""
+    return warps * 2 * nc * rows * 84 * 4 * (2 if rows in CHAIN_PIPE_ROWS else 1)
 
 
 def _resident(kern: Any, smem: int, cap: int, warps: int) -> int:

@@ -342,11 +342,13 @@ def test_chain_decode_extreme_bf16(
         gen.bits_equal(got, want[i : i + m], f"bf16c_dec extremes m={m} rows {i}")
 
 
+@pytest.mark.parametrize("pipe", [False, True], ids=["q2c", "q2cp"])
 @pytest.mark.parametrize("shape", Q2_SHAPES, ids=[f"N{n}-K{k}" for n, k in Q2_SHAPES])
 def test_chain_decode_q2_0(
-    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, shape: tuple
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, shape: tuple, pipe: bool
 ) -> None:
-    """Q2_0 × A16 on the decode kernels' chain form ``q2c_dec_*``, every routed variant at its row
+    """Q2_0 × A16 on the decode kernels' chain form ``q2c_dec_*`` (``pipe``: ``q2cp_dec_*`` where
+    built, each step's chains after the next step's block dots), every routed variant at its row
     count (staged or through L1 as K decides; K = 131072 forces L1): one part, a partial last
     part, 4 to 128 parts, columns off the warps' groups; in-window and edge rows (NaN/Inf blocks,
     subnormal and huge values) against project_chain, bit for bit, into guarded outputs; only
@@ -354,6 +356,7 @@ def test_chain_decode_q2_0(
     from metrale.cuda import configs, q2_0, tile
 
     monkeypatch.setattr(tile, "CHAIN", True)
+    monkeypatch.setattr(q2_0, "CHAIN_PIPE_ROWS", configs.Q2_0_CHAIN_PIPE_ROWS_BUILT if pipe else ())
     names = gen.kernels_fetched(monkeypatch, q2_0)
     n, k = shape
     w = gen.q2_0(fresh_rng, n, k)

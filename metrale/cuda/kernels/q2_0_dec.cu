@@ -39,6 +39,10 @@
 //       (2 NC R (68 + 16) floats: q2d_terms), and lane u < NC R chains the chunk's two parts of
 //       (row u / NC, column u % NC), c = fma(P_b, f_b, c) from -0.0 (q2d_chain_parts), then
 //       pushes the part roots into its counter over parts (8 levels: up to 128 parts).
+//   q2cp_dec_r{R}_c{NC}_d{D}_{s,l}: the same with each step's chains run after the next step's
+//       terms (two scratches per warp by step parity; every lane chains, lane mod NC R, so the
+//       chains' code has no branch and interleaves with the block dots); rows
+//       configs.Q2_0_CHAIN_PIPE_ROWS_BUILT, routed for q2_0.CHAIN_PIPE_ROWS.
 //
 // Arithmetic per lane, column and A16 block (exact, in int32): g_s = (word >> 2s) & 0x03030303 holds
 // the codes q in 0..3 of elements s + 4j; slo = dp4a(g_s, lo_s) (unsigned, started at aux.x),
@@ -324,11 +328,12 @@ __device__ __forceinline__ void q2d_advance(int& g, int& ch, int C, int gstep) {
     }
 }
 
-template <int R, int NC, int D, bool SM, bool CH>
+template <int R, int NC, int D, bool SM, int CH>
 __device__ __forceinline__ void q2d_body(const uint4* __restrict__ qs, const u16* __restrict__ d, int N, int K,
                                          const u32* __restrict__ act, int m, u16* __restrict__ out, long long ldo,
                                          u32* smem) {
     static_assert(!CH || NC * R <= 32, "one chaining lane per (row, column)");
+    constexpr bool PIPE = CH == 2;  // the chains of step t run after step t + 1's terms
     pdl_trigger();
     pdl_wait();
     const int nq = K >> 6, C = (nq + 31) >> 5, rs = 40 * nq;
@@ -367,14 +372,28 @@ __device__ __forceinline__ void q2d_body(const uint4* __restrict__ qs, const u16
     for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int L = 0; L < Q2D_LEVELS; ++L) p[r][L] = -0.0f;
-    // CH: the warp's term scratch after the staged rows (Q2D_SCRATCH floats per warp), this
-    // lane's counter over the parts of (row lane / NC, column lane % NC)
-    float* const sp = reinterpret_cast<float*>(smem + (SM ? R * rs : 0)) + warp * (2 * NC * R * 84);
-    float* const sf = sp + 2 * NC * R * 68;
+    // CH: the warp's term scratch after the staged rows (SCR floats per warp; PIPE: two, by step
+    // parity), this lane's counter over the parts of (row u / NC, column u % NC), u = lane
+    // (PIPE: lane mod NC R, every lane chaining so the chains' code has no branch to interleave
+    // with the next step's)
+    constexpr int SCR = 2 * NC * R * 84;
+    float* const sp0 = reinterpret_cast<float*>(smem + (SM ? R * rs : 0)) + warp * SCR * (PIPE ? 2 : 1);
     const int QP = (nq + 15) >> 4;  // chain parts per column
     float pc[Q2D_LEVELS + 1];
 #pragma unroll
     for (int L = 0; L <= Q2D_LEVELS; ++L) pc[L] = -0.0f;
+    const int u = PIPE ? lane % (NC * R) : lane;
+    auto chain_step = [&](const float* sp, int gg, int cc) {  // the chains of step (gg, cc)
+        const int nq0 = min(16, nq - 32 * cc), nq1 = min(16, nq - 32 * cc - 16);
+        float c0, c1;
+        q2d_chain_parts(sp, sp + 2 * NC * R * 68, u, u + NC * R, nq0, nq1, c0, c1);
+        q2d_push(pc, c0, 2 * cc);
+        if (nq1 > 0) q2d_push(pc, c1, 2 * cc + 1);
+        const int n = gg * NC + u % NC, r = u / NC;
+        if (lane < NC * R && cc == C - 1 && n < N && r0 + r < m)
+            out[(long long)(r0 + r) * ldo + n] = f32_to_bf16(q2d_root(pc, QP));
+    };
+    int pg = 0, pch = -1, sc = 0;  // PIPE: the step whose chains are pending (pch < 0: none), steps done
     int g = g0, ch = 0;  // the step computed next
     for (int t = 0; t < T; t += D) {
 #pragma unroll
@@ -383,19 +402,18 @@ __device__ __forceinline__ void q2d_body(const uint4* __restrict__ qs, const u16
             q2d_load<NC>(buf[(j + D - 1) % D], qs, d, N, nq, groups, lg, lch, lane);
             q2d_advance(lg, lch, C, gstep);
             if (CH && t + j < T) {  // warp-uniform
-                q2d_terms<R, NC, SM>(buf[j], ar, nq, ch * 32 + lane, lane, sp, sf);
-                __syncwarp();
-                if (lane < NC * R) {
-                    const int nq0 = min(16, nq - 32 * ch), nq1 = min(16, nq - 32 * ch - 16);
-                    float c0, c1;
-                    q2d_chain_parts(sp, sf, lane, lane + NC * R, nq0, nq1, c0, c1);
-                    q2d_push(pc, c0, 2 * ch);
-                    if (nq1 > 0) q2d_push(pc, c1, 2 * ch + 1);
-                    const int n = g * NC + lane % NC, r = lane / NC;
-                    if (ch == C - 1 && n < N && r0 + r < m)
-                        out[(long long)(r0 + r) * ldo + n] = f32_to_bf16(q2d_root(pc, QP));
+                float* const sp = sp0 + (PIPE ? (sc & 1) * SCR : 0);
+                q2d_terms<R, NC, SM>(buf[j], ar, nq, ch * 32 + lane, lane, sp, sp + 2 * NC * R * 68);
+                if constexpr (PIPE) {
+                    if (pch >= 0) chain_step(sp0 + ((sc + 1) & 1) * SCR, pg, pch);
+                    pg = g;
+                    pch = ch;
+                    ++sc;
+                } else {
+                    __syncwarp();
+                    if (lane < NC * R) chain_step(sp, g, ch);
                 }
-                __syncwarp();  // the scratch is read before the next step writes it
+                __syncwarp();  // the scratch is read before the step after next writes it
                 q2d_advance(g, ch, C, gstep);
             } else if (t + j < T) {  // warp-uniform
                 const int qb = ch * 32 + lane;
@@ -414,6 +432,9 @@ __device__ __forceinline__ void q2d_body(const uint4* __restrict__ qs, const u16
                 q2d_advance(g, ch, C, gstep);
             }
         }
+    }
+    if constexpr (PIPE) {
+        if (pch >= 0) chain_step(sp0 + ((sc + 1) & 1) * SCR, pg, pch);  // the last step's chains
     }
 }
 
