@@ -360,7 +360,7 @@ __device__ __forceinline__ NibConsts nib_consts() {
 __device__ unsigned int nib_tables[7] = {NIB_TABLES};
 __device__ __forceinline__ NibConsts nib_consts_loaded() {
     const volatile unsigned int* t = nib_tables;
-    return {t[0], t[1], t[2], t[3], t[4], t[5], t[6]};
+    return {t[0], t[1], t[2], t[3], t[4], NIB_MULHI ? t[5] : 0u, NIB_MULHI ? t[6] : 0u};
 }
 
 // cp.async (LDGSTS, 16 bytes, L2 only) with a source size: 0 fills the 16 bytes with zeros and
