@@ -150,9 +150,19 @@ def runtime_text(cu: str) -> str:
     return text
 
 
-def test_launchers_ask_for_kernels_the_files_define() -> None:
+def test_launchers_ask_for_kernels_the_files_define(monkeypatch: pytest.MonkeyPatch) -> None:
     """The kernel names the launchers build from the tables are defined in the built sources."""
+    from metrale.cuda import q2_0
+
     built = {cu: source(cu) for cu in kernel_files()}
+    chain_q2: list[tuple[str, str]] = []  # q2c_dec_*, and q2cp_dec_* where built
+    for pipe in ((), configs.Q2_0_CHAIN_PIPE_ROWS_BUILT):
+        monkeypatch.setattr(q2_0, "CHAIN_PIPE_ROWS", pipe)
+        chain_q2 += [
+            ("q2_0_dec.cu", dec_kernel_name(v, r, k, chain=True)[0])
+            for r, _, v in configs.Q2_0_DEC_ROUTE
+            for k in (4096, 12288, 131072)
+        ]
     names = (
         [("nvfp4_gemv.cu", f"nvfp4_a16f_r{r}") for r in configs.NVFP4_FAST_DEPTH]
         + [("nvfp4_a4.cu", f"nvfp4_a4f_r{r}") for r in configs.NVFP4_A4F_DEPTH]
@@ -174,12 +184,7 @@ def test_launchers_ask_for_kernels_the_files_define() -> None:
             for r in range(1, configs.Q2_0_DEC_MAX_ROWS + 1)
             for k in (4096, 131072)
         ]
-        + [
-            ("q2_0_dec.cu", dec_kernel_name(v, r, k, chain=True)[0].replace("q2c_", pre))
-            for r, _, v in configs.Q2_0_DEC_ROUTE
-            for k in (4096, 12288, 131072)
-            for pre in ("q2c_", *(("q2cp_",) if r in configs.Q2_0_CHAIN_PIPE_ROWS_BUILT else ()))
-        ]
+        + chain_q2
         + [("fp8_bf16_gemv.cu", f"{p}_gemv_r{r}") for p in ("fp8", "bf16") for r in configs.FP8_BF16_TIERS]
         + [("fp8_bf16_gemv.cu", d.name(p, r)) for p, r, d in configs.fp8_bf16_dec_instances()]
         + [("w8a8.cu", f"w8a8_mma_r{r}_w{w}") for r in configs.W8A8_MMA_TIERS for w in configs.W8A8_MMA_WARPS]

@@ -271,6 +271,29 @@ def edge_rows(rng: np.random.Generator, k: int) -> np.ndarray:
     return x[rng.permutation(len(x))]
 
 
+def check_decode(
+    cuda: Any,
+    rng: np.random.Generator,
+    entry: str,
+    dw: Any,
+    x: np.ndarray,
+    want: np.ndarray,
+    m: int,
+    names: list[str],
+    launched: set[str],
+) -> None:
+    """``entry`` on groups of m of the rows x (starting every 2 m + 1 rows) into guarded outputs,
+    bit for bit against ``want``; each call fetches exactly the kernels ``launched``."""
+    n = dw.n
+    for i in range(0, len(x) - m + 1, 2 * m + 1):
+        del names[:]
+        buf, view, init = gen.guarded(cp, rng, m, n)
+        cuda.launch(entry, dev_rows(x[i : i + m]), dw, view)
+        got = gen.check_guard(buf, init, m, n)
+        gen.bits_equal(got, want[i : i + m], f"{sorted(launched)} N={n} K={dw.k} rows {i}..{i + m - 1}")
+        assert set(names) == launched, names
+
+
 #: (N, K) for the decode kernels' chain form: one block (one part of one block); odd N below a
 #: CTA's columns with B = 65 (two parts, the last of one block) and 67; B = 293 (five parts, the
 #: last of 37: more chunks than warps, the next one prefetched); Qwen3-8B's gate (4 parts) and
@@ -301,14 +324,9 @@ def test_chain_decode_wide(
     x = edge_rows(fresh_rng, k)
     want = ref(x, w)
     for m, cfg in fp8_bf16.CHAIN_DEC_TIERS.items():
-        for i in range(0, len(x) - m + 1, 2 * m + 1):
-            del names[:]
-            buf, view, init = gen.guarded(cp, fresh_rng, m, n)
-            cuda.launch(entry, dev_rows(x[i : i + m]), dw, view)
-            got = gen.check_guard(buf, init, m, n)
-            what = f"{cfg.name(fmt + 'c', m)} N={n} K={k} rows {i}..{i + m - 1}"
-            gen.bits_equal(got, want[i : i + m], what)
-            assert set(names) == {"fp8_bf16_dec_prep", cfg.name(fmt + "c", m)}, names
+        check_decode(
+            cuda, fresh_rng, entry, dw, x, want, m, names, {"fp8_bf16_dec_prep", cfg.name(fmt + "c", m)}
+        )
 
 
 @pytest.mark.parametrize("m", [1, 2, 3])
@@ -366,10 +384,4 @@ def test_chain_decode_q2_0(
     for m, _, variant in configs.Q2_0_DEC_ROUTE:
         monkeypatch.setattr(q2_0, "DEC_VARIANT", variant)
         name = q2_0.dec_kernel_name(variant, m, k, chain=True)[0]
-        for i in range(0, len(x) - m + 1, 2 * m + 1):
-            del names[:]
-            buf, view, init = gen.guarded(cp, fresh_rng, m, n)
-            cuda.launch("q2_0_gemm", dev_rows(x[i : i + m]), dw, view)
-            got = gen.check_guard(buf, init, m, n)
-            gen.bits_equal(got, want[i : i + m], f"{name} N={n} K={k} rows {i}..{i + m - 1}")
-            assert set(names) == {"q2_dec_prep", name}, names
+        check_decode(cuda, fresh_rng, "q2_0_gemm", dw, x, want, m, names, {"q2_dec_prep", name})

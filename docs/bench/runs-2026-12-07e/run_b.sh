@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# run_a.sh cut to the last device minutes of the session: the decode rows' chain kernels' GPU
-# tests, then the chain preview and the routed (tree) FFN at m = 1, 2 (Qwen3-8B, beside bf16
-# cuBLAS), most important first.
+# Cut to the last device minutes of the session: the decode rows' chain kernels' GPU tests, then
+# the chain preview and the routed (tree) FFN at m = 1, 2 (Qwen3-8B, beside bf16 cuBLAS), most
+# important first.
 export PYTHONPATH=.
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 timeout 110 python -m pytest -q -n 12 --tb=line tests/gpu/test_cuda_chain_generic.py \

@@ -413,7 +413,7 @@ __device__ __forceinline__ void q2d_body(const uint4* __restrict__ qs, const u16
                     __syncwarp();
                     if (lane < NC * R) chain_step(sp, g, ch);
                 }
-                __syncwarp();  // the scratch is read before the step after next writes it
+                __syncwarp();  // the scratch is read before the next step (PIPE: the one after) writes it
                 q2d_advance(g, ch, C, gstep);
             } else if (t + j < T) {  // warp-uniform
                 const int qb = ch * 32 + lane;
