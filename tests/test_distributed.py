@@ -162,6 +162,7 @@ def test_tp_bits_equal_single_device_every_size(tmp_path) -> None:
     the single-device layer, and its K-split f32 roots must equal the whole tree's. The same
     world runs ``TpMetraleFfn`` (every format, the N split on every size and the K split at
     TP = 4: the single-device ``MetraleFfn``'s bits, a state_dict of the rank's slices only)."""
+    from metrale.distributed.backend import TP_WITHOUT
     from metrale.reference.kernels import ReferenceBackend
     from metrale.reference.projection import _tree_projection
     from tests import tp_worker
@@ -173,7 +174,7 @@ def test_tp_bits_equal_single_device_every_size(tmp_path) -> None:
         parts = tp_worker.layer_parts()
         want, want_launches = [], []
         for i, (kind, mode, entry, m) in enumerate(cases):
-            layer = parts[kind].layer(ReferenceBackend())
+            layer = parts[kind].layer(ReferenceBackend().without(TP_WITHOUT))  # the TP backend's kernels
             with weight_quant_env(mode):
                 want.append(run_guarded(layer, entry, tp_worker.case_input(i, m)))
             want_launches.append(layer.backend.launches)

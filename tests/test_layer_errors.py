@@ -147,11 +147,10 @@ USES = {
     "lora_expand": ("nvfp4_lora", "forward_km", 4),
 }
 #: Kernels whose absence changes the route instead of failing (tested in test_layer_routing):
-#: the W4A4 pair (the weight no longer declares A4), the W8A8 arm (it returns False) and
-#: the dual prefill GEMMs (gate and up then take one GEMM each: test_layer_routing);
-#: the single-row FP8/BF16 GEMVs are launched by quant_gemv only, the single W8A8 projection
-#: ``w8a8_gemv`` by no route (the arm's gate and up are one ``w8a8_gemv_dual``); Q2 batchm has the
-#: seed's error.
+#: the W4A4 pair (the weight no longer declares A4), the W8A8 arm's kernels (it returns False,
+#: or runs its other form) and the dual prefill GEMMs (gate and up then take one GEMM each:
+#: test_layer_routing); the single-row FP8/BF16 GEMVs are launched by quant_gemv only; Q2
+#: batchm has the seed's error.
 ROUTE_CHANGERS = {
     "w4a16_gemm_dual",
     "q2_0_gemm_dual",
@@ -159,6 +158,8 @@ ROUTE_CHANGERS = {
     "w4a4_gemv_small_m",
     "w8a8_quantize",
     "w8a8_gemv_dual",
+    "w8a8_gemv_dual_silu_quant",
+    "w8a8_gemv",
     "w8a8_silu_quant_gemv",
 }
 
@@ -168,7 +169,6 @@ def test_every_kernel_is_covered() -> None:
         "w8a16_gemv",
         "dense_gemv",
         "q2_0_gemv_vec_batchm",
-        "w8a8_gemv",
     } == set(KERNEL_NAMES)
 
 
@@ -192,10 +192,19 @@ def test_missing_single_row_gemv(fmt: str, kernel: str) -> None:
     assert str(e.value) == f"{kernel} kernel missing in this target build"
 
 
-@pytest.mark.parametrize("kernel", ["w8a8_quantize", "w8a8_gemv_dual", "w8a8_silu_quant_gemv"])
-def test_missing_w8a8_kernel_past_the_arm_cap(kernel: str) -> None:
-    """A W8A8-only layer's prefill past 64 rows runs the kernels itself: absent, it is named."""
-    layer = parts("w8a8_only").layer(ReferenceBackend().without([kernel]))
+@pytest.mark.parametrize(
+    ("kernel", "also"),
+    [
+        ("w8a8_quantize", []),
+        ("w8a8_gemv_dual", ["w8a8_gemv_dual_silu_quant"]),
+        ("w8a8_silu_quant_gemv", ["w8a8_gemv_dual_silu_quant"]),
+        ("w8a8_gemv_dual", ["w8a8_gemv"]),
+    ],
+)
+def test_missing_w8a8_kernel_past_the_arm_cap(kernel: str, also: list[str]) -> None:
+    """A W8A8-only layer's prefill past 64 rows runs the kernels itself: absent, it is named
+    (``also``: the fused form made incomplete too, so the seed engine's form runs)."""
+    layer = parts("w8a8_only").layer(ReferenceBackend().without([kernel, *also]))
     with pytest.raises(KernelMissing, match=f"^{kernel} kernel missing in this target build"):
         call(layer, "forward_prefill", rows(65), max_rows=65)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import layer_cases as lc
 import numpy as np
 import pytest
+from helpers import assert_bits_equal
 
 from metrale.errors import MetraleError
 from metrale.reference.backend import Backend
@@ -53,7 +54,10 @@ def ffn(proj: str, act: str = "act_mul_silu", gate_up: list[str] | None = None) 
 A4_FFN = lc.A4_FFN
 #: NVFP4 × A16 prefill: gate and up in one ``w4a16_gemm_dual`` launch, then act_mul and down.
 PREFILL = ffn("w4a16_gemm", gate_up=["w4a16_gemm_dual"])
-W8A8_ARM = ["w8a8_quantize", "w8a8_gemv_dual", "w8a8_silu_quant_gemv"]
+#: The W8A8 arm: gate, up and h's A8 codes in one kernel, then down; the seed engine's form
+#: (the SiLU step beside down) where the backend lacks the first.
+W8A8_ARM = ["w8a8_quantize", "w8a8_gemv_dual_silu_quant", "w8a8_gemv"]
+W8A8_SEED_ARM = ["w8a8_quantize", "w8a8_gemv_dual", "w8a8_silu_quant_gemv"]
 
 
 # ---- forward (1 row) ------------------------------------------------------------------------
@@ -251,11 +255,47 @@ def test_w8a8_only_prefill_past_64_runs_the_arm_in_prefill_chunks(monkeypatch: p
     assert launches(make_layer("w8a8_only"), "forward_prefill", 130) == W8A8_ARM * 3
 
 
-@pytest.mark.parametrize("missing", ["w8a8_quantize", "w8a8_gemv_dual", "w8a8_silu_quant_gemv"])
-def test_w8a8_arm_refuses_when_a_kernel_is_missing(missing: str) -> None:
-    layer = make_layer("w8a8", ReferenceBackend().without([missing]))
+@pytest.mark.parametrize(
+    "missing",
+    [
+        ["w8a8_quantize"],
+        ["w8a8_gemv_dual_silu_quant", "w8a8_gemv_dual"],
+        ["w8a8_gemv_dual_silu_quant", "w8a8_silu_quant_gemv"],
+        ["w8a8_gemv", "w8a8_gemv_dual"],
+        ["w8a8_gemv", "w8a8_silu_quant_gemv"],
+    ],
+)
+def test_w8a8_arm_refuses_when_a_kernel_is_missing(missing: list[str]) -> None:
+    """The arm refuses where neither of its forms is whole."""
+    layer = make_layer("w8a8", ReferenceBackend().without(missing))
     _arm_refused(layer, 1)
     assert launches(layer, "forward", 1) == ffn("w4a16_gemv")
+
+
+@pytest.mark.parametrize(
+    ("missing", "arm"), [("w8a8_gemv_dual_silu_quant", W8A8_SEED_ARM), ("w8a8_gemv_dual", W8A8_ARM)]
+)
+@pytest.mark.parametrize("kind", ["w8a8", "w8a8_only"])
+def test_w8a8_arm_runs_the_form_the_backend_has(kind: str, missing: str, arm: list[str]) -> None:
+    layer = make_layer(kind, ReferenceBackend().without([missing]))
+    assert launches(layer, "forward", 1) == arm
+    assert launches(layer, "forward_prefill", 64) == arm
+
+
+@pytest.mark.parametrize("m", [1, 5, 64])
+def test_w8a8_arm_forms_give_the_same_bits(m: int) -> None:
+    """The fused form (h's codes beside gate and up) and the seed engine's (beside down): the
+    same output, h in gate_out and up in up_out, bit for bit."""
+    x = lc.random_rows(np.random.default_rng(m), m, HID)
+    got = {}
+    for missing in ("w8a8_gemv_dual", "w8a8_gemv_dual_silu_quant"):
+        layer = make_layer("w8a8", ReferenceBackend().without([missing]))
+        ctx = ForwardContext(layer.config, backend=layer.backend, max_rows=m)
+        assert layer.forward_w8a8(layer.backend.rows(x, HID), m, ctx)
+        bufs = ctx.buffers
+        got[missing] = [np.asarray(b)[:m].copy() for b in (bufs.output(), bufs.gate_out(), bufs.up_out())]
+    for name, a, b in zip(("output", "gate_out", "up_out"), *got.values(), strict=True):
+        assert_bits_equal(a, b, f"m={m}: {name}")
 
 
 # ---- LoRA --------------------------------------------------------------------------------------

@@ -216,13 +216,14 @@ def check_case(
 ) -> list[dict[str, Any]]:
     from metrale.bench.cases import FORMATS as BENCH_FORMATS
     from metrale.bench.cases import build_host, x_rows
+    from metrale.distributed.backend import TP_WITHOUT
     from metrale.reference.context import FfnConfig, ForwardContext
     from metrale.testing import LayerParts
 
     hidden, inter = a.shape_dims[shape]
     cfg = FfnConfig(hidden, inter)
     parts = LayerParts(cfg).put(BENCH_FORMATS[fmt].stem, build_host(fmt, hidden, inter, a.seed, shape))
-    one = parts.layer(backend)
+    one = parts.layer(backend.without(TP_WITHOUT))  # the TP backend's kernels: the same routes
     splits = ("k", "n") if a.device == "cpu" else ("n",)
     tps = {sp: parts.tp_layer(rank, size, backend=backend, split=sp) for sp in splits}
     x_all = x_rows(hidden, a.seed, shape, max(a.m_list))

@@ -380,6 +380,11 @@ class W8a8WgmmaTile:
         return f"w8a8_wgmma_sk_n{self.bn}" if self.split_k else f"w8a8_wgmma_{self.bm}x{self.bn}"
 
     @property
+    def silu_name(self) -> str:
+        """The tile's gate + up kernel with the SiLU step in its epilogue (a pair tile's)."""
+        return f"w8a8_wgmma_silu_{self.bm}x{self.bn}"
+
+    @property
     def threads(self) -> int:
         return 2 * self.bm
 
@@ -643,6 +648,11 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         f"W8A8_GEMM({t.bm}, {t.bn}, {t.wm}, {t.wn}, {t.stages}, {t.minb})" for t in W8A8_GEMM_TILES
     ],
     "W8A8_WGMMA": lambda: [f"W8A8_WGMMA({t.bm}, {t.bn}, {t.stages})" for t in W8A8_WGMMA_TILES],
+    "W8A8_WGMMA_SILU": lambda: [
+        f"W8A8_WGMMA_SILU({t.bm}, {t.bn}, {t.stages})"
+        for t in W8A8_WGMMA_TILES
+        if t.name in W8A8_WGMMA_ROUTED["pair"]
+    ],
     "W8A8_TMA": lambda: [f"W8A8_TMA({bn}, {st})" for bn, st in W8A8_TMA_TIERS.items()],
     "W8A8_WGMMA_SK": lambda: [f"W8A8_WGMMA_SK({t.bm}, {t.bn}, {t.stages})" for t in W8A8_SK_TIERS.values()],
     "W8A8_MMA": lambda: [

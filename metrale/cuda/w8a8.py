@@ -100,6 +100,10 @@ GEMM_MIN_ROWS = 65
 #: launches. Only where ``pair_pays``; METRALE_W8A8_TILE_PAIR=0 turns it off (benchmarks; the
 #: same bits).
 TILE_PAIR = os.environ.get("METRALE_W8A8_TILE_PAIR", "1") == "1"
+#: ``w8a8_gemv_dual_silu_quant`` forms h in the pair tile's epilogue where ``pair_tile`` routes;
+#: METRALE_W8A8_FUSED_SILU=0 runs the dual launch and the SiLU-quantize step instead
+#: (benchmarks; the same bits).
+FUSED_SILU = os.environ.get("METRALE_W8A8_FUSED_SILU", "1") == "1"
 
 
 @dataclass(frozen=True)
@@ -316,6 +320,18 @@ def gemm_tile(m: int, n: int, gz: int = 1) -> configs.W8a8GemmTile | configs.W8a
     return tiles[-1]
 
 
+def pair_tile(m: int, n: int) -> configs.W8a8WgmmaTile | None:
+    """The wgmma tile that takes gate and up (m rows, N = n each) in one launch where neither
+    the stream-K nor the split-K kernels take the pair: from GEMM_MIN_ROWS rows where TILE_PAIR
+    and ``pair_pays``; else None (two launches)."""
+    if not (TILE_PAIR and m >= GEMM_MIN_ROWS and wgmma_built() and pair_pays(m, n)):
+        return None
+    if tma_tier(m, 2 * n, True) is not None or split_k_tier(m) is not None:
+        return None
+    tile = gemm_tile(m, n, 2)
+    return tile if isinstance(tile, configs.W8a8WgmmaTile) else None
+
+
 def split_k_tier(m: int) -> configs.W8a8WgmmaTile | None:
     """The split-K kernel ``w8a8_gemv`` routes m rows to, or None: every m in SK_MIN_ROWS ..
     SK_MAX_ROWS (the wgmma kernels only)."""
@@ -383,15 +399,7 @@ def _gemv_launch(
         pdl.launch(kern, grid, (sk.threads,), (*args, ws, cnt, np.int32(kps), *tail), sk.smem)
         return
     pair = second is not None and (
-        gemm in WGMMA_TILES
-        or (
-            gemm is None
-            and warps is None
-            and TILE_PAIR
-            and m >= GEMM_MIN_ROWS
-            and wgmma_built()
-            and pair_pays(m, w.n)
-        )
+        gemm in WGMMA_TILES or (gemm is None and warps is None and pair_tile(m, w.n) is not None)
     )
     if second is not None and not pair:
         _gemv_launch(q, scale, w, arr, out, ldo, warps, gemm)
@@ -562,6 +570,17 @@ def w8a8_silu_quant_gemv(gate: Any, up: Any, w: Any, out: Any, warps: int | None
     if m == 0:
         return
     codes, parts = _codes_scratch(m, k)
+    _silu_quant(g, u, codes, parts)
+    if g is not g0:  # an aligned copy took h: give it back to the caller's gate rows
+        g0[...] = g
+    _gemv_launch(codes.q, codes.scale, w, arr, outa, ldo, warps)
+
+
+def _silu_quant(g: Any, u: Any, codes: DeviceA8Codes, parts: Any) -> None:
+    """h = bf16(silu[g] · f32(u)) over ``g`` and its A8 codes into ``codes`` (g, u: aligned
+    device rows [m, K]; ``parts``: the slices' scratch): ``silu_quant_kernel``'s one launch, else
+    the slice pair."""
+    m, k = codes.q.shape
     ldg, ldu = np.int64(g.strides[0] // 2), np.int64(u.strides[0] // 2)
     pick = silu_quant_kernel(m, k)
     fused = get_kernel(CU_FILE, pick[0]) if pick is not None else None
@@ -572,23 +591,119 @@ def w8a8_silu_quant_gemv(gate: Any, up: Any, w: Any, out: Any, warps: int | None
             (pick[2],),
             (g, ldg, u, ldu, device_table("silu"), np.int32(k), codes.q, codes.scale),
         )
-    else:
-        grid = (cdiv(k, SILU_SLICE), m)
-        pdl.launch(
-            get_kernel(CU_FILE, "w8a8_silu_parts"),
-            grid,
-            (SILU_SLICE // 8,),
-            (g, ldg, u, ldu, device_table("silu"), np.int32(k), parts),
+        return
+    grid = (cdiv(k, SILU_SLICE), m)
+    pdl.launch(
+        get_kernel(CU_FILE, "w8a8_silu_parts"),
+        grid,
+        (SILU_SLICE // 8,),
+        (g, ldg, u, ldu, device_table("silu"), np.int32(k), parts),
+    )
+    _quantize_parts(g, codes, parts, grid[0])
+
+
+def _quantize_parts(h: Any, codes: DeviceA8Codes, parts: Any, p: int) -> None:
+    """The A8 codes of h (aligned device rows [m, K]) from each row's ``p`` (amax, flag) parts."""
+    m, k = codes.q.shape
+    pdl.launch(
+        get_kernel(CU_FILE, "w8a8_quantize_parts"),
+        (cdiv(k, SILU_SLICE), m),
+        (SILU_SLICE // 8,),
+        (h, np.int64(h.strides[0] // 2), np.int32(k), parts, np.int32(p), codes.q, codes.scale),
+    )
+
+
+_tile_parts: dict[int, Any] = {}
+
+
+def _tile_parts_scratch(count: int) -> Any:
+    """Room for ``count`` (amax, flag) parts of the fused pair tile on this device: uint32
+    [>= 2 count] (grown on demand; one stream at a time)."""
+    import cupy
+
+    buf = _tile_parts.get(device_id())
+    if buf is None or buf.size < 2 * count:
+        buf = _tile_parts[device_id()] = cupy.empty((max(2 * count, 1 << 16),), dtype=cupy.uint32)
+    return buf
+
+
+def w8a8_gemv_dual_silu_quant(
+    codes: DeviceA8Codes, w: Any, out: Any, w2: Any, out2: Any, gemm: str | None = None
+) -> DeviceA8Codes:
+    """``w8a8_gemv_dual(codes, w, out, w2, out2)``, then h = bf16(silu[out] · f32(out2)) over
+    ``out`` and h's A8 codes (new arrays [m, N]): the W8A8 arm's gate, up and the down GEMV's
+    input. Where ``pair_tile`` gives gate and up one launch of a wgmma tile (``gemm``: a pair
+    tile's name forces it at any m; tests), that launch forms h in its epilogue
+    (``w8a8_wgmma_silu_*``: each CTA holds the same columns of both, writes h and up and its
+    rows' amax over its columns) and ``w8a8_quantize_parts`` writes the codes; else the dual
+    launch and ``w8a8_silu_quant_gemv``'s SiLU-quantize step. The same bits either way."""
+    import cupy
+
+    arr = weight_arrays(w, "w8a8", "w8a8_gemv_dual_silu_quant")
+    arr2 = weight_arrays(w2, "w8a8", "w8a8_gemv_dual_silu_quant")
+    m = _codes_rows(codes, w, "w8a8_gemv_dual_silu_quant")
+    if (w2.n, w2.k) != (w.n, w.k):
+        raise MetraleError(
+            f"w8a8_gemv_dual_silu_quant: {w.name} is [{w.n}, {w.k}] and {w2.name} [{w2.n}, {w2.k}], "
+            "want one shape"
         )
-        pdl.launch(
-            get_kernel(CU_FILE, "w8a8_quantize_parts"),
-            grid,
-            (SILU_SLICE // 8,),
-            (g, ldg, np.int32(k), parts, codes.q, codes.scale),
+    n, k = w.n, w.k
+    if n % 16:
+        raise MetraleError(
+            f"w8a8_gemv_dual_silu_quant: {w.name} has N={n}, want a multiple of 16 (h is A8 rows)"
         )
-    if g is not g0:  # an aligned copy took h: give it back to the caller's gate rows
-        g0[...] = g
-    _gemv_launch(codes.q, codes.scale, w, arr, outa, ldo, warps)
+    outa, ldo = device_out(out, m, n, "out")
+    outb, ldo2 = device_out(out2, m, n, "out2")
+    h = DeviceA8Codes(q=cupy.empty((m, n), dtype=cupy.int8), scale=cupy.empty((m,), dtype=cupy.float32))
+    if m == 0:
+        return h
+    pairs = configs.W8A8_WGMMA_ROUTED["pair"]
+    if gemm is not None and gemm not in pairs:
+        raise MetraleError(f"w8a8_gemv_dual_silu_quant: gemm={gemm!r}, want one of {sorted(pairs)}")
+    tile = WGMMA_TILES[gemm] if gemm is not None else pair_tile(m, n) if FUSED_SILU else None
+    kern = get_kernel(WGMMA_FILE, tile.silu_name) if tile is not None else None
+    if gemm is not None and kern is None:
+        raise MetraleError(f"w8a8_gemv_dual_silu_quant: {tile.silu_name} did not build on this device")
+    aligned = all(a.strides[0] % 16 == 0 and a.data.ptr % 16 == 0 for a in (outa, outb))
+    if gemm is not None and not aligned:
+        raise MetraleError(f"w8a8_gemv_dual_silu_quant: gemm={gemm!r} wants out, out2 rows 16-byte aligned")
+    if kern is None or not aligned:
+        _gemv_launch(codes.q, codes.scale, w, arr, outa, ldo, None, None, _Second(w2, arr2, outb, ldo2))
+        g, u = device_rows(outa, n, m, "out"), device_rows(outb, n, m, "out2")
+        _silu_quant(g[:m], u[:m], h, _codes_scratch(m, n)[1])
+        if g is not outa:  # an aligned copy took h: give it back to the caller's rows
+            outa[:m] = g[:m]
+        return h
+    p = cdiv(n, tile.bn // 2)
+    parts = _tile_parts_scratch(m * p)
+    set_dynamic_smem(kern, tile.smem)
+    q = codes.q
+    pdl.launch(
+        kern,
+        (cdiv(m, tile.bm), p),
+        (tile.threads,),
+        (
+            arr["weight"],
+            arr["weight_scale"],
+            arr2["weight"],
+            arr2["weight_scale"],
+            np.int32(n),
+            np.int32(k),
+            q,
+            np.int64(q.strides[0]),
+            codes.scale,
+            np.int32(m),
+            outa,
+            np.int64(ldo),
+            outb,
+            np.int64(ldo2),
+            device_table("silu"),
+            parts,
+        ),
+        tile.smem,
+    )
+    _quantize_parts(outa, h, parts, p)
+    return h
 
 
 _KERNEL_FUNCS = (
@@ -604,7 +719,9 @@ _KERNEL_FUNCS = (
 def kernels() -> dict[str, Callable[..., Any]]:
     """The W8A8 launchers, when ``w8a8.cu`` built on this device (else none)."""
     return built_launchers(
-        CU_FILE, _KERNEL_FUNCS, (w8a8_quantize, w8a8_gemv, w8a8_gemv_dual, w8a8_silu_quant_gemv)
+        CU_FILE,
+        _KERNEL_FUNCS,
+        (w8a8_quantize, w8a8_gemv, w8a8_gemv_dual, w8a8_gemv_dual_silu_quant, w8a8_silu_quant_gemv),
     )
 
 

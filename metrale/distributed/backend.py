@@ -91,6 +91,13 @@ class _LazyA4:
         return self._codes
 
 
+#: Kernels the tensor-parallel backend leaves out: ``w8a8_gemv_dual_silu_quant``'s h needs whole
+#: rows of gate and up, which the N split gathers in ``w8a8_silu_quant_gemv``, so the W8A8 arm
+#: runs the seed engine's form (the same bits: arithmetic.md § w8a8-arm). A single-device layer
+#: routes as a TP one on ``backend.without(TP_WITHOUT)``.
+TP_WITHOUT = ("w8a8_gemv_dual_silu_quant",)
+
+
 class TpBackend(Backend):
     """The backend of rank ``rank`` of a ``torch.distributed`` group around ``inner``.
 
@@ -109,7 +116,7 @@ class TpBackend(Backend):
             )
         if not dist.is_initialized():
             raise MetraleError("tensor parallel: torch.distributed is not initialized (init_process_group)")
-        super().__init__({k: inner._kernels[k] for k in inner.kernels})
+        super().__init__({k: inner._kernels[k] for k in inner.kernels if k not in TP_WITHOUT})
         self.inner = inner
         self.split = split
         self.name = f"tp-{inner.name}"

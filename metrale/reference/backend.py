@@ -42,6 +42,7 @@ KERNEL_NAMES: tuple[str, ...] = (
     "w8a8_quantize",
     "w8a8_gemv",
     "w8a8_gemv_dual",
+    "w8a8_gemv_dual_silu_quant",
     "w8a8_silu_quant_gemv",
     "act_mul_silu",
     "act_mul_gelu",

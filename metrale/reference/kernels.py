@@ -81,6 +81,16 @@ def _projection_kernels(project: Project) -> dict[str, Callable[..., Any]]:
         w8a8_gemv(codes, w, out)
         w8a8_gemv(codes, w2, out2)
 
+    def w8a8_gemv_dual_silu_quant(
+        codes: A8Codes, w: Any, out: np.ndarray, w2: Any, out2: np.ndarray
+    ) -> A8Codes:
+        """``w8a8_gemv_dual``, then h = bf16(silu[out]·out2) into ``out`` (as ``act_mul``
+        leaves it) and its A8 codes (the input of the arm's down ``w8a8_gemv``)."""
+        w8a8_gemv_dual(codes, w, out, w2, out2)
+        h = act_mul(out, out2, "silu")
+        out[...] = h
+        return quantize_a8(h)
+
     def w8a8_silu_quant_gemv(gate: np.ndarray, up: np.ndarray, w: Any, out: np.ndarray) -> None:
         """h = bf16(silu[gate]·up) into ``gate`` (as ``act_mul`` leaves it), out = down(A8 of h)."""
         h = act_mul(gate, up, "silu")
@@ -107,6 +117,7 @@ def _projection_kernels(project: Project) -> dict[str, Callable[..., Any]]:
         "q2_0_gemm_dual": proj_dual,
         "w8a8_gemv": w8a8_gemv,
         "w8a8_gemv_dual": w8a8_gemv_dual,
+        "w8a8_gemv_dual_silu_quant": w8a8_gemv_dual_silu_quant,
         "w8a8_silu_quant_gemv": w8a8_silu_quant_gemv,
     }
 

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from metrale.cuda import configs
 from metrale.cuda.w8a8 import GEMM_TILES, SK_TIERS, TMA_NAMES, TMA_TIERS, WGMMA_TILES
 from metrale.reference.activations import quantize_a8
 from metrale.reference.formats import W8a8Weight
@@ -304,6 +305,70 @@ def test_gemv_dual_matches_two_projections(
         assert not ws.any() and not cnt.any(), f"dual N={n}: split-K workspace not cleared"
         for bn in TMA_TIERS:
             assert not _tma_workspace(bn)[1].any(), f"dual N={n}: tma_n{bn} flags not cleared"
+
+
+#: The fused entry's cases: routed (the pair tile with the SiLU step past 256 rows at these N,
+#: below it the dual launch and the SiLU-quantize step), then each pair tile forced at every m.
+FUSED_CASES = [None, *sorted(configs.W8A8_WGMMA_ROUTED["pair"])]
+
+
+@pytest.mark.parametrize("gemm", FUSED_CASES, ids=[g or "routed" for g in FUSED_CASES])
+def test_gemv_dual_silu_quant_matches_reference(
+    cuda: Any, fresh_rng: np.random.Generator, gemm: str | None
+) -> None:
+    """``w8a8_gemv_dual_silu_quant``: h over out, up in out2, h's A8 codes and scales the
+    reference's bits at m = 1 .. 300 (every edge row kind of x: NaN / Inf rows give NaN scales,
+    a zero row amax 0), both guard bands intact, launched twice; N off the tiles' column halves
+    (208 = 2 x 96 + 16; 48 below one half), K off the 128-byte tile; routed with out2's rows
+    off 16 bytes (the dual launch and an aligned copy for the SiLU step)."""
+    from metrale.cuda.w8a8 import w8a8_gemv_dual_silu_quant
+
+    if gemm is not None and not wgmma_expected():
+        pytest.skip("wgmma kernels are sm_90a only")
+    ref = REFERENCE_KERNELS["w8a8_gemv_dual_silu_quant"]
+    ms = [1, 2, 3, 16, 33, 64, 65, 128, 129, 200, 256, 257, 300]
+    for n, k in ((208, 2128), (48, 48), (1040, 4112)):
+        hg, hu = w8a8_weight(fresh_rng, n, k), w8a8_weight(fresh_rng, n, k)
+        wg, wu = cuda.upload(hg), cuda.upload(hu)
+        x = rows(fresh_rng, ms[-1], k)
+        want_h = np.empty((ms[-1], n), dtype=x.dtype)
+        want_u = np.empty_like(want_h)
+        want_c = ref(quantize_a8(x), hg, want_h, hu, want_u)  # per row: sliced for every m
+        for m in ms:
+            codes = cuda.launch("w8a8_quantize", cp.asarray(x[:m].view(np.uint16)))
+            for rep in range(2):
+                bg, ig, init_g = guarded(cp, fresh_rng, m, n, g=8)  # 16-byte aligned rows
+                gu = 8 if gemm is not None else 5
+                bu, iu, init_u = guarded(cp, fresh_rng, m, n, g=gu)
+                if gemm is None:
+                    got = cuda.launch("w8a8_gemv_dual_silu_quant", codes, wg, ig, wu, iu)
+                else:
+                    got = w8a8_gemv_dual_silu_quant(codes, wg, ig, wu, iu, gemm=gemm)
+                what = f"dual_silu_quant {gemm or 'routed'} N={n} K={k} m={m} launch {rep}"
+                bits_equal(check_guard(bg, init_g, m, n, g=8), want_h.view(np.uint16)[:m], f"{what}: h")
+                bits_equal(check_guard(bu, init_u, m, n, g=gu), want_u.view(np.uint16)[:m], f"{what}: up")
+                assert_bits_equal(cp.asnumpy(got.q), want_c.q[:m], f"{what}: codes")
+                assert_bits_equal(cp.asnumpy(got.scale), want_c.scale[:m], f"{what}: scales")
+
+
+def test_gemv_dual_silu_quant_refuses(cuda: Any, fresh_rng: np.random.Generator) -> None:
+    """A forced tile that is not a pair tile, or out rows the fused tile's SiLU step cannot read,
+    and N off 16, are named."""
+    from metrale.cuda.w8a8 import w8a8_gemv_dual_silu_quant
+    from metrale.errors import MetraleError
+
+    wg, wu = (cuda.upload(w8a8_weight(fresh_rng, 48, 32)) for _ in range(2))
+    codes = cuda.launch("w8a8_quantize", cp.asarray(rows(fresh_rng, 3, 32, finite=True).view(np.uint16)))
+    out = cp.zeros((3, 48), dtype=cp.uint16)
+    with pytest.raises(MetraleError, match="gemm='w8a8_wgmma_128x128', want one of"):
+        w8a8_gemv_dual_silu_quant(codes, wg, out, wu, out.copy(), gemm="w8a8_wgmma_128x128")
+    if wgmma_expected():
+        odd = cp.zeros((3, 52), dtype=cp.uint16)[:, 4:]  # rows 104 bytes apart
+        with pytest.raises(MetraleError, match="wants out, out2 rows 16-byte aligned"):
+            w8a8_gemv_dual_silu_quant(codes, wg, odd, wu, out, gemm="w8a8_wgmma_256x128")
+    w40 = cuda.upload(w8a8_weight(fresh_rng, 40, 32))
+    with pytest.raises(MetraleError, match="has N=40, want a multiple of 16"):
+        w8a8_gemv_dual_silu_quant(codes, w40, cp.zeros((3, 40), cp.uint16), w40, cp.zeros((3, 40), cp.uint16))
 
 
 def test_split_k_refuses_more_rows_than_its_tier(cuda: Any, fresh_rng: np.random.Generator) -> None:

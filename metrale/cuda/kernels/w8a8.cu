@@ -30,11 +30,12 @@
 //       grid (ceil(m / BM), ceil(N / BN)): consecutive CTAs share one weight tile. The tiles
 //       are metrale/cuda/configs.py's W8A8_GEMM_TILES (the instantiation lines below).
 //   w8a8_silu_parts(gate, ldg, up, ldu, table, K, part), then
-//   w8a8_quantize_parts(gate, ldg, K, part, q, scale)
+//   w8a8_quantize_parts(gate, ldg, K, part, P, q, scale)
 //       grid (ceil(K / 1024), m), block 128 each: A8 codes of h = bf16(silu[gate] * f32(up))
 //       (arithmetic.md § act-mul, § a8): the first writes h over gate (the FFN's gate buffer
 //       holds h after every route) and each 1024-element slice's amax / non-finite flag, the
-//       second reduces a row's slices (max, or: exact in any order) and writes the codes. With
+//       second reduces a row's P parts (max, or: exact in any order; P = the slices, or the
+//       column tiles of w8a8_wgmma.cu's fused gate + up) and writes the codes. With
 //       a GEMV kernel above they serve w8a8_silu_quant_gemv (metrale/cuda/w8a8.py says why).
 //   w8a8_silu_quant(gate, ldg, up, ldu, table, K, q, scale)                       (sm_90)
 //       grid (8, m), clusters of 8 CTAs (a row each), block 256: the two kernels above in one
@@ -50,80 +51,7 @@
 // IEEE with subnormals whatever -ftz the compiler was given; zero tests are on the bits.
 
 #include "common.cuh"
-
-typedef unsigned short u16;
-typedef unsigned int u32;
-
-__device__ __forceinline__ float w8_bf16_f32(u32 b) { return bf16_to_f32((u16)b); }
-#define w8_f32_bf16 f32_to_bf16
-
-// ---- A8 row parameters (arithmetic.md § a8) ----
-// amax_bits: max of (bits & 0x7FFF) over the row's bf16 values; bad: the row holds Inf/NaN.
-__device__ __forceinline__ void w8_row_params(u32 amax_bits, int bad, float* s, float* inv) {
-    float amax = w8_bf16_f32(amax_bits);
-    if (bad) {
-        *s = __uint_as_float(0x7FC00000u);
-        *inv = 0.0f;
-        return;
-    }
-    *s = ieee_div(amax, 127.0f);
-    *inv = (amax_bits == 0u) ? 0.0f : ieee_div(127.0f, amax);
-}
-
-// q = saturate_int8(rne(x * inv)); NaN (0 * Inf for a subnormal amax) -> 0 as numpy's cast.
-__device__ __forceinline__ u32 w8_q(u32 xbits, float inv) {
-    float p = ieee_mul(w8_bf16_f32(xbits), inv);
-    int q = __float2int_rn(p);  // NaN -> 0, +-Inf -> INT_MAX/INT_MIN
-    q = max(-128, min(127, q));
-    return (u32)(q & 0xFF);
-}
-
-// block-wide max / or over blockDim.x threads (multiple of 32); red: >= 64 u32 of smem.
-__device__ __forceinline__ void w8_block_reduce(u32* amax, int* bad, u32* red) {
-    u32 a = *amax;
-    int b = *bad;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        a = max(a, __shfl_xor_sync(0xffffffffu, a, o));
-        b |= __shfl_xor_sync(0xffffffffu, b, o);
-    }
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    __syncthreads();
-    if (lane == 0) {
-        red[warp] = a;
-        red[32 + warp] = (u32)b;
-    }
-    __syncthreads();
-    a = 0;
-    b = 0;
-    for (int i = 0; i < nw; ++i) {
-        a = max(a, red[i]);
-        b |= (int)red[32 + i];
-    }
-    *amax = a;
-    *bad = b;
-}
-
-__device__ __forceinline__ void w8_scan8(uint4 v, u32* amax, int* bad) {
-    u32 w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        u32 lo = w[i] & 0xFFFFu, hi = w[i] >> 16;
-        *amax = max(*amax, max(lo & 0x7FFFu, hi & 0x7FFFu));
-        *bad |= ((lo & 0x7F80u) == 0x7F80u) | ((hi & 0x7F80u) == 0x7F80u);
-    }
-}
-
-__device__ __forceinline__ uint2 w8_quant8(uint4 v, float inv) {
-    u32 w[4] = {v.x, v.y, v.z, v.w};
-    u32 o[2] = {0u, 0u};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        u32 q0 = w8_q(w[i] & 0xFFFFu, inv), q1 = w8_q(w[i] >> 16, inv);
-        o[i >> 1] |= (q0 | (q1 << 8)) << (16 * (i & 1));
-    }
-    return make_uint2(o[0], o[1]);
-}
+#include "w8a8.cuh"
 
 extern "C" __global__ void __launch_bounds__(256) w8a8_quantize(
     const u16* __restrict__ x, long long ldx, int K, signed char* __restrict__ q,
@@ -442,18 +370,6 @@ __device__ __forceinline__ void w8_gemm(const signed char* __restrict__ w, const
 
 // @instances W8A8_GEMM   (lines generated from metrale/cuda/configs.py)
 
-// h = bf16(table[gate] * f32(up)) for 8 packed elements (one uint4 of gate and of up).
-__device__ __forceinline__ uint4 w8_silu8(uint4 g, uint4 u, const float* __restrict__ table) {
-    u32 gw[4] = {g.x, g.y, g.z, g.w}, uw[4] = {u.x, u.y, u.z, u.w}, hw[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const u16 h0 = w8_f32_bf16(ieee_mul(__ldg(table + (gw[i] & 0xFFFFu)), w8_bf16_f32(uw[i] & 0xFFFFu)));
-        const u16 h1 = w8_f32_bf16(ieee_mul(__ldg(table + (gw[i] >> 16)), w8_bf16_f32(uw[i] >> 16)));
-        hw[i] = (u32)h0 | ((u32)h1 << 16);
-    }
-    return make_uint4(hw[0], hw[1], hw[2], hw[3]);
-}
-
 // ---- the SiLU-quantize step in two kernels over row slices of SILU_SLICE elements ----
 // w8a8_silu_parts: grid (C, m), C = ceil(K / SILU_SLICE), block SILU_SLICE / 8. Each CTA
 // computes h = bf16(silu[gate] * f32(up)) of its slice, stores it over gate (every route leaves
@@ -480,22 +396,23 @@ extern "C" __global__ void __launch_bounds__(SILU_SLICE / 8) w8a8_silu_parts(
     if (threadIdx.x == 0) part[(long long)r * gridDim.x + c] = make_uint2(amax, (u32)bad);
 }
 
-// w8a8_quantize_parts: grid (C, m), block SILU_SLICE / 8 (>= C). Every CTA reduces its row's C
-// parts (max and or: any order gives the same), derives the row's scale as w8a8_quantize does
-// (CTA 0 stores it) and writes the codes of its slice of h.
+// w8a8_quantize_parts: grid (C, m), block SILU_SLICE / 8. Every CTA reduces its row's P parts
+// (max and or: any order gives the same; P = C after w8a8_silu_parts, the column tiles' count
+// after w8a8_wgmma.cu's fused gate + up), derives the row's scale as w8a8_quantize does (CTA 0
+// stores it) and writes the codes of its slice of h.
 extern "C" __global__ void __launch_bounds__(SILU_SLICE / 8) w8a8_quantize_parts(
-    const u16* __restrict__ h, long long ldh, int K, const uint2* __restrict__ part,
+    const u16* __restrict__ h, long long ldh, int K, const uint2* __restrict__ part, int P,
     signed char* __restrict__ q, float* __restrict__ scale) {
     pdl_trigger();
     pdl_wait();
     __shared__ u32 red[64];
-    const int r = blockIdx.y, c = blockIdx.x, C = gridDim.x;
+    const int r = blockIdx.y, c = blockIdx.x;
     u32 amax = 0;
     int bad = 0;
-    if ((int)threadIdx.x < C) {
-        const uint2 p = part[(long long)r * C + threadIdx.x];
-        amax = p.x;
-        bad = (int)p.y;
+    for (int i = threadIdx.x; i < P; i += blockDim.x) {
+        const uint2 p = part[(long long)r * P + i];
+        amax = max(amax, p.x);
+        bad |= (int)p.y;
     }
     w8_block_reduce(&amax, &bad, red);
     float s, inv;

@@ -18,7 +18,16 @@
 //       activation rows as A and the weight rows as B, over all of K; epilogue
 //       y = bf16((f32(S) * s_a[r]) * s_w[n]) from the accumulators. Consecutive CTAs
 //       (blockIdx.x) share one weight tile (read once from DRAM, then from L2).
-//   w8a8_wgmma_sk_n{NB}(w, sw, N, K, q, ldq, sa, m, out, ldo, ws, cnt, kps, w2, sw2, out2, ldo2, t1)
+//   w8a8_wgmma_silu_{BM}x{BN}(wg, swg, wu, swu, N, K, q, ldq, sa, m, gout, ldg, uout, ldu, table,
+//                             part)                              (the pair tiles, prefill rows)
+//       Gate and up with the W8A8 arm's SiLU step (w8a8.w8a8_gemv_dual_silu_quant): grid
+//       (ceil(m / BM), P = ceil(N / H)), H = BN / 2, block 2 BM, the shared memory above. The B
+//       operand is H rows of gate's weights and the same H rows of up's (wg_mainloop's split B),
+//       so a thread holds both outputs of each of its columns: g and u as above (bf16), h =
+//       bf16(silu[g] * f32(u)) (w8a8.cuh) over gout, u to uout, and each row's (amax bits,
+//       non-finite flag) over the CTA's H columns to part [m][P] (w8a8.cu's w8a8_quantize_parts
+//       then writes h's A8 codes). The same bits as w8a8_wgmma_{BM}x{BN} on both matrices and
+//       w8a8.cu's SiLU-quantize kernels: every output is the same function of its row and column.
 //                                                                                (m <= NB <= 64)
 //       Split K for few rows (the weights streamed once, by many CTAs): grid (ceil(N / RA), S),
 //       block 2 RA (one warpgroup per 64 weight rows), dynamic shared memory
@@ -67,9 +76,8 @@
 // common.cuh's inline-PTX ieee_mul (subnormals kept whatever -ftz).
 
 #include "common.cuh"
+#include "w8a8.cuh"
 #include "wgmma.cuh"
-
-typedef unsigned short u16;
 
 __device__ __forceinline__ void wg_cp16(u32 dst, const void* src, int nbytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(nbytes));
@@ -150,13 +158,14 @@ __device__ __forceinline__ u32 wg_smem_base() {
 }
 
 // Header: the A rows a[0 .. ra) (ra valid, the rest zero) and B rows b[0 .. rb) with row strides
-// lda, ldb, over K tiles [kt0, kt1); acc zeroed here. WA: the weights are A (else B). The
-// weights' copies of the first STAGES - 2 tiles are issued before pdl_wait, the activations'
-// after it.
-template <int RA, int RB, int STAGES, bool WA>
+// lda, ldb, over K tiles [kt0, kt1); acc zeroed here. WA: the weights are A (else B). SB (split
+// B): B rows RB / 2 + i are b2[i] (two matrices' column tiles side by side; rb valid rows in
+// each half). The weights' copies of the first STAGES - 2 tiles are issued before pdl_wait,
+// the activations' after it.
+template <int RA, int RB, int STAGES, bool WA, bool SB = false>
 __device__ __forceinline__ void wg_mainloop(int (&acc)[RB / 2], const signed char* __restrict__ a, long long lda,
                                             int ra, const signed char* __restrict__ b, long long ldb, int rb,
-                                            int K, int kt0, int kt1) {
+                                            int K, int kt0, int kt1, const signed char* __restrict__ b2 = nullptr) {
     constexpr int NTH = 2 * RA, STAGE = (RA + RB) * 128, CPT = (RA + RB) * 8 / NTH;
     static_assert((RA + RB) * 8 % NTH == 0 && (NTH / 8) % 8 == 0, "tile rows must split evenly over the threads");
     const u32 sbase = wg_smem_base();
@@ -172,8 +181,10 @@ __device__ __forceinline__ void wg_mainloop(int (&acc)[RB / 2], const signed cha
             src[i] = a + (long long)min(row, ra - 1) * lda + ch * 16;
             rok |= (row < ra) << i;
         } else {
-            src[i] = b + (long long)min(row - RA, rb - 1) * ldb + ch * 16;
-            rok |= (row - RA < rb) << i;
+            const bool hi = SB && row - RA >= RB / 2;
+            const int rr = row - RA - (hi ? RB / 2 : 0);
+            src[i] = (hi ? b2 : b) + (long long)min(rr, rb - 1) * ldb + ch * 16;
+            rok |= (rr < rb) << i;
         }
     }
     const u32 dst0 = (tid >> 3) * 128 + ((ch ^ ((tid >> 3) & 7)) << 4);
@@ -257,6 +268,71 @@ __device__ __forceinline__ void w8_wgmma_gemm(const signed char* __restrict__ w,
                 if (n + 1 < N) orow[n + 1] = (u16)y1;
             }
         }
+    }
+}
+
+// Gate and up side by side with the SiLU step (w8a8_wgmma_silu_{BM}x{BN}): B rows 0 .. H - 1 are
+// gate's weight rows n0 .., rows H .. BN - 1 up's (H = BN / 2, n0 = blockIdx.y H), so a thread's
+// accumulator run j < H / 8 and run j + H / 8 are the same column of gate and of up. Each is
+// w8a8_gemv's y (g, u); h = bf16(silu[g] f32(u)) goes over gate_out, u to up_out, and the row's
+// (amax bits, non-finite flag) over the tile's h to part [m][P] (P = gridDim.y; the quad's four
+// threads hold the row's columns: shuffles, max / or in any order).
+template <int BM, int BN, int STAGES>
+__device__ __forceinline__ void w8_wgmma_silu(const signed char* __restrict__ wg, const float* __restrict__ swg,
+                                              const signed char* __restrict__ wu, const float* __restrict__ swu,
+                                              int N, int K, const signed char* __restrict__ q, long long ldq,
+                                              const float* __restrict__ sa, int m, u16* __restrict__ gout,
+                                              long long ldg, u16* __restrict__ uout, long long ldu,
+                                              const float* __restrict__ table, uint2* __restrict__ part) {
+    constexpr int H = BN / 2, HJ = H / 8;
+    static_assert(H % 8 == 0, "gate and up halves of whole 8-row runs");
+    const int r0 = blockIdx.x * BM, n0 = blockIdx.y * H;
+    int acc[BN / 2];
+    wg_mainloop<BM, BN, STAGES, false, true>(acc, q + (long long)r0 * ldq, ldq, m - r0, wg + (long long)n0 * K, K,
+                                             N - n0, K, 0, (K + 127) >> 7, wu + (long long)n0 * K);
+    const int tid = threadIdx.x, grp = tid >> 7, warp = (tid >> 5) & 3, gid = (tid & 31) >> 2, t = tid & 3;
+    const bool pairs = ((ldg & 1) == 0) && ((ldu & 1) == 0) &&
+                       (((reinterpret_cast<unsigned long long>(gout) | reinterpret_cast<unsigned long long>(uout)) & 3) == 0);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int r = r0 + grp * 64 + warp * 16 + gid + 8 * h;
+        u32 amax = 0;
+        int bad = 0;
+        if (r < m) {
+            const float s_a = sa[r];
+            u16* grow = gout + (long long)r * ldg;
+            u16* urow = uout + (long long)r * ldu;
+#pragma unroll
+            for (int j = 0; j < HJ; ++j) {
+                const int n = n0 + 8 * j + 2 * t;
+                u32 hv[2] = {0u, 0u}, uv[2] = {0u, 0u};
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    if (n + e < N) {
+                        uv[e] = w8_y(acc[4 * (j + HJ) + 2 * h + e], s_a, swu[n + e]);
+                        hv[e] = w8_silu1(w8_y(acc[4 * j + 2 * h + e], s_a, swg[n + e]), uv[e], table);
+                        w8_scan1(hv[e], &amax, &bad);
+                    }
+                }
+                if (pairs && n + 1 < N) {
+                    *reinterpret_cast<u32*>(grow + n) = hv[0] | (hv[1] << 16);
+                    *reinterpret_cast<u32*>(urow + n) = uv[0] | (uv[1] << 16);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                        if (n + e < N) {
+                            grow[n + e] = (u16)hv[e];
+                            urow[n + e] = (u16)uv[e];
+                        }
+                }
+            }
+        }
+#pragma unroll
+        for (int o = 1; o < 4; o <<= 1) {
+            amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+            bad |= __shfl_xor_sync(0xffffffffu, bad, o);
+        }
+        if (r < m && t == 0) part[(long long)r * gridDim.y + blockIdx.y] = make_uint2(amax, (u32)bad);
     }
 }
 
@@ -459,6 +535,18 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
         w8_wgmma_gemm<BM, BN, STAGES>(w, sw, N, K, q, ldq, sa, m, out, ldo, w2, sw2, out2, ldo2, t1); \
     }
 
+// w8a8_wgmma_silu_{BM}x{BN}: grid (ceil(m / BM), ceil(N / (BN / 2))), block 2 BM, dynamic shared
+// memory STAGES (BM + BN) 128 + 1024 bytes.
+#define W8A8_WGMMA_SILU(BM, BN, STAGES)                                                               \
+    extern "C" __global__ void __launch_bounds__(2 * BM, 1) w8a8_wgmma_silu_##BM##x##BN(               \
+        const signed char* __restrict__ wg, const float* __restrict__ swg, const signed char* __restrict__ wu, \
+        const float* __restrict__ swu, int N, int K, const signed char* __restrict__ q, long long ldq, \
+        const float* __restrict__ sa, int m, u16* __restrict__ gout, long long ldg, u16* __restrict__ uout, \
+        long long ldu, const float* __restrict__ table, uint2* __restrict__ part) {                     \
+        pdl_trigger();                                                                                 \
+        w8_wgmma_silu<BM, BN, STAGES>(wg, swg, wu, swu, N, K, q, ldq, sa, m, gout, ldg, uout, ldu, table, part); \
+    }
+
 // w8a8_wgmma_sk_n{NB}: grid (ceil(N / RA), S), block 2 RA, dynamic shared memory
 // STAGES (RA + NB) 128 + 1024 bytes; kps K tiles of 128 bytes per split.
 #define W8A8_WGMMA_SK(RA, NB, STAGES)                                                                \
@@ -486,5 +574,6 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
     }
 
 // @instances W8A8_WGMMA   (lines generated from metrale/cuda/configs.py)
+// @instances W8A8_WGMMA_SILU
 // @instances W8A8_WGMMA_SK
 // @instances W8A8_TMA
