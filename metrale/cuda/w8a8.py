@@ -455,6 +455,19 @@ def w8a8_gemv(
     _gemv_launch(codes.q, codes.scale, w, arr, outa, ldo, warps, gemm)
 
 
+def _dual_args(codes: Any, w: Any, w2: Any, kernel: str) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """(w's arrays, w2's arrays, rows of ``codes``) of a launch over gate and up, which must have
+    one shape; else a MetraleError naming ``kernel``."""
+    arr = weight_arrays(w, "w8a8", kernel)
+    arr2 = weight_arrays(w2, "w8a8", kernel)
+    m = _codes_rows(codes, w, kernel)
+    if (w2.n, w2.k) != (w.n, w.k):
+        raise MetraleError(
+            f"{kernel}: {w.name} is [{w.n}, {w.k}] and {w2.name} [{w2.n}, {w2.k}], want one shape"
+        )
+    return arr, arr2, m
+
+
 def w8a8_gemv_dual(
     codes: DeviceA8Codes, w: Any, out: Any, w2: Any, out2: Any, gemm: str | None = None
 ) -> None:
@@ -462,13 +475,7 @@ def w8a8_gemv_dual(
     arm: one quantized input, two weights of one shape) in one launch where the split-K or
     stream-K kernels serve the rows (one ramp and tail for both; routed by their 2 N columns),
     else one launch each. The same bits as the two calls: each output's int32 dot is the same."""
-    arr = weight_arrays(w, "w8a8", "w8a8_gemv_dual")
-    arr2 = weight_arrays(w2, "w8a8", "w8a8_gemv_dual")
-    m = _codes_rows(codes, w, "w8a8_gemv_dual")
-    if (w2.n, w2.k) != (w.n, w.k):
-        raise MetraleError(
-            f"w8a8_gemv_dual: {w.name} is [{w.n}, {w.k}] and {w2.name} [{w2.n}, {w2.k}], want one shape"
-        )
+    arr, arr2, m = _dual_args(codes, w, w2, "w8a8_gemv_dual")
     outa, ldo = device_out(out, m, w.n, "out")
     outb, ldo2 = device_out(out2, m, w.n, "out2")
     if m == 0:
@@ -639,14 +646,7 @@ def w8a8_gemv_dual_silu_quant(
     launch and ``w8a8_silu_quant_gemv``'s SiLU-quantize step. The same bits either way."""
     import cupy
 
-    arr = weight_arrays(w, "w8a8", "w8a8_gemv_dual_silu_quant")
-    arr2 = weight_arrays(w2, "w8a8", "w8a8_gemv_dual_silu_quant")
-    m = _codes_rows(codes, w, "w8a8_gemv_dual_silu_quant")
-    if (w2.n, w2.k) != (w.n, w.k):
-        raise MetraleError(
-            f"w8a8_gemv_dual_silu_quant: {w.name} is [{w.n}, {w.k}] and {w2.name} [{w2.n}, {w2.k}], "
-            "want one shape"
-        )
+    arr, arr2, m = _dual_args(codes, w, w2, "w8a8_gemv_dual_silu_quant")
     n, k = w.n, w.k
     if n % 16:
         raise MetraleError(

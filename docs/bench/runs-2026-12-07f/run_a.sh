@@ -4,7 +4,7 @@
 # chain decode kernels (q2c_dec_*, q2cp_dec_*: session (e)'s run_c tests) and the chain routing.
 export PYTHONPATH=.
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
-timeout 250 python -m pytest -q -n 12 --tb=short -p no:benchmark tests/gpu/test_cuda_w8a8.py \
-  2>&1 | grep -E "^FAILED|^E |passed|failed" | head -30
+timeout 200 python -m pytest -q -n 12 --tb=short -p no:benchmark tests/gpu/test_cuda_w8a8.py \
+  -k "dual or silu or layer" 2>&1 | grep -E "^FAILED|^E |passed|failed" | head -30
 timeout 200 python -m pytest -q -n 12 --tb=short -p no:benchmark tests/gpu/test_cuda_chain_generic.py \
-  -k "decode or routes or generic_q2" 2>&1 | grep -E "^FAILED|^E |passed|failed" | head -30
+  -k "decode_q2_0 or routes" 2>&1 | grep -E "^FAILED|^E |passed|failed" | head -30

@@ -10,6 +10,14 @@ METRALE_W8A8_FUSED_SILU=$f OPENBLAS_NUM_THREADS=1 timeout 110 python -m metrale.
   --m 64,128,192,256,512,1024,4096 --formats w8a8 --peers bf16 --kernels none \
   --cell-seconds 0.6 --samples 5 --deadline 90 --json $OUT/w8a8_fused$f.json 2>&1 | grep "^| " | head -4
 done
+# The pair tile with the SiLU step at 65..128 rows too (the stream-K pair only to 64 rows).
+OPENBLAS_NUM_THREADS=1 timeout 60 python -c "
+import sys; from metrale.cuda import configs; configs.W8A8_TMA_PAIR_MAX_ROWS = 64
+from metrale.bench.run import main
+sys.exit(main(['--shape', 'qwen3-8b', '--m', '96,128', '--formats', 'w8a8', '--peers', 'bf16',
+  '--kernels', 'none', '--cell-seconds', '0.6', '--samples', '5', '--deadline', '45', '--json', '$OUT/w8a8_tile128.json'],
+  prog='bench'))
+" 2>&1 | grep "^| " | head -4
 for mode in "--chain" ""; do
 OPENBLAS_NUM_THREADS=1 timeout 100 python -m metrale.bench $mode --shape qwen3-8b \
   --m 1,2,3 --formats nvfp4,q2_0,fp8,bf16 --peers bf16 --kernels none \
