@@ -314,17 +314,19 @@ FUSED_CASES = [None, *sorted(configs.W8A8_WGMMA_ROUTED["pair"])]
 
 @pytest.mark.parametrize("gemm", FUSED_CASES, ids=[g or "routed" for g in FUSED_CASES])
 def test_gemv_dual_silu_quant_matches_reference(
-    cuda: Any, fresh_rng: np.random.Generator, gemm: str | None
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, gemm: str | None
 ) -> None:
     """``w8a8_gemv_dual_silu_quant``: h over out, up in out2, h's A8 codes and scales the
     reference's bits at m = 1 .. 300 (every edge row kind of x: NaN / Inf rows give NaN scales,
     a zero row amax 0), both guard bands intact, launched twice; N off the tiles' column halves
     (208 = 2 x 96 + 16; 48 below one half), K off the 128-byte tile; routed with out2's rows
     off 16 bytes (the dual launch and an aligned copy for the SiLU step)."""
+    from metrale.cuda import w8a8
     from metrale.cuda.w8a8 import w8a8_gemv_dual_silu_quant
 
     if gemm is not None and not wgmma_expected():
         pytest.skip("wgmma kernels are sm_90a only")
+    monkeypatch.setattr(w8a8, "FUSED_SILU", True)
     ref = REFERENCE_KERNELS["w8a8_gemv_dual_silu_quant"]
     ms = [1, 2, 3, 16, 33, 64, 65, 128, 129, 200, 256, 257, 300]
     for n, k in ((208, 2128), (48, 48), (1040, 4112)):

@@ -11,7 +11,7 @@ METRALE_W8A8_FUSED_SILU=$f OPENBLAS_NUM_THREADS=1 timeout 110 python -m metrale.
   --cell-seconds 0.6 --samples 5 --deadline 90 --json $OUT/w8a8_fused$f.json 2>&1 | grep "^| " | head -4
 done
 # The pair tile with the SiLU step at 65..128 rows too (the stream-K pair only to 64 rows).
-OPENBLAS_NUM_THREADS=1 timeout 60 python -c "
+METRALE_W8A8_FUSED_SILU=1 OPENBLAS_NUM_THREADS=1 timeout 60 python -c "
 import sys; from metrale.cuda import configs; configs.W8A8_TMA_PAIR_MAX_ROWS = 64
 from metrale.bench.run import main
 sys.exit(main(['--shape', 'qwen3-8b', '--m', '96,128', '--formats', 'w8a8', '--peers', 'bf16',
