@@ -410,6 +410,7 @@ W8A8_WGMMA_TILES: tuple[W8a8WgmmaTile, ...] = (
     W8a8WgmmaTile(256, 128, 4),
     W8a8WgmmaTile(128, 128, 6),
     W8a8WgmmaTile(256, 192, 4),
+    W8a8WgmmaTile(128, 192, 5),
 )
 #: The tiles w8a8.gemm_tile picks from: for one matrix, and for gate and up in one launch
 #: ("pair", w8a8.TILE_PAIR): 256x192 gives Qwen3-8B's pair 128 CTAs at
@@ -418,6 +419,11 @@ W8A8_WGMMA_ROUTED: dict[str, tuple[str, ...]] = {
     "one": ("w8a8_wgmma_256x128", "w8a8_wgmma_128x128"),
     "pair": ("w8a8_wgmma_256x128", "w8a8_wgmma_256x192"),
 }
+#: The tiles built with the W8A8 arm's SiLU step in the epilogue (``w8a8_wgmma_silu_{bm}x{bn}``,
+#: gate and up side by side: w8a8.w8a8_gemv_dual_silu_quant): the routed pair tiles, and
+#: 128x192 (one wave of 128 CTAs for Qwen3-8B at 65..128 rows, where the stream-K pair runs now;
+#: a candidate, not routed).
+W8A8_SILU_TILES: tuple[str, ...] = (*W8A8_WGMMA_ROUTED["pair"], "w8a8_wgmma_128x192")
 
 
 #: w8a8_wgmma.cu split-K kernels for few rows ``w8a8_wgmma_sk_n{nb}`` (sm_90a): activation
@@ -649,9 +655,7 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
     ],
     "W8A8_WGMMA": lambda: [f"W8A8_WGMMA({t.bm}, {t.bn}, {t.stages})" for t in W8A8_WGMMA_TILES],
     "W8A8_WGMMA_SILU": lambda: [
-        f"W8A8_WGMMA_SILU({t.bm}, {t.bn}, {t.stages})"
-        for t in W8A8_WGMMA_TILES
-        if t.name in W8A8_WGMMA_ROUTED["pair"]
+        f"W8A8_WGMMA_SILU({t.bm}, {t.bn}, {t.stages})" for t in W8A8_WGMMA_TILES if t.name in W8A8_SILU_TILES
     ],
     "W8A8_TMA": lambda: [f"W8A8_TMA({bn}, {st})" for bn, st in W8A8_TMA_TIERS.items()],
     "W8A8_WGMMA_SK": lambda: [f"W8A8_WGMMA_SK({t.bm}, {t.bn}, {t.stages})" for t in W8A8_SK_TIERS.values()],

@@ -639,8 +639,8 @@ def w8a8_gemv_dual_silu_quant(
 ) -> DeviceA8Codes:
     """``w8a8_gemv_dual(codes, w, out, w2, out2)``, then h = bf16(silu[out] · f32(out2)) over
     ``out`` and h's A8 codes (new arrays [m, N]): the W8A8 arm's gate, up and the down GEMV's
-    input. Where ``pair_tile`` gives gate and up one launch of a wgmma tile (``gemm``: a pair
-    tile's name forces it at any m; tests), that launch forms h in its epilogue
+    input. Where ``pair_tile`` gives gate and up one launch of a wgmma tile (``gemm``: a tile of
+    configs.W8A8_SILU_TILES forces it at any m; tests), that launch forms h in its epilogue
     (``w8a8_wgmma_silu_*``: each CTA holds the same columns of both, writes h and up and its
     rows' amax over its columns) and ``w8a8_quantize_parts`` writes the codes; else the dual
     launch and ``w8a8_silu_quant_gemv``'s SiLU-quantize step. The same bits either way."""
@@ -657,9 +657,10 @@ def w8a8_gemv_dual_silu_quant(
     h = DeviceA8Codes(q=cupy.empty((m, n), dtype=cupy.int8), scale=cupy.empty((m,), dtype=cupy.float32))
     if m == 0:
         return h
-    pairs = configs.W8A8_WGMMA_ROUTED["pair"]
-    if gemm is not None and gemm not in pairs:
-        raise MetraleError(f"w8a8_gemv_dual_silu_quant: gemm={gemm!r}, want one of {sorted(pairs)}")
+    if gemm is not None and gemm not in configs.W8A8_SILU_TILES:
+        raise MetraleError(
+            f"w8a8_gemv_dual_silu_quant: gemm={gemm!r}, want one of {sorted(configs.W8A8_SILU_TILES)}"
+        )
     tile = WGMMA_TILES[gemm] if gemm is not None else pair_tile(m, n) if FUSED_SILU else None
     kern = get_kernel(WGMMA_FILE, tile.silu_name) if tile is not None else None
     if gemm is not None and kern is None:

@@ -308,8 +308,8 @@ def test_gemv_dual_matches_two_projections(
 
 
 #: The fused entry's cases: routed (the pair tile with the SiLU step past 256 rows at these N,
-#: below it the dual launch and the SiLU-quantize step), then each pair tile forced at every m.
-FUSED_CASES = [None, *sorted(configs.W8A8_WGMMA_ROUTED["pair"])]
+#: below it the dual launch and the SiLU-quantize step), then each SiLU tile forced at every m.
+FUSED_CASES = [None, *sorted(configs.W8A8_SILU_TILES)]
 
 
 @pytest.mark.parametrize("gemm", FUSED_CASES, ids=[g or "routed" for g in FUSED_CASES])

@@ -10,9 +10,11 @@ METRALE_W8A8_FUSED_SILU=$f OPENBLAS_NUM_THREADS=1 timeout 110 python -m metrale.
   --m 64,128,192,256,512,1024,4096 --formats w8a8 --peers bf16 --kernels none \
   --cell-seconds 0.6 --samples 5 --deadline 90 --json $OUT/w8a8_fused$f.json 2>&1 | grep "^| " | head -4
 done
-# The pair tile with the SiLU step at 65..128 rows too (the stream-K pair only to 64 rows).
+# The pair tile with the SiLU step at 65..128 rows too (the stream-K pair only to 64 rows; the
+# 128x192 tile among the pair's: one wave of 128 CTAs).
 METRALE_W8A8_FUSED_SILU=1 OPENBLAS_NUM_THREADS=1 timeout 60 python -c "
 import sys; from metrale.cuda import configs; configs.W8A8_TMA_PAIR_MAX_ROWS = 64
+configs.W8A8_WGMMA_ROUTED['pair'] = (*configs.W8A8_WGMMA_ROUTED['pair'], 'w8a8_wgmma_128x192')
 from metrale.bench.run import main
 sys.exit(main(['--shape', 'qwen3-8b', '--m', '96,128', '--formats', 'w8a8', '--peers', 'bf16',
   '--kernels', 'none', '--cell-seconds', '0.6', '--samples', '5', '--deadline', '45', '--json', '$OUT/w8a8_tile128.json'],
