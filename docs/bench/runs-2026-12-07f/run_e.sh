@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# run_d.sh cut to about three device minutes: the W8A8 fused SiLU tile's GPU tests, then the W8A8
+# FFN with it and without at 1024 / 4096 rows.
+export PYTHONPATH=.
+nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+timeout 120 python -m pytest -q -n 12 --tb=short -p no:benchmark tests/gpu/test_cuda_w8a8.py \
+  -k "dual_silu_quant" 2>&1 | grep -E "^FAILED|^E |passed|failed" | head -20
+for f in 1 0; do
+METRALE_W8A8_FUSED_SILU=$f OPENBLAS_NUM_THREADS=1 timeout 40 python -m metrale.bench --shape qwen3-8b \
+  --m 1024,4096 --formats w8a8 --peers bf16 --kernels none \
+  --cell-seconds 0.5 --samples 3 --deadline 30 --json $OUT/w8a8_fused$f.json 2>&1 | grep "^| " | head -4
+done
