@@ -159,17 +159,17 @@ class Arr:
         self.shape, self.strides = shape, (shape[-1],)
 
 
-def kernel_params(macro_kernel: str) -> list[Any]:
+def kernel_params(macro_kernel: str, cu_file: str = "w8a8_wgmma.cu") -> list[Any]:
     """The parameter list of ``macro_kernel`` (as spelled in its macro, e.g. ``w8a8_tma_n##BN``)
-    in kernels/w8a8_wgmma.cu, read from the source: a tensor map for ``TmaDesc``, "array" for a
+    in kernels/``cu_file``, read from the source: a tensor map for ``TmaDesc``, "array" for a
     pointer, int64 for ``long long``, int32 for ``int``."""
     import re
 
     from metrale.cuda import tma
     from metrale.cuda.runtime import KERNEL_DIR
 
-    text = (KERNEL_DIR / "w8a8_wgmma.cu").read_text()
-    sig = re.search(re.escape(macro_kernel) + r"\((.*?)\)\s*\{", text, re.S)
+    text = (KERNEL_DIR / cu_file).read_text()
+    sig = re.search(re.escape(macro_kernel) + r"\(([^{};]*?)\)\s*\{", text)  # the definition, not a comment
     assert sig is not None, macro_kernel
     want: list[Any] = []
     for words in (p.replace("\\", " ").split() for p in sig.group(1).split(",")):
@@ -422,3 +422,83 @@ def test_dual_refuses_bad_operands() -> None:
         w8a8.w8a8_gemv_dual(codes, dev(32, 128, "gate"), None, dev(32, 128, "up"), None)
     with pytest.raises(MetraleError, match="codes are ndarray, want w8a8_quantize's result"):
         w8a8.w8a8_gemv_dual(codes.q, dev(32, 64, "gate"), None, dev(32, 64, "up"), None)
+
+
+# ---- gate and up with the SiLU step in the tile's epilogue (w8a8_gemv_dual_silu_quant) ----
+
+
+@pytest.mark.parametrize("tile", configs.W8A8_SILU_TILES)
+@pytest.mark.parametrize(("m", "n"), [(300, 12288), (129, 208), (1, 48)])
+def test_silu_tile_launch_passes_the_kernels_parameters(
+    monkeypatch: pytest.MonkeyPatch, tile: str, m: int, n: int
+) -> None:
+    """The SiLU tile's launch: grid (row tiles, P = ceil(N / (BN / 2))), its block and shared
+    memory, arguments one for one with the kernel's parameter list (gate's weight and scales, then
+    up's, N, K, the codes, h's and up's outputs, the SiLU table, the parts), the parts scratch
+    holding m P of them; then ``w8a8_quantize_parts`` over h's rows with the same P and parts."""
+    t = w8a8.WGMMA_TILES[tile]
+    seen = fake_device(monkeypatch)
+    counts: list[int] = []
+    parts = Arr((1,))
+    monkeypatch.setattr(w8a8, "_tile_parts_scratch", lambda count: counts.append(count) or parts)
+    table = Arr((65536,))
+    monkeypatch.setattr(w8a8, "device_table", lambda name: table)
+    k = 4096
+    codes = w8a8.DeviceA8Codes(q=Arr((m, k)), scale=Arr((m,)))
+    h = w8a8.DeviceA8Codes(q=Arr((m, n)), scale=Arr((m,)))
+    ag = {"weight": Arr((n, k)), "weight_scale": Arr((n,))}
+    au = {"weight": Arr((n, k)), "weight_scale": Arr((n,))}
+    og, ou = Arr((m, n)), Arr((m, n))
+    w8a8._silu_tile_launch(t, codes, ag, au, og, n + 8, ou, n + 16, h)
+    (k1, g1, b1, a1, smem1), (k2, g2, b2, a2, _) = seen
+    p = -(-n // (t.bn // 2))
+    assert k1 == t.silu_name and g1 == (-(-m // t.bm), p) and b1 == (t.threads,) and smem1 == t.smem
+    assert counts == [m * p]
+    got = ["array" if isinstance(a, Arr) else type(a) for a in a1]
+    assert got == kernel_params("w8a8_wgmma_silu_##BM##x##BN")
+    assert a1[0] is ag["weight"] and a1[1] is ag["weight_scale"]
+    assert a1[2] is au["weight"] and a1[3] is au["weight_scale"]
+    assert (int(a1[4]), int(a1[5]), int(a1[9])) == (n, k, m)
+    assert a1[6] is codes.q and a1[8] is codes.scale and a1[10] is og and a1[12] is ou
+    assert (int(a1[11]), int(a1[13])) == (n + 8, n + 16)
+    assert a1[14] is table and a1[15] is parts
+    assert k2 == "w8a8_quantize_parts" and g2 == (-(-n // w8a8.SILU_SLICE), m)
+    assert b2 == (w8a8.SILU_SLICE // 8,)
+    got = ["array" if isinstance(a, Arr) else type(a) for a in a2]
+    assert got == kernel_params("w8a8_quantize_parts", "w8a8.cu")
+    assert a2[0] is og and int(a2[2]) == n and a2[3] is parts and int(a2[4]) == p
+    assert a2[5] is h.q and a2[6] is h.scale
+
+
+@pytest.mark.parametrize(
+    ("m", "want"),
+    [
+        (1, None),  # split K
+        (64, None),  # the stream-K pair
+        (128, None),
+        (129, "w8a8_wgmma_256x192"),  # the pair tile: one wave of 128 CTAs
+        (256, "w8a8_wgmma_256x192"),
+        (1024, "w8a8_wgmma_256x192"),
+    ],
+)
+def test_silu_tile_routes_with_the_pair_tile(
+    monkeypatch: pytest.MonkeyPatch, m: int, want: str | None
+) -> None:
+    """Qwen3-8B gate / up: the SiLU step goes into the tile exactly where gate and up run as one
+    launch of the pair's tile (``pair_tile``), and only with FUSED_SILU; a forced tile must be
+    one of configs.W8A8_SILU_TILES."""
+    from metrale.errors import MetraleError
+
+    fake_device(monkeypatch)
+    monkeypatch.setattr(w8a8, "wgmma_built", lambda: True)
+    monkeypatch.setattr(w8a8, "TILE_PAIR", True)
+    monkeypatch.setattr(w8a8, "FUSED_SILU", True)
+    got = w8a8.silu_tile(m, 12288)
+    assert (got.name if got else None) == want
+    pair = w8a8.pair_tile(m, 12288)
+    assert (pair.name if pair else None) == want
+    monkeypatch.setattr(w8a8, "FUSED_SILU", False)
+    assert w8a8.silu_tile(m, 12288) is None
+    assert w8a8.silu_tile(m, 12288, "w8a8_wgmma_128x192").name == "w8a8_wgmma_128x192"
+    with pytest.raises(MetraleError, match="gemm='w8a8_wgmma_128x128', want one of"):
+        w8a8.silu_tile(m, 12288, "w8a8_wgmma_128x128")

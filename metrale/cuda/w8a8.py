@@ -647,7 +647,7 @@ def w8a8_gemv_dual_silu_quant(
     import cupy
 
     arr, arr2, m = _dual_args(codes, w, w2, "w8a8_gemv_dual_silu_quant")
-    n, k = w.n, w.k
+    n = w.n
     if n % 16:
         raise MetraleError(
             f"w8a8_gemv_dual_silu_quant: {w.name} has N={n}, want a multiple of 16 (h is A8 rows)"
@@ -657,54 +657,79 @@ def w8a8_gemv_dual_silu_quant(
     h = DeviceA8Codes(q=cupy.empty((m, n), dtype=cupy.int8), scale=cupy.empty((m,), dtype=cupy.float32))
     if m == 0:
         return h
-    if gemm is not None and gemm not in configs.W8A8_SILU_TILES:
-        raise MetraleError(
-            f"w8a8_gemv_dual_silu_quant: gemm={gemm!r}, want one of {sorted(configs.W8A8_SILU_TILES)}"
-        )
-    tile = WGMMA_TILES[gemm] if gemm is not None else pair_tile(m, n) if FUSED_SILU else None
-    kern = get_kernel(WGMMA_FILE, tile.silu_name) if tile is not None else None
-    if gemm is not None and kern is None:
-        raise MetraleError(f"w8a8_gemv_dual_silu_quant: {tile.silu_name} did not build on this device")
+    tile = silu_tile(m, n, gemm)
     aligned = all(a.strides[0] % 16 == 0 and a.data.ptr % 16 == 0 for a in (outa, outb))
     if gemm is not None and not aligned:
         raise MetraleError(f"w8a8_gemv_dual_silu_quant: gemm={gemm!r} wants out, out2 rows 16-byte aligned")
-    if kern is None or not aligned:
+    if tile is None or not aligned:
         _gemv_launch(codes.q, codes.scale, w, arr, outa, ldo, None, None, _Second(w2, arr2, outb, ldo2))
         g, u = device_rows(outa, n, m, "out"), device_rows(outb, n, m, "out2")
         _silu_quant(g[:m], u[:m], h, _codes_scratch(m, n)[1])
         if g is not outa:  # an aligned copy took h: give it back to the caller's rows
             outa[:m] = g[:m]
         return h
+    _silu_tile_launch(tile, codes, arr, arr2, outa, ldo, outb, ldo2, h)
+    return h
+
+
+def silu_tile(m: int, n: int, gemm: str | None = None) -> configs.W8a8WgmmaTile | None:
+    """The tile whose epilogue forms h in ``w8a8_gemv_dual_silu_quant`` for m rows, N = n:
+    ``gemm`` (a configs.W8A8_SILU_TILES name, forced; a MetraleError where it is none or did not
+    build), else ``pair_tile`` where FUSED_SILU and its SiLU kernel built; None: the dual launch
+    and the SiLU-quantize step."""
+    if gemm is not None:
+        if gemm not in configs.W8A8_SILU_TILES:
+            raise MetraleError(
+                f"w8a8_gemv_dual_silu_quant: gemm={gemm!r}, want one of {sorted(configs.W8A8_SILU_TILES)}"
+            )
+        tile = WGMMA_TILES[gemm]
+        if get_kernel(WGMMA_FILE, tile.silu_name) is None:
+            raise MetraleError(f"w8a8_gemv_dual_silu_quant: {tile.silu_name} did not build on this device")
+        return tile
+    tile = pair_tile(m, n) if FUSED_SILU else None
+    return tile if tile is not None and get_kernel(WGMMA_FILE, tile.silu_name) is not None else None
+
+
+def _silu_tile_launch(
+    tile: configs.W8a8WgmmaTile,
+    codes: DeviceA8Codes,
+    arr: dict[str, Any],
+    arr2: dict[str, Any],
+    out: Any,
+    ldo: int,
+    out2: Any,
+    ldo2: int,
+    h: DeviceA8Codes,
+) -> None:
+    """``tile``'s SiLU kernel over the m rows of ``codes`` (gate: ``arr``, up: ``arr2``, [N, K];
+    h over ``out``, up into ``out2``, rows 16-byte aligned), grid (row tiles, P = ceil(N / (BN /
+    2)) column tiles), then ``w8a8_quantize_parts`` over the P parts per row into ``h``."""
+    m, k = codes.q.shape
+    n = h.q.shape[1]
     p = cdiv(n, tile.bn // 2)
     parts = _tile_parts_scratch(m * p)
+    kern = get_kernel(WGMMA_FILE, tile.silu_name)
     set_dynamic_smem(kern, tile.smem)
-    q = codes.q
-    pdl.launch(
-        kern,
-        (cdiv(m, tile.bm), p),
-        (tile.threads,),
-        (
-            arr["weight"],
-            arr["weight_scale"],
-            arr2["weight"],
-            arr2["weight_scale"],
-            np.int32(n),
-            np.int32(k),
-            q,
-            np.int64(q.strides[0]),
-            codes.scale,
-            np.int32(m),
-            outa,
-            np.int64(ldo),
-            outb,
-            np.int64(ldo2),
-            device_table("silu"),
-            parts,
-        ),
-        tile.smem,
+    args = (
+        arr["weight"],
+        arr["weight_scale"],
+        arr2["weight"],
+        arr2["weight_scale"],
+        np.int32(n),
+        np.int32(k),
+        codes.q,
+        np.int64(codes.q.strides[0]),
+        codes.scale,
+        np.int32(m),
+        out,
+        np.int64(ldo),
+        out2,
+        np.int64(ldo2),
+        device_table("silu"),
+        parts,
     )
-    _quantize_parts(outa, h, parts, p)
-    return h
+    pdl.launch(kern, (cdiv(m, tile.bm), p), (tile.threads,), args, tile.smem)
+    _quantize_parts(out, h, parts, p)
 
 
 _KERNEL_FUNCS = (
