@@ -80,7 +80,9 @@ def quantize_a16(x: np.ndarray) -> A16Codes:
     """A16: E = max biased exponent − 127 (zero field as 1); c = rne(x · 2^(14−E))."""
     x = check_rows(x)
     field = bf16_exponent_field(x)
-    c, e = block_fixed_point(x.astype(np.float64), field, 127, 14)
+    with np.errstate(invalid="ignore"):  # a NaN element casts to NaN (its block is non-finite)
+        xd = x.astype(np.float64)
+    c, e = block_fixed_point(xd, field, 127, 14)
     finite = (field.reshape(c.shape) != 255).all(axis=-1)
     c = np.where(finite[..., None], c, 0.0)
     return A16Codes(codes=c, exp=e, finite=finite)
