@@ -66,8 +66,9 @@ def _tail(backend: Backend) -> tuple[str, str] | None:
 def run_w8a8(
     backend: Backend, w: W8a8Ffn, input: Any, rows: int, gate_out: Any, up_out: Any, output: Any
 ) -> None:
-    """gate and up from one quantization of ``input``; then the fused silu → quantize → down,
-    which leaves h = bf16(silu(gate)·up) in ``gate_out`` as every other route does."""
+    """gate and up from one quantization of ``input``, then silu → quantize → down (the quantize
+    step beside gate and up where the backend has FUSED_TAIL, else beside down), which leaves
+    h = bf16(silu(gate)·up) in ``gate_out`` as every other route does."""
     codes = backend.launch("w8a8_quantize", input[:rows])
     if _tail(backend) == FUSED_TAIL:
         h = backend.launch(FUSED_TAIL[0], codes, w.gate_proj, gate_out[:rows], w.up_proj, up_out[:rows])
