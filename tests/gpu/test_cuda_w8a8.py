@@ -428,17 +428,22 @@ def test_gemm_adversarial_extremes(cuda: Any, fresh_rng: np.random.Generator) ->
         bits_equal(check_guard(buf, init, 130, n), want, f"{tile} extremes")
 
 
+@pytest.mark.parametrize("fused", [False, True])
 def test_w8a8_only_layer_prefill_chunks(
-    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, fused: bool
 ) -> None:
     """A W8A8-only layer's forward_prefill past the arm's cap (the GEMM for gate, up and down),
-    in one chunk and in 100-row chunks (chunk boundaries off every tile): the reference's bits."""
+    in one chunk and in 100-row chunks (chunk boundaries off every tile): the reference's bits in
+    output, gate_out (h) and up_out; ``fused``: the SiLU step in the pair tile where it routes
+    (the 333-row chunk), the dual launch and the SiLU-quantize step elsewhere."""
     import layer_cases as lc
 
     import metrale.reference.layer as layer_mod
     from metrale.backend import get_backend
+    from metrale.cuda import w8a8
     from metrale.reference.context import ForwardContext
 
+    monkeypatch.setattr(w8a8, "FUSED_SILU", fused)
     parts = lc.make_parts("w8a8_only", hidden=80, inter=208, seed=int(fresh_rng.integers(1 << 30)))
     ref, gpu = parts.layer(get_backend("reference")), parts.layer(get_backend("cuda"))
     m = 333
@@ -449,5 +454,7 @@ def test_w8a8_only_layer_prefill_chunks(
         for layer in (ref, gpu):
             ctx = ForwardContext(layer.config, backend=layer.backend, max_rows=m)
             layer.forward_prefill(layer.backend.rows(x, 80, name="x"), m, ctx)
-            outs.append(layer.backend.to_numpy(ctx.buffers.output()[:m]).view(np.uint16))
-        bits_equal(outs[1], outs[0], f"w8a8-only forward_prefill m={m} chunk={chunk}")
+            bufs = (ctx.buffers.output(), ctx.buffers.gate_out(), ctx.buffers.up_out())
+            outs.append([layer.backend.to_numpy(a[:m]).view(np.uint16) for a in bufs])
+        for name, got, want in zip(("output", "gate_out", "up_out"), outs[1], outs[0], strict=True):
+            bits_equal(got, want, f"w8a8-only forward_prefill m={m} chunk={chunk} fused={fused}: {name}")

@@ -4,7 +4,7 @@
 export PYTHONPATH=.
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 timeout 130 python -m pytest -q -n 12 --tb=short -p no:benchmark tests/gpu/test_cuda_w8a8.py \
-  -k "dual_silu_quant" 2>&1 | grep -E "^FAILED|^E |passed|failed" | head -20
+  -k "dual_silu_quant or prefill_chunks" 2>&1 | grep -E "^FAILED|^E |passed|failed" | head -20
 for f in 1 0; do
 METRALE_W8A8_FUSED_SILU=$f OPENBLAS_NUM_THREADS=1 timeout 50 python -m metrale.bench --shape qwen3-8b \
   --m 256,1024,4096 --formats w8a8 --peers bf16 --kernels none \
