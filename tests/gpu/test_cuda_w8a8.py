@@ -307,20 +307,31 @@ def test_gemv_dual_matches_two_projections(
             assert not _tma_workspace(bn)[1].any(), f"dual N={n}: tma_n{bn} flags not cleared"
 
 
-#: The fused entry's cases: routed (the pair tile with the SiLU step past 256 rows at these N,
-#: below it the dual launch and the SiLU-quantize step), then each SiLU tile forced at every m.
-FUSED_CASES = [None, *sorted(configs.W8A8_SILU_TILES)]
+#: The fused entry's cases (id, forced tile, guard widths of out and out2): routed with rows
+#: 16-byte aligned (the pair tile with the SiLU step past 256 rows at these N, below it the dual
+#: launch and the SiLU-quantize step), routed with out's rows off 16 bytes (the dual launch and
+#: an aligned copy of h given back), then each SiLU tile forced at every m.
+FUSED_CASES = [
+    ("routed", None, 8, 8),
+    ("routed-off16", None, 5, 8),
+    *((t, t, 8, 8) for t in sorted(configs.W8A8_SILU_TILES)),
+]
 
 
-@pytest.mark.parametrize("gemm", FUSED_CASES, ids=[g or "routed" for g in FUSED_CASES])
+@pytest.mark.parametrize(("gemm", "ga", "gb"), [c[1:] for c in FUSED_CASES], ids=[c[0] for c in FUSED_CASES])
 def test_gemv_dual_silu_quant_matches_reference(
-    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, gemm: str | None
+    cuda: Any,
+    fresh_rng: np.random.Generator,
+    monkeypatch: pytest.MonkeyPatch,
+    gemm: str | None,
+    ga: int,
+    gb: int,
 ) -> None:
     """``w8a8_gemv_dual_silu_quant``: h over out, up in out2, h's A8 codes and scales the
     reference's bits at m = 1 .. 300 (every edge row kind of x: NaN / Inf rows give NaN scales,
     a zero row amax 0), both guard bands intact, launched twice; N off the tiles' column halves
-    (208 = 2 x 96 + 16; 48 below one half), K off the 128-byte tile; routed with out2's rows
-    off 16 bytes (the dual launch and an aligned copy for the SiLU step)."""
+    (208 = 2 x 96 + 16; 48 below one half), K off the 128-byte tile. Routed on aligned rows the
+    SiLU tile must take m = 257 and 300 (else the case would pass on the fallback)."""
     from metrale.cuda import w8a8
     from metrale.cuda.w8a8 import w8a8_gemv_dual_silu_quant
 
@@ -337,18 +348,19 @@ def test_gemv_dual_silu_quant_matches_reference(
         want_u = np.empty_like(want_h)
         want_c = ref(quantize_a8(x), hg, want_h, hu, want_u)  # per row: sliced for every m
         for m in ms:
+            if gemm is None and ga == 8 and m > 256 and wgmma_expected():
+                assert w8a8.silu_tile(m, n) is not None, f"N={n} m={m}: the SiLU tile does not route"
             codes = cuda.launch("w8a8_quantize", cp.asarray(x[:m].view(np.uint16)))
             for rep in range(2):
-                bg, ig, init_g = guarded(cp, fresh_rng, m, n, g=8)  # 16-byte aligned rows
-                gu = 8 if gemm is not None else 5
-                bu, iu, init_u = guarded(cp, fresh_rng, m, n, g=gu)
+                bg, ig, init_g = guarded(cp, fresh_rng, m, n, g=ga)  # g = 8: 16-byte aligned rows
+                bu, iu, init_u = guarded(cp, fresh_rng, m, n, g=gb)
                 if gemm is None:
                     got = cuda.launch("w8a8_gemv_dual_silu_quant", codes, wg, ig, wu, iu)
                 else:
                     got = w8a8_gemv_dual_silu_quant(codes, wg, ig, wu, iu, gemm=gemm)
-                what = f"dual_silu_quant {gemm or 'routed'} N={n} K={k} m={m} launch {rep}"
-                bits_equal(check_guard(bg, init_g, m, n, g=8), want_h.view(np.uint16)[:m], f"{what}: h")
-                bits_equal(check_guard(bu, init_u, m, n, g=gu), want_u.view(np.uint16)[:m], f"{what}: up")
+                what = f"dual_silu_quant {gemm or 'routed'} g={ga},{gb} N={n} K={k} m={m} launch {rep}"
+                bits_equal(check_guard(bg, init_g, m, n, g=ga), want_h.view(np.uint16)[:m], f"{what}: h")
+                bits_equal(check_guard(bu, init_u, m, n, g=gb), want_u.view(np.uint16)[:m], f"{what}: up")
                 assert_bits_equal(cp.asnumpy(got.q), want_c.q[:m], f"{what}: codes")
                 assert_bits_equal(cp.asnumpy(got.scale), want_c.scale[:m], f"{what}: scales")
 
