@@ -81,21 +81,23 @@ def _projection_kernels(project: Project) -> dict[str, Callable[..., Any]]:
         w8a8_gemv(codes, w, out)
         w8a8_gemv(codes, w2, out2)
 
+    def silu_quant(gate: np.ndarray, up: np.ndarray) -> A8Codes:
+        """The W8A8 arm's SiLU step: h = bf16(silu[gate]·up) into ``gate`` (as ``act_mul``
+        leaves it), and the A8 codes of h (the down projection's input)."""
+        h = act_mul(gate, up, "silu")
+        gate[...] = h
+        return quantize_a8(h)
+
     def w8a8_gemv_dual_silu_quant(
         codes: A8Codes, w: Any, out: np.ndarray, w2: Any, out2: np.ndarray
     ) -> A8Codes:
-        """``w8a8_gemv_dual``, then h = bf16(silu[out]·out2) into ``out`` (as ``act_mul``
-        leaves it) and its A8 codes (the input of the arm's down ``w8a8_gemv``)."""
+        """``w8a8_gemv_dual``, then the SiLU step over ``out`` and ``out2``: h's A8 codes."""
         w8a8_gemv_dual(codes, w, out, w2, out2)
-        h = act_mul(out, out2, "silu")
-        out[...] = h
-        return quantize_a8(h)
+        return silu_quant(out, out2)
 
     def w8a8_silu_quant_gemv(gate: np.ndarray, up: np.ndarray, w: Any, out: np.ndarray) -> None:
-        """h = bf16(silu[gate]·up) into ``gate`` (as ``act_mul`` leaves it), out = down(A8 of h)."""
-        h = act_mul(gate, up, "silu")
-        gate[...] = h
-        out[...] = project(None, w, "A8", codes=quantize_a8(h))
+        """The SiLU step over ``gate`` and ``up``, then out = down(A8 of h)."""
+        out[...] = project(None, w, "A8", codes=silu_quant(gate, up))
 
     return {
         "w4a16_gemv": fixed(1),
