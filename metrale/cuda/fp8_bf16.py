@@ -116,17 +116,10 @@ def _mma_arrays(w: np.ndarray) -> dict[str, Any]:
 
 
 def tile_fp8_bytes(w: np.ndarray) -> np.ndarray:
-    """uint8 [N, K] of e4m3 w [N, K] for the FP8 chain kernels (tile.FP8's tile and
-    ``fp8_chain_r*``; docs/chain-revision.md): the rounded values of ``chain.fp8_effective``, and
-    per 8-block step of a row the 4-byte words in (word t, block) order, so that lane t of the
-    tile reads its words of the step's blocks as two 16-byte chunks (a last step of fewer blocks,
-    K % 128 != 0, in the same order over its blocks)."""
-    n, k = w.shape
-    eff = fp8_effective(w).view(np.uint8)
-    full = k // 128 * 128
-    head = eff[:, :full].reshape(n, k // 128, 8, 4, 4).transpose(0, 1, 3, 2, 4).reshape(n, full)
-    tail = eff[:, full:].reshape(n, -1, 4, 4).transpose(0, 2, 1, 3).reshape(n, k - full)
-    return np.ascontiguousarray(np.concatenate([head, tail], axis=1))
+    """uint8 [N, K] of e4m3 w [N, K] for the FP8 chain kernels (tile.FP8's tile, ``fp8_chain_r*``,
+    ``fp8c_dec_*``; docs/chain-revision.md): the rounded values of ``chain.fp8_effective``, row-major,
+    16 bytes per block (the tile takes a lane's words by ldmatrix, the others load whole blocks)."""
+    return np.ascontiguousarray(fp8_effective(w).view(np.uint8))
 
 
 def upload_fp8(w: Fp8Weight) -> DeviceWeight:

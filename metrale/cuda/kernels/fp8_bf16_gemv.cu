@@ -171,9 +171,8 @@ __device__ __forceinline__ void fp8_bf16_gemv_warp(const uint4* __restrict__ w, 
 //     of C = CHAIN_GENERIC_THREADS / Q whole columns, part-major (thread t: part t / C of column t % C,
 //     threads from C Q on idle: a warp's lanes read the same codes); rounds persistent over
 //     grid.x, groups of R rows over grid.y;
-//   * FP8 weights in the chain tile's bytes (fp8_bf16.py tile_fp8_bytes: per 8-block step s of a
-//     row, nbs = min(8, B - 8 s) blocks, word t (elements 4t .. 4t + 3) of block j at byte
-//     128 s + 4 (t nbs + j)), BF16 row-major bf16 bits;
+//   * FP8 weights as the chain tile's bytes (fp8_bf16.py tile_fp8_bytes: the rounded e4m3,
+//     row-major), BF16 row-major bf16 bits;
 //   * the tree over parts in shared memory as q2_0_gemv.cu's q2_0_chain_r*; y = bf16(root
 //     scale[n]) (FP8, one fp32 multiply) or bf16(root) (BF16).
 // Block CHAIN_GENERIC_THREADS, grid (rounds, row groups), no dynamic shared memory.
@@ -202,14 +201,10 @@ __device__ __forceinline__ void wide_chain_body(const unsigned char* __restrict_
 #pragma unroll
                     for (int e = 0; e < 16; ++e) wd[e] = wd_raw_bf16((e & 1) ? (wv[e >> 1] >> 16) : (wv[e >> 1] & 0xFFFFu));
                 } else {
-                    const int s = b >> 3, nbs = min(8, B - 8 * s);
-                    const unsigned char* step = wr + 128LL * s + 4 * (b & 7);
+                    const uint4 v = __ldg((const uint4*)(wr + (long long)b * 16));
+                    const u32 wv[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-                    for (int q = 0; q < 4; ++q) {
-                        const u32 wv = __ldg((const unsigned int*)(step + 4 * q * nbs));
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) wd[4 * q + e] = wd_raw_e4m3((wv >> (8 * e)) & 0xFFu);
-                    }
+                    for (int e = 0; e < 16; ++e) wd[e] = wd_raw_e4m3((wv[e >> 2] >> (8 * (e & 3))) & 0xFFu);
                 }
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
@@ -275,10 +270,8 @@ __device__ __forceinline__ void wide_chain_body(const unsigned char* __restrict_
 //       grid (ceil(N / NC), ceil(m / R)), block 32 W; shared NC R 128 floats of chunk roots.
 //   {fp8,bf16}c_dec_r{R}_c{NC}_w{W}_p{P}_{h,i} (the same arguments): on the block-value chain
 //       (docs/chain-revision.md; tile.CHAIN routes BF16's at m <= 3, FP8's where
-//       configs.FP8_CHAIN_DEC): the same block values (FP8
-//       from the chain tile's bytes, tile_fp8_bytes: lane l's block b = 32 ch + l has its word t
-//       at byte 128 s + 4 (t nbs + j), s = b / 8, j = b % 8, nbs = min(8, B - 8 s)) stored in
-//       dynamic shared memory, NC R rows of 65 Q floats (part p's block i at 65 p + i: the
+//       configs.FP8_CHAIN_DEC): the same block values (FP8 from the chain tile's bytes,
+//       tile_fp8_bytes, loaded as the tree's) stored in dynamic shared memory, NC R rows of 65 Q floats (part p's block i at 65 p + i: the
 //       chaining threads' reads hit distinct banks); after a barrier thread v Q + p (v < NC R,
 //       p < Q) adds part p's values in K order from -0.0 (c = c + v_b), its root to the shared
 //       roots, and roots_tree128 is the padded tree over the Q parts. Dynamic shared memory:
@@ -387,24 +380,12 @@ __device__ __forceinline__ void tree_butterfly(float (&x)[V], int lane, int& off
     }
 }
 
-// CH (FP8 on the chain): the block's four words from the chain tile's bytes (above), as the
-// uint4 of its 16 e4m3 bytes in element order.
-template <int NC, bool BF, bool CH>
+// The weight words of block b of columns n0 .. n0 + NC - 1 (zeros past N or B); FP8 on the chain
+// reads the chain tile's bytes, the same 16 bytes per block.
+template <int NC, bool BF>
 __device__ __forceinline__ void dec_load_w(uint4 (&wv)[NC][BF ? 2 : 1], const uint4* __restrict__ w, int N, int B,
                                            int n0, int b) {
     constexpr int WB = BF ? 2 : 1;
-    if constexpr (CH && !BF) {
-        const int s = b >> 3, nbs = min(8, B - 8 * s);
-        const long long off = 128LL * s + 4 * (b & 7);
-#pragma unroll
-        for (int c = 0; c < NC; ++c) {
-            const unsigned int* p = (const unsigned int*)((const unsigned char*)w + (long long)(n0 + c) * B * 16 + off);
-            const bool ok = n0 + c < N && b < B;
-            wv[c][0] = ok ? make_uint4(__ldg(p), __ldg(p + nbs), __ldg(p + 2 * nbs), __ldg(p + 3 * nbs))
-                          : make_uint4(0u, 0u, 0u, 0u);
-        }
-        return;
-    }
 #pragma unroll
     for (int c = 0; c < NC; ++c)
 #pragma unroll
@@ -429,11 +410,11 @@ __device__ __forceinline__ void dec_body(const uint4* __restrict__ w, const floa
     const int n0 = blockIdx.x * NC, r0 = blockIdx.y * R;
     const double unscale = BF ? 0x1p896 : 0x1p1016;
     uint4 wc[NC][WB], wn[NC][WB];
-    if (warp < C) dec_load_w<NC, BF, CH>(wc, w, N, B, n0, warp * 32 + lane);
+    if (warp < C) dec_load_w<NC, BF>(wc, w, N, B, n0, warp * 32 + lane);
     for (int ch = warp; ch < C; ch += W) {
         const int b = ch * 32 + lane;
-        if (!P && ch != warp) dec_load_w<NC, BF, CH>(wc, w, N, B, n0, b);
-        if (P && ch + W < C) dec_load_w<NC, BF, CH>(wn, w, N, B, n0, b + 32 * W);
+        if (!P && ch != warp) dec_load_w<NC, BF>(wc, w, N, B, n0, b);
+        if (P && ch + W < C) dec_load_w<NC, BF>(wn, w, N, B, n0, b + 32 * W);
         uint4 a[R][4];
         double s[R];
 #pragma unroll

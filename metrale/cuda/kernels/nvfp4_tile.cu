@@ -189,13 +189,6 @@ extern "C" __global__ void __launch_bounds__(256) w4a4b_prep(const signed char* 
 }
 
 // ---- the GEMM ----
-__device__ __forceinline__ void w4b_ldsm4(unsigned int addr, unsigned int& r0, unsigned int& r1, unsigned int& r2,
-                                          unsigned int& r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr));
-}
-
 // The block values of one block into v[nf][j] (layout in tile.cuh) from its weight operand a
 // (the mma's A fragment) and the scales ws0, ws1 of columns wc0, wc0 + 8.
 template <int NF, bool SLOW>

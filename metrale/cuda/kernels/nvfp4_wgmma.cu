@@ -958,8 +958,9 @@ __device__ __forceinline__ void w8c_load_fac(unsigned char* base, const float* _
 // c + v, v = f32((2^8 D_1 + D_0) fac), for a row in the window -119 <= E <= 114 (fac t is v:
 // tests/test_fp8_chain_epilogue.py); SLOW: v in float64, one rounding, c = c + v. Parts,
 // counter and output as w4c_body's (the output scale the weight row's). Weight rows in shared
-// memory: lane t's words t of the step's 8 blocks at bytes 32 t .. 32 t + 31 of its row (the
-// uploader's order).
+// memory: the step's 8 blocks of 16 e4m3 bytes in K order (tile_fp8_bytes); lane (g, t) takes
+// word t of each block of rows wc0, wc0 + 8 by four ldmatrix.x4 (matrix i: 8 rows' block i, at
+// the WROW stride's distinct bank groups).
 template <int NF, bool SLOW, class F, int ST, bool LOCAL, int NFC>
 __device__ __forceinline__ void w8c_body(const unsigned char* __restrict__ xh, const float* __restrict__ fac, int m,
                                          int row0, const WeightSet& set, int n0, int N, int B, int s_begin, int Sl,
@@ -997,11 +998,12 @@ __device__ __forceinline__ void w8c_body(const unsigned char* __restrict__ xh, c
             w8c_load_fac<NF, F>(next, fac, row0, rows_pad, s_begin + ls + ST - 1);
         }
         cp_async_commit();
-        const unsigned char* wp = smem + buf * STAGE + ACT + wc0 * F::WROW + 32 * t;
-        const uint4 W0a = *(const uint4*)wp, W0b = *(const uint4*)(wp + 16);
-        const uint4 W1a = *(const uint4*)(wp + 8 * F::WROW), W1b = *(const uint4*)(wp + 8 * F::WROW + 16);
-        const u32 w0[8] = {W0a.x, W0a.y, W0a.z, W0a.w, W0b.x, W0b.y, W0b.z, W0b.w};
-        const u32 w1[8] = {W1a.x, W1a.y, W1a.z, W1a.w, W1b.x, W1b.y, W1b.z, W1b.w};
+        u32 w0[8], w1[8];  // word t of blocks 0 .. 7 of rows wc0, wc0 + 8
+        const u32 wa = sbase + buf * STAGE + ACT + (16 * warp + (lane & 7)) * F::WROW + 16 * (lane >> 3);
+        w4b_ldsm4(wa, w0[0], w0[1], w0[2], w0[3]);
+        w4b_ldsm4(wa + 64, w0[4], w0[5], w0[6], w0[7]);
+        w4b_ldsm4(wa + 8 * F::WROW, w1[0], w1[1], w1[2], w1[3]);
+        w4b_ldsm4(wa + 8 * F::WROW + 64, w1[4], w1[5], w1[6], w1[7]);
         const u64 dact = wg_desc(sbase + warp_uniform(buf) * STAGE);
         const float* facs =
             (const float*)(smem + buf * STAGE + ACT + W4B_COLS * F::WROW + W4B_COLS * F::SB) + 2 * t;

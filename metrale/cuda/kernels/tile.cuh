@@ -14,6 +14,15 @@
 #define W4B_COLS 128
 #define W4B_STAGES 3
 
+// ldmatrix m8n8.x4 b16: lanes 8 i .. 8 i + 7 give the shared addresses of matrix i's 8 rows of 16
+// bytes; lane (g, t) = (lane / 4, lane % 4) receives word t of row g of matrix i in r_i.
+__device__ __forceinline__ void w4b_ldsm4(unsigned int addr, unsigned int& r0, unsigned int& r1, unsigned int& r2,
+                                          unsigned int& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+
 // Nibbles t and t + 4 of W (rotations rm = 6 - 4t, rs = 12 - 4t, mod 32) as the bf16 pair
 // (2 e2m1 of nibble t, of nibble t + 4): the magnitude bits at 6..8 are e2m1 2^-126 (a bf16
 // subnormal for the code 0.5), times 2^127 by one exact fma, and the sign bit moved to 15.
@@ -48,7 +57,7 @@ struct TileQ2 {  // 1 word per block (2-bit codes), the f16 d of blocks 0-3 and 
     static constexpr int WB = 32, WROW = 48, SB = 4, LIMBS = 1, FAC = 0;
     static constexpr bool COLSCALE = false;
 };
-struct TileFp8 {  // 4 words per block (rounded e4m3, chain.fp8_effective), two A16 limbs, per-column scale
+struct TileFp8 {  // 16 bytes per block (rounded e4m3, chain.fp8_effective), two A16 limbs, per-column scale
     static constexpr int WB = 128, WROW = 144, SB = 0, LIMBS = 2, FAC = 1;
     static constexpr bool COLSCALE = true;
 };
