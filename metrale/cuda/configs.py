@@ -87,10 +87,6 @@ NVFP4_A4_ROWS: tuple[int, ...] = (1, 4)
 #: Qwen3-8B down projection at one row; docs/performance-log.md "2026-12-06 (morning)").
 NVFP4_FAST_DEPTH: dict[int, int] = {1: 3, 2: 4, 3: 3, 4: 3}
 NVFP4_FAST_PQ: dict[int, bool] = {1: True, 2: True, 3: False, 4: False}
-#: nvfp4.cuh nib8_codes_k: the nibble decode's three right shifts as mul.hi by constants held in
-#: registers (IMAD on the FMA pipe) instead of SHF on the ALU pipe, which the chain decode kernels
-#: fill at one row (Nsight, performance-log.md "2026-12-07 (e)"). A variant to measure: off.
-NVFP4_NIB_MULHI = False
 #: nvfp4_a4.cu fast kernels ``nvfp4_a4f_r{R}`` (W4A4 decode, one pass of R = m rows): rows ->
 #: cp.async ring depth, as NVFP4_FAST_DEPTH.
 NVFP4_A4F_DEPTH: dict[int, int] = {1: 3, 2: 4, 3: 3, 4: 3}
@@ -510,9 +506,10 @@ def fp8_bf16_gemm_late_builds() -> list[tuple[int, int, int]]:
 
 #: Q2_0's decode kernels' chain form with the chains of each step run after the next step's
 #: block dots (``q2cp_dec_*``, two term scratches per warp): built for these row counts, routed
-#: for Q2_0_CHAIN_PIPE_ROWS (a variant to measure: none).
-Q2_0_CHAIN_PIPE_ROWS_BUILT: tuple[int, ...] = (1, 2)
-Q2_0_CHAIN_PIPE_ROWS: tuple[int, ...] = ()
+#: for Q2_0_CHAIN_PIPE_ROWS. Qwen3-8B FFN on an H100 against ``q2c_dec_*``: 45.8 against 47.0 µs
+#: at one row, 63.7 against 55.4 at two (performance-log.md "2026-12-07 (g)").
+Q2_0_CHAIN_PIPE_ROWS_BUILT: tuple[int, ...] = (1,)
+Q2_0_CHAIN_PIPE_ROWS: tuple[int, ...] = (1,)
 
 
 def q2_chain_dec_builds() -> list[tuple[int, int, bool, int]]:
@@ -677,7 +674,6 @@ _DEFINES: dict[str, Callable[[], dict[str, int]]] = {  # read at build time: a p
         "RUN_THREADS": NVFP4_RUN_THREADS,
         "RUN_CTAS": NVFP4_RUN_CTAS_PER_SM,
         "RUN_SCALE_SLICES": NVFP4_RUN_SCALE_SLICES,
-        "NIB_MULHI": int(NVFP4_NIB_MULHI),
     },
     "NVFP4_FAST_SLOT": lambda: {"FAST_SLOT": NVFP4_FAST_SLOT},
     "Q2_0_DEC": lambda: {"Q2D_WARPS": Q2_0_DEC_WARPS},

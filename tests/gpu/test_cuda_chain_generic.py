@@ -188,9 +188,9 @@ def test_chain_routes_fp8_and_q2_0(
 ) -> None:
     """FP8 and Q2_0 under tile.CHAIN as routed: the decode kernels' chain form at their rows (FP8:
     ``fp8_bf16.CHAIN_DEC_TIERS`` where ``fp8_bf16.CHAIN_DEC_FP8``; Q2_0: ``q2c_dec_*`` at 1..3
-    rows); else the chain tile from one row (their ``chain_min_rows``) where B % 8 == 0, the
-    generic chain kernels elsewhere: the chain's bits at 1 to 40 rows, each row count on the
-    kernel it should take."""
+    rows, ``q2cp_dec_*`` at ``q2_0.CHAIN_PIPE_ROWS``); else the chain tile from one row (their
+    ``chain_min_rows``) where B % 8 == 0, the generic chain kernels elsewhere: the chain's bits at
+    1 to 40 rows, each row count on the kernel it should take."""
     from metrale.cuda import configs, fp8_bf16, q2_0, runtime, tile
     from tests.gpu.test_cuda_fp8_bf16 import fp8_weight
 
@@ -214,7 +214,7 @@ def test_chain_routes_fp8_and_q2_0(
                 on_dec = m <= min(configs.Q2_0_DEC_MAX_ROWS, max(configs.Q2_0_DEC_ROWS))
             on_tile = any(name.startswith(stem) for name in names)
             assert on_tile == (k // 16 % 8 == 0 and not on_dec), (m, k, names)
-            dec = "fp8c_dec_" if fmt == "fp8" else "q2c_dec_"
+            dec = "fp8c_dec_" if fmt == "fp8" else "q2cp_dec_" if m in q2_0.CHAIN_PIPE_ROWS else "q2c_dec_"
             assert any(name.startswith(dec) for name in decs) == on_dec, (m, k, decs)
 
 

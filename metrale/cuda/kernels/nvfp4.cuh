@@ -317,50 +317,43 @@ __device__ __forceinline__ void e4m3x2_to_f32(unsigned int v, float& lo, float& 
 }
 
 // The nibble decode of common.cuh's nib8_codes with its constants held in registers (k: the
-// 4 tables and the selector base 0x32103210), so each step is one LOP3, SHF or PRMT. NIB_MULHI
-// (configs.NVFP4_NIB_MULHI, a variant): the three right shifts as mul.hi by 2^31 / 2^16 held in
-// registers (k.h31, k.h16), IMADs on the FMA pipe instead of SHFs on the ALU pipe that the decode
-// kernels fill (performance-log.md "2026-12-07 (e)"); x >> s = mulhi(x, 2^(32 - s)) exactly.
+// 4 tables and the selector base 0x32103210), so each step is one LOP3, SHF or PRMT.
 struct NibConsts {
-    unsigned int p0, p1, n0, n1, base, h31, h16;
+    unsigned int p0, p1, n0, n1, base;
 };
 __device__ __forceinline__ void nib8_codes_k(unsigned int w, const NibConsts& k, unsigned int& c0,
                                              unsigned int& c1) {
     const unsigned int mag = w & 0x77777777u;
     unsigned int sel;
-    const unsigned int w1 = NIB_MULHI ? __umulhi(w, k.h31) : w >> 1;
-    asm("lop3.b32 %0, %1, 0x44444444, %2, 0xEA;" : "=r"(sel) : "r"(w1), "r"(k.base));  // (a & b) | c
-    const unsigned int mag1 = NIB_MULHI ? __umulhi(mag, k.h16) : mag >> 16;
-    const unsigned int sel1 = NIB_MULHI ? __umulhi(sel, k.h16) : sel >> 16;
+    asm("lop3.b32 %0, %1, 0x44444444, %2, 0xEA;" : "=r"(sel) : "r"(w >> 1), "r"(k.base));  // (a & b) | c
+    const unsigned int mag1 = mag >> 16, sel1 = sel >> 16;
     c0 = prmt(prmt(k.p0, k.p1, mag), prmt(k.n0, k.n1, mag), sel);
     c1 = prmt(prmt(k.p0, k.p1, mag1), prmt(k.n0, k.n1, mag1), sel1);
 }
 
 // The constants of nib8_codes_k in registers (mov, so the compiler keeps them live). BIASED: the
 // tables of the codes + 128 (each byte XOR 0x80), the f16 mode's input.
-// NIB_TABLES: p0, p1, n0, n1 (the codes of the nibbles 0-7 and of their negatives), base, 2^31, 2^16.
-#define NIB_TABLES 0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu, 0x32103210u, 0x80000000u, 0x10000u
+// NIB_TABLES: p0, p1, n0, n1 (the codes of the nibbles 0-7 and of their negatives), base.
+#define NIB_TABLES 0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu, 0x32103210u
 template <bool BIASED = false>
 __device__ __forceinline__ NibConsts nib_consts() {
     constexpr unsigned int X = BIASED ? 0x80808080u : 0u;
-    constexpr unsigned int T[7] = {NIB_TABLES};
+    constexpr unsigned int T[5] = {NIB_TABLES};
     NibConsts kc;
     asm volatile("mov.b32 %0, %1;" : "=r"(kc.p0) : "n"(T[0] ^ X));
     asm volatile("mov.b32 %0, %1;" : "=r"(kc.p1) : "n"(T[1] ^ X));
     asm volatile("mov.b32 %0, %1;" : "=r"(kc.n0) : "n"(T[2] ^ X));
     asm volatile("mov.b32 %0, %1;" : "=r"(kc.n1) : "n"(T[3] ^ X));
     asm volatile("mov.b32 %0, %1;" : "=r"(kc.base) : "n"(T[4]));
-    kc.h31 = T[5];
-    kc.h16 = T[6];
     return kc;
 }
 // The same (unbiased) tables read from global memory once (ptxas rematerialises a constant from
 // a uniform register before every PRMT that takes it, however it was formed; a loaded value stays
 // in its register): the chain decode kernels, 7 moves per block fewer.
-__device__ unsigned int nib_tables[7] = {NIB_TABLES};
+__device__ unsigned int nib_tables[5] = {NIB_TABLES};
 __device__ __forceinline__ NibConsts nib_consts_loaded() {
     const volatile unsigned int* t = nib_tables;
-    return {t[0], t[1], t[2], t[3], t[4], NIB_MULHI ? t[5] : 0u, NIB_MULHI ? t[6] : 0u};
+    return {t[0], t[1], t[2], t[3], t[4]};
 }
 
 // cp.async (LDGSTS, 16 bytes, L2 only) with a source size: 0 fills the 16 bytes with zeros and
