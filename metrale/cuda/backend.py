@@ -130,18 +130,17 @@ class CudaBackend(Backend):
         return cupy.empty(tuple(shape), dtype=cupy.uint16)
 
     def rows(self, x: Any, k: int, name: str = "input") -> Any:
-        """Activation rows [m, k] as CuPy uint16 bits with unit column stride (a copy only when
-        ``x`` is on the host or its columns are strided). Errors as the reference's check_rows.
-        An entry point's input arrives here: the next PDL-capable kernel is launched plainly
-        (metrale/cuda/pdl.py), so the FFN does not overlap the work before it."""
-        import cupy
-
+        """Activation rows [m, k] as CuPy uint16 bits with unit column stride, starting 16-byte
+        aligned (a copy only when ``x`` is on the host, its columns are strided or its start is
+        off 16 bytes). Errors as the reference's check_rows. An entry point's input arrives here:
+        the next PDL-capable kernel is launched plainly (metrale/cuda/pdl.py), so the FFN does
+        not overlap the work before it."""
         pdl.entry_start()
 
         a = as_device_bits(x, name)
         check_row_shape(tuple(a.shape), k, name)
         if a.strides[1] != 2 or a.strides[0] % 2 or (a.data.ptr % 16):
-            a = cupy.ascontiguousarray(a)
+            a = a.copy(order="C")  # not ascontiguousarray: it keeps an unaligned one-row view
         return a
 
     def to_numpy(self, a: Any) -> np.ndarray:

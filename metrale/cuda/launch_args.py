@@ -33,8 +33,6 @@ def mat(a: Any, name: str) -> tuple[Any, int]:
 def device_rows(x: Any, k: int, rows: int, name: str = "x") -> Any:
     """``x`` as CuPy uint16 bf16 bits [>= rows, k] with unit column stride and 16-byte aligned
     rows (copied only when that does not hold); MetraleError naming ``name`` otherwise."""
-    import cupy
-
     from metrale.cuda.backend import as_device_bits
 
     a = as_device_bits(x, name)
@@ -45,7 +43,9 @@ def device_rows(x: Any, k: int, rows: int, name: str = "x") -> Any:
     if a.shape[0] < rows:
         raise MetraleError(f"{name}: {a.shape[0]} rows, the launch needs {rows}")
     if a.strides[1] != 2 or a.strides[0] % 16 or a.data.ptr % 16:
-        a = cupy.ascontiguousarray(a)
+        # a copy, not ascontiguousarray: that returns a one-row view as it is (C-contiguous
+        # whatever its start), so an unaligned single row would reach the kernels
+        a = a.copy(order="C")
     return a
 
 
