@@ -261,8 +261,9 @@ FP8_BF16_CHAIN_MMA_MIN_M = 1
 #: against the tree's 121.9 / 139.3 (H100, Qwen3-8B FFN; performance-log.md "2026-12-07 (e)").
 FP8_BF16_CHAIN_DEC: dict[int, Fp8Bf16Dec] = dict(FP8_BF16_DEC)
 #: FP8 takes the decode kernels' chain form too (else its chain tile from one row): off, the tile
-#: was no slower at one row (93.0 against 96.9 µs) and its fragment of 8 rows costs the same at two
-#: and three (the chain form 120.8 at two; same log entry).
+#: was no slower at one row (93.0 against 96.9 µs; 95.9 with the row-major chain bytes,
+#: performance-log.md "2026-12-07 (g)") and its fragment of 8 rows costs the same at two and three
+#: (the chain form 106.9 / 131.3 there).
 FP8_CHAIN_DEC = False
 
 
