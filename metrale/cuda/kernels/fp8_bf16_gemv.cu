@@ -271,8 +271,9 @@ __device__ __forceinline__ void wide_chain_body(const unsigned char* __restrict_
 //   {fp8,bf16}c_dec_r{R}_c{NC}_w{W}_p{P}_{h,i} (the same arguments): on the block-value chain
 //       (docs/chain-revision.md; tile.CHAIN routes BF16's at m <= 3, FP8's where
 //       configs.FP8_CHAIN_DEC): the same block values (FP8 from the chain tile's bytes,
-//       tile_fp8_bytes, loaded as the tree's) stored in dynamic shared memory, NC R rows of 65 Q floats (part p's block i at 65 p + i: the
-//       chaining threads' reads hit distinct banks); after a barrier thread v Q + p (v < NC R,
+//       tile_fp8_bytes, loaded as the tree's) stored in dynamic shared memory, NC R rows of
+//       65 Q floats (part p's block i at 65 p + i: the chaining threads' reads hit distinct
+//       banks); after a barrier thread v Q + p (v < NC R,
 //       p < Q) adds part p's values in K order from -0.0 (c = c + v_b), its root to the shared
 //       roots, and roots_tree128 is the padded tree over the Q parts. Dynamic shared memory:
 //       4 NC R 65 Q bytes.
