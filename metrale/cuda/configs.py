@@ -260,6 +260,10 @@ FP8_BF16_CHAIN_MMA_MIN_M = 1
 #: runs for m rows (m <= 3): the tree's configurations. BF16 on it 124.1 / 146.9 µs at 1 / 2 rows
 #: against the tree's 121.9 / 139.3 (H100, Qwen3-8B FFN; performance-log.md "2026-12-07 (e)").
 FP8_BF16_CHAIN_DEC: dict[int, Fp8Bf16Dec] = dict(FP8_BF16_DEC)
+#: Floats per (column, row, part) of their block values in shared memory: 64 values and room to
+#: a multiple of four, so a chaining thread reads its part as 16 float4 loads, the 8 threads of a
+#: quarter-warp (parts 68 floats apart: 4 banks on) on distinct banks.
+FP8_BF16_CHAIN_DEC_PART_FLOATS = 68
 #: FP8 takes the decode kernels' chain form too (else its chain tile from one row): off, the tile
 #: was no slower at one row (93.0 against 96.9 µs; 95.9 with the row-major chain bytes,
 #: performance-log.md "2026-12-07 (g)") and its fragment of 8 rows costs the same at two and three
@@ -668,6 +672,7 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
 _DEFINES: dict[str, Callable[[], dict[str, int]]] = {  # read at build time: a probe may set the values
     "MMA_GEMM": lambda: {"MMA_WARPS": MMA_WARPS, "MMA_RUN": MMA_RUN, "GEMM_WARPS": GEMM_WARPS},
     "FP8_BF16_MMA": lambda: {"FP8_BF16_MMA_WARPS": FP8_BF16_MMA_WARPS},
+    "FP8_BF16_DEC": lambda: {"DEC_PART_FLOATS": FP8_BF16_CHAIN_DEC_PART_FLOATS},
     "NVFP4": lambda: {"NVFP4_WARPS": NVFP4_WARPS},
     "CHAIN_GENERIC": lambda: {"CHAIN_GENERIC_THREADS": CHAIN_GENERIC_THREADS},
     "NVFP4_FAST": lambda: {

@@ -198,7 +198,7 @@ def _project_dec(
     """The decode kernel ``cfg`` over all m rows in one pass (prep, then one launch; both
     PDL-capable, so each may start while its predecessor drains); ``chain``: its chain form
     ``{fp8,bf16}c_dec_*`` (FP8 ``w`` in the chain tile's bytes), its block values in dynamic
-    shared memory (65 floats per part, row and column)."""
+    shared memory (configs.FP8_BF16_CHAIN_DEC_PART_FLOATS per part, row and column)."""
     import cupy
 
     chunks = cdiv(k // BLOCK, 32)
@@ -222,7 +222,11 @@ def _project_dec(
         ),
     )
     gemv = get_kernel(CU_FILE, cfg.name(("fp8" if fp8 else "bf16") + ("c" if chain else ""), m))
-    smem = 4 * cfg.nc * m * 65 * cdiv(k // BLOCK, PART_BLOCKS) if chain else 0
+    smem = (
+        4 * cfg.nc * m * configs.FP8_BF16_CHAIN_DEC_PART_FLOATS * cdiv(k // BLOCK, PART_BLOCKS)
+        if chain
+        else 0
+    )
     set_dynamic_smem(gemv, smem)
     pdl.launch(
         gemv,

@@ -272,11 +272,11 @@ __device__ __forceinline__ void wide_chain_body(const unsigned char* __restrict_
 //       (docs/chain-revision.md; tile.CHAIN routes BF16's at m <= 3, FP8's where
 //       configs.FP8_CHAIN_DEC): the same block values (FP8 from the chain tile's bytes,
 //       tile_fp8_bytes, loaded as the tree's) stored in dynamic shared memory, NC R rows of
-//       65 Q floats (part p's block i at 65 p + i: the chaining threads' reads hit distinct
-//       banks); after a barrier thread v Q + p (v < NC R,
-//       p < Q) adds part p's values in K order from -0.0 (c = c + v_b), its root to the shared
-//       roots, and roots_tree128 is the padded tree over the Q parts. Dynamic shared memory:
-//       4 NC R 65 Q bytes.
+//       S Q floats, S = DEC_PART_FLOATS (part p's block i at S p + i); after a barrier thread
+//       v Q + p (v < NC R, p < Q) reads part p's values as float4 (the 8 threads of a quarter
+//       warp, parts S = 68 floats apart, on distinct banks) and adds them in K order from -0.0
+//       (c = c + v_b), its root to the shared roots, and roots_tree128 is the padded tree over
+//       the Q parts. Dynamic shared memory: 4 NC R S Q bytes.
 //   Both are PDL-capable (metrale/cuda/pdl.py): pdl_trigger, then pdl_wait, before any memory
 //   access.
 
@@ -397,6 +397,8 @@ __device__ __forceinline__ void dec_load_w(uint4 (&wv)[NC][BF ? 2 : 1], const ui
         }
 }
 
+// @defines FP8_BF16_DEC (DEC_PART_FLOATS, the chain form's floats per part, from metrale/cuda/configs.py)
+
 template <int R, int NC, int W, bool P, bool BF, int ACT, bool CH>
 __device__ __forceinline__ void dec_body(const uint4* __restrict__ w, const float* __restrict__ scale, int N, int K,
                                          const uint4* __restrict__ act, const int* __restrict__ pe, int m,
@@ -454,7 +456,7 @@ __device__ __forceinline__ void dec_body(const uint4* __restrict__ w, const floa
         if constexpr (CH) {
             if (b < B) {
 #pragma unroll
-                for (int v = 0; v < V; ++v) sval[v * 65 * Q + 65 * (b >> 6) + (b & 63)] = x[v];
+                for (int v = 0; v < V; ++v) sval[v * DEC_PART_FLOATS * Q + DEC_PART_FLOATS * (b >> 6) + (b & 63)] = x[v];
             }
         } else {
             int off, cnt, dup;
@@ -476,9 +478,14 @@ __device__ __forceinline__ void dec_body(const uint4* __restrict__ w, const floa
     if constexpr (CH) {  // the chains: thread v Q + p runs part p of (column, row) v
         for (int i = threadIdx.x; i < V * Q; i += 32 * W) {
             const int v = i / Q, p = i - v * Q, nb = min(64, B - 64 * p);
-            const float* sv = sval + v * 65 * Q + 65 * p;
+            const float4* sv = reinterpret_cast<const float4*>(sval + (v * Q + p) * DEC_PART_FLOATS);
             float c = -0.0f;
-            for (int j = 0; j < nb; ++j) c = ieee_add(c, sv[j]);
+            int j = 0;
+            for (; j + 4 <= nb; j += 4) {  // K order
+                const float4 q = sv[j >> 2];
+                c = ieee_add(ieee_add(ieee_add(ieee_add(c, q.x), q.y), q.z), q.w);
+            }
+            for (; j < nb; ++j) c = ieee_add(c, reinterpret_cast<const float*>(sv)[j]);  // a last part's rest
             sroot[v * 128 + p] = c;
         }
         __syncthreads();
@@ -497,7 +504,7 @@ __device__ __forceinline__ void dec_body(const uint4* __restrict__ w, const floa
         const uint4* __restrict__ act, const int* __restrict__ pe, int m, u16* __restrict__ out,          \
         long long ldo) {                                                                                  \
         __shared__ float sroot[NC * R * 128];                                                             \
-        extern __shared__ float sval[];                                                                   \
+        extern __shared__ __align__(16) float sval[];                                                                   \
         dec_body<R, NC, W, P, BF, ACT, CH>(w, scale, N, K, act, pe, m, out, ldo, sroot, sval);            \
     }
 
