@@ -5,7 +5,9 @@ Nothing here calls the code under test; these are the independent sides of compa
 
 from __future__ import annotations
 
+import inspect
 import math
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -111,3 +113,10 @@ def bf16_block_exponent(x: np.ndarray) -> np.ndarray:
                 if v != 0 and abs(v) >= 2.0**-126:
                     e[r, b] = max(e[r, b], math.frexp(v)[1] - 1)
     return e
+
+
+def kv_cache(model: Any, cache: Any) -> dict[str, Any]:
+    """A transformers forward's KV-cache keyword argument: ``cache`` where the forward takes it
+    (transformers 5.24 on, where ``past_key_values`` warns and is to go), else ``past_key_values``."""
+    params = inspect.signature(model.forward).parameters
+    return {"cache" if "cache" in params else "past_key_values": cache}

@@ -12,6 +12,7 @@ from metrale.checkpoint.example import TINY, tiny_model
 from metrale.errors import MetraleError
 from metrale.hf import replace_mlps
 from metrale.torch import MetraleFfn
+from tests.helpers import kv_cache
 from tests.layer_cases import A4_FFN
 
 
@@ -70,7 +71,7 @@ def test_prefill_mlps_equal_token_by_token_decode(family: str, fmt: str, n: int)
     with torch.no_grad():
         for t in range(n):
             step[0] = t
-            model(ids[:, t : t + 1], past_key_values=cache, use_cache=True)
+            model(ids[:, t : t + 1], **kv_cache(model, cache), use_cache=True)
     for h in hooks:
         h.remove()
     for i, (xp, yp) in prefill.items():
@@ -156,18 +157,18 @@ def test_rewound_static_cache_step_repeats_bits() -> None:
     pos = torch.tensor([5])
     with torch.no_grad():
         for c in caches:
-            model(prompt, past_key_values=c, use_cache=True, cache_position=torch.arange(5))
+            model(prompt, **kv_cache(model, c), use_cache=True, cache_position=torch.arange(5))
         for _ in range(3):  # warm-up calls of the "graph" advance nothing once rewound
             rewind_static_cache(caches[1], pos)
-            model(tok, past_key_values=caches[1], use_cache=True, cache_position=pos)
+            model(tok, **kv_cache(model, caches[1]), use_cache=True, cache_position=pos)
         for t in range(5, 12):
             nxt = _ids(1, t)
             at = torch.tensor([t])
-            eager = model(nxt, past_key_values=caches[0], use_cache=True, cache_position=at).logits
+            eager = model(nxt, **kv_cache(model, caches[0]), use_cache=True, cache_position=at).logits
             tok.copy_(nxt)
             pos.fill_(t)
             rewind_static_cache(caches[1], pos)
-            out = model(tok, past_key_values=caches[1], use_cache=True, cache_position=pos).logits
+            out = model(tok, **kv_cache(model, caches[1]), use_cache=True, cache_position=pos).logits
             assert torch.equal(_i16(out), _i16(eager)), t
 
 

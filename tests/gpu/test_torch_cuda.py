@@ -10,6 +10,7 @@ from metrale.checkpoint.example import TINY, tiny_model
 from metrale.errors import MetraleError
 from metrale.reference.context import FfnConfig
 from metrale.torch import MetraleFfn
+from tests.helpers import kv_cache
 from tests.test_torch_ffn import _weights
 
 if not torch.cuda.is_available():  # pragma: no cover - the GPU machine has CUDA torch
@@ -132,7 +133,7 @@ def test_cuda_mlps_equal_cpu_and_prefill_equals_decode(fmt: str) -> None:
         model(ids)
         cache = DynamicCache()
         for t in range(n):
-            model(ids[:, t : t + 1], past_key_values=cache, use_cache=True)
+            model(ids[:, t : t + 1], **kv_cache(model, cache), use_cache=True)
     for h in hooks:
         h.remove()
     cpu_mlps = [  # CPU copies of the CUDA modules' weights: the numpy reference
@@ -163,13 +164,13 @@ def test_cuda_graph_of_a_decoder_step(fmt: str) -> None:
     caches = [StaticCache(config=model.config, max_cache_len=32) for _ in range(2)]
     with torch.no_grad():
         for c in caches:
-            model(prompt, past_key_values=c, use_cache=True, cache_position=torch.arange(5, device="cuda"))
+            model(prompt, **kv_cache(model, c), use_cache=True, cache_position=torch.arange(5, device="cuda"))
         tok = torch.zeros(1, 1, dtype=torch.long, device="cuda")
         pos = torch.tensor([5], device="cuda")
 
         def step() -> torch.Tensor:
             rewind_static_cache(caches[1], pos)
-            return model(tok, past_key_values=caches[1], use_cache=True, cache_position=pos).logits
+            return model(tok, **kv_cache(model, caches[1]), use_cache=True, cache_position=pos).logits
 
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
@@ -182,7 +183,7 @@ def test_cuda_graph_of_a_decoder_step(fmt: str) -> None:
         for t in range(5, 12):
             nxt = torch.randint(0, TINY["vocab_size"], (1, 1), device="cuda")
             at = torch.tensor([t], device="cuda")
-            eager = model(nxt, past_key_values=caches[0], use_cache=True, cache_position=at)
+            eager = model(nxt, **kv_cache(model, caches[0]), use_cache=True, cache_position=at)
             tok.copy_(nxt)
             pos.fill_(t)
             g.replay()
