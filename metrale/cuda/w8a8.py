@@ -577,10 +577,17 @@ def w8a8_silu_quant_gemv(gate: Any, up: Any, w: Any, out: Any, warps: int | None
     if m == 0:
         return
     codes, parts = _codes_scratch(m, k)
-    _silu_quant(g, u, codes, parts)
-    if g is not g0:  # an aligned copy took h: give it back to the caller's gate rows
-        g0[...] = g
+    _silu_quant_rows(g, u, g0, codes, parts)
     _gemv_launch(codes.q, codes.scale, w, arr, outa, ldo, warps)
+
+
+def _silu_quant_rows(g: Any, u: Any, gate: Any, codes: DeviceA8Codes, parts: Any) -> None:
+    """``_silu_quant`` over the first m rows of ``g`` and ``u`` (``device_rows`` of the caller's
+    ``gate`` and up); where ``g`` is an aligned copy of ``gate``, h is given back to its rows."""
+    m = codes.q.shape[0]
+    _silu_quant(g[:m], u[:m], codes, parts)
+    if g is not gate:
+        gate[:m] = g[:m]
 
 
 def _silu_quant(g: Any, u: Any, codes: DeviceA8Codes, parts: Any) -> None:
@@ -664,9 +671,7 @@ def w8a8_gemv_dual_silu_quant(
     if tile is None or not aligned:
         _gemv_launch(codes.q, codes.scale, w, arr, outa, ldo, None, None, _Second(w2, arr2, outb, ldo2))
         g, u = device_rows(outa, n, m, "out"), device_rows(outb, n, m, "out2")
-        _silu_quant(g[:m], u[:m], h, _codes_scratch(m, n)[1])
-        if g is not outa:  # an aligned copy took h: give it back to the caller's rows
-            outa[:m] = g[:m]
+        _silu_quant_rows(g, u, outa, h, _codes_scratch(m, n)[1])
         return h
     _silu_tile_launch(tile, codes, arr, arr2, outa, ldo, outb, ldo2, h)
     return h
