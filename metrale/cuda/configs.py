@@ -406,6 +406,27 @@ class W8a8WgmmaTile:
         return self.stages * (self.bm + self.bn) * 128 + 1024
 
 
+@dataclass(frozen=True)
+class W8a8TmaTier:
+    """One w8a8_wgmma.cu stream-K kernel ``w8a8_tma_n{bn}`` (sm_90a): tiles of ``wrows`` weight
+    rows (128 or 256: each MMA warpgroup takes half, 64 at a time) x ``bn`` activation rows,
+    ``stages`` TMA slots of 128 K-bytes of both."""
+
+    bn: int
+    wrows: int
+    stages: int
+
+    @property
+    def name(self) -> str:
+        return f"w8a8_tma_n{self.bn}"
+
+    @property
+    def smem(self) -> int:
+        """Dynamic shared memory in bytes (the slots, and 1024 to align them to the swizzle's
+        period)."""
+        return self.stages * (self.wrows + self.bn) * 128 + 1024
+
+
 #: w8a8_wgmma.cu tiles in routing order (w8a8.gemm_tile: the least work per multiprocessor in
 #: whole waves, ties to the first), used from ``w8a8.GEMM_MIN_ROWS`` rows where the device is
 #: sm_90 (elsewhere the mma.sync tiles above). Measured on an H200 (VARIANT_MEASUREMENTS w8a8-gemm,
@@ -460,7 +481,15 @@ W8A8_SK_CTAS_PER_SM = 1
 #: against 15.7-17.1 gate), from m = 256 slower than the tiles (n256: 43.1 against 36.1 gate);
 #: cp.async copies instead of TMA, two CTAs per multiprocessor and weights laid out so that a
 #: box is contiguous were no faster.
-W8A8_TMA_TIERS: dict[int, int] = {64: 8, 128: 6}
+W8A8_TMA_TIERS: dict[int, W8a8TmaTier] = {64: W8a8TmaTier(64, 128, 8), 128: W8a8TmaTier(128, 128, 6)}
+#: The same tiers on tiles of 256 weight rows (a variant, not yet measured: a process that updates
+#: W8A8_TMA_TIERS with them before the kernels build runs them): every
+#: unit reads its BN activation rows from L2 once per 256 weight rows instead of 128. Measured on
+#: an H200 the 128-row tiers ingest about 3.4-3.6 TB/s into the multiprocessors at m = 64 / 128
+#: (gate 21.9 / 27.6 us above: 2.3 / 1.8 TB/s of weights and half / as much again of
+#: activations), the split-K kernels 3.3-3.4 TB/s of weights at m = 1..3 with almost no
+#: activations: if that is the bound, halving the activations' share speeds the weights up.
+W8A8_TMA_WIDE_TIERS: dict[int, W8a8TmaTier] = {64: W8a8TmaTier(64, 256, 5), 128: W8a8TmaTier(128, 256, 4)}
 #: Beyond 128 rows (n128 in row tiles): down at m = 192 / 256 (64 CTAs of the 128x128 tile)
 #: 41.9 / 36.1 against 48.8 / 45.1 us tiled.
 #: The rows w8a8_gemv routes to them: all of W8A8_TMA_ROWS up to w8a8.GEMM_MIN_ROWS - 1, and from
@@ -664,7 +693,7 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
     "W8A8_WGMMA_SILU": lambda: [
         f"W8A8_WGMMA_SILU({t.bm}, {t.bn}, {t.stages})" for t in W8A8_WGMMA_TILES if t.name in W8A8_SILU_TILES
     ],
-    "W8A8_TMA": lambda: [f"W8A8_TMA({bn}, {st})" for bn, st in W8A8_TMA_TIERS.items()],
+    "W8A8_TMA": lambda: [f"W8A8_TMA({t.bn}, {t.stages}, {t.wrows})" for t in W8A8_TMA_TIERS.values()],
     "W8A8_WGMMA_SK": lambda: [f"W8A8_WGMMA_SK({t.bm}, {t.bn}, {t.stages})" for t in W8A8_SK_TIERS.values()],
     "W8A8_MMA": lambda: [
         f"W8A8_MMA({r}, {r // 8}, {cols // 16}, {w}, {W8A8_MMA_UNROLL[r]})"
