@@ -482,14 +482,17 @@ W8A8_SK_CTAS_PER_SM = 1
 #: cp.async copies instead of TMA, two CTAs per multiprocessor and weights laid out so that a
 #: box is contiguous were no faster.
 W8A8_TMA_TIERS: dict[int, W8a8TmaTier] = {64: W8a8TmaTier(64, 128, 8), 128: W8a8TmaTier(128, 128, 6)}
-#: The same tiers on tiles of 256 weight rows (a variant, not yet measured: a process that updates
-#: W8A8_TMA_TIERS with them before the kernels build runs them): every
-#: unit reads its BN activation rows from L2 once per 256 weight rows instead of 128. Measured on
-#: an H200 the 128-row tiers ingest about 3.4-3.6 TB/s into the multiprocessors at m = 64 / 128
-#: (gate 21.9 / 27.6 us above: 2.3 / 1.8 TB/s of weights and half / as much again of
-#: activations), the split-K kernels 3.3-3.4 TB/s of weights at m = 1..3 with almost no
-#: activations: if that is the bound, halving the activations' share speeds the weights up.
-W8A8_TMA_WIDE_TIERS: dict[int, W8a8TmaTier] = {64: W8a8TmaTier(64, 256, 5), 128: W8a8TmaTier(128, 256, 4)}
+#: Stream-K tiers on tiles of 256 weight rows (a variant, not yet measured: a process that
+#: updates W8A8_TMA_TIERS with them before the kernels build runs them): a unit reads its BN
+#: activation rows from L2 once per 256 weight rows instead of 128 (64 for split K). Measured
+#: on an H200 (w8a8_tma_variants.json, gate 12288x4096) the kernels' weights stream at
+#: 2.92 / 2.49 / 2.28 / 1.82 TB/s at m = 16 / 32 / 64 / 128 (split K at 16 / 32, 64 weight rows
+#: per CTA; n64 / n128 at 64 / 128), with a quarter / half / half / as many activation bytes
+#: again: 3.4-3.7 TB/s into the multiprocessors in all four. If that is the bound, a smaller
+#: activation share speeds the weights up; n16 / n32 are there to try from a few rows.
+W8A8_TMA_WIDE_TIERS: dict[int, W8a8TmaTier] = {
+    bn: W8a8TmaTier(bn, 256, st) for bn, st in ((16, 6), (32, 6), (64, 5), (128, 4))
+}
 #: Beyond 128 rows (n128 in row tiles): down at m = 192 / 256 (64 CTAs of the 128x128 tile)
 #: 41.9 / 36.1 against 48.8 / 45.1 us tiled.
 #: The rows w8a8_gemv routes to them: all of W8A8_TMA_ROWS up to w8a8.GEMM_MIN_ROWS - 1, and from

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# W8A8's stream-K tiers on tiles of 256 weight rows (configs.W8A8_TMA_WIDE_TIERS; about 7
-# minutes): their GPU tests in one process with the wide tiers set before any kernel builds, then
-# the W8A8 FFN at 48..256 rows with the 128-row tiers (F) and the 256-row ones (T), twice,
+# W8A8's stream-K kernels on tiles of 256 weight rows (configs.W8A8_TMA_WIDE_TIERS: n16, n32,
+# n64, n128), about 7 minutes: their GPU tests in one process with the wide tiers set before any
+# kernel builds, then the W8A8 FFN at 4..256 rows with the routed kernels (F) and with the wide
+# tiers routed from 4 rows (T: w8a8.TMA_MIN_ROWS = 4, so split K keeps 1..3), twice,
 # alternating (each run a process).
 export PYTHONPATH=.
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
@@ -12,12 +13,14 @@ import pytest; sys.exit(pytest.main(['-q', '-p', 'no:benchmark', 'tests/gpu/test
 " 2>&1 | grep -E "^FAILED|^E |passed|failed" | tail -8
 for run in 1T 1F 2T 2F; do
 flag=$([ ${run:1} = T ] && echo True || echo False)
-OPENBLAS_NUM_THREADS=1 timeout 90 python -c "
+OPENBLAS_NUM_THREADS=1 timeout 95 python -c "
 import sys; from metrale.cuda import configs
-if $flag: configs.W8A8_TMA_TIERS.update(configs.W8A8_TMA_WIDE_TIERS)
+if $flag:
+    configs.W8A8_TMA_TIERS.update(configs.W8A8_TMA_WIDE_TIERS)
+    from metrale.cuda import w8a8; w8a8.TMA_MIN_ROWS = 4
 from metrale.bench.run import main
-sys.exit(main(['--shape', 'qwen3-8b', '--m', '48,64,96,128,192,256', '--formats', 'w8a8', '--peers', 'bf16',
-  '--kernels', 'none', '--cell-seconds', '0.5', '--samples', '5', '--deadline', '70', '--json', '$OUT/wide_$run.json'],
+sys.exit(main(['--shape', 'qwen3-8b', '--m', '4,8,16,32,64,96,128,256', '--formats', 'w8a8', '--peers', 'bf16',
+  '--kernels', 'none', '--cell-seconds', '0.5', '--samples', '5', '--deadline', '75', '--json', '$OUT/wide_$run.json'],
   prog='bench'))
 " 2>&1 | grep -E "^\| (W8A8|peer)" | sed "s/^/wide=$flag /"
 done
