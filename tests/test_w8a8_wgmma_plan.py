@@ -275,7 +275,13 @@ def test_stream_k_launch_takes_the_tiers_weight_rows(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(tma, "row_tiles", row_tiles)
     monkeypatch.setitem(w8a8._tma_work, (0, 64), (Arr((1,)), Arr((1,))))
     w8a8._tma_launch(
-        Arr((40, 384)), Arr((40,)), W(), {"weight": Arr((4096, 384)), "weight_scale": Arr((4096,))}, Arr((40, 4096)), 4096, 64
+        Arr((40, 384)),
+        Arr((40,)),
+        W(),
+        {"weight": Arr((4096, 384)), "weight_scale": Arr((4096,))},
+        Arr((40, 4096)),
+        4096,
+        64,
     )
     ((name, grid, _block, _args, smem),) = seen
     wrows = 256 if wide else 128

@@ -83,10 +83,10 @@ if not _SK_MAX_ENV.isdigit() or int(_SK_MAX_ENV) > max(SK_TIERS):
     )
 SK_MAX_ROWS = int(_SK_MAX_ENV)
 #: Stream-K GEMMs on TMA ``w8a8_tma_n{bn}`` (sm_90a, ``WGMMA_FILE``): activation rows per tile ->
-#: the tier (weight rows per tile, stages). A persistent CTA per multiprocessor takes an equal run of the (tile, 128-byte K tile)
-#: units; a tile split between CTAs has its later pieces parked in a per-device buffer and added
-#: by the CTA holding its first piece (int32: exact in any order). ``tma_tier`` routes rows to
-#: them (configs.W8A8_TMA_ROWS).
+#: the tier (weight rows per tile, stages). A persistent CTA per multiprocessor takes an equal
+#: run of the (tile, 128-byte K tile) units; a tile split between CTAs has its later pieces
+#: parked in a per-device buffer and added by the CTA holding its first piece (int32: exact in
+#: any order). ``tma_tier`` routes rows to them (configs.W8A8_TMA_ROWS).
 TMA_TIERS = configs.W8A8_TMA_TIERS
 TMA_MIN_ROWS, TMA_MAX_ROWS = configs.W8A8_TMA_ROWS
 TMA_NAMES = {f"w8a8_tma_n{bn}": bn for bn in TMA_TIERS}
