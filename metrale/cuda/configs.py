@@ -73,6 +73,11 @@ NVFP4_RUN_CTAS_PER_SM = 1
 #: q2_0_dec.cu's most warps per CTA (its ``// @defines Q2_0_DEC``; metrale/cuda/q2_0.py starts
 #: from it and halves it while the grid would leave multiprocessors idle).
 Q2_0_DEC_WARPS = 8
+#: q2_0_dec.cu's chain scratch (``q2c_dec_*`` / ``q2cp_dec_*``), floats per (row, column, part):
+#: the part's 64 P_b and 4 more (so that the float4 rows of neighbouring parts start on
+#: different banks), and its 16 f_b (its ``// @defines Q2_0_DEC``; q2_0.chain_scratch).
+Q2_0_CHAIN_P_FLOATS = 68
+Q2_0_CHAIN_F_FLOATS = 16
 #: fp8_bf16_gemv.cu's integer tensor-core GEMM ``{fp8,bf16}_mma_nt{NT}``: warps per CTA (they
 #: split K into 64-block runs; its ``// @defines FP8_BF16_MMA`` line, metrale/cuda/fp8_bf16.py
 #: launches with the same value).
@@ -720,7 +725,11 @@ _DEFINES: dict[str, Callable[[], dict[str, int]]] = {  # read at build time: a p
         "RUN_SCALE_SLICES": NVFP4_RUN_SCALE_SLICES,
     },
     "NVFP4_FAST_SLOT": lambda: {"FAST_SLOT": NVFP4_FAST_SLOT},
-    "Q2_0_DEC": lambda: {"Q2D_WARPS": Q2_0_DEC_WARPS},
+    "Q2_0_DEC": lambda: {
+        "Q2D_WARPS": Q2_0_DEC_WARPS,
+        "Q2D_P_FLOATS": Q2_0_CHAIN_P_FLOATS,
+        "Q2D_F_FLOATS": Q2_0_CHAIN_F_FLOATS,
+    },
     "CHAIN": lambda: {"CHAIN_LEVELS": TILE_CHAIN_LEVELS},
 }
 

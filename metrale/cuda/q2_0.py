@@ -135,10 +135,11 @@ def dec_kernel_name(variant: str, rows: int, k: int, chain: bool = False) -> tup
 
 
 def chain_scratch(nc: int, rows: int, warps: int) -> int:
-    """Bytes of the chain form's term scratch: per warp and (row, column) two parts' 64 P_b
-    (68 floats each) and 16 f_b; twice that where the chains run a step late
-    (CHAIN_PIPE_ROWS)."""
-    return warps * 2 * nc * rows * 84 * 4 * (2 if rows in CHAIN_PIPE_ROWS else 1)
+    """Bytes of the chain form's term scratch: per warp and (row, column) two parts' P_b and f_b
+    (``configs.Q2_0_CHAIN_P_FLOATS`` / ``Q2_0_CHAIN_F_FLOATS`` floats each); twice that where the
+    chains run a step late (CHAIN_PIPE_ROWS)."""
+    per_part = configs.Q2_0_CHAIN_P_FLOATS + configs.Q2_0_CHAIN_F_FLOATS
+    return warps * 2 * nc * rows * per_part * 4 * (2 if rows in CHAIN_PIPE_ROWS else 1)
 
 
 def _resident(kern: Any, smem: int, cap: int, warps: int) -> int:

@@ -36,7 +36,7 @@
 //       (docs/chain-revision.md; tile.CHAIN; the variants Q2_0_DEC_ROUTE routes,
 //       configs.q2_chain_dec_builds): the same steps and block dots, but each step's term pairs
 //       P_b = f32(S_b) 2^(E_b - 14), f_b = f32(d) go to the warp's scratch after the staged rows
-//       (2 NC R (68 + 16) floats: q2d_terms), and lane u < NC R chains the chunk's two parts of
+//       (2 NC R (Q2D_P_FLOATS + Q2D_F_FLOATS) floats: q2d_terms), and lane u < NC R chains the chunk's two parts of
 //       (row u / NC, column u % NC), c = fma(P_b, f_b, c) from -0.0 (q2d_chain_parts), then
 //       pushes the part roots into its counter over parts (8 levels: up to 128 parts).
 //   q2cp_dec_r{R}_c{NC}_d{D}_{s,l}: the same with each step's chains run after the next step's
@@ -69,7 +69,8 @@
 typedef unsigned short u16;
 typedef unsigned int u32;
 
-// @defines Q2_0_DEC (Q2D_WARPS, the most warps per CTA, from metrale/cuda/configs.py)
+// @defines Q2_0_DEC (Q2D_WARPS, the most warps per CTA; Q2D_P_FLOATS / Q2D_F_FLOATS, the chain
+// scratch's floats per (row, column, part) of P_b and f_b; from metrale/cuda/configs.py)
 #define Q2D_LEVELS 7  // binary counter over at most 64 chunk roots (the chain's: 128 part roots, 8)
 
 // f16 bits (low half of h) -> f32, exact.
@@ -250,8 +251,8 @@ __device__ __forceinline__ void q2d_step(const Q2dLoad<NC>& st, const u32* const
 
 // CH (the block-value chain): the step's term pairs into the warp's scratch instead of the tree:
 // P_b = f32(S_b) * 2^(E_b - 14) (one rounding, as ldexpf's where subnormal; NaN for a non-finite
-// block) of A16 block 4 qb + i at sp[68 k + 4 (lane & 15) + i] and f_b = f32(d) at
-// sf[16 k + (lane & 15)], k = r NC + c + (lane >> 4) NC R (lanes 0-15 hold part 2 ch of the
+// block) of A16 block 4 qb + i at sp[Q2D_P_FLOATS k + 4 (lane & 15) + i] and f_b = f32(d) at
+// sf[Q2D_F_FLOATS k + (lane & 15)], k = r NC + c + (lane >> 4) NC R (lanes 0-15 hold part 2 ch of the
 // chunk, lanes 16-31 part 2 ch + 1).
 template <int R, int NC, bool SM>
 __device__ __forceinline__ void q2d_terms(const Q2dLoad<NC>& st, const u32* const (&ar)[R], int nq, int qb,
@@ -265,8 +266,8 @@ __device__ __forceinline__ void q2d_terms(const Q2dLoad<NC>& st, const u32* cons
 #pragma unroll
         for (int c = 0; c < NC; ++c) {
             const int k = r * NC + c + half * NC * R;
-            *reinterpret_cast<float4*>(sp + 68 * k + 4 * j) = make_float4(P[r][c][0], P[r][c][1], P[r][c][2], P[r][c][3]);
-            sf[16 * k + j] = q2d_f16(st.d[c]);
+            *reinterpret_cast<float4*>(sp + Q2D_P_FLOATS * k + 4 * j) = make_float4(P[r][c][0], P[r][c][1], P[r][c][2], P[r][c][3]);
+            sf[Q2D_F_FLOATS * k + j] = q2d_f16(st.d[c]);
         }
 }
 
@@ -280,9 +281,9 @@ __device__ __forceinline__ void q2d_chain_parts(const float* sp, const float* sf
     c1 = -0.0f;
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
-        const float4 p0 = *reinterpret_cast<const float4*>(sp + 68 * k0 + 4 * j);
-        const float4 p1 = *reinterpret_cast<const float4*>(sp + 68 * k1 + 4 * j);
-        const float f0 = sf[16 * k0 + j], f1 = sf[16 * k1 + j];
+        const float4 p0 = *reinterpret_cast<const float4*>(sp + Q2D_P_FLOATS * k0 + 4 * j);
+        const float4 p1 = *reinterpret_cast<const float4*>(sp + Q2D_P_FLOATS * k1 + 4 * j);
+        const float f0 = sf[Q2D_F_FLOATS * k0 + j], f1 = sf[Q2D_F_FLOATS * k1 + j];
         if (j < nq0) c0 = ieee_fma(p0.w, f0, ieee_fma(p0.z, f0, ieee_fma(p0.y, f0, ieee_fma(p0.x, f0, c0))));
         if (j < nq1) c1 = ieee_fma(p1.w, f1, ieee_fma(p1.z, f1, ieee_fma(p1.y, f1, ieee_fma(p1.x, f1, c1))));
     }
@@ -376,7 +377,7 @@ __device__ __forceinline__ void q2d_body(const uint4* __restrict__ qs, const u16
     // parity), this lane's counter over the parts of (row u / NC, column u % NC), u = lane
     // (PIPE: lane mod NC R, every lane chaining so the chains' code has no branch to interleave
     // with the next step's)
-    constexpr int SCR = 2 * NC * R * 84;
+    constexpr int SCR = 2 * NC * R * (Q2D_P_FLOATS + Q2D_F_FLOATS);
     float* const sp0 = reinterpret_cast<float*>(smem + (SM ? R * rs : 0)) + warp * SCR * (PIPE ? 2 : 1);
     const int QP = (nq + 15) >> 4;  // chain parts per column
     float pc[Q2D_LEVELS + 1];
@@ -386,7 +387,7 @@ __device__ __forceinline__ void q2d_body(const uint4* __restrict__ qs, const u16
     auto chain_step = [&](const float* sp, int gg, int cc) {  // the chains of step (gg, cc)
         const int nq0 = min(16, nq - 32 * cc), nq1 = min(16, nq - 32 * cc - 16);
         float c0, c1;
-        q2d_chain_parts(sp, sp + 2 * NC * R * 68, u, u + NC * R, nq0, nq1, c0, c1);
+        q2d_chain_parts(sp, sp + 2 * NC * R * Q2D_P_FLOATS, u, u + NC * R, nq0, nq1, c0, c1);
         q2d_push(pc, c0, 2 * cc);
         if (nq1 > 0) q2d_push(pc, c1, 2 * cc + 1);
         const int n = gg * NC + u % NC, r = u / NC;
@@ -403,7 +404,7 @@ __device__ __forceinline__ void q2d_body(const uint4* __restrict__ qs, const u16
             q2d_advance(lg, lch, C, gstep);
             if (CH && t + j < T) {  // warp-uniform
                 float* const sp = sp0 + (PIPE ? (sc & 1) * SCR : 0);
-                q2d_terms<R, NC, SM>(buf[j], ar, nq, ch * 32 + lane, lane, sp, sp + 2 * NC * R * 68);
+                q2d_terms<R, NC, SM>(buf[j], ar, nq, ch * 32 + lane, lane, sp, sp + 2 * NC * R * Q2D_P_FLOATS);
                 if constexpr (PIPE) {
                     if (pch >= 0) chain_step(sp0 + ((sc + 1) & 1) * SCR, pg, pch);
                     pg = g;
