@@ -32,13 +32,19 @@ def test_split_k_covers_every_tile_once(monkeypatch: pytest.MonkeyPatch, sms: in
         assert splits <= want, (n, k, splits, want)
 
 
-def test_split_k_counts_for_the_qwen3_shapes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The measured configuration (one CTA per multiprocessor): gate 12288x4096 unsplit (192
-    column tiles), down 4096x12288 in 3 splits of 32 tiles (192 CTAs)."""
+@pytest.mark.parametrize(("ctas", "gate", "down"), [(1, (32, 1), (32, 3)), (2, (16, 2), (20, 5))])
+def test_split_k_counts_for_the_qwen3_shapes(
+    monkeypatch: pytest.MonkeyPatch, ctas: int, gate: tuple[int, int], down: tuple[int, int]
+) -> None:
+    """One and two CTAs per multiprocessor (the routed configs.W8A8_SK_CTAS_PER_SM) on 132:
+    gate and up in one launch (24576 columns, 384 column tiles) unsplit either way; gate alone
+    12288x4096 (192 tiles, 32 K tiles) unsplit / in 2 splits of 16; down 4096x12288 (64 tiles,
+    96 K tiles) in 3 splits of 32 (192 CTAs) / 5 of 20 (320)."""
     monkeypatch.setattr(w8a8, "sm_count", lambda dev=None: 132)
-    monkeypatch.setattr(w8a8, "SK_CTAS_PER_SM", 1)
-    assert w8a8.sk_split(12288, 4096, 64) == (32, 1)
-    assert w8a8.sk_split(4096, 12288, 64) == (32, 3)
+    monkeypatch.setattr(w8a8, "SK_CTAS_PER_SM", ctas)
+    assert w8a8.sk_split(24576, 4096, 64) == (32, 1)
+    assert w8a8.sk_split(12288, 4096, 64) == gate
+    assert w8a8.sk_split(4096, 12288, 64) == down
 
 
 @pytest.mark.parametrize("built", [True, False])

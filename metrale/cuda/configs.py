@@ -470,13 +470,18 @@ W8A8_SILU_TILES: tuple[str, ...] = (*W8A8_WGMMA_ROUTED["pair"], "w8a8_wgmma_128x
 #: 19.4 us, down 22.4 against 18.7).
 #: Past 32 rows the stream-K kernels below are as fast or faster (the n64 and n128 split-K
 #: tiers they replaced: m = 64 gate 25.5 against 21.9 us, m = 128 down 37.9 against 30.2).
+#: In the FFN 2 is faster (H200, Qwen3-8B, two runs each alternating, performance-log.md
+#: "2026-12-07 (h)"): 47.2-47.4 / 47.9 / 49.1-49.2 / 50.2-50.3 / 52.2-52.4 / 59.7-60.2 us against
+#: 47.8-48.4 / 48.8-49.2 / 51.4-51.6 / 52.5-52.9 / 52.6-53.4 / 60.7-61.4 at m = 1 / 2 / 4 / 8 /
+#: 16 / 32 (gate and up, one launch of 384 column tiles, stay unsplit; down takes 5 splits
+#: instead of 3); 3 was slower (51.7 .. 67.3).
 W8A8_SK_TIERS: dict[int, W8a8WgmmaTile] = {
     nb: W8a8WgmmaTile(64, nb, st, split_k=True) for nb, st in ((16, 6), (32, 6))
 }
 W8A8_SK_MIN_ROWS = 1
 #: The most rows the split-K kernels take (<= max(W8A8_SK_TIERS)).
 W8A8_SK_MAX_ROWS = 32
-W8A8_SK_CTAS_PER_SM = 1
+W8A8_SK_CTAS_PER_SM = 2
 #: w8a8_wgmma.cu stream-K kernels ``w8a8_tma_n{bn}`` (sm_90a): activation rows per tile (the
 #: wgmma's N) -> stages of 128 weight rows and bn activation rows (128 K bytes each, loaded by
 #: TMA), one persistent CTA per multiprocessor (w8a8.py). Measured on an H200 (Qwen3-8B,

@@ -109,8 +109,8 @@ def test_pdl_w8a8_arm_back_to_back(fresh_rng: np.random.Generator, monkeypatch: 
     two, down: every kernel PDL-capable) at m = 1, 3 (split-K wgmma: a shared workspace the last
     CTA clears; the cluster SiLU-quantize), 40 (stream-K, the slice pair) and 100 (GEMM): PDL on
     and off, and 3 rounds queued without synchronisation, each FFN's output copied to its own
-    slot: every slot holds the reference's bits; all launches after the first are programmatic
-    where PDL is available (3 per FFN to 32 rows, then 4)."""
+    slot: every slot holds the reference's bits; where PDL is available every launch of an FFN
+    after its first is programmatic (how many launches the arm makes depends on the routing)."""
     import layer_cases as lc
 
     parts = lc.make_parts("w8a8_only", hidden=1024, inter=2080, seed=int(fresh_rng.integers(1 << 30)))
@@ -132,8 +132,11 @@ def test_pdl_w8a8_arm_back_to_back(fresh_rng: np.random.Generator, monkeypatch: 
                 slots[r] = ctx.buffers.output()[:m]
             got = slots.get()
             if enabled and _pdl_expected():
-                after_first = {1: 3, 3: 3, 40: 4, 100: 4}[m]
-                assert pdl.counts["programmatic"] - before["programmatic"] >= 3 * after_first, f"m={m}"
+                prog = pdl.counts["programmatic"] - before["programmatic"]
+                total = prog + pdl.counts["plain"] - before["plain"]
+                # at least quantize, gate and up, SiLU-quantize and down per FFN; at most its
+                # first launch plain
+                assert total >= 3 * 4 and prog >= total - 3, f"m={m}: {prog} of {total} programmatic"
             for r in range(3):
                 gen.bits_equal(got[r], want, f"w8a8 m={m} pdl={enabled} round {r}")
 
