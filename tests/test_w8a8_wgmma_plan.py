@@ -137,10 +137,9 @@ def test_few_rows_kernels_need_the_wgmma_build(monkeypatch: pytest.MonkeyPatch) 
 def test_stream_k_tiles_fit_one_multiprocessor() -> None:
     """Every stream-K tier's stages fit the dynamic shared memory of an sm_90 CTA, and its
     activation rows are a wgmma N the file has an m64nNk32 instruction for."""
-    for tiers in (configs.W8A8_TMA_TIERS, configs.W8A8_TMA_WIDE_TIERS):
-        for bn, t in tiers.items():
-            assert t.bn == bn and t.smem <= SM90_SMEM, t
-            assert bn in (16, 32, 64, 128) and t.wrows in (128, 256), t
+    for bn in configs.W8A8_TMA_TIERS:
+        assert w8a8.tma_smem(bn) <= SM90_SMEM, bn
+        assert bn in (16, 32, 64, 128), bn
 
 
 @pytest.mark.parametrize("value", ["abc", "-1", "33", "1.5"])
@@ -257,43 +256,6 @@ def test_stream_k_launch_passes_the_kernels_parameters(monkeypatch: pytest.Monke
     assert name == "w8a8_tma_n128" and grid == (132,) and block == (384,) and smem == w8a8.tma_smem(128)
     got = ["array" if isinstance(a, Arr) else type(a) for a in args]
     assert got == want
-
-
-@pytest.mark.parametrize("wide", [False, True])
-def test_stream_k_launch_takes_the_tiers_weight_rows(monkeypatch: pytest.MonkeyPatch, wide: bool) -> None:
-    """A tier's weight rows per tile set the weight tensor maps' box rows, the grid (CTAs up to
-    the units: 4096 / wrows weight tiles x 3 K tiles at m = 40) and the shared memory."""
-    from metrale.cuda import tma
-
-    tier = (configs.W8A8_TMA_WIDE_TIERS if wide else configs.W8A8_TMA_TIERS)[64]
-    monkeypatch.setitem(configs.W8A8_TMA_TIERS, 64, tier)
-
-    class W:
-        n, k = 4096, 384
-
-    boxes: list[tuple[int, int]] = []
-
-    def row_tiles(a: Any, rows: int, row_bytes: int, stride: int, box_rows: int) -> Any:
-        boxes.append((rows, box_rows))
-        return tma.TensorMap()
-
-    seen = fake_device(monkeypatch)
-    monkeypatch.setattr(tma, "row_tiles", row_tiles)
-    monkeypatch.setitem(w8a8._tma_work, (0, 64), (Arr((1,)), Arr((1,))))
-    w8a8._tma_launch(
-        Arr((40, 384)),
-        Arr((40,)),
-        W(),
-        {"weight": Arr((4096, 384)), "weight_scale": Arr((4096,))},
-        Arr((40, 4096)),
-        4096,
-        64,
-    )
-    ((name, grid, _block, _args, smem),) = seen
-    wrows = 256 if wide else 128
-    assert name == "w8a8_tma_n64" and grid == (4096 // wrows * 3,)
-    assert boxes == [(4096, wrows), (40, 64)]
-    assert smem == tier.stages * (wrows + 64) * 128 + 1024
 
 
 def _plan_dual(monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int) -> tuple[list[Any], dict[str, Any]]:

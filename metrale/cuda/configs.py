@@ -411,27 +411,6 @@ class W8a8WgmmaTile:
         return self.stages * (self.bm + self.bn) * 128 + 1024
 
 
-@dataclass(frozen=True)
-class W8a8TmaTier:
-    """One w8a8_wgmma.cu stream-K kernel ``w8a8_tma_n{bn}`` (sm_90a): tiles of ``wrows`` weight
-    rows (128 or 256: each MMA warpgroup takes half, 64 at a time) x ``bn`` activation rows,
-    ``stages`` TMA slots of 128 K-bytes of both."""
-
-    bn: int
-    wrows: int
-    stages: int
-
-    @property
-    def name(self) -> str:
-        return f"w8a8_tma_n{self.bn}"
-
-    @property
-    def smem(self) -> int:
-        """Dynamic shared memory in bytes (the slots, and 1024 to align them to the swizzle's
-        period)."""
-        return self.stages * (self.wrows + self.bn) * 128 + 1024
-
-
 #: w8a8_wgmma.cu tiles in routing order (w8a8.gemm_tile: the least work per multiprocessor in
 #: whole waves, ties to the first), used from ``w8a8.GEMM_MIN_ROWS`` rows where the device is
 #: sm_90 (elsewhere the mma.sync tiles above). Measured on an H200 (VARIANT_MEASUREMENTS w8a8-gemm,
@@ -491,18 +470,12 @@ W8A8_SK_CTAS_PER_SM = 2
 #: against 15.7-17.1 gate), from m = 256 slower than the tiles (n256: 43.1 against 36.1 gate);
 #: cp.async copies instead of TMA, two CTAs per multiprocessor and weights laid out so that a
 #: box is contiguous were no faster.
-W8A8_TMA_TIERS: dict[int, W8a8TmaTier] = {64: W8a8TmaTier(64, 128, 8), 128: W8a8TmaTier(128, 128, 6)}
-#: Stream-K tiers on tiles of 256 weight rows (a variant, not yet measured: a process that
-#: updates W8A8_TMA_TIERS with them before the kernels build runs them): a unit reads its BN
-#: activation rows from L2 once per 256 weight rows instead of 128 (64 for split K). Measured
-#: on an H200 (w8a8_tma_variants.json, gate 12288x4096) the kernels' weights stream at
-#: 2.92 / 2.49 / 2.28 / 1.82 TB/s at m = 16 / 32 / 64 / 128 (split K at 16 / 32, 64 weight rows
-#: per CTA; n64 / n128 at 64 / 128), with a quarter / half / half / as many activation bytes
-#: again: 3.4-3.7 TB/s into the multiprocessors in all four. If that is the bound, a smaller
-#: activation share speeds the weights up; n16 / n32 are there to try from a few rows.
-W8A8_TMA_WIDE_TIERS: dict[int, W8a8TmaTier] = {
-    bn: W8a8TmaTier(bn, 256, st) for bn, st in ((16, 6), (32, 6), (64, 5), (128, 4))
-}
+#: Tiles of 256 weight rows (each MMA warpgroup two m64 halves, activations read from L2 once
+#: per 256 weight rows) were slower at every m, n16 / n32 against split K included (H200,
+#: Qwen3-8B FFN, performance-log.md "2026-12-07 (h)": 63.5 / 61.8 / 64.2 / 70.4 / 82.1 / 106.6 /
+#: 112.2 / 120.8 us against 51.8 / 53.2 / 53.1 / 60.8 / 69.2 / 84.8 / 90.7 / 112.2 at m = 4 / 8 /
+#: 16 / 32 / 64 / 96 / 128 / 256): the activations' L2 reads are not what bounds these kernels.
+W8A8_TMA_TIERS: dict[int, int] = {64: 8, 128: 6}
 #: Beyond 128 rows (n128 in row tiles): down at m = 192 / 256 (64 CTAs of the 128x128 tile)
 #: 41.9 / 36.1 against 48.8 / 45.1 us tiled.
 #: The rows w8a8_gemv routes to them: all of W8A8_TMA_ROWS up to w8a8.GEMM_MIN_ROWS - 1, and from
@@ -706,7 +679,7 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
     "W8A8_WGMMA_SILU": lambda: [
         f"W8A8_WGMMA_SILU({t.bm}, {t.bn}, {t.stages})" for t in W8A8_WGMMA_TILES if t.name in W8A8_SILU_TILES
     ],
-    "W8A8_TMA": lambda: [f"W8A8_TMA({t.bn}, {t.stages}, {t.wrows})" for t in W8A8_TMA_TIERS.values()],
+    "W8A8_TMA": lambda: [f"W8A8_TMA({bn}, {st})" for bn, st in W8A8_TMA_TIERS.items()],
     "W8A8_WGMMA_SK": lambda: [f"W8A8_WGMMA_SK({t.bm}, {t.bn}, {t.stages})" for t in W8A8_SK_TIERS.values()],
     "W8A8_MMA": lambda: [
         f"W8A8_MMA({r}, {r // 8}, {cols // 16}, {w}, {W8A8_MMA_UNROLL[r]})"

@@ -83,10 +83,10 @@ if not _SK_MAX_ENV.isdigit() or int(_SK_MAX_ENV) > max(SK_TIERS):
     )
 SK_MAX_ROWS = int(_SK_MAX_ENV)
 #: Stream-K GEMMs on TMA ``w8a8_tma_n{bn}`` (sm_90a, ``WGMMA_FILE``): activation rows per tile ->
-#: the tier (weight rows per tile, stages). A persistent CTA per multiprocessor takes an equal
-#: run of the (tile, 128-byte K tile) units; a tile split between CTAs has its later pieces
-#: parked in a per-device buffer and added by the CTA holding its first piece (int32: exact in
-#: any order). ``tma_tier`` routes rows to them (configs.W8A8_TMA_ROWS).
+#: stages. A persistent CTA per multiprocessor takes an equal run of the (tile, 128-byte K tile)
+#: units; a tile split between CTAs has its later pieces parked in a per-device buffer and added
+#: by the CTA holding its first piece (int32: exact in any order). ``tma_tier`` routes rows to
+#: them (configs.W8A8_TMA_ROWS).
 TMA_TIERS = configs.W8A8_TMA_TIERS
 TMA_MIN_ROWS, TMA_MAX_ROWS = configs.W8A8_TMA_ROWS
 TMA_NAMES = {f"w8a8_tma_n{bn}": bn for bn in TMA_TIERS}
@@ -185,22 +185,23 @@ _tma_work: dict[tuple[int, int], tuple[Any, Any]] = {}
 
 
 def _tma_workspace(bn: int) -> tuple[Any, Any]:
-    """The int32 parking slots [SMs][2][wrows / 2 bn] and the zeroed uint32 flags [SMs][2] of
+    """The int32 parking slots [SMs][2][64 bn] and the zeroed uint32 flags [SMs][2] of
     ``w8a8_tma_n{bn}`` on this device (every launch leaves the flags zero; one stream at a time)."""
     key = (device_id(), bn)
     if key not in _tma_work:
         import cupy
 
         _tma_work[key] = (
-            cupy.empty((sm_count() * TMA_TIERS[bn].wrows * bn,), dtype=cupy.int32),
+            cupy.empty((sm_count() * 2 * 64 * bn,), dtype=cupy.int32),
             cupy.zeros((sm_count() * 2,), dtype=cupy.uint32),
         )
     return _tma_work[key]
 
 
 def tma_smem(bn: int) -> int:
-    """Dynamic shared memory of ``w8a8_tma_n{bn}`` (``configs.W8a8TmaTier.smem``)."""
-    return TMA_TIERS[bn].smem
+    """Dynamic shared memory of ``w8a8_tma_n{bn}``: its stages of 128 weight rows and bn
+    activation rows of 128 bytes, and 1024 bytes to align them to the swizzle's period."""
+    return TMA_TIERS[bn] * (128 + bn) * 128 + 1024
 
 
 def tma_tier(m: int, n: int, pair: bool = False) -> int | None:
@@ -248,13 +249,12 @@ def _tma_launch(
     smem = tma_smem(bn)
     set_dynamic_smem(kern, smem)
     nmat = 1 if second is None else 2
-    wrows = TMA_TIERS[bn].wrows
-    units = nmat * cdiv(w.n, wrows) * cdiv(m, bn) * cdiv(k, 128)
+    units = nmat * cdiv(w.n, 128) * cdiv(m, bn) * cdiv(k, 128)
     ctas = min(sm_count(), units)
     part, flag = _tma_workspace(bn)
-    tw = tma.row_tiles(arr["weight"], w.n, k, k, wrows)
+    tw = tma.row_tiles(arr["weight"], w.n, k, k, 128)
     s2 = second or _Second(w, arr, out, ldo)
-    tw2 = tw if second is None else tma.row_tiles(s2.arr["weight"], w.n, k, k, wrows)
+    tw2 = tw if second is None else tma.row_tiles(s2.arr["weight"], w.n, k, k, 128)
     tq = tma.row_tiles(q, m, k, int(q.strides[0]), bn)
     args = (
         tw,

@@ -43,16 +43,14 @@
 //   w8a8_tma_n{BN}(tw, tq, sw, N, K, sa, m, out, ldo, part, flag, tw2, sw2, out2, ldo2, nmat)
 //                                                                                (33 .. 256 rows)
 //       Stream-K: grid G <= one CTA per multiprocessor, block 384 (warpgroup 0 the producer,
-//       1 and 2 the MMAs), dynamic shared memory STAGES (WR + BN) 128 + 1024 bytes (WR = 128 or
-//       256 weight rows per tile: configs.W8A8_TMA_TIERS). Units = (tile of WR weight rows x BN
-//       activation rows, 128-byte K tile), tile-major, U of them; CTA c takes
-//       [c U / G, (c + 1) U / G). Per unit one thread of the producer loads the boxes of the
-//       tensor maps tw (the weights [N, K], WR rows) and tq (the codes [m, K], BN rows) into a
-//       slot (mbarriers full / empty per slot); each MMA warpgroup runs WR / 128 times four
-//       wgmma m64n{BN}k32 with its WR / 2 weight rows as A (64 at a time) and the activation rows
-//       as B: the activations are read from L2 once per WR weight rows. A tile's first piece
+//       1 and 2 the MMAs), dynamic shared memory STAGES (128 + BN) 128 + 1024 bytes. Units =
+//       (tile of 128 weight rows x BN activation rows, 128-byte K tile), tile-major, U of them;
+//       CTA c takes [c U / G, (c + 1) U / G). Per unit one thread of the producer loads the boxes
+//       of the tensor maps tw (the weights [N, K], 128 rows) and tq (the codes [m, K], BN rows)
+//       into a slot (mbarriers full / empty per slot); each MMA warpgroup runs four wgmma
+//       m64n{BN}k32 with 64 weight rows as A and the activation rows as B. A tile's first piece
 //       (K tile 0) is finished by its CTA: the later pieces, each the first segment of a later
-//       CTA, are parked in part [G][2][WR / 2 BN] (int32, fragment order) under flag [G][2], added
+//       CTA, are parked in part [G][2][64 BN] (int32, fragment order) under flag [G][2], added
 //       (exact), y written, the flags put back to 0. Before pdl_wait the producer loads the
 //       weight boxes of its first STAGES units. nmat = 2 (w8a8_gemv_dual): the unit list holds
 //       the tiles of a second matrix of the same shape after the first's (tensor map tw2,
@@ -404,15 +402,14 @@ __device__ __forceinline__ void st_release(unsigned int* p, unsigned int v) {
     asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
-template <int BN, int STAGES, int WROWS>
+template <int BN, int STAGES>
 __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq, const float* __restrict__ sw,
                                             int N, int K, const float* __restrict__ sa, int m,
                                             u16* __restrict__ out, long long ldo, int* __restrict__ part,
                                             unsigned int* __restrict__ flag, const TmaDesc& tw2,
                                             const float* __restrict__ sw2, u16* __restrict__ out2, long long ldo2,
                                             int nmat) {
-    // NH: the 64-row halves of a warpgroup's WROWS / 2 weight rows (one wgmma each per k step)
-    constexpr int STAGE = (WROWS + BN) * 128, NH = WROWS / 128, PARK = NH * (BN / 2) * 128;
+    constexpr int WROWS = 128, STAGE = (WROWS + BN) * 128;
     __shared__ __align__(8) u64 bars[2 * STAGES];
     const u32 sbase = wg_smem_base();
     const u32 full0 = (u32)__cvta_generic_to_shared(&bars[0]), empty0 = full0 + 8 * STAGES;
@@ -459,15 +456,13 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
     asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
     pdl_wait();
     const int g = wg - 1, warp = lt >> 5, gid = (lt & 31) >> 2, t = lt & 3;
-    int acc[NH][BN / 2];
+    int acc[BN / 2];
     int it = 0;
     for (int u = u0; u < u1;) {
         const int tile = u / KT, ka = u - tile * KT, nk = min(KT - ka, u1 - u), tl = tile % TT;
         const int n0 = (tl / RT) * WROWS, r0 = (tl % RT) * BN;
 #pragma unroll
-        for (int hh = 0; hh < NH; ++hh)
-#pragma unroll
-            for (int i = 0; i < BN / 2; ++i) acc[hh][i] = 0;
+        for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
         for (int i = 0; i < nk; ++i, ++it) {
             const int slot = it % STAGES;
             const u32 st = sbase + slot * STAGE;
@@ -475,10 +470,7 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
             asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
             for (int k = 0; k < 4; ++k)
-#pragma unroll
-                for (int hh = 0; hh < NH; ++hh)
-                    wgmma_tile<BN>(acc[hh], wg_desc(st + (NH * g + hh) * 64 * 128 + 32 * k),
-                                   wg_desc(st + WROWS * 128 + 32 * k));
+                wgmma_tile<BN>(acc, wg_desc(st + g * 64 * 128 + 32 * k), wg_desc(st + WROWS * 128 + 32 * k));
             asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
             asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
             if (i > 0 && lt == 0) mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
@@ -489,11 +481,9 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
         if (ka != 0) {
             // a later piece of the tile (this CTA's first segment): park the sums for the CTA that
             // owns the tile's first K tile, in fragment order
-            int* dst = part + (size_t)(2 * c + g) * PARK + lt;
+            int* dst = part + (size_t)(2 * c + g) * (BN / 2) * 128 + lt;
 #pragma unroll
-            for (int hh = 0; hh < NH; ++hh)
-#pragma unroll
-                for (int i = 0; i < BN / 2; ++i) __stcg(dst + (hh * (BN / 2) + i) * 128, acc[hh][i]);
+            for (int i = 0; i < BN / 2; ++i) __stcg(dst + i * 128, acc[i]);
             __threadfence();
             named_sync(1 + g, 128);
             if (lt == 0) st_release(flag + 2 * c + g, 1u);
@@ -504,11 +494,9 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
                     while (ld_acquire(flag + 2 * c2 + g) == 0u) {
                     }
                 named_sync(1 + g, 128);
-                const int* src = part + (size_t)(2 * c2 + g) * PARK + lt;
+                const int* src = part + (size_t)(2 * c2 + g) * (BN / 2) * 128 + lt;
 #pragma unroll
-                for (int hh = 0; hh < NH; ++hh)
-#pragma unroll
-                    for (int i = 0; i < BN / 2; ++i) acc[hh][i] += __ldcg(src + (hh * (BN / 2) + i) * 128);
+                for (int i = 0; i < BN / 2; ++i) acc[i] += __ldcg(src + i * 128);
                 named_sync(1 + g, 128);
                 if (lt == 0) flag[2 * c2 + g] = 0u;
             }
@@ -518,21 +506,18 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
             u16* __restrict__ outm = second ? out2 : out;
             const long long ldm = second ? ldo2 : ldo;
 #pragma unroll
-            for (int hh = 0; hh < NH; ++hh)
+            for (int h = 0; h < 2; ++h) {
+                const int n = n0 + 64 * g + 16 * warp + gid + 8 * h;
+                if (n >= N) continue;
+                const float s_w = swm[n];
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int n = n0 + 64 * (NH * g + hh) + 16 * warp + gid + 8 * h;
-                    if (n >= N) continue;
-                    const float s_w = swm[n];
+                for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
-                    for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-                        for (int e = 0; e < 2; ++e) {
-                            const int r = r0 + 8 * j + 2 * t + e;
-                            if (r < m)
-                                outm[(long long)r * ldm + n] = (u16)w8_y(acc[hh][4 * j + 2 * h + e], sa[r], s_w);
-                        }
-                }
+                    for (int e = 0; e < 2; ++e) {
+                        const int r = r0 + 8 * j + 2 * t + e;
+                        if (r < m) outm[(long long)r * ldm + n] = (u16)w8_y(acc[4 * j + 2 * h + e], sa[r], s_w);
+                    }
+            }
         }
         u += nk;
     }
@@ -578,14 +563,14 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
 
 // w8a8_tma_n{BN}: the stream-K GEMM above (384 threads, one CTA per multiprocessor; the
 // producer gives registers to the MMA warpgroups with setmaxnreg).
-#define W8A8_TMA(BN, STAGES, WROWS)                                                                       \
+#define W8A8_TMA(BN, STAGES)                                                                              \
     extern "C" __global__ void __launch_bounds__(384, 1) w8a8_tma_n##BN(                                  \
         const __grid_constant__ TmaDesc tw, const __grid_constant__ TmaDesc tq, const float* __restrict__ sw, \
         int N, int K, const float* __restrict__ sa, int m, u16* __restrict__ out, long long ldo,        \
         int* __restrict__ part, unsigned int* __restrict__ flag, const __grid_constant__ TmaDesc tw2,    \
         const float* __restrict__ sw2, u16* __restrict__ out2, long long ldo2, int nmat) {                \
         pdl_trigger();                                                                                    \
-        w8_tma_gemm<BN, STAGES, WROWS>(tw, tq, sw, N, K, sa, m, out, ldo, part, flag, tw2, sw2, out2, ldo2, nmat); \
+        w8_tma_gemm<BN, STAGES>(tw, tq, sw, N, K, sa, m, out, ldo, part, flag, tw2, sw2, out2, ldo2, nmat); \
     }
 
 // @instances W8A8_WGMMA   (lines generated from metrale/cuda/configs.py)
