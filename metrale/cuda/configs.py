@@ -199,11 +199,6 @@ Q2_0_DEC_ROUTE: tuple[tuple[int, int, str], ...] = (
 )
 #: fp8_bf16_gemv.cu kernels ``{fp8,bf16}_gemv_r{R}``: rows per warp -> columns per warp.
 FP8_BF16_TIERS: dict[int, int] = {1: 4, 2: 4, 4: 2, 8: 2}
-#: The activation tables on the device in their compact form (weights.compact_table: the entries
-#: of the binades where the table is not x / 2, x or -0.0, about 30 KB instead of 256 KB, so the
-#: SiLU / GELU gathers of act_mul and the W8A8 SiLU step stay in L1; common.cuh act_value). A
-#: variant to measure: off.
-ACT_TABLE_COMPACT = False
 #: The generic Q2_0 / FP8 / BF16 kernels on the block-value chain (``q2_0_chain_r{R}``,
 #: ``{fp8,bf16}_chain_r{R}``; common.cuh ``ChainRuns``): rows per pass (R), and threads per CTA,
 #: one per (column, chain part) of a round.
@@ -695,7 +690,6 @@ _DEFINES: dict[str, Callable[[], dict[str, int]]] = {  # read at build time: a p
     "FP8_BF16_DEC": lambda: {"DEC_PART_FLOATS": FP8_BF16_CHAIN_DEC_PART_FLOATS},
     "NVFP4": lambda: {"NVFP4_WARPS": NVFP4_WARPS},
     "CHAIN_GENERIC": lambda: {"CHAIN_GENERIC_THREADS": CHAIN_GENERIC_THREADS},
-    "ACT_TABLE": lambda: {"ACT_COMPACT": int(ACT_TABLE_COMPACT)},
     "NVFP4_FAST": lambda: {
         "FAST_THREADS": NVFP4_FAST_THREADS,
         "RUN_THREADS": NVFP4_RUN_THREADS,

@@ -306,29 +306,6 @@ __device__ __forceinline__ uint4 ld_stream16(const void* p) {
     return v;
 }
 
-// @defines ACT_TABLE (ACT_COMPACT, the activation tables' device form, from metrale/cuda/configs.py)
-
-// The activation table's value at bf16 bits g (arithmetic.md § act-mul): t[g], or with ACT_COMPACT
-// the compact form of metrale/cuda/weights.py compact_table (header lo | pos_hi << 8 | neg_hi << 16
-// and P, then the stored binades): x / 2 below exponent lo (exact, subnormals kept), x for a
-// positive exponent from pos_hi, -0.0 for a negative one from neg_hi (NaN: x), else the entry.
-__device__ __forceinline__ float act_value(const float* __restrict__ t, unsigned int g) {
-#if ACT_COMPACT
-    const unsigned int* h = reinterpret_cast<const unsigned int*>(t);
-    const unsigned int hd = __ldg(h), e = (g >> 7) & 0xFFu, lo = hd & 0xFFu;
-    const float x = __uint_as_float(g << 16);
-    if (e < lo) return ieee_mul(x, 0.5f);
-    if (g < 0x8000u) {
-        if (e >= ((hd >> 8) & 0xFFu)) return x;
-        return __ldg(t + 4 + (((e - lo) << 7) | (g & 127u)));
-    }
-    if (e >= (hd >> 16)) return (g & 0x7FFFu) > 0x7F80u ? x : -0.0f;
-    return __ldg(t + 4 + __ldg(h + 1) + (((e - lo) << 7) | (g & 127u)));
-#else
-    return __ldg(t + g);
-#endif
-}
-
 // @defines CHAIN_GENERIC (CHAIN_GENERIC_THREADS, the Q2_0 / FP8 / BF16 generic chain kernels' CTA, from metrale/cuda/configs.py)
 
 // A generic chain kernel's runs (docs/chain-revision.md; nvfp4.cuh nvfp4_chain_body, q2_0_gemv.cu,

@@ -28,7 +28,7 @@ extern "C" __global__ void act_mul(const unsigned short* gate, long long ldg, co
     if (col >= N || row >= m) return;
     const unsigned short g = gate[(size_t)row * ldg + col];
     const float u = bf16_to_f32(up[(size_t)row * ldu + col]);
-    out[(size_t)row * ldo + col] = f32_to_bf16(act_value(table, g) * u);
+    out[(size_t)row * ldo + col] = f32_to_bf16(__ldg(table + g) * u);
 }
 
 __device__ __forceinline__ float dense_block(const unsigned short* xb, const unsigned short* wb) {

@@ -90,7 +90,7 @@ __device__ __forceinline__ uint2 w8_quant8(uint4 v, float inv) {
 
 // h = bf16(table[gate] * f32(up)) of one element (gate, up: bf16 bits; arithmetic.md § act-mul).
 __device__ __forceinline__ u32 w8_silu1(u32 g, u32 u, const float* __restrict__ table) {
-    return w8_f32_bf16(ieee_mul(act_value(table, g), w8_bf16_f32(u)));
+    return w8_f32_bf16(ieee_mul(__ldg(table + g), w8_bf16_f32(u)));
 }
 
 // h = bf16(table[gate] * f32(up)) for 8 packed elements (one uint4 of gate and of up).
