@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Runs at commit 8a4e558 (the variant was removed in 59cb444 after this run).
 # W8A8's stream-K kernels on tiles of 256 weight rows (configs.W8A8_TMA_WIDE_TIERS: n16, n32,
 # n64, n128), about 7 minutes: their GPU tests in one process with the wide tiers set before any
 # kernel builds, then the W8A8 FFN at 4..256 rows with the routed kernels (F) and with the wide
