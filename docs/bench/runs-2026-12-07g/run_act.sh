@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs at commits f3c2066 .. 78776dc (the compact tables were removed in b500d5f after this run).
+# Runs at commits f3c2066 .. f44f6a7 (the compact tables were removed in b500d5f after this run).
 # The compact activation tables (configs.ACT_TABLE_COMPACT, weights.compact_table, common.cuh
 # act_value: about 30 KB where the table is not x / 2, x or -0.0), about 4 minutes: act_mul on
 # every gate code and the W8A8 SiLU-quantize tests with them (one process: the flag is set before
