@@ -68,10 +68,11 @@ def test_every_wgmma_kernel_fits_in_shared_memory() -> None:
     for t in configs.W8A8_WGMMA_TILES:
         assert t.smem <= SM90_SMEM, t
         assert (t.bm + t.bn) * 8 % t.threads == 0 and (t.threads // 8) % 8 == 0, t
-    for nb, t in configs.W8A8_SK_TIERS.items():
-        assert t.bn == nb and t.name == f"w8a8_wgmma_sk_n{nb}", t
-        assert t.stages * (t.bm + nb) * 128 + 1024 <= SM90_SMEM, t
-        assert t.bm % 64 == 0 and (t.bm + nb) * 8 % (2 * t.bm) == 0, t
+    for tiers in (configs.W8A8_SK_TIERS, *configs.W8A8_SK_KS_VARIANTS.values()):
+        for nb, t in tiers.items():
+            assert t.bn == nb and t.name == f"w8a8_wgmma_sk_n{nb}", t
+            assert t.smem == t.stages * t.ks * (t.bm + nb) * 128 + 1024 <= SM90_SMEM, t
+            assert t.bm % 64 == 0 and (t.bm + nb) * 8 % (2 * t.bm) == 0 and t.stages >= 3, t
 
 
 @pytest.mark.parametrize(

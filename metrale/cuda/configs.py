@@ -380,6 +380,8 @@ class W8a8WgmmaTile:
     bn: int
     stages: int
     split_k: bool = False
+    #: K tiles of 128 bytes per stage (the split-K kernels; a row's ks pieces requested together)
+    ks: int = 1
 
     @property
     def name(self) -> str:
@@ -401,9 +403,9 @@ class W8a8WgmmaTile:
 
     @property
     def smem(self) -> int:
-        """Dynamic shared memory in bytes (STAGES slots of BM + BN rows of 128 bytes, and 1024
-        for aligning the slots to the 128-byte swizzle's 1024-byte period)."""
-        return self.stages * (self.bm + self.bn) * 128 + 1024
+        """Dynamic shared memory in bytes (STAGES slots of KS tiles of BM + BN rows of 128 bytes,
+        and 1024 for aligning the slots to the 128-byte swizzle's 1024-byte period)."""
+        return self.stages * self.ks * (self.bm + self.bn) * 128 + 1024
 
 
 #: w8a8_wgmma.cu tiles in routing order (w8a8.gemm_tile: the least work per multiprocessor in
@@ -451,6 +453,22 @@ W8A8_SILU_TILES: tuple[str, ...] = (*W8A8_WGMMA_ROUTED["pair"], "w8a8_wgmma_128x
 #: instead of 3); 3 was slower (51.7 .. 67.3).
 W8A8_SK_TIERS: dict[int, W8a8WgmmaTile] = {
     nb: W8a8WgmmaTile(64, nb, st, split_k=True) for nb, st in ((16, 6), (32, 6))
+}
+#: The split-K tiers with 2 / 4 K tiles per stage (a variant, not yet measured: a process that
+#: updates W8A8_SK_TIERS with one set before the kernels build runs it). Each weight row's 256 /
+#: 512 contiguous bytes are requested together where the routed tiers ask for 128 at a time, a
+#: stage apart; gemlite's A8W8 configurations for an H100 (``configs/h100.json``) take 256- to
+#: 1024-byte K blocks at every M up to 64. The stages keep about as many weight bytes in flight
+#: per multiprocessor as the routed tiers (n16: 3 CTAs x 4 stages of 8 KB).
+W8A8_SK_KS_VARIANTS: dict[str, dict[int, W8a8WgmmaTile]] = {
+    "ks2": {
+        16: W8a8WgmmaTile(64, 16, 5, split_k=True, ks=2),
+        32: W8a8WgmmaTile(64, 32, 4, split_k=True, ks=2),
+    },
+    "ks4": {
+        16: W8a8WgmmaTile(64, 16, 4, split_k=True, ks=4),
+        32: W8a8WgmmaTile(64, 32, 4, split_k=True, ks=4),
+    },
 }
 W8A8_SK_MIN_ROWS = 1
 #: The most rows the split-K kernels take (<= max(W8A8_SK_TIERS)).
@@ -675,7 +693,9 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         f"W8A8_WGMMA_SILU({t.bm}, {t.bn}, {t.stages})" for t in W8A8_WGMMA_TILES if t.name in W8A8_SILU_TILES
     ],
     "W8A8_TMA": lambda: [f"W8A8_TMA({bn}, {st})" for bn, st in W8A8_TMA_TIERS.items()],
-    "W8A8_WGMMA_SK": lambda: [f"W8A8_WGMMA_SK({t.bm}, {t.bn}, {t.stages})" for t in W8A8_SK_TIERS.values()],
+    "W8A8_WGMMA_SK": lambda: [
+        f"W8A8_WGMMA_SK({t.bm}, {t.bn}, {t.stages}, {t.ks})" for t in W8A8_SK_TIERS.values()
+    ],
     "W8A8_MMA": lambda: [
         f"W8A8_MMA({r}, {r // 8}, {cols // 16}, {w}, {W8A8_MMA_UNROLL[r]})"
         for r, cols in W8A8_MMA_TIERS.items()

@@ -160,13 +160,15 @@ __device__ __forceinline__ u32 wg_smem_base() {
 // Header: the A rows a[0 .. ra) (ra valid, the rest zero) and B rows b[0 .. rb) with row strides
 // lda, ldb, over K tiles [kt0, kt1); acc zeroed here. WA: the weights are A (else B). SB (split
 // B): B rows RB / 2 + i are b2[i] (two matrices' column tiles side by side; rb valid rows in
-// each half). The weights' copies of the first STAGES - 2 tiles are issued before pdl_wait,
-// the activations' after it.
-template <int RA, int RB, int STAGES, bool WA, bool SB = false>
+// each half). KS: K tiles per stage (a slot holds KS tiles' layouts one after the other, so a
+// row's KS 128-byte pieces are requested together: KS 128 contiguous bytes; tiles from kt1 on
+// are zero-filled, adding nothing). The weights' copies of the first STAGES - 2 stages are
+// issued before pdl_wait, the activations' after it.
+template <int RA, int RB, int STAGES, bool WA, bool SB = false, int KS = 1>
 __device__ __forceinline__ void wg_mainloop(int (&acc)[RB / 2], const signed char* __restrict__ a, long long lda,
                                             int ra, const signed char* __restrict__ b, long long ldb, int rb,
                                             int K, int kt0, int kt1, const signed char* __restrict__ b2 = nullptr) {
-    constexpr int NTH = 2 * RA, STAGE = (RA + RB) * 128, CPT = (RA + RB) * 8 / NTH;
+    constexpr int NTH = 2 * RA, SUB = (RA + RB) * 128, STAGE = KS * SUB, CPT = (RA + RB) * 8 / NTH;
     static_assert((RA + RB) * 8 % NTH == 0 && (NTH / 8) % 8 == 0, "tile rows must split evenly over the threads");
     const u32 sbase = wg_smem_base();
     const int tid = threadIdx.x, grp = tid >> 7, ch = tid & 7;
@@ -191,25 +193,31 @@ __device__ __forceinline__ void wg_mainloop(int (&acc)[RB / 2], const signed cha
     // Copies i < CPA are A rows (row < RA: NTH / 8 = RA / 4 rows per i), the rest B rows; sel
     // 1: A only, 2: B only, 3: both.
     constexpr int CPA = RA / (NTH / 8);
-    auto load = [&](int slot, int kt, int sel) {
-        const int k = kt * 128 + ch * 16;
-        const long long off = k < K ? (long long)kt * 128 : 0;
+    // stage v: K tiles kt0 + v KS + j, j < KS
+    auto load = [&](int slot, int v, int sel) {
 #pragma unroll
-        for (int i = 0; i < CPT; ++i)
-            if (sel >> (i < CPA ? 0 : 1) & 1)
-                wg_cp16(sbase + slot * STAGE + dst0 + i * NTH * 16, src[i] + off, (k < K && (rok >> i & 1)) ? 16 : 0);
+        for (int j = 0; j < KS; ++j) {
+            const int kt = kt0 + v * KS + j, k = kt * 128 + ch * 16;
+            const bool in = (KS == 1 || kt < kt1) && k < K;
+            const long long off = in ? (long long)kt * 128 : 0;
+#pragma unroll
+            for (int i = 0; i < CPT; ++i)
+                if (sel >> (i < CPA ? 0 : 1) & 1)
+                    wg_cp16(sbase + slot * STAGE + j * SUB + dst0 + i * NTH * 16, src[i] + off,
+                            (in && (rok >> i & 1)) ? 16 : 0);
+        }
     };
 #pragma unroll
     for (int i = 0; i < RB / 2; ++i) acc[i] = 0;
-    const int nt = kt1 - kt0;
+    const int nt = (kt1 - kt0 + KS - 1) / KS;  // stages
     constexpr int WSEL = WA ? 1 : 2;
 #pragma unroll
     for (int s = 0; s < STAGES - 2; ++s)
-        if (s < nt) load(s, kt0 + s, WSEL);
+        if (s < nt) load(s, s, WSEL);
     pdl_wait();
 #pragma unroll
     for (int s = 0; s < STAGES - 2; ++s) {
-        if (s < nt) load(s, kt0 + s, 3 - WSEL);
+        if (s < nt) load(s, s, 3 - WSEL);
         asm volatile("cp.async.commit_group;");
     }
     for (int i = 0; i < nt; ++i) {
@@ -219,9 +227,13 @@ __device__ __forceinline__ void wg_mainloop(int (&acc)[RB / 2], const signed cha
         const u32 st = sbase + (i % STAGES) * STAGE;
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-        for (int k = 0; k < 4; ++k) wgmma_tile<RB>(acc, wg_desc(st + grp * 64 * 128 + 32 * k), wg_desc(st + RA * 128 + 32 * k));
+        for (int j = 0; j < KS; ++j)
+#pragma unroll
+            for (int k = 0; k < 4; ++k)
+                wgmma_tile<RB>(acc, wg_desc(st + j * SUB + grp * 64 * 128 + 32 * k),
+                               wg_desc(st + j * SUB + RA * 128 + 32 * k));
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        if (i + STAGES - 2 < nt) load((i + STAGES - 2) % STAGES, kt0 + i + STAGES - 2, 3);
+        if (i + STAGES - 2 < nt) load((i + STAGES - 2) % STAGES, i + STAGES - 2, 3);
         asm volatile("cp.async.commit_group;");
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
     }
@@ -336,7 +348,7 @@ __device__ __forceinline__ void w8_wgmma_silu(const signed char* __restrict__ wg
     }
 }
 
-template <int RA, int NB, int STAGES>
+template <int RA, int NB, int STAGES, int KS>
 __device__ __forceinline__ void w8_wgmma_sk(const signed char* __restrict__ w, const float* __restrict__ sw, int N,
                                             int K, const signed char* __restrict__ q, long long ldq,
                                             const float* __restrict__ sa, int m, u16* __restrict__ out,
@@ -356,7 +368,7 @@ __device__ __forceinline__ void w8_wgmma_sk(const signed char* __restrict__ w, c
     }
     const int n0 = ((int)blockIdx.x - (hi ? t1 : 0)) * RA, kt0 = blockIdx.y * kps, kt1 = min(kt0 + kps, (K + 127) >> 7);
     int acc[NB / 2];
-    wg_mainloop<RA, NB, STAGES, true>(acc, w + (long long)n0 * K, K, N - n0, q, ldq, m, K, kt0, kt1);
+    wg_mainloop<RA, NB, STAGES, true, false, KS>(acc, w + (long long)n0 * K, K, N - n0, q, ldq, m, K, kt0, kt1);
     const int tid = threadIdx.x, warp = tid >> 5, gid = (tid & 31) >> 2, t = tid & 3;
 #pragma unroll
     for (int j = 0; j < NB / 8; ++j)
@@ -548,8 +560,8 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
     }
 
 // w8a8_wgmma_sk_n{NB}: grid (ceil(N / RA), S), block 2 RA, dynamic shared memory
-// STAGES (RA + NB) 128 + 1024 bytes; kps K tiles of 128 bytes per split.
-#define W8A8_WGMMA_SK(RA, NB, STAGES)                                                                \
+// STAGES KS (RA + NB) 128 + 1024 bytes; kps K tiles of 128 bytes per split, KS per stage.
+#define W8A8_WGMMA_SK(RA, NB, STAGES, KS)                                                            \
     extern "C" __global__ void __launch_bounds__(2 * RA) w8a8_wgmma_sk_n##NB(                        \
         const signed char* __restrict__ w, const float* __restrict__ sw, int N, int K,              \
         const signed char* __restrict__ q, long long ldq, const float* __restrict__ sa, int m,      \
@@ -557,7 +569,7 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
         int kps, const signed char* __restrict__ w2, const float* __restrict__ sw2,                 \
         u16* __restrict__ out2, long long ldo2, int t1) {                                           \
         pdl_trigger();                                                                              \
-        w8_wgmma_sk<RA, NB, STAGES>(w, sw, N, K, q, ldq, sa, m, out, ldo, ws, cnt, kps, w2, sw2, out2, \
+        w8_wgmma_sk<RA, NB, STAGES, KS>(w, sw, N, K, q, ldq, sa, m, out, ldo, ws, cnt, kps, w2, sw2, out2, \
                                     ldo2, t1);                                                      \
     }
 
