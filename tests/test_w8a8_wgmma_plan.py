@@ -259,6 +259,36 @@ def test_stream_k_launch_passes_the_kernels_parameters(monkeypatch: pytest.Monke
     assert got == want
 
 
+@pytest.mark.parametrize("ks", [1, 2])
+def test_stream_k_units_count_k_steps(monkeypatch: pytest.MonkeyPatch, ks: int) -> None:
+    """The stream-K launch counts one unit per (tile, K step of configs.W8A8_TMA_KS K tiles) and
+    sizes the slots by it: N = 4096 (32 weight tiles), m = 40 (one row tile), K = 640 (5 K
+    tiles: 5 steps of one, or 3 of two, the last holding one) -> 160 / 96 units, a CTA per
+    multiprocessor up to them."""
+    from metrale.cuda import tma
+
+    monkeypatch.setattr(configs, "W8A8_TMA_KS", ks)
+
+    class W:
+        n, k = 4096, 640
+
+    seen = fake_device(monkeypatch)
+    monkeypatch.setattr(tma, "row_tiles", lambda *a: tma.TensorMap())
+    monkeypatch.setitem(w8a8._tma_work, (0, 64), (Arr((1,)), Arr((1,))))
+    w8a8._tma_launch(
+        Arr((40, 640)),
+        Arr((40,)),
+        W(),
+        {"weight": Arr((4096, 640)), "weight_scale": Arr((4096,))},
+        Arr((40, 4096)),
+        4096,
+        64,
+    )
+    ((name, grid, _block, _args, smem),) = seen
+    assert name == "w8a8_tma_n64" and grid == (min(132, 32 * (5 if ks == 1 else 3)),)
+    assert smem == configs.W8A8_TMA_TIERS[64] * ks * (128 + 64) * 128 + 1024
+
+
 def _plan_dual(monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int) -> tuple[list[Any], dict[str, Any]]:
     """The launches ``_gemv_launch`` issues for gate and up of [n, k] at m rows (132 SMs, the
     sm_90a kernels built), and the stand-ins it was given."""

@@ -489,6 +489,13 @@ W8A8_SK_CTAS_PER_SM = 2
 #: 112.2 / 120.8 us against 51.8 / 53.2 / 53.1 / 60.8 / 69.2 / 84.8 / 90.7 / 112.2 at m = 4 / 8 /
 #: 16 / 32 / 64 / 96 / 128 / 256): the activations' L2 reads are not what bounds these kernels.
 W8A8_TMA_TIERS: dict[int, int] = {64: 8, 128: 6}
+#: K tiles of 128 bytes per stream-K unit (the TMA boxes of a weight row's KS pieces issued
+#: together, each slot KS times as large). 1 is the routed build; the variant
+#: W8A8_TMA_KS_VARIANT (KS, stages per tier: the same bytes per slot ring) is not yet measured
+#: (docs/bench/runs-2026-12-07h/run_tks.sh). Its build skips a tile's missing K tiles in a
+#: uniform branch around the wgmma, where ptxas notes C7519 (a warpgroup.arrive injected).
+W8A8_TMA_KS = 1
+W8A8_TMA_KS_VARIANT: tuple[int, dict[int, int]] = (2, {64: 4, 128: 3})
 #: Beyond 128 rows (n128 in row tiles): down at m = 192 / 256 (64 CTAs of the 128x128 tile)
 #: 41.9 / 36.1 against 48.8 / 45.1 us tiled.
 #: The rows w8a8_gemv routes to them: all of W8A8_TMA_ROWS up to w8a8.GEMM_MIN_ROWS - 1, and from
@@ -692,7 +699,7 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
     "W8A8_WGMMA_SILU": lambda: [
         f"W8A8_WGMMA_SILU({t.bm}, {t.bn}, {t.stages})" for t in W8A8_WGMMA_TILES if t.name in W8A8_SILU_TILES
     ],
-    "W8A8_TMA": lambda: [f"W8A8_TMA({bn}, {st})" for bn, st in W8A8_TMA_TIERS.items()],
+    "W8A8_TMA": lambda: [f"W8A8_TMA({bn}, {st}, {W8A8_TMA_KS})" for bn, st in W8A8_TMA_TIERS.items()],
     "W8A8_WGMMA_SK": lambda: [
         f"W8A8_WGMMA_SK({t.bm}, {t.bn}, {t.stages}, {t.ks})" for t in W8A8_SK_TIERS.values()
     ],

@@ -199,9 +199,10 @@ def _tma_workspace(bn: int) -> tuple[Any, Any]:
 
 
 def tma_smem(bn: int) -> int:
-    """Dynamic shared memory of ``w8a8_tma_n{bn}``: its stages of 128 weight rows and bn
-    activation rows of 128 bytes, and 1024 bytes to align them to the swizzle's period."""
-    return TMA_TIERS[bn] * (128 + bn) * 128 + 1024
+    """Dynamic shared memory of ``w8a8_tma_n{bn}``: its stages of ``configs.W8A8_TMA_KS`` K tiles
+    of 128 weight rows and bn activation rows of 128 bytes, and 1024 bytes to align them to the
+    swizzle's period."""
+    return TMA_TIERS[bn] * configs.W8A8_TMA_KS * (128 + bn) * 128 + 1024
 
 
 def tma_tier(m: int, n: int, pair: bool = False) -> int | None:
@@ -249,7 +250,7 @@ def _tma_launch(
     smem = tma_smem(bn)
     set_dynamic_smem(kern, smem)
     nmat = 1 if second is None else 2
-    units = nmat * cdiv(w.n, 128) * cdiv(m, bn) * cdiv(k, 128)
+    units = nmat * cdiv(w.n, 128) * cdiv(m, bn) * cdiv(cdiv(k, 128), configs.W8A8_TMA_KS)
     ctas = min(sm_count(), units)
     part, flag = _tma_workspace(bn)
     tw = tma.row_tiles(arr["weight"], w.n, k, k, 128)

@@ -193,11 +193,11 @@ __device__ __forceinline__ void wg_mainloop(int (&acc)[RB / 2], const signed cha
     // Copies i < CPA are A rows (row < RA: NTH / 8 = RA / 4 rows per i), the rest B rows; sel
     // 1: A only, 2: B only, 3: both.
     constexpr int CPA = RA / (NTH / 8);
-    // stage v: K tiles kt0 + v KS + j, j < KS
-    auto load = [&](int slot, int v, int sel) {
+    // the stage from K tile kf: K tiles kf + j, j < KS
+    auto load = [&](int slot, int kf, int sel) {
 #pragma unroll
         for (int j = 0; j < KS; ++j) {
-            const int kt = kt0 + v * KS + j, k = kt * 128 + ch * 16;
+            const int kt = kf + j, k = kt * 128 + ch * 16;
             const bool in = (KS == 1 || kt < kt1) && k < K;
             const long long off = in ? (long long)kt * 128 : 0;
 #pragma unroll
@@ -213,11 +213,11 @@ __device__ __forceinline__ void wg_mainloop(int (&acc)[RB / 2], const signed cha
     constexpr int WSEL = WA ? 1 : 2;
 #pragma unroll
     for (int s = 0; s < STAGES - 2; ++s)
-        if (s < nt) load(s, s, WSEL);
+        if (s < nt) load(s, kt0 + s * KS, WSEL);
     pdl_wait();
 #pragma unroll
     for (int s = 0; s < STAGES - 2; ++s) {
-        if (s < nt) load(s, s, 3 - WSEL);
+        if (s < nt) load(s, kt0 + s * KS, 3 - WSEL);
         asm volatile("cp.async.commit_group;");
     }
     for (int i = 0; i < nt; ++i) {
@@ -233,7 +233,7 @@ __device__ __forceinline__ void wg_mainloop(int (&acc)[RB / 2], const signed cha
                 wgmma_tile<RB>(acc, wg_desc(st + j * SUB + grp * 64 * 128 + 32 * k),
                                wg_desc(st + j * SUB + RA * 128 + 32 * k));
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        if (i + STAGES - 2 < nt) load((i + STAGES - 2) % STAGES, i + STAGES - 2, 3);
+        if (i + STAGES - 2 < nt) load((i + STAGES - 2) % STAGES, kt0 + i * KS + STAGES * KS - 2 * KS, 3);
         asm volatile("cp.async.commit_group;");
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
     }
@@ -414,20 +414,23 @@ __device__ __forceinline__ void st_release(unsigned int* p, unsigned int v) {
     asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
-template <int BN, int STAGES>
+template <int BN, int STAGES, int KS>
 __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq, const float* __restrict__ sw,
                                             int N, int K, const float* __restrict__ sa, int m,
                                             u16* __restrict__ out, long long ldo, int* __restrict__ part,
                                             unsigned int* __restrict__ flag, const TmaDesc& tw2,
                                             const float* __restrict__ sw2, u16* __restrict__ out2, long long ldo2,
                                             int nmat) {
-    constexpr int WROWS = 128, STAGE = (WROWS + BN) * 128;
+    // a unit's K step: KS K tiles of 128 bytes (sub-tile j of a slot at j SUB: its weight rows,
+    // then its activation rows); a tile's last step may hold fewer (ns below)
+    constexpr int WROWS = 128, SUB = (WROWS + BN) * 128, STAGE = KS * SUB;
     __shared__ __align__(8) u64 bars[2 * STAGES];
     const u32 sbase = wg_smem_base();
     const u32 full0 = (u32)__cvta_generic_to_shared(&bars[0]), empty0 = full0 + 8 * STAGES;
     const int tid = threadIdx.x, wg = tid >> 7, lt = tid & 127;
     const int G = gridDim.x, c = blockIdx.x;
-    const int KT = (K + 127) >> 7, NT = (N + WROWS - 1) / WROWS, RT = (m + BN - 1) / BN;
+    const int KTILES = (K + 127) >> 7, KT = (KTILES + KS - 1) / KS;  // K tiles, K steps
+    const int NT = (N + WROWS - 1) / WROWS, RT = (m + BN - 1) / BN;
     const int TT = NT * RT, U = nmat * TT * KT, u0 = tk_start(c, G, U), u1 = tk_start(c + 1, G, U);
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
@@ -448,19 +451,26 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
             const int npre = min(STAGES, u1 - u0);
             for (int it = 0; it < npre; ++it) {
                 const int u = u0 + it, tile = u / KT, kt = u - tile * KT, tl = tile % TT;
-                mbar_expect_tx(full0 + 8 * it, STAGE);
-                tma_box(sbase + it * STAGE, tile < TT ? tw : tw2, kt * 128, (tl / RT) * WROWS, full0 + 8 * it);
+                const int ns = KS == 1 ? 1 : min(KS, KTILES - kt * KS);
+                mbar_expect_tx(full0 + 8 * it, ns * SUB);
+                for (int j = 0; j < ns; ++j)
+                    tma_box(sbase + it * STAGE + j * SUB, tile < TT ? tw : tw2, (kt * KS + j) * 128, (tl / RT) * WROWS,
+                            full0 + 8 * it);
             }
             pdl_wait();
             for (int u = u0, it = 0; u < u1; ++u, ++it) {
                 const int tile = u / KT, kt = u - tile * KT, tl = tile % TT, slot = it % STAGES;
+                const int ns = KS == 1 ? 1 : min(KS, KTILES - kt * KS);
                 const u32 st = sbase + slot * STAGE, ph = (u32)(it / STAGES) & 1u;
                 if (it >= npre) {
                     mbar_wait(empty0 + 8 * slot, ph ^ 1u);
-                    mbar_expect_tx(full0 + 8 * slot, STAGE);
-                    tma_box(st, tile < TT ? tw : tw2, kt * 128, (tl / RT) * WROWS, full0 + 8 * slot);
+                    mbar_expect_tx(full0 + 8 * slot, ns * SUB);
+                    for (int j = 0; j < ns; ++j)
+                        tma_box(st + j * SUB, tile < TT ? tw : tw2, (kt * KS + j) * 128, (tl / RT) * WROWS,
+                                full0 + 8 * slot);
                 }
-                tma_box(st + WROWS * 128, tq, kt * 128, (tl % RT) * BN, full0 + 8 * slot);
+                for (int j = 0; j < ns; ++j)
+                    tma_box(st + j * SUB + WROWS * 128, tq, (kt * KS + j) * 128, (tl % RT) * BN, full0 + 8 * slot);
             }
         }
         return;
@@ -480,9 +490,14 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
             const u32 st = sbase + slot * STAGE;
             mbar_wait(full0 + 8 * slot, (u32)(it / STAGES) & 1u);
             asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+            const int ns = KS == 1 ? 1 : min(KS, KTILES - (ka + i) * KS);  // uniform over the CTA
 #pragma unroll
-            for (int k = 0; k < 4; ++k)
-                wgmma_tile<BN>(acc, wg_desc(st + g * 64 * 128 + 32 * k), wg_desc(st + WROWS * 128 + 32 * k));
+            for (int j = 0; j < KS; ++j)
+                if (j < ns)
+#pragma unroll
+                    for (int k = 0; k < 4; ++k)
+                        wgmma_tile<BN>(acc, wg_desc(st + j * SUB + g * 64 * 128 + 32 * k),
+                                       wg_desc(st + j * SUB + WROWS * 128 + 32 * k));
             asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
             asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
             if (i > 0 && lt == 0) mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
@@ -575,14 +590,14 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
 
 // w8a8_tma_n{BN}: the stream-K GEMM above (384 threads, one CTA per multiprocessor; the
 // producer gives registers to the MMA warpgroups with setmaxnreg).
-#define W8A8_TMA(BN, STAGES)                                                                              \
+#define W8A8_TMA(BN, STAGES, KS)                                                                          \
     extern "C" __global__ void __launch_bounds__(384, 1) w8a8_tma_n##BN(                                  \
         const __grid_constant__ TmaDesc tw, const __grid_constant__ TmaDesc tq, const float* __restrict__ sw, \
         int N, int K, const float* __restrict__ sa, int m, u16* __restrict__ out, long long ldo,        \
         int* __restrict__ part, unsigned int* __restrict__ flag, const __grid_constant__ TmaDesc tw2,    \
         const float* __restrict__ sw2, u16* __restrict__ out2, long long ldo2, int nmat) {                \
         pdl_trigger();                                                                                    \
-        w8_tma_gemm<BN, STAGES>(tw, tq, sw, N, K, sa, m, out, ldo, part, flag, tw2, sw2, out2, ldo2, nmat); \
+        w8_tma_gemm<BN, STAGES, KS>(tw, tq, sw, N, K, sa, m, out, ldo, part, flag, tw2, sw2, out2, ldo2, nmat); \
     }
 
 // @instances W8A8_WGMMA   (lines generated from metrale/cuda/configs.py)
