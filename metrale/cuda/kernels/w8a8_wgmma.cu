@@ -31,7 +31,8 @@
 //                                                                                (m <= NB <= 64)
 //       Split K for few rows (the weights streamed once, by many CTAs): grid (ceil(N / RA), S),
 //       block 2 RA (one warpgroup per 64 weight rows), dynamic shared memory
-//       STAGES (RA + NB) 128 + 1024 bytes. CTA (c, s) runs wg_mainloop with RA weight rows as A
+//       STAGES KS (RA + NB) 128 + 1024 bytes (KS K tiles per stage: configs.W8a8WgmmaTile.ks).
+//       CTA (c, s) runs wg_mainloop with RA weight rows as A
 //       and the m activation rows (zero rows up to NB) as B over K tiles [s kps, (s + 1) kps),
 //       adds its int32 partial sums into ws [m, N] with integer atomics (exact, order-free), and
 //       the last CTA of column tile c (a counter per tile, cnt [ceil(N / RA)]) writes y from ws
@@ -43,8 +44,9 @@
 //   w8a8_tma_n{BN}(tw, tq, sw, N, K, sa, m, out, ldo, part, flag, tw2, sw2, out2, ldo2, nmat)
 //                                                                                (33 .. 256 rows)
 //       Stream-K: grid G <= one CTA per multiprocessor, block 384 (warpgroup 0 the producer,
-//       1 and 2 the MMAs), dynamic shared memory STAGES (128 + BN) 128 + 1024 bytes. Units =
-//       (tile of 128 weight rows x BN activation rows, 128-byte K tile), tile-major, U of them;
+//       1 and 2 the MMAs), dynamic shared memory STAGES KS (128 + BN) 128 + 1024 bytes. Units =
+//       (tile of 128 weight rows x BN activation rows, K step of KS 128-byte K tiles:
+//       configs.W8A8_TMA_KS; a tile's last step may hold fewer), tile-major, U of them;
 //       CTA c takes [c U / G, (c + 1) U / G). Per unit one thread of the producer loads the boxes
 //       of the tensor maps tw (the weights [N, K], 128 rows) and tq (the codes [m, K], BN rows)
 //       into a slot (mbarriers full / empty per slot); each MMA warpgroup runs four wgmma
