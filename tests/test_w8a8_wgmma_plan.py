@@ -229,31 +229,31 @@ def test_split_k_launch_passes_the_kernels_parameters(monkeypatch: pytest.Monkey
     assert got == want
 
 
+def _tma_launch_once(monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int, bn: int) -> Any:
+    """The one launch ``_tma_launch`` issues for m rows times an [n, k] weight on the
+    ``w8a8_tma_n{bn}`` kernel (132 SMs, stand-in arrays and tensor maps): (kernel, grid, block,
+    args, smem)."""
+    from metrale.cuda import tma
+
+    class W:
+        pass
+
+    W.n, W.k = n, k
+    seen = fake_device(monkeypatch)
+    monkeypatch.setattr(tma, "row_tiles", lambda *a: tma.TensorMap())
+    monkeypatch.setitem(w8a8._tma_work, (0, bn), (Arr((1,)), Arr((1,))))
+    arr = {"weight": Arr((n, k)), "weight_scale": Arr((n,))}
+    w8a8._tma_launch(Arr((m, k)), Arr((m,)), W(), arr, Arr((m, n)), n, bn)
+    (launch,) = seen
+    return launch
+
+
 def test_stream_k_launch_passes_the_kernels_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
     """The launcher's arguments match the kernel's parameter list in kernels/w8a8_wgmma.cu one for
     one (a tensor map for ``TmaDesc``, a device array for a pointer, int32 for ``int``, int64 for
     ``long long``): a launch whose arguments drift from the signature reads garbage on the GPU."""
-    from metrale.cuda import tma
-
     want = kernel_params("w8a8_tma_n##BN")
-
-    class W:
-        n, k = 4096, 12288
-
-    seen = fake_device(monkeypatch)
-    monkeypatch.setattr(tma, "row_tiles", lambda *a: tma.TensorMap())
-    monkeypatch.setitem(w8a8._tma_work, (0, 128), (Arr((1,)), Arr((1,))))
-    q = Arr((100, 12288))
-    w8a8._tma_launch(
-        q,
-        Arr((100,)),
-        W(),
-        {"weight": Arr((4096, 12288)), "weight_scale": Arr((4096,))},
-        Arr((100, 4096)),
-        4096,
-        128,
-    )
-    ((name, grid, block, args, smem),) = seen
+    name, grid, block, args, smem = _tma_launch_once(monkeypatch, 100, 4096, 12288, 128)
     assert name == "w8a8_tma_n128" and grid == (132,) and block == (384,) and smem == w8a8.tma_smem(128)
     got = ["array" if isinstance(a, Arr) else type(a) for a in args]
     assert got == want
@@ -265,26 +265,8 @@ def test_stream_k_units_count_k_steps(monkeypatch: pytest.MonkeyPatch, ks: int) 
     sizes the slots by it: N = 4096 (32 weight tiles), m = 40 (one row tile), K = 640 (5 K
     tiles: 5 steps of one, or 3 of two, the last holding one) -> 160 / 96 units, a CTA per
     multiprocessor up to them."""
-    from metrale.cuda import tma
-
     monkeypatch.setattr(configs, "W8A8_TMA_KS", ks)
-
-    class W:
-        n, k = 4096, 640
-
-    seen = fake_device(monkeypatch)
-    monkeypatch.setattr(tma, "row_tiles", lambda *a: tma.TensorMap())
-    monkeypatch.setitem(w8a8._tma_work, (0, 64), (Arr((1,)), Arr((1,))))
-    w8a8._tma_launch(
-        Arr((40, 640)),
-        Arr((40,)),
-        W(),
-        {"weight": Arr((4096, 640)), "weight_scale": Arr((4096,))},
-        Arr((40, 4096)),
-        4096,
-        64,
-    )
-    ((name, grid, _block, _args, smem),) = seen
+    name, grid, _block, _args, smem = _tma_launch_once(monkeypatch, 40, 4096, 640, 64)
     assert name == "w8a8_tma_n64" and grid == (min(132, 32 * (5 if ks == 1 else 3)),)
     assert smem == configs.W8A8_TMA_TIERS[64] * ks * (128 + 64) * 128 + 1024
 
