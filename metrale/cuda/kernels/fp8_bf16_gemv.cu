@@ -504,7 +504,7 @@ __device__ __forceinline__ void dec_body(const uint4* __restrict__ w, const floa
         const uint4* __restrict__ act, const int* __restrict__ pe, int m, u16* __restrict__ out,          \
         long long ldo) {                                                                                  \
         __shared__ float sroot[NC * R * 128];                                                             \
-        extern __shared__ __align__(16) float sval[];                                                                   \
+        extern __shared__ __align__(16) float sval[];                                                     \
         dec_body<R, NC, W, P, BF, ACT, CH>(w, scale, N, K, act, pe, m, out, ldo, sroot, sval);            \
     }
 

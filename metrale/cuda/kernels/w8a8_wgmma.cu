@@ -235,6 +235,8 @@ __device__ __forceinline__ void wg_mainloop(int (&acc)[RB / 2], const signed cha
                 wgmma_tile<RB>(acc, wg_desc(st + j * SUB + grp * 64 * 128 + 32 * k),
                                wg_desc(st + j * SUB + RA * 128 + 32 * k));
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        // stage i + STAGES - 2 from K tile kt0 + (i + STAGES - 2) KS (written so that KS = 1
+        // compiles to the very code of the build before KS)
         if (i + STAGES - 2 < nt) load((i + STAGES - 2) % STAGES, kt0 + i * KS + STAGES * KS - 2 * KS, 3);
         asm volatile("cp.async.commit_group;");
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
