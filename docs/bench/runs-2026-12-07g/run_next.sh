@@ -12,6 +12,7 @@ timeout 300 python -m pytest -q -n 12 --tb=short -p no:benchmark tests/gpu/test_
   tests/gpu/test_cuda_w8a8.py tests/gpu/test_cuda_pdl.py 2>&1 | grep -E "^FAILED|^E |passed|failed" | head -20
 timeout 150 python -m pytest -q -n 8 --tb=short -p no:benchmark tests/gpu/test_cuda_chain_generic.py \
   tests/gpu/test_cuda_fp8_bf16.py -k "routes or decode" 2>&1 | grep -E "^FAILED|^E |passed|failed" | head -10
+[ "${1:-}" = tests ] && exit 0  # the tests only (../runs-2026-12-07h/run_first.sh)
 # The FP8 / BF16 chain decode with its parts read as float4 (DEC_PART_FLOATS 68): 1..3 rows
 # (before: FP8 95.9 / 106.9 / 131.3, BF16 122.6 / 145.1 / 171.6 us on an H100, run_a.sh).
 OPENBLAS_NUM_THREADS=1 timeout 80 python -c "
