@@ -6,7 +6,9 @@
 # why the GEMMs stream ~2.3 TB/s at 64 rows against 3.3-3.4 at one). Then, as its own call,
 # ../runs-2026-12-07c/run3.sh (its ncu lines now with --clock-control none: the chain
 # tile at 64 rows and the chain decode at one row, stall samples per SASS instruction), and
-# run_ks.sh and run_tks.sh (split K and stream-K with 2 / 4 K tiles per stage).
+# run_ks.sh and run_tks.sh (split K and stream-K with 2 / 4 K tiles per stage), and
+# ../runs-2026-12-07g/run_next.sh (its FP8 / BF16 chain decode timing, parts read as float4:
+# tested, not yet timed).
 bash "$(dirname "$0")/run_pair128.sh"
 export PYTHONPATH=.
 timeout 300 python tools/gpu_profile.py --out $OUT --cells w8a8:1,64,128,256 2>&1 | tail -2
