@@ -529,6 +529,14 @@ W8A8_SILU_QUANT_BUILDS: dict[int, tuple[int, int]] = {
 #: pair: 84.5 / 105.7 µs against 87.9 / 110.8 at m = 64 / 128, equal within noise at 192..512;
 #: four CTAs per row were slower at 64 and 128 rows (91.6 / 115.2), two beyond (150.0 at 256).
 W8A8_SILU_ROW_KERNELS: tuple[tuple[int, int], ...] = ((128, 1),)
+#: w8a8.cu's ``w8a8_silu_quant_st`` (threads per CTA, 8-element groups per thread, CTAs per
+#: multiprocessor): the one-CTA-per-row step with the SiLU table's compact form
+#: (weights.compact_table, about 30 KB) in shared memory, persistent CTAs over the rows; K <= 8 ·
+#: groups · threads (else the routing above).
+W8A8_SILU_QUANT_ST: tuple[int, int, int] = (256, 8, 4)
+#: The rows from which the SiLU-quantize step takes ``w8a8_silu_quant_st`` (None: never). Not yet
+#: measured (docs/bench/runs-2026-12-07i/run_b.sh): off.
+W8A8_SILU_ST_MIN_ROWS: int | None = None
 
 
 def nvfp4_gemm_builds() -> list[tuple[int, int, int]]:
@@ -692,6 +700,7 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         f"W8A8_SILU_QUANT({cl}, {t}, {v}, {'w8a8_silu_quant' if cl == 8 else f'w8a8_silu_quant_c{cl}'})"
         for cl, (t, v) in W8A8_SILU_QUANT_BUILDS.items()
     ],
+    "W8A8_SILU_QUANT_ST": lambda: [f"W8A8_SILU_QUANT_ST({', '.join(map(str, W8A8_SILU_QUANT_ST))})"],
     "W8A8_GEMM": lambda: [
         f"W8A8_GEMM({t.bm}, {t.bn}, {t.wm}, {t.wn}, {t.stages}, {t.minb})" for t in W8A8_GEMM_TILES
     ],

@@ -539,6 +539,20 @@ def _silu_row_kernels(text: str | None) -> tuple[tuple[int, int], ...]:
 SILU_ROW_KERNELS = _silu_row_kernels(os.environ.get("METRALE_W8A8_SILU_ROW_KERNELS"))
 
 
+#: From this many rows (None: never) the step takes ``w8a8_silu_quant_st`` (the compact SiLU table
+#: in shared memory, persistent CTAs: configs.W8A8_SILU_QUANT_ST) where K fits its registers.
+SILU_ST_MIN_ROWS = configs.W8A8_SILU_ST_MIN_ROWS
+
+
+def silu_quant_st_grid(m: int, k: int) -> int | None:
+    """CTAs of ``w8a8_silu_quant_st`` for m rows of K = k (at most MINB per multiprocessor and
+    one per row), or None where it is not routed (SILU_ST_MIN_ROWS) or K exceeds its registers."""
+    threads, groups, minb = configs.W8A8_SILU_QUANT_ST
+    if SILU_ST_MIN_ROWS is None or m < SILU_ST_MIN_ROWS or k > 8 * groups * threads:
+        return None
+    return min(m, minb * sm_count())
+
+
 def silu_quant_kernel(m: int, k: int) -> tuple[str, int, int] | None:
     """(name, CTAs per row, threads per CTA) of the one-launch SiLU-quantize kernel for m rows of
     K = k, or None (the slice pair): ``w8a8_silu_quant`` up to SILU_QUANT_CLUSTER_MAX_ROWS rows,
@@ -593,10 +607,23 @@ def _silu_quant_rows(g: Any, u: Any, gate: Any, codes: DeviceA8Codes, parts: Any
 
 def _silu_quant(g: Any, u: Any, codes: DeviceA8Codes, parts: Any) -> None:
     """h = bf16(silu[g] · f32(u)) over ``g`` and its A8 codes into ``codes`` (g, u: aligned
-    device rows [m, K]; ``parts``: the slices' scratch): ``silu_quant_kernel``'s one launch, else
-    the slice pair."""
+    device rows [m, K]; ``parts``: the slices' scratch): ``w8a8_silu_quant_st`` where
+    ``silu_quant_st_grid`` routes it, else ``silu_quant_kernel``'s one launch, else the slice
+    pair."""
     m, k = codes.q.shape
     ldg, ldu = np.int64(g.strides[0] // 2), np.int64(u.strides[0] // 2)
+    ctas = silu_quant_st_grid(m, k)
+    st = get_kernel(CU_FILE, "w8a8_silu_quant_st") if ctas is not None else None
+    if st is not None:
+        ctab = device_table("silu", compact=True)
+        pdl.launch(
+            st,
+            (ctas,),
+            (configs.W8A8_SILU_QUANT_ST[0],),
+            (g, ldg, u, ldu, ctab, np.int32(ctab.size), np.int32(k), np.int32(m), codes.q, codes.scale),
+            shared_mem=4 * ctab.size,
+        )
+        return
     pick = silu_quant_kernel(m, k)
     fused = get_kernel(CU_FILE, pick[0]) if pick is not None else None
     if pick is not None and fused is not None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from metrale.errors import MetraleError
 from metrale.reference.lora import LoraAdapter
 from metrale.reference.tables import table
 
@@ -118,15 +119,53 @@ def upload_lora(host: LoraAdapter) -> DeviceLora:
     return DeviceLora(host=host, arrays={"a": to_device(host.a), "b": to_device(host.b_padded())})
 
 
-_tables: dict[tuple[str, int], Any] = {}
+_tables: dict[tuple[str, int, bool], Any] = {}
 
 
-def device_table(name: str) -> Any:
-    """The activation table ``name`` on the current device (uploaded once)."""
+def compact_table(name: str) -> np.ndarray:
+    """The activation table ``name`` (65,536 f32 indexed by bf16 bits) as w8a8.cuh's
+    ``W8CompactAct`` reads it from shared memory: float32 [4 + D], word 0 the exponents
+    lo | pos_hi << 8 | neg_hi << 16 (as bits), word 1 P = 128 (pos_hi - lo), then D = P + 128
+    (neg_hi - lo) entries: positive binades lo .. pos_hi - 1, then negative binades lo ..
+    neg_hi - 1, 128 codes each. Outside them the table is x / 2 (exponent < lo), x (positive,
+    exponent >= pos_hi: Inf and NaN included) and -0.0 (negative, exponent >= neg_hi; NaN stays
+    NaN): the rules found from the table and checked on every code here; a MetraleError if a
+    binade fits none. SiLU: 30,736 bytes."""
+    t = table(name)
+    bits = np.arange(65536, dtype=np.uint32)
+    x = (bits << 16).view(np.float32)
+    e, neg, nan = (bits >> 7) & 0xFF, bits >> 15 == 1, np.isnan(x)
+    with np.errstate(invalid="ignore"):
+        half = (x * np.float32(0.5)).view(np.uint32)
+    tb = t.view(np.uint32)
+
+    def fits(mask: np.ndarray, want: np.ndarray) -> bool:  # equal bits, or NaN where x is NaN
+        return bool(np.all((tb[mask] == want[mask]) | (nan[mask] & np.isnan(t[mask]))))
+
+    minus0 = np.where(nan, bits << 16, np.uint32(0x80000000))
+    lo = next(k for k in range(256) if not fits(e == k, half))
+    pos_hi = next(
+        (k for k in range(lo, 256) if all(fits(~neg & (e == q), bits << 16) for q in range(k, 256))), None
+    )
+    neg_hi = next(
+        (k for k in range(lo, 256) if all(fits(neg & (e == q), minus0) for q in range(k, 256))), None
+    )
+    if pos_hi is None or neg_hi is None:
+        raise MetraleError(f"{name} table: its top binades are not x (positive) and -0.0 (negative)")
+    pos = t[(bits >= lo << 7) & (bits < pos_hi << 7)]
+    negs = t[(bits >= 0x8000 | lo << 7) & (bits < 0x8000 | neg_hi << 7)]
+    head = np.array([lo | pos_hi << 8 | neg_hi << 16, pos.size, 0, 0], dtype=np.uint32).view(np.float32)
+    return np.concatenate([head, pos, negs]).astype(np.float32)
+
+
+def device_table(name: str, compact: bool = False) -> Any:
+    """The activation table ``name`` on the current device (uploaded once): the whole table, or
+    with ``compact`` ``compact_table``'s form."""
     import cupy
 
-    key = (name, int(cupy.cuda.runtime.getDevice()))
+    key = (name, int(cupy.cuda.runtime.getDevice()), compact)
     t = _tables.get(key)
     if t is None:
-        t = _tables[key] = cupy.asarray(np.ascontiguousarray(table(name)))  # type: ignore[arg-type]
+        host = compact_table(name) if compact else np.ascontiguousarray(table(name))
+        t = _tables[key] = cupy.asarray(host)  # type: ignore[arg-type]
     return t

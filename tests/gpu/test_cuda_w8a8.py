@@ -94,8 +94,9 @@ def _silu_inputs(rng: np.random.Generator, m: int, k: int) -> tuple[np.ndarray, 
 
 
 #: The fused entry point's first step: the 8-CTA cluster kernel, the kernels of 4, 2 and 1 CTAs per
-#: row (``w8a8_silu_quant_c{CL}``), or the slice pair.
-SILU_PATHS = ["cluster", "c4", "c2", "c1", "slices"]
+#: row (``w8a8_silu_quant_c{CL}``), the persistent one with the compact table in shared memory
+#: (``w8a8_silu_quant_st``, where K fits it), or the slice pair.
+SILU_PATHS = ["cluster", "c4", "c2", "c1", "st", "slices"]
 
 
 def _silu_quant_path(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
@@ -105,8 +106,9 @@ def _silu_quant_path(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
     from metrale.cuda.runtime import get_kernel
 
     monkeypatch.setattr(w8a8, "SILU_QUANT_CLUSTER_MAX_ROWS", 1 << 30 if path == "cluster" else 0)
-    rows_kernels = ((1 << 30, int(path[1:])),) if path not in ("cluster", "slices") else ()
+    rows_kernels = ((1 << 30, int(path[1:])),) if path not in ("cluster", "st", "slices") else ()
     monkeypatch.setattr(w8a8, "SILU_ROW_KERNELS", rows_kernels)
+    monkeypatch.setattr(w8a8, "SILU_ST_MIN_ROWS", 1 if path == "st" else None)
     if path != "slices" and cp.cuda.Device().compute_capability >= "90":
         name = "w8a8_silu_quant" if path == "cluster" else f"w8a8_silu_quant_{path}"
         assert get_kernel(w8a8.CU_FILE, name) is not None
@@ -155,6 +157,36 @@ def test_fused_large_k(
     cuda.launch("w8a8_silu_quant_gemv", g, cp.asarray(up.view(np.uint16)), w, inner)
     bits_equal(check_guard(buf, init, 11, 20), want.view(np.uint16), f"fused K={k}")
     bits_equal(cp.asnumpy(g), h.view(np.uint16), f"fused K={k}: h in gate")
+
+
+def test_silu_quant_st_loops_over_rows(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``w8a8_silu_quant_st`` with more rows than CTAs (each CTA takes rows blockIdx.x, + G, ...;
+    its shared reduction reused row after row), K = 1040 (130 groups: the last of a thread's
+    register groups partly filled), gate codes of every sign and binade: h, codes and the down
+    projection as the reference's."""
+    from metrale.cuda import w8a8
+    from metrale.cuda.runtime import sm_count
+
+    if cp.cuda.Device().compute_capability < "90":
+        pytest.skip("w8a8_silu_quant_st is built for sm_90")
+    _silu_quant_path(monkeypatch, "st")
+    k, n = 1040, 32
+    m = configs.W8A8_SILU_QUANT_ST[2] * sm_count() + 37
+    assert w8a8.silu_quant_st_grid(m, k) == m - 37
+    host = w8a8_weight(fresh_rng, n, k)
+    w = cuda.upload(host)
+    gate, up = _silu_inputs(fresh_rng, m, k)
+    gate.view(np.uint16)[3] = np.arange(k, dtype=np.uint16) * 63  # codes spread over all binades
+    want = np.empty((m, n), dtype=np.uint16).view(gate.dtype)
+    h = gate.copy()
+    REFERENCE_KERNELS["w8a8_silu_quant_gemv"](h, up, host, want)
+    buf, inner, init = guarded(cp, fresh_rng, m, n)
+    g = cp.asarray(gate.view(np.uint16))
+    cuda.launch("w8a8_silu_quant_gemv", g, cp.asarray(up.view(np.uint16)), w, inner)
+    bits_equal(check_guard(buf, init, m, n), want.view(np.uint16), f"st m={m}")
+    bits_equal(cp.asnumpy(g), h.view(np.uint16), f"st m={m}: h in gate")
 
 
 # ---- the prefill GEMMs (w8a8_gemm_{BM}x{BN}: mma.sync; w8a8_wgmma_{BM}x{BN}: wgmma, sm_90a) ----

@@ -43,9 +43,13 @@
 //       over the cluster's distributed shared memory). Absent below sm_90 (the pair serves).
 //       w8a8_silu_quant_c{CL}(same arguments): the same with CL CTAs per row (configs.py
 //       W8A8_SILU_QUANT_BUILDS: cluster size -> block, registers' groups).
+//   w8a8_silu_quant_st(gate, ldg, up, ldu, ctab, words, K, m, q, scale)          (sm_90)
+//       grid min(m, MINB x multiprocessors) persistent CTAs, a row at a time, block T
+//       (configs.py W8A8_SILU_QUANT_ST), dynamic shared memory 4 words bytes: the c1 kernel's
+//       step with the compact SiLU table (metrale/cuda/weights.py compact_table) in shared memory.
 //
 // Every kernel is PDL-capable (metrale/cuda/pdl.py): pdl_trigger, then pdl_wait, before it touches
-// global memory.
+// global memory that an earlier kernel writes (w8a8_silu_quant_st copies the SiLU table before).
 //
 // Build: --fmad=false; every fp32 step is an inline-PTX ieee_mul/ieee_div (common.cuh): exact
 // IEEE with subnormals whatever -ftz the compiler was given; zero tests are on the bits.
@@ -388,7 +392,7 @@ extern "C" __global__ void __launch_bounds__(SILU_SLICE / 8) w8a8_silu_parts(
     int bad = 0;
     if (k < K) {
         const uint4 h = w8_silu8(*reinterpret_cast<const uint4*>(gr + k),
-                                 *reinterpret_cast<const uint4*>(up + (long long)r * ldu + k), table);
+                                 *reinterpret_cast<const uint4*>(up + (long long)r * ldu + k), W8TableAct{table});
         w8_scan8(h, &amax, &bad);
         *reinterpret_cast<uint4*>(gr + k) = h;
     }
@@ -440,15 +444,14 @@ __device__ __forceinline__ void cluster_sync_all() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
-template <int CL, int T, int V>
-__device__ __forceinline__ void silu_quant_body(u16* __restrict__ gate, long long ldg_, const u16* __restrict__ up,
-                                                long long ldu, const float* __restrict__ table, int K,
-                                                signed char* __restrict__ q, float* __restrict__ scale) {
-    pdl_trigger();
-    pdl_wait();
+// One row r of silu_quant_body, CTA c of its CL (act: W8TableAct or W8CompactAct).
+template <int CL, int T, int V, class Act>
+__device__ __forceinline__ void silu_quant_row(int r, int c, const Act& act, u16* __restrict__ gate, long long ldg_,
+                                               const u16* __restrict__ up, long long ldu, int K,
+                                               signed char* __restrict__ q, float* __restrict__ scale) {
     __shared__ u32 red[64];
     __shared__ uint2 mine;
-    const int r = blockIdx.y, c = blockIdx.x, tid = threadIdx.x;
+    const int tid = threadIdx.x;
     const int NG = K >> 3, G = (NG + CL - 1) / CL, g0 = c * G, g1 = min(NG, g0 + G);
     u16* gr = gate + (long long)r * ldg_;
     const u16* ur = up + (long long)r * ldu;
@@ -460,7 +463,7 @@ __device__ __forceinline__ void silu_quant_body(u16* __restrict__ gate, long lon
         const int gi = g0 + tid + v * T;
         if (gi < g1) {
             h[v] = w8_silu8(*reinterpret_cast<const uint4*>(gr + 8 * gi), *reinterpret_cast<const uint4*>(ur + 8 * gi),
-                            table);
+                            act);
             w8_scan8(h[v], &amax, &bad);
             *reinterpret_cast<uint4*>(gr + 8 * gi) = h[v];
         }
@@ -495,6 +498,15 @@ __device__ __forceinline__ void silu_quant_body(u16* __restrict__ gate, long lon
     if constexpr (CL > 1) asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");  // no CTA leaves while read
 }
 
+template <int CL, int T, int V>
+__device__ __forceinline__ void silu_quant_body(u16* __restrict__ gate, long long ldg_, const u16* __restrict__ up,
+                                                long long ldu, const float* __restrict__ table, int K,
+                                                signed char* __restrict__ q, float* __restrict__ scale) {
+    pdl_trigger();
+    pdl_wait();
+    silu_quant_row<CL, T, V>(blockIdx.y, blockIdx.x, W8TableAct{table}, gate, ldg_, up, ldu, K, q, scale);
+}
+
 #define W8A8_SILU_QUANT(CL, T, V, NAME)                                                                       \
     extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(T) NAME(                        \
         u16* __restrict__ gate, long long ldg_, const u16* __restrict__ up, long long ldu,                  \
@@ -503,4 +515,34 @@ __device__ __forceinline__ void silu_quant_body(u16* __restrict__ gate, long lon
     }
 
 // @instances W8A8_SILU_QUANT
+
+// w8a8_silu_quant_st(gate, ldg, up, ldu, ctab, words, K, m, q, scale): the one-CTA-per-row step
+// with the SiLU table in shared memory (metrale/cuda/weights.py compact_table: `words` floats,
+// about 30 KB, a multiple of 4), for many rows. Grid G <= m persistent CTAs (row r = blockIdx.x,
+// then + G ...), block T, dynamic shared memory 4 words bytes. The table is copied in before the
+// PDL wait (it is the uploader's, no earlier kernel's output); each row as silu_quant_body with
+// CL = 1 (K <= 8 V T). A warp's 32 gathers cost its worst shared-memory bank conflict here,
+// where from the whole table in global memory they cost a wavefront per distinct cache line.
+template <int T, int V>
+__device__ __forceinline__ void silu_quant_st_body(u16* __restrict__ gate, long long ldg_, const u16* __restrict__ up,
+                                                   long long ldu, const float* __restrict__ ctab, int words, int K,
+                                                   int m, signed char* __restrict__ q, float* __restrict__ scale) {
+    extern __shared__ float4 st4[];
+    pdl_trigger();
+    for (int i = threadIdx.x; 4 * i < words; i += T) st4[i] = __ldg(reinterpret_cast<const float4*>(ctab) + i);
+    pdl_wait();
+    __syncthreads();
+    const W8CompactAct act(reinterpret_cast<const float*>(st4));
+    for (int r = blockIdx.x; r < m; r += gridDim.x) silu_quant_row<1, T, V>(r, 0, act, gate, ldg_, up, ldu, K, q, scale);
+}
+
+#define W8A8_SILU_QUANT_ST(T, V, MINB)                                                                         \
+    extern "C" __global__ void __launch_bounds__(T, MINB) w8a8_silu_quant_st(                                 \
+        u16* __restrict__ gate, long long ldg_, const u16* __restrict__ up, long long ldu,                  \
+        const float* __restrict__ ctab, int words, int K, int m, signed char* __restrict__ q,               \
+        float* __restrict__ scale) {                                                                        \
+        silu_quant_st_body<T, V>(gate, ldg_, up, ldu, ctab, words, K, m, q, scale);                         \
+    }
+
+// @instances W8A8_SILU_QUANT_ST
 #endif
