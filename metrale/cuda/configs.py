@@ -534,6 +534,14 @@ W8A8_SILU_ROW_KERNELS: tuple[tuple[int, int], ...] = ((128, 1),)
 #: (weights.compact_table, about 30 KB) in shared memory, persistent CTAs over the rows; K <= 8 ·
 #: groups · threads (else the routing above).
 W8A8_SILU_QUANT_ST: tuple[int, int, int] = (256, 8, 4)
+#: elementwise.cu's ``act_mul_st`` (threads per CTA, 8-element groups per thread and step, CTAs
+#: per multiprocessor): act_mul with the table's compact form in shared memory, persistent CTAs.
+ACT_MUL_ST: tuple[int, int, int] = (256, 2, 6)
+#: The rows from which act_mul takes ``act_mul_st`` where N and the rows allow (None: never);
+#: each CTA then has at least ACT_MUL_ST_MIN_GROUPS groups (the table copy's share). Not yet
+#: measured (docs/bench/runs-2026-12-07i/run_c.sh): off.
+ACT_MUL_ST_MIN_ROWS: int | None = None
+ACT_MUL_ST_MIN_GROUPS = 4096
 #: The rows from which the SiLU-quantize step takes ``w8a8_silu_quant_st`` (None: never). Not yet
 #: measured (docs/bench/runs-2026-12-07i/run_b.sh): off.
 W8A8_SILU_ST_MIN_ROWS: int | None = None
@@ -700,6 +708,7 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         f"W8A8_SILU_QUANT({cl}, {t}, {v}, {'w8a8_silu_quant' if cl == 8 else f'w8a8_silu_quant_c{cl}'})"
         for cl, (t, v) in W8A8_SILU_QUANT_BUILDS.items()
     ],
+    "ACT_MUL_ST": lambda: [f"ACT_MUL_ST({', '.join(map(str, ACT_MUL_ST))})"],
     "W8A8_SILU_QUANT_ST": lambda: [f"W8A8_SILU_QUANT_ST({', '.join(map(str, W8A8_SILU_QUANT_ST))})"],
     "W8A8_GEMM": lambda: [
         f"W8A8_GEMM({t.bm}, {t.bn}, {t.wm}, {t.wn}, {t.stages}, {t.minb})" for t in W8A8_GEMM_TILES

@@ -1,5 +1,6 @@
 """Launchers of ``kernels/elementwise.cu``: ``act_mul_silu`` / ``act_mul_gelu`` (reading the
-shipped 65,536-entry tables, uploaded once per device) and the LoRA deltas ``lora_shrink`` /
+shipped 65,536-entry tables, uploaded once per device, or from ``ST_MIN_ROWS`` rows their compact
+form in shared memory: ``act_mul_st``) and the LoRA deltas ``lora_shrink`` /
 ``lora_expand`` (the BF16-weight rule, reference/lora.py).
 """
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from metrale.cuda import pdl, runtime
+from metrale.cuda import configs, pdl, runtime
 from metrale.cuda.launch_args import mat
 from metrale.cuda.weights import DeviceLora, device_table, upload_lora
 from metrale.errors import MetraleError
@@ -29,6 +30,22 @@ def _kernel(name: str) -> Any:
     return k
 
 
+#: From this many rows (None: never) act_mul takes ``act_mul_st`` (configs.ACT_MUL_ST_MIN_ROWS).
+ST_MIN_ROWS = configs.ACT_MUL_ST_MIN_ROWS
+
+
+def act_mul_st_grid(m: int, n: int, *arrays: tuple[Any, int]) -> int:
+    """CTAs of ``act_mul_st`` for m rows of N = n over ``arrays`` ((array, row stride in
+    elements) of gate, up, out), or 0 where it is not routed (ST_MIN_ROWS) or N or a row is not
+    16-byte aligned: at most ACT_MUL_ST's CTAs per multiprocessor, each at least
+    ACT_MUL_ST_MIN_GROUPS of the m · N / 8 groups."""
+    aligned = all(a.data.ptr % 16 == 0 and (m == 1 or ld % 8 == 0) for a, ld in arrays)
+    if ST_MIN_ROWS is None or m < ST_MIN_ROWS or n % 8 or not aligned:
+        return 0
+    minb = configs.ACT_MUL_ST[2]
+    return min(minb * runtime.sm_count(), -(-m * (n // 8) // configs.ACT_MUL_ST_MIN_GROUPS))
+
+
 def _act(name: str) -> Callable[..., None]:
     def kernel(gate: Any, up: Any, out: Any) -> None:
         g, ldg = mat(gate, "gate")
@@ -40,6 +57,14 @@ def _act(name: str) -> Callable[..., None]:
             )
         m, n = g.shape
         if m == 0 or n == 0:
+            return
+        ctas = act_mul_st_grid(m, n, (g, ldg), (u, ldu), (o, ldo))
+        st = runtime.get_kernel(FILE, "act_mul_st") if ctas else None
+        if st is not None:
+            ctab = device_table(name, compact=True)
+            shape = (np.int32(m), np.int32(n), ctab, np.int32(ctab.size))
+            args = (g, np.int64(ldg), u, np.int64(ldu), o, np.int64(ldo), *shape)
+            pdl.launch(st, (ctas,), (configs.ACT_MUL_ST[0],), args, shared_mem=4 * ctab.size)
             return
         tab = device_table(name)
         pdl.launch(

@@ -317,6 +317,42 @@ def test_act_mul_every_gate_pattern(cuda: Any, fresh_rng: np.random.Generator, a
     gen.bits_equal(g.get(), want, f"act_mul_{activation} in place")
 
 
+@pytest.mark.parametrize("activation", ["silu", "gelu"])
+@pytest.mark.parametrize(("m", "n"), [(256, 256), (37, 1048)])
+def test_act_mul_st_matches_reference(
+    cuda: Any,
+    fresh_rng: np.random.Generator,
+    monkeypatch: pytest.MonkeyPatch,
+    activation: str,
+    m: int,
+    n: int,
+) -> None:
+    """``act_mul_st`` (the compact table in shared memory, persistent CTAs over 8-element groups):
+    every gate code (256 x 256), and 37 rows of N = 1048 (131 groups a row, the CTAs' last step
+    partly filled); out beside guard bands, then in place."""
+    from metrale.cuda import elementwise
+    from metrale.cuda.runtime import get_kernel
+
+    monkeypatch.setattr(elementwise, "ST_MIN_ROWS", 1)
+    assert get_kernel(elementwise.FILE, "act_mul_st") is not None
+    codes = np.arange(65536, dtype=np.uint32).astype(np.uint16)
+    gate = np.resize(codes[fresh_rng.permutation(65536)] if m * n != 65536 else codes, (m, n))
+    up = fresh_rng.integers(0, 1 << 16, (m, n), dtype=np.uint16)
+    up[fresh_rng.random(up.shape) < 0.3] = 0x3F80
+    with np.errstate(all="ignore"):
+        want = act_mul(gate.view(BF16), up.view(BF16), activation).view(np.uint16)  # type: ignore[arg-type]
+    buf, view, init = gen.guarded(cp, fresh_rng, m, n, g=8)  # 16-byte aligned rows
+    g, u = cp.asarray(gate), cp.asarray(up)
+    assert elementwise.act_mul_st_grid(m, n, (g, n), (u, n), (view, n + 16)) > 0
+    odd = gen.guarded(cp, fresh_rng, m, n)[1]  # rows 3 elements into a line: the plain kernel
+    assert elementwise.act_mul_st_grid(m, n, (g, n), (u, n), (odd, n + 6)) == 0
+    assert elementwise.act_mul_st_grid(m, n - 1, (g, n), (u, n), (view, n + 16)) == 0
+    cuda.launch(f"act_mul_{activation}", g, u, view)
+    gen.bits_equal(gen.check_guard(buf, init, m, n, g=8), want, f"act_mul_st {activation} m={m} n={n}")
+    cuda.launch(f"act_mul_{activation}", g, u, g)
+    gen.bits_equal(g.get(), want, f"act_mul_st {activation} m={m} n={n} in place")
+
+
 @pytest.mark.parametrize("rank", [1, 5, 16, 20, 64])
 def test_lora_matches_reference(cuda: Any, fresh_rng: np.random.Generator, rank: int) -> None:
     k, n, m = 1040, 75, 9

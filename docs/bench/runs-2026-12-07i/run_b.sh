@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The SiLU-quantize step with the compact SiLU table in shared memory (w8a8_silu_quant_st,
-# persistent CTAs; w8a8.SILU_ST_MIN_ROWS routes it), about 5 minutes: its GPU tests (every SiLU
-# path's fused-entry tests, the row loop), then the W8A8 FFN at 64..4096 rows routed (R) and with
-# it from 33 rows (S), twice, alternating; then Nsight Compute of both steps at 256 rows.
+# The activation step with the compact table in shared memory (about 7 minutes): the GPU tests
+# of w8a8_silu_quant_st (every SiLU path's fused-entry tests, the row loop) and act_mul_st; the
+# steps alone (act_time.py: whole table against compact, bits compared); then the W8A8 FFN at
+# 64..4096 rows routed (R) and with w8a8_silu_quant_st from 33 rows (S), twice, alternating.
 export PYTHONPATH=. OPENBLAS_NUM_THREADS=1
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
-timeout 150 python -m pytest -q -n 8 --tb=short -p no:benchmark tests/gpu/test_cuda_w8a8.py \
-  -k "silu_quant or fused_large_k or st_loops" 2>&1 | grep -E "^FAILED|^E |passed|failed" | head -12
+timeout 170 python -m pytest -q -n 8 --tb=short -p no:benchmark tests/gpu/test_cuda_w8a8.py tests/gpu/test_cuda_nvfp4.py \
+  -k "silu_quant or fused_large_k or st_loops or act_mul" 2>&1 | grep -E "^FAILED|^E |passed|failed" | head -12
+timeout 90 python "$(dirname "$0")/act_time.py" 2>&1 | tail -12
 for run in 1R 1S 2R 2S; do
 timeout 90 python -c "
 import sys; from metrale.cuda import w8a8

@@ -16,6 +16,8 @@
 //   a16_block(...)           A16 codes of one 16-element block (E, c_j, finite)
 //   pdl_trigger / pdl_wait   programmatic dependent launch (metrale/cuda/pdl.py; no-ops below sm_90)
 //   ld_stream16(p)           16 bytes read once (weights): ld.global.nc without L1 allocation
+//   TableAct / CompactAct    an activation table's value: the whole table / its compact form in smem
+//   load_compact_table<T>    the compact form into shared memory
 //   tk_start(c, G, U)        stream-K: the first of U work units of CTA c of G
 #pragma once
 
@@ -292,6 +294,42 @@ __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+
+// ---- the activation tables (arithmetic.md § tables; the kernels' h = bf16(act[gate] * f32(up))) ----
+// TableAct: the value at bf16 bits g from the whole table (65,536 f32) in global memory.
+struct TableAct {
+    const float* __restrict__ t;
+    __device__ __forceinline__ float operator()(unsigned int g) const { return __ldg(t + g); }
+};
+
+// CompactAct: the same values from metrale/cuda/weights.py compact_table's form in shared memory
+// (header lo | pos_hi << 8 | neg_hi << 16 and P, then the stored binades): x / 2 below exponent
+// lo (subnormals kept), x for a positive exponent from pos_hi (Inf and NaN included), -0.0 for a
+// negative one from neg_hi (NaN: x), else the stored entry; tests/test_act_table_compact.py
+// replays this rule on every code. A warp's 32 reads cost its worst bank conflict, where the
+// whole table's cost a wavefront per distinct cache line.
+struct CompactAct {
+    const float* t;
+    unsigned int lo, pos_hi, neg_hi, p;
+    __device__ __forceinline__ explicit CompactAct(const float* smem)
+        : t(smem), lo(__float_as_uint(smem[0]) & 0xFFu), pos_hi((__float_as_uint(smem[0]) >> 8) & 0xFFu),
+          neg_hi(__float_as_uint(smem[0]) >> 16), p(__float_as_uint(smem[1])) {}
+    __device__ __forceinline__ float operator()(unsigned int g) const {
+        const unsigned int e = (g >> 7) & 0xFFu;
+        const float x = __uint_as_float(g << 16);
+        if (e < lo) return ieee_mul(x, 0.5f);
+        const bool neg = g >= 0x8000u;
+        if (e >= (neg ? neg_hi : pos_hi)) return neg && (g & 0x7FFFu) <= 0x7F80u ? -0.0f : x;
+        return t[4u + (neg ? p : 0u) + (((e - lo) << 7) | (g & 127u))];
+    }
+};
+
+// Copies compact_table's `words` floats (a multiple of 4) into shared memory st by the CTA's T
+// threads (the caller syncs before reading).
+template <int T>
+__device__ __forceinline__ void load_compact_table(float4* st, const float* __restrict__ ctab, int words) {
+    for (int i = threadIdx.x; 4 * i < words; i += T) st[i] = __ldg(reinterpret_cast<const float4*>(ctab) + i);
 }
 
 // The first work unit of CTA c of G over U units (stream-K: CTA c takes [tk_start(c), tk_start(c + 1))).

@@ -5,6 +5,10 @@
 //   act_mul(gate, ldg, up, ldu, out, ldo, m, N, table)
 //     h = to_bf16(table[bits(gate)] * f32(up)); out may alias gate. grid (ceil(N/256), m), 256.
 //     PDL-capable (metrale/cuda/pdl.py): triggers its dependents, then waits, before any access.
+//   act_mul_st(gate, ldg, up, ldu, out, ldo, m, N, ctab, words)
+//     the same h with the table's compact form in shared memory (4 words bytes, dynamic): grid
+//     at most MINB CTAs per multiprocessor, persistent, block T, U 8-element groups per thread
+//     and step (configs.py ACT_MUL_ST); N % 8 == 0 and 16-byte aligned rows.
 //   lora_shrink(x, ldx, m, K, a, r, rpad, t, ldt)
 //     t[i, j] = to_bf16(root(x_i . a_j)) for j < r, 0 for r <= j < rpad. One warp per (i, j):
 //     grid (ceil(rpad/8), m), 256 threads.
@@ -30,6 +34,60 @@ extern "C" __global__ void act_mul(const unsigned short* gate, long long ldg, co
     const float u = bf16_to_f32(up[(size_t)row * ldu + col]);
     out[(size_t)row * ldo + col] = f32_to_bf16(__ldg(table + g) * u);
 }
+
+// act_mul_st: the same h, 8 elements per group (16-byte loads; N % 8 == 0, rows 16-byte
+// aligned), the table's compact form (metrale/cuda/weights.py compact_table) in shared memory,
+// copied before the PDL wait (the uploader's, no earlier kernel's output). Persistent CTAs walk
+// the m ceil(N / 8) groups row-major, U groups per thread and step loaded before any is formed.
+template <int T, int U>
+__device__ __forceinline__ void act_mul_st_body(const unsigned short* gate, long long ldg, const unsigned short* up,
+                                                long long ldu, unsigned short* out, long long ldo, int m, int N,
+                                                const float* __restrict__ ctab, int words) {
+    extern __shared__ float4 st4[];
+    pdl_trigger();
+    load_compact_table<T>(st4, ctab, words);
+    pdl_wait();
+    __syncthreads();
+    const CompactAct act(reinterpret_cast<const float*>(st4));
+    const long long G = N >> 3, total = (long long)m * G, stride = (long long)gridDim.x * T * U;
+    for (long long i0 = (long long)blockIdx.x * T * U + threadIdx.x; i0 < total; i0 += stride) {
+        uint4 g[U], u[U];
+#pragma unroll
+        for (int j = 0; j < U; ++j) {
+            const long long i = i0 + (long long)j * T;
+            if (i < total) {
+                const long long r = i / G, c = 8 * (i - r * G);
+                g[j] = *reinterpret_cast<const uint4*>(gate + r * ldg + c);
+                u[j] = *reinterpret_cast<const uint4*>(up + r * ldu + c);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < U; ++j) {
+            const long long i = i0 + (long long)j * T;
+            if (i < total) {
+                const long long r = i / G, c = 8 * (i - r * G);
+                const unsigned int gw[4] = {g[j].x, g[j].y, g[j].z, g[j].w}, uw[4] = {u[j].x, u[j].y, u[j].z, u[j].w};
+                unsigned int hw[4];
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    const unsigned int lo = f32_to_bf16(ieee_mul(act(gw[k] & 0xFFFFu), bf16_to_f32(uw[k] & 0xFFFFu)));
+                    const unsigned int hi = f32_to_bf16(ieee_mul(act(gw[k] >> 16), bf16_to_f32(uw[k] >> 16)));
+                    hw[k] = lo | (hi << 16);
+                }
+                *reinterpret_cast<uint4*>(out + r * ldo + c) = make_uint4(hw[0], hw[1], hw[2], hw[3]);
+            }
+        }
+    }
+}
+
+#define ACT_MUL_ST(T, U, MINB)                                                                              \
+    extern "C" __global__ void __launch_bounds__(T, MINB) act_mul_st(                                     \
+        const unsigned short* gate, long long ldg, const unsigned short* up, long long ldu,             \
+        unsigned short* out, long long ldo, int m, int N, const float* __restrict__ ctab, int words) {  \
+        act_mul_st_body<T, U>(gate, ldg, up, ldu, out, ldo, m, N, ctab, words);                        \
+    }
+
+// @instances ACT_MUL_ST
 
 __device__ __forceinline__ float dense_block(const unsigned short* xb, const unsigned short* wb) {
     int c[16];

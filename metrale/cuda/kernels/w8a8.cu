@@ -392,7 +392,7 @@ extern "C" __global__ void __launch_bounds__(SILU_SLICE / 8) w8a8_silu_parts(
     int bad = 0;
     if (k < K) {
         const uint4 h = w8_silu8(*reinterpret_cast<const uint4*>(gr + k),
-                                 *reinterpret_cast<const uint4*>(up + (long long)r * ldu + k), W8TableAct{table});
+                                 *reinterpret_cast<const uint4*>(up + (long long)r * ldu + k), TableAct{table});
         w8_scan8(h, &amax, &bad);
         *reinterpret_cast<uint4*>(gr + k) = h;
     }
@@ -444,7 +444,7 @@ __device__ __forceinline__ void cluster_sync_all() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
-// One row r of silu_quant_body, CTA c of its CL (act: W8TableAct or W8CompactAct).
+// One row r of silu_quant_body, CTA c of its CL (act: TableAct or CompactAct).
 template <int CL, int T, int V, class Act>
 __device__ __forceinline__ void silu_quant_row(int r, int c, const Act& act, u16* __restrict__ gate, long long ldg_,
                                                const u16* __restrict__ up, long long ldu, int K,
@@ -504,7 +504,7 @@ __device__ __forceinline__ void silu_quant_body(u16* __restrict__ gate, long lon
                                                 signed char* __restrict__ q, float* __restrict__ scale) {
     pdl_trigger();
     pdl_wait();
-    silu_quant_row<CL, T, V>(blockIdx.y, blockIdx.x, W8TableAct{table}, gate, ldg_, up, ldu, K, q, scale);
+    silu_quant_row<CL, T, V>(blockIdx.y, blockIdx.x, TableAct{table}, gate, ldg_, up, ldu, K, q, scale);
 }
 
 #define W8A8_SILU_QUANT(CL, T, V, NAME)                                                                       \
@@ -521,18 +521,17 @@ __device__ __forceinline__ void silu_quant_body(u16* __restrict__ gate, long lon
 // about 30 KB, a multiple of 4), for many rows. Grid G <= m persistent CTAs (row r = blockIdx.x,
 // then + G ...), block T, dynamic shared memory 4 words bytes. The table is copied in before the
 // PDL wait (it is the uploader's, no earlier kernel's output); each row as silu_quant_body with
-// CL = 1 (K <= 8 V T). A warp's 32 gathers cost its worst shared-memory bank conflict here,
-// where from the whole table in global memory they cost a wavefront per distinct cache line.
+// CL = 1 (K <= 8 V T).
 template <int T, int V>
 __device__ __forceinline__ void silu_quant_st_body(u16* __restrict__ gate, long long ldg_, const u16* __restrict__ up,
                                                    long long ldu, const float* __restrict__ ctab, int words, int K,
                                                    int m, signed char* __restrict__ q, float* __restrict__ scale) {
     extern __shared__ float4 st4[];
     pdl_trigger();
-    for (int i = threadIdx.x; 4 * i < words; i += T) st4[i] = __ldg(reinterpret_cast<const float4*>(ctab) + i);
+    load_compact_table<T>(st4, ctab, words);
     pdl_wait();
     __syncthreads();
-    const W8CompactAct act(reinterpret_cast<const float*>(st4));
+    const CompactAct act(reinterpret_cast<const float*>(st4));
     for (int r = blockIdx.x; r < m; r += gridDim.x) silu_quant_row<1, T, V>(r, 0, act, gate, ldg_, up, ldu, K, q, scale);
 }
 

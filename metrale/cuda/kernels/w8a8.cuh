@@ -88,35 +88,8 @@ __device__ __forceinline__ uint2 w8_quant8(uint4 v, float inv) {
     return make_uint2(o[0], o[1]);
 }
 
-// The activation table's value at bf16 bits g: the whole table (65,536 f32) in global memory.
-struct W8TableAct {
-    const float* __restrict__ t;
-    __device__ __forceinline__ float operator()(u32 g) const { return __ldg(t + g); }
-};
-
-// The same values from metrale/cuda/weights.py compact_table's form in shared memory (header
-// lo | pos_hi << 8 | neg_hi << 16 and P, then the stored binades): x / 2 below exponent lo
-// (subnormals kept), x for a positive exponent from pos_hi (Inf and NaN included), -0.0 for a
-// negative one from neg_hi (NaN: x), else the stored entry; tests/test_act_table_compact.py
-// replays this rule on every code.
-struct W8CompactAct {
-    const float* t;
-    u32 lo, pos_hi, neg_hi, p;
-    __device__ __forceinline__ explicit W8CompactAct(const float* smem)
-        : t(smem), lo(__float_as_uint(smem[0]) & 0xFFu), pos_hi((__float_as_uint(smem[0]) >> 8) & 0xFFu),
-          neg_hi(__float_as_uint(smem[0]) >> 16), p(__float_as_uint(smem[1])) {}
-    __device__ __forceinline__ float operator()(u32 g) const {
-        const u32 e = (g >> 7) & 0xFFu;
-        const float x = __uint_as_float(g << 16);
-        if (e < lo) return ieee_mul(x, 0.5f);
-        const bool neg = g >= 0x8000u;
-        if (e >= (neg ? neg_hi : pos_hi)) return neg && (g & 0x7FFFu) <= 0x7F80u ? -0.0f : x;
-        return t[4u + (neg ? p : 0u) + (((e - lo) << 7) | (g & 127u))];
-    }
-};
-
 // h = bf16(act[gate] * f32(up)) of one element (gate, up: bf16 bits; arithmetic.md § act-mul;
-// act: W8TableAct or W8CompactAct, the same values).
+// act: common.cuh TableAct or CompactAct, the same values).
 template <class Act>
 __device__ __forceinline__ u32 w8_silu1(u32 g, u32 u, const Act& act) {
     return w8_f32_bf16(ieee_mul(act(g), w8_bf16_f32(u)));
