@@ -446,22 +446,27 @@ def test_dual_refuses_bad_operands() -> None:
 # ---- gate and up with the SiLU step in the tile's epilogue (w8a8_gemv_dual_silu_quant) ----
 
 
+@pytest.mark.parametrize("st", [False, True], ids=["table", "compact"])
 @pytest.mark.parametrize("tile", configs.W8A8_SILU_TILES)
 @pytest.mark.parametrize(("m", "n"), [(300, 12288), (129, 208), (1, 48)])
 def test_silu_tile_launch_passes_the_kernels_parameters(
-    monkeypatch: pytest.MonkeyPatch, tile: str, m: int, n: int
+    monkeypatch: pytest.MonkeyPatch, tile: str, m: int, n: int, st: bool
 ) -> None:
     """The SiLU tile's launch: grid (row tiles, P = ceil(N / (BN / 2))), its block and shared
     memory, arguments one for one with the kernel's parameter list (gate's weight and scales, then
-    up's, N, K, the codes, h's and up's outputs, the SiLU table, the parts), the parts scratch
-    holding m P of them; then ``w8a8_quantize_parts`` over h's rows with the same P and parts."""
+    up's, N, K, the codes, h's and up's outputs, the SiLU table, the parts; with SILU_TILE_ST the
+    ``_st`` kernel, the compact table and its length), the parts scratch holding m P of them;
+    then ``w8a8_quantize_parts`` over h's rows with the same P and parts."""
     t = w8a8.WGMMA_TILES[tile]
     seen = fake_device(monkeypatch)
+    monkeypatch.setattr(w8a8, "SILU_TILE_ST", st)
     counts: list[int] = []
     parts = Arr((1,))
     monkeypatch.setattr(w8a8, "_tile_parts_scratch", lambda count: counts.append(count) or parts)
-    table = Arr((65536,))
-    monkeypatch.setattr(w8a8, "device_table", lambda name: table)
+    table = Arr((7684,) if st else (65536,))
+    table.size = table.shape[0]
+    asked: list[bool] = []
+    monkeypatch.setattr(w8a8, "device_table", lambda name, compact=False: asked.append(compact) or table)
     k = 4096
     codes = w8a8.DeviceA8Codes(q=Arr((m, k)), scale=Arr((m,)))
     h = w8a8.DeviceA8Codes(q=Arr((m, n)), scale=Arr((m,)))
@@ -471,10 +476,12 @@ def test_silu_tile_launch_passes_the_kernels_parameters(
     w8a8._silu_tile_launch(t, codes, ag, au, og, n + 8, ou, n + 16, h)
     (k1, g1, b1, a1, smem1), (k2, g2, b2, a2, _) = seen
     p = -(-n // (t.bn // 2))
-    assert k1 == t.silu_name and g1 == (-(-m // t.bm), p) and b1 == (t.threads,) and smem1 == t.smem
-    assert counts == [m * p]
+    name = t.silu_st_name if st else t.silu_name
+    assert k1 == name and g1 == (-(-m // t.bm), p) and b1 == (t.threads,) and smem1 == t.smem
+    assert counts == [m * p] and asked == [st]
     got = ["array" if isinstance(a, Arr) else type(a) for a in a1]
-    assert got == kernel_params("w8a8_wgmma_silu_##BM##x##BN")
+    assert got == kernel_params("w8a8_wgmma_silu_st_##BM##x##BN" if st else "w8a8_wgmma_silu_##BM##x##BN")
+    assert not st or int(a1[16]) == 7684
     assert a1[0] is ag["weight"] and a1[1] is ag["weight_scale"]
     assert a1[2] is au["weight"] and a1[3] is au["weight_scale"]
     assert (int(a1[4]), int(a1[5]), int(a1[9])) == (n, k, m)
@@ -487,6 +494,37 @@ def test_silu_tile_launch_passes_the_kernels_parameters(
     assert got == kernel_params("w8a8_quantize_parts", "w8a8.cu")
     assert a2[0] is og and int(a2[2]) == n and a2[3] is parts and int(a2[4]) == p
     assert a2[5] is h.q and a2[6] is h.scale
+
+
+@pytest.mark.parametrize(("m", "ctas"), [(33, 33), (528, 528), (4096, 528)])
+def test_silu_quant_st_launch_passes_the_kernels_parameters(
+    monkeypatch: pytest.MonkeyPatch, m: int, ctas: int
+) -> None:
+    """``w8a8_silu_quant_st`` where SILU_ST_MIN_ROWS routes it: grid min(m, MINB SMs) (132 SMs),
+    its block, the compact table's bytes of dynamic shared memory, arguments one for one with
+    the kernel's parameter list (gate and up with their strides, the compact table and its
+    length, K, m, the codes and scales); a K past its registers takes the routing before it."""
+    seen = fake_device(monkeypatch)
+    monkeypatch.setattr(w8a8, "SILU_ST_MIN_ROWS", 33)
+    table = Arr((7684,))
+    table.size = 7684
+    monkeypatch.setattr(w8a8, "device_table", lambda name, compact=False: table)
+    k = 12288
+    threads, groups, minb = configs.W8A8_SILU_QUANT_ST
+    assert minb * 132 == 528 and 8 * groups * threads >= k
+    g, u = Arr((m, k)), Arr((m, k))
+    g.strides, u.strides = (2 * k + 16,), (2 * k,)  # bytes: bf16 rows, gate's with a gap
+    codes = w8a8.DeviceA8Codes(q=Arr((m, k)), scale=Arr((m,)))
+    w8a8._silu_quant(g, u, codes, Arr((1,)))
+    ((name, grid, block, args, smem),) = seen
+    assert (name, grid, block, smem) == ("w8a8_silu_quant_st", (ctas,), (threads,), 4 * 7684)
+    got = ["array" if isinstance(a, Arr) else type(a) for a in args]
+    assert got == kernel_params("w8a8_silu_quant_st", "w8a8.cu")
+    assert args[0] is g and args[2] is u and args[4] is table
+    assert args[8] is codes.q and args[9] is codes.scale
+    assert (int(args[1]), int(args[3]), int(args[5]), int(args[6]), int(args[7])) == (k + 8, k, 7684, k, m)
+    assert w8a8.silu_quant_st_grid(32, k) is None
+    assert w8a8.silu_quant_st_grid(m, 8 * groups * threads + 8) is None
 
 
 @pytest.mark.parametrize(

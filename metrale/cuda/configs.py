@@ -393,6 +393,11 @@ class W8a8WgmmaTile:
         return f"w8a8_wgmma_silu_{self.bm}x{self.bn}"
 
     @property
+    def silu_st_name(self) -> str:
+        """The same with the compact SiLU table in shared memory (w8a8.SILU_TILE_ST)."""
+        return f"w8a8_wgmma_silu_st_{self.bm}x{self.bn}"
+
+    @property
     def threads(self) -> int:
         return 2 * self.bm
 
@@ -432,6 +437,11 @@ W8A8_WGMMA_ROUTED: dict[str, tuple[str, ...]] = {
 #: 128x192 (one wave of 128 CTAs for Qwen3-8B at 65..128 rows, where the stream-K pair runs now;
 #: a candidate, not routed).
 W8A8_SILU_TILES: tuple[str, ...] = (*W8A8_WGMMA_ROUTED["pair"], "w8a8_wgmma_128x192")
+#: Those tiles' epilogue reads the compact SiLU table (weights.compact_table) from shared memory,
+#: copied into the stage slots after the mainloop (``w8a8_wgmma_silu_st_*``), instead of gathering
+#: from the whole table in global memory. Not yet measured (docs/bench/runs-2026-12-07i/run_a.sh,
+#: pair128 D): off.
+W8A8_SILU_TILE_ST = False
 
 
 #: w8a8_wgmma.cu split-K kernels for few rows ``w8a8_wgmma_sk_n{nb}`` (sm_90a): activation

@@ -104,6 +104,10 @@ TILE_PAIR = os.environ.get("METRALE_W8A8_TILE_PAIR", "1") == "1"
 #: (METRALE_W8A8_FUSED_SILU=1; off until its GPU tests have run); otherwise the dual launch and
 #: the SiLU-quantize step (the same bits).
 FUSED_SILU = os.environ.get("METRALE_W8A8_FUSED_SILU", "0") == "1"
+#: The SiLU tiles read the compact SiLU table from shared memory (``w8a8_wgmma_silu_st_*``: copied
+#: into the stage slots after the mainloop) instead of gathering from the whole table
+#: (configs.W8A8_SILU_TILE_ST; the same bits).
+SILU_TILE_ST = configs.W8A8_SILU_TILE_ST
 
 
 @dataclass(frozen=True)
@@ -621,7 +625,7 @@ def _silu_quant(g: Any, u: Any, codes: DeviceA8Codes, parts: Any) -> None:
             (ctas,),
             (configs.W8A8_SILU_QUANT_ST[0],),
             (g, ldg, u, ldu, ctab, np.int32(ctab.size), np.int32(k), np.int32(m), codes.q, codes.scale),
-            shared_mem=4 * ctab.size,
+            4 * ctab.size,
         )
         return
     pick = silu_quant_kernel(m, k)
@@ -716,11 +720,18 @@ def silu_tile(m: int, n: int, gemm: str | None = None) -> configs.W8a8WgmmaTile 
                 f"w8a8_gemv_dual_silu_quant: gemm={gemm!r}, want one of {sorted(configs.W8A8_SILU_TILES)}"
             )
         tile = WGMMA_TILES[gemm]
-        if get_kernel(WGMMA_FILE, tile.silu_name) is None:
-            raise MetraleError(f"w8a8_gemv_dual_silu_quant: {tile.silu_name} did not build on this device")
+        if get_kernel(WGMMA_FILE, _silu_kernel_name(tile)) is None:
+            raise MetraleError(
+                f"w8a8_gemv_dual_silu_quant: {_silu_kernel_name(tile)} did not build on this device"
+            )
         return tile
     tile = pair_tile(m, n) if FUSED_SILU else None
-    return tile if tile is not None and get_kernel(WGMMA_FILE, tile.silu_name) is not None else None
+    return tile if tile is not None and get_kernel(WGMMA_FILE, _silu_kernel_name(tile)) is not None else None
+
+
+def _silu_kernel_name(tile: configs.W8a8WgmmaTile) -> str:
+    """``tile``'s gate + up kernel with the SiLU epilogue: its compact-table form where SILU_TILE_ST."""
+    return tile.silu_st_name if SILU_TILE_ST else tile.silu_name
 
 
 def _silu_tile_launch(
@@ -741,8 +752,11 @@ def _silu_tile_launch(
     n = h.q.shape[1]
     p = cdiv(n, tile.bn // 2)
     parts = _tile_parts_scratch(m * p)
-    kern = get_kernel(WGMMA_FILE, tile.silu_name)
+    kern = get_kernel(WGMMA_FILE, _silu_kernel_name(tile))
     set_dynamic_smem(kern, tile.smem)
+    table = device_table("silu", compact=SILU_TILE_ST)
+    if SILU_TILE_ST and 4 * table.size > tile.smem - 1024:
+        raise MetraleError(f"{tile.silu_st_name}: the compact SiLU table does not fit its stage slots")
     args = (
         arr["weight"],
         arr["weight_scale"],
@@ -758,8 +772,9 @@ def _silu_tile_launch(
         np.int64(ldo),
         out2,
         np.int64(ldo2),
-        device_table("silu"),
+        table,
         parts,
+        *((np.int32(table.size),) if SILU_TILE_ST else ()),
     )
     pdl.launch(kern, (cdiv(m, tile.bm), p), (tile.threads,), args, tile.smem)
     _quantize_parts(out, h, parts, p)

@@ -342,15 +342,20 @@ def test_gemv_dual_matches_two_projections(
 #: The fused entry's cases (id, forced tile, guard widths of out and out2): routed with rows
 #: 16-byte aligned (the pair tile with the SiLU step past 256 rows at these N, below it the dual
 #: launch and the SiLU-quantize step), routed with out's rows off 16 bytes (the dual launch and
-#: an aligned copy of h given back), then each SiLU tile forced at every m.
+#: an aligned copy of h given back), then each SiLU tile forced at every m; then the SiLU tiles'
+#: compact-table forms (w8a8.SILU_TILE_ST), routed and forced.
 FUSED_CASES = [
-    ("routed", None, 8, 8),
-    ("routed-off16", None, 5, 8),
-    *((t, t, 8, 8) for t in sorted(configs.W8A8_SILU_TILES)),
+    ("routed", None, 8, 8, False),
+    ("routed-off16", None, 5, 8, False),
+    *((t, t, 8, 8, False) for t in sorted(configs.W8A8_SILU_TILES)),
+    ("routed-st", None, 8, 8, True),
+    *((f"{t}-st", t, 8, 8, True) for t in sorted(configs.W8A8_SILU_TILES)),
 ]
 
 
-@pytest.mark.parametrize(("gemm", "ga", "gb"), [c[1:] for c in FUSED_CASES], ids=[c[0] for c in FUSED_CASES])
+@pytest.mark.parametrize(
+    ("gemm", "ga", "gb", "st"), [c[1:] for c in FUSED_CASES], ids=[c[0] for c in FUSED_CASES]
+)
 def test_gemv_dual_silu_quant_matches_reference(
     cuda: Any,
     fresh_rng: np.random.Generator,
@@ -358,6 +363,7 @@ def test_gemv_dual_silu_quant_matches_reference(
     gemm: str | None,
     ga: int,
     gb: int,
+    st: bool,
 ) -> None:
     """``w8a8_gemv_dual_silu_quant``: h over out, up in out2, h's A8 codes and scales the
     reference's bits at m = 1 .. 300 (every edge row kind of x: NaN / Inf rows give NaN scales,
@@ -370,6 +376,7 @@ def test_gemv_dual_silu_quant_matches_reference(
     if gemm is not None and not wgmma_expected():
         pytest.skip("wgmma kernels are sm_90a only")
     monkeypatch.setattr(w8a8, "FUSED_SILU", True)
+    monkeypatch.setattr(w8a8, "SILU_TILE_ST", st)
     ref = REFERENCE_KERNELS["w8a8_gemv_dual_silu_quant"]
     ms = [1, 2, 3, 16, 33, 64, 65, 128, 129, 200, 256, 257, 300]
     for n, k in ((208, 2128), (48, 48), (1040, 4112)):

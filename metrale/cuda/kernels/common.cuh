@@ -17,7 +17,8 @@
 //   pdl_trigger / pdl_wait   programmatic dependent launch (metrale/cuda/pdl.py; no-ops below sm_90)
 //   ld_stream16(p)           16 bytes read once (weights): ld.global.nc without L1 allocation
 //   TableAct / CompactAct    an activation table's value: the whole table / its compact form in smem
-//   load_compact_table<T>    the compact form into shared memory
+//   load_compact_table       the compact form into shared memory
+//   compact_act_start        a kernel's start with it: trigger, copy, wait, sync
 //   tk_start(c, G, U)        stream-K: the first of U work units of CTA c of G
 #pragma once
 
@@ -325,11 +326,20 @@ struct CompactAct {
     }
 };
 
-// Copies compact_table's `words` floats (a multiple of 4) into shared memory st by the CTA's T
+// Copies compact_table's `words` floats (a multiple of 4) into shared memory st by the CTA's
 // threads (the caller syncs before reading).
-template <int T>
 __device__ __forceinline__ void load_compact_table(float4* st, const float* __restrict__ ctab, int words) {
-    for (int i = threadIdx.x; 4 * i < words; i += T) st[i] = __ldg(reinterpret_cast<const float4*>(ctab) + i);
+    for (int i = threadIdx.x; 4 * i < words; i += blockDim.x) st[i] = __ldg(reinterpret_cast<const float4*>(ctab) + i);
+}
+
+// A PDL-capable kernel's start with the compact table in its dynamic shared memory st: trigger,
+// the table copied before the wait (it is the uploader's, no earlier kernel's output), wait, sync.
+__device__ __forceinline__ CompactAct compact_act_start(float4* st, const float* __restrict__ ctab, int words) {
+    pdl_trigger();
+    load_compact_table(st, ctab, words);
+    pdl_wait();
+    __syncthreads();
+    return CompactAct(reinterpret_cast<const float*>(st));
 }
 
 // The first work unit of CTA c of G over U units (stream-K: CTA c takes [tk_start(c), tk_start(c + 1))).

@@ -44,11 +44,7 @@ __device__ __forceinline__ void act_mul_st_body(const unsigned short* gate, long
                                                 long long ldu, unsigned short* out, long long ldo, int m, int N,
                                                 const float* __restrict__ ctab, int words) {
     extern __shared__ float4 st4[];
-    pdl_trigger();
-    load_compact_table<T>(st4, ctab, words);
-    pdl_wait();
-    __syncthreads();
-    const CompactAct act(reinterpret_cast<const float*>(st4));
+    const CompactAct act = compact_act_start(st4, ctab, words);
     const long long G = N >> 3, total = (long long)m * G, stride = (long long)gridDim.x * T * U;
     for (long long i0 = (long long)blockIdx.x * T * U + threadIdx.x; i0 < total; i0 += stride) {
         uint4 g[U], u[U];

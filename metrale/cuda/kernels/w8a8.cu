@@ -527,11 +527,7 @@ __device__ __forceinline__ void silu_quant_st_body(u16* __restrict__ gate, long 
                                                    long long ldu, const float* __restrict__ ctab, int words, int K,
                                                    int m, signed char* __restrict__ q, float* __restrict__ scale) {
     extern __shared__ float4 st4[];
-    pdl_trigger();
-    load_compact_table<T>(st4, ctab, words);
-    pdl_wait();
-    __syncthreads();
-    const CompactAct act(reinterpret_cast<const float*>(st4));
+    const CompactAct act = compact_act_start(st4, ctab, words);
     for (int r = blockIdx.x; r < m; r += gridDim.x) silu_quant_row<1, T, V>(r, 0, act, gate, ldg_, up, ldu, K, q, scale);
 }
 

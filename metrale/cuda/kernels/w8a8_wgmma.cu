@@ -28,6 +28,10 @@
 //       non-finite flag) over the CTA's H columns to part [m][P] (w8a8.cu's w8a8_quantize_parts
 //       then writes h's A8 codes). The same bits as w8a8_wgmma_{BM}x{BN} on both matrices and
 //       w8a8.cu's SiLU-quantize kernels: every output is the same function of its row and column.
+//   w8a8_wgmma_silu_st_{BM}x{BN}(the same, ctab in place of table, then words)
+//       The same with the SiLU table's compact form (metrale/cuda/weights.py compact_table,
+//       `words` floats <= the stage slots' bytes / 4) copied into the stage slots after the
+//       mainloop: the epilogue's gathers from shared memory (w8a8.SILU_TILE_ST).
 //                                                                                (m <= NB <= 64)
 //       Split K for few rows (the weights streamed once, by many CTAs): grid (ceil(N / RA), S),
 //       block 2 RA (one warpgroup per 64 weight rows), dynamic shared memory
@@ -293,19 +297,36 @@ __device__ __forceinline__ void w8_wgmma_gemm(const signed char* __restrict__ w,
 // w8a8_gemv's y (g, u); h = bf16(silu[g] f32(u)) goes over gate_out, u to up_out, and the row's
 // (amax bits, non-finite flag) over the tile's h to part [m][P] (P = gridDim.y; the quad's four
 // threads hold the row's columns: shuffles, max / or in any order).
-template <int BM, int BN, int STAGES>
+// The SiLU epilogue's table reader (chosen by the tag's type): the whole table in global memory,
+// or compact_table's `words` floats copied into the stage slots, which the mainloop has freed
+// (its last waits: every copy landed, every wgmma completed).
+__device__ __forceinline__ TableAct silu_epilogue_act(TableAct*, const float* __restrict__ table, int) {
+    return TableAct{table};
+}
+__device__ __forceinline__ CompactAct silu_epilogue_act(CompactAct*, const float* __restrict__ ctab, int words) {
+    extern __shared__ unsigned char wg_smem[];
+    float4* st = reinterpret_cast<float4*>(wg_smem + (wg_smem_base() - (u32)__cvta_generic_to_shared(wg_smem)));
+    __syncthreads();
+    load_compact_table(st, ctab, words);
+    __syncthreads();
+    return CompactAct(reinterpret_cast<const float*>(st));
+}
+
+// Act: TableAct (table: the whole SiLU table) or CompactAct (table: compact_table's `words` floats).
+template <int BM, int BN, int STAGES, class Act>
 __device__ __forceinline__ void w8_wgmma_silu(const signed char* __restrict__ wg, const float* __restrict__ swg,
                                               const signed char* __restrict__ wu, const float* __restrict__ swu,
                                               int N, int K, const signed char* __restrict__ q, long long ldq,
                                               const float* __restrict__ sa, int m, u16* __restrict__ gout,
                                               long long ldg, u16* __restrict__ uout, long long ldu,
-                                              const float* __restrict__ table, uint2* __restrict__ part) {
+                                              const float* __restrict__ table, uint2* __restrict__ part, int words) {
     constexpr int H = BN / 2, HJ = H / 8;
     static_assert(H % 8 == 0, "gate and up halves of whole 8-row runs");
     const int r0 = blockIdx.x * BM, n0 = blockIdx.y * H;
     int acc[BN / 2];
     wg_mainloop<BM, BN, STAGES, false, true>(acc, q + (long long)r0 * ldq, ldq, m - r0, wg + (long long)n0 * K, K,
                                              N - n0, K, 0, (K + 127) >> 7, wu + (long long)n0 * K);
+    const Act act = silu_epilogue_act(static_cast<Act*>(nullptr), table, words);
     const int tid = threadIdx.x, grp = tid >> 7, warp = (tid >> 5) & 3, gid = (tid & 31) >> 2, t = tid & 3;
     const bool pairs = ((ldg & 1) == 0) && ((ldu & 1) == 0) &&
                        (((reinterpret_cast<unsigned long long>(gout) | reinterpret_cast<unsigned long long>(uout)) & 3) == 0);
@@ -326,7 +347,7 @@ __device__ __forceinline__ void w8_wgmma_silu(const signed char* __restrict__ wg
                 for (int e = 0; e < 2; ++e) {
                     if (n + e < N) {
                         uv[e] = w8_y(acc[4 * (j + HJ) + 2 * h + e], s_a, swu[n + e]);
-                        hv[e] = w8_silu1(w8_y(acc[4 * j + 2 * h + e], s_a, swg[n + e]), uv[e], TableAct{table});
+                        hv[e] = w8_silu1(w8_y(acc[4 * j + 2 * h + e], s_a, swg[n + e]), uv[e], act);
                         w8_scan1(hv[e], &amax, &bad);
                     }
                 }
@@ -575,7 +596,17 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
         const float* __restrict__ sa, int m, u16* __restrict__ gout, long long ldg, u16* __restrict__ uout, \
         long long ldu, const float* __restrict__ table, uint2* __restrict__ part) {                     \
         pdl_trigger();                                                                                 \
-        w8_wgmma_silu<BM, BN, STAGES>(wg, swg, wu, swu, N, K, q, ldq, sa, m, gout, ldg, uout, ldu, table, part); \
+        w8_wgmma_silu<BM, BN, STAGES, TableAct>(wg, swg, wu, swu, N, K, q, ldq, sa, m, gout, ldg, uout, ldu, table, \
+                                                part, 0);                                              \
+    }                                                                                                  \
+    extern "C" __global__ void __launch_bounds__(2 * BM, 1) w8a8_wgmma_silu_st_##BM##x##BN(            \
+        const signed char* __restrict__ wg, const float* __restrict__ swg, const signed char* __restrict__ wu, \
+        const float* __restrict__ swu, int N, int K, const signed char* __restrict__ q, long long ldq, \
+        const float* __restrict__ sa, int m, u16* __restrict__ gout, long long ldg, u16* __restrict__ uout, \
+        long long ldu, const float* __restrict__ ctab, uint2* __restrict__ part, int words) {            \
+        pdl_trigger();                                                                                 \
+        w8_wgmma_silu<BM, BN, STAGES, CompactAct>(wg, swg, wu, swu, N, K, q, ldq, sa, m, gout, ldg, uout, ldu, \
+                                                  ctab, part, words);                                  \
     }
 
 // w8a8_wgmma_sk_n{NB}: grid (ceil(N / RA), S), block 2 RA, dynamic shared memory
