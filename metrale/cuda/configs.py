@@ -545,13 +545,14 @@ W8A8_SILU_ROW_KERNELS: tuple[tuple[int, int], ...] = ((128, 1),)
 #: groups · threads (else the routing above).
 W8A8_SILU_QUANT_ST: tuple[int, int, int] = (256, 8, 4)
 #: elementwise.cu's ``act_mul_st`` (threads per CTA, 8-element groups per thread and step, CTAs
-#: per multiprocessor): act_mul with the table's compact form in shared memory, persistent CTAs.
-ACT_MUL_ST: tuple[int, int, int] = (256, 2, 6)
+#: per multiprocessor): act_mul with the table's compact form in shared memory, persistent CTAs
+#: (three copies of the 30 KB table per multiprocessor, 1536 threads with 64 bytes in flight each).
+ACT_MUL_ST: tuple[int, int, int] = (512, 2, 3)
 #: The rows from which act_mul takes ``act_mul_st`` where N and the rows allow (None: never);
-#: each CTA then has at least ACT_MUL_ST_MIN_GROUPS groups (the table copy's share). Not yet
-#: measured (docs/bench/runs-2026-12-07i/run_c.sh): off.
+#: each CTA then has at least ACT_MUL_ST_MIN_GROUPS groups (one step of the CTA: no more table
+#: copies than steps). Not yet measured (docs/bench/runs-2026-12-07i/run_c.sh): off.
 ACT_MUL_ST_MIN_ROWS: int | None = None
-ACT_MUL_ST_MIN_GROUPS = 4096
+ACT_MUL_ST_MIN_GROUPS = 1024
 #: The rows from which the SiLU-quantize step takes ``w8a8_silu_quant_st`` (None: never). Not yet
 #: measured (docs/bench/runs-2026-12-07i/run_b.sh): off.
 W8A8_SILU_ST_MIN_ROWS: int | None = None

@@ -318,7 +318,7 @@ def test_act_mul_every_gate_pattern(cuda: Any, fresh_rng: np.random.Generator, a
 
 
 @pytest.mark.parametrize("activation", ["silu", "gelu"])
-@pytest.mark.parametrize(("m", "n"), [(256, 256), (37, 1048)])
+@pytest.mark.parametrize(("m", "n"), [(256, 256), (37, 1048), (400, 8200)])
 def test_act_mul_st_matches_reference(
     cuda: Any,
     fresh_rng: np.random.Generator,
@@ -328,9 +328,10 @@ def test_act_mul_st_matches_reference(
     n: int,
 ) -> None:
     """``act_mul_st`` (the compact table in shared memory, persistent CTAs over 8-element groups):
-    every gate code (256 x 256), and 37 rows of N = 1048 (131 groups a row, the CTAs' last step
-    partly filled); out beside guard bands, then in place."""
-    from metrale.cuda import elementwise
+    every gate code (256 x 256), 37 rows of N = 1048 (131 groups a row, the CTAs' last step
+    partly filled), and 400 rows of N = 8200, more groups than one step of every CTA (each CTA
+    loops); out beside guard bands, then in place."""
+    from metrale.cuda import configs, elementwise
     from metrale.cuda.runtime import get_kernel
 
     monkeypatch.setattr(elementwise, "ST_MIN_ROWS", 1)
@@ -343,7 +344,9 @@ def test_act_mul_st_matches_reference(
         want = act_mul(gate.view(BF16), up.view(BF16), activation).view(np.uint16)  # type: ignore[arg-type]
     buf, view, init = gen.guarded(cp, fresh_rng, m, n, g=8)  # 16-byte aligned rows
     g, u = cp.asarray(gate), cp.asarray(up)
-    assert elementwise.act_mul_st_grid(m, n, (g, n), (u, n), (view, n + 16)) > 0
+    ctas = elementwise.act_mul_st_grid(m, n, (g, n), (u, n), (view, n + 16))
+    threads, per_thread, _ = configs.ACT_MUL_ST
+    assert ctas > 0 and (m < 400 or ctas * threads * per_thread < m * n // 8)
     odd = gen.guarded(cp, fresh_rng, m, n)[1]  # rows 3 elements into a line: the plain kernel
     assert elementwise.act_mul_st_grid(m, n, (g, n), (u, n), (odd, n + 6)) == 0
     assert elementwise.act_mul_st_grid(m, n - 1, (g, n), (u, n), (view, n + 16)) == 0
