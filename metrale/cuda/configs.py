@@ -70,6 +70,10 @@ NVFP4_RUN_DEPTH: dict[int, int] = {1: 5, 2: 4, 3: 3, 4: 3}
 #: K = 12288), which the one-CTA builds at 256 threads did not have (performance-log.md
 #: "2026-12-07 (b)": slower there).
 NVFP4_RUN_CTAS_PER_SM = 1
+#: They issue their rings' first slices (weights and scales) before the PDL wait, the activation
+#: records after it, as the W8A8 GEMMs do (1), or everything after the wait (0). A variant not yet
+#: measured (docs/bench/runs-2026-12-07i/run_d.sh): 0.
+NVFP4_RUN_RING_EARLY = 0
 #: q2_0_dec.cu's most warps per CTA (its ``// @defines Q2_0_DEC``; metrale/cuda/q2_0.py starts
 #: from it and halves it while the grid would leave multiprocessors idle).
 Q2_0_DEC_WARPS = 8
@@ -751,6 +755,7 @@ _DEFINES: dict[str, Callable[[], dict[str, int]]] = {  # read at build time: a p
         "RUN_THREADS": NVFP4_RUN_THREADS,
         "RUN_CTAS": NVFP4_RUN_CTAS_PER_SM,
         "RUN_SCALE_SLICES": NVFP4_RUN_SCALE_SLICES,
+        "RUN_RING_EARLY": NVFP4_RUN_RING_EARLY,
     },
     "NVFP4_FAST_SLOT": lambda: {"FAST_SLOT": NVFP4_FAST_SLOT},
     "Q2_0_DEC": lambda: {

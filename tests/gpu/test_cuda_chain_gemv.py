@@ -123,6 +123,34 @@ def test_chain_gemv_a16_matches_chain_reference(
     assert {f"nvfp4_a16fc_r{r}" for r in fits} <= set(chained), chained
 
 
+EARLY_CASES = [(384, (45, 12288)), (384, (130, 4096)), (32, (300, 12288))]
+EARLY_IDS = [f"T{t}-N{n}-K{k}" for t, (n, k) in EARLY_CASES]
+
+
+@pytest.mark.parametrize(("threads", "shape"), EARLY_CASES, ids=EARLY_IDS, indirect=["threads"])
+def test_chain_gemv_ring_early(
+    cuda: Any,
+    fresh_rng: np.random.Generator,
+    monkeypatch: pytest.MonkeyPatch,
+    chained: list[str],
+    threads: int,
+    shape: tuple,
+) -> None:
+    """The fast chain kernels built with ``configs.NVFP4_RUN_RING_EARLY`` (the rings' first
+    slices copied before the PDL wait, the activation records after it): A16 single and dual,
+    and A4, against project_chain, with more rounds than CTAs at 32 threads."""
+    from metrale.cuda import configs, nvfp4, runtime
+
+    monkeypatch.setattr(configs, "NVFP4_RUN_RING_EARLY", 1)
+    files = (nvfp4.A16_FILE, nvfp4.A4_FILE)
+    monkeypatch.setattr(runtime, "_modules", {k: v for k, v in runtime._modules.items() if k[0] not in files})
+    monkeypatch.setattr(runtime, "_kernels", {k: v for k, v in runtime._kernels.items() if k[0] not in files})
+    assert "#define RUN_RING_EARLY 1" in runtime.source(nvfp4.A16_FILE)
+    check_a16_rows(cuda, fresh_rng, shape, "chain gemv ring early")
+    check_a4_rows(cuda, fresh_rng, shape, (1, 2, 3, 4), "chain gemv ring early")
+    assert {"nvfp4_a16fc_r1", "nvfp4_a4fc_r1"} <= set(chained), chained
+
+
 @pytest.mark.parametrize("exp", [-133, -126, -110, 100, 127])
 def test_chain_gemv_extreme_blocks(
     cuda: Any, fresh_rng: np.random.Generator, chained: list[str], exp: int

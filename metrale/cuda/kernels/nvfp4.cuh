@@ -286,14 +286,15 @@ __device__ __forceinline__ void nvfp4_body(const void* act, long long lda, const
 //     (K <= 65536: at most 16 items) -- the contract's padded tree, cut at aligned nodes.
 //   * block value A16: v = (f32(S) * f32(wscale)) * 2^(E - 15); A4: a4_value, as nvfp4_body; the
 //     scales decoded by cvt.rn.f16x2.e4m3x2 (exact) and widened to f32.
-//   * PDL-capable (metrale/cuda/pdl.py): pdl_trigger, then pdl_wait, before any memory access.
+//   * PDL-capable (metrale/cuda/pdl.py): pdl_trigger, then pdl_wait, before any memory access
+//     (the chain form below with RUN_RING_EARLY: its rings' first weight slices before the wait).
 // Shared memory: per chunk c and row r a 2304-byte record at (c * R + r) * 2304: A16 limbs lo even,
 // lo odd, hi even, hi odd (4 x 512 B, slot = pair lane), A4 codes even, odd (2 x 512 B, the hi
 // half unused), then the factors (float2 [32]); every warp load is one contiguous run and every
 // offset inside an item is an immediate.
 // R * 72 * P bytes of records, P = 128 * items, then the 16 rings (16 * DEPTH * 2304 bytes).
 // ---------------------------------------------------------------------------------------------
-// @defines NVFP4_FAST (FAST_THREADS, RUN_THREADS, RUN_SCALE_SLICES from metrale/cuda/configs.py)
+// @defines NVFP4_FAST (FAST_THREADS, RUN_THREADS, RUN_SCALE_SLICES, RUN_RING_EARLY from metrale/cuda/configs.py)
 #define FAST_WARPS (FAST_THREADS / 32)
 #define FAST_REC 2304
 #define FAST_PRE 3  // prologue units (half or whole blocks) per thread whose x is requested first
@@ -841,7 +842,7 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
     const NibConsts kc = nib_consts_loaded();
 
     pdl_trigger();
-    pdl_wait();
+    if (!RUN_RING_EARLY) pdl_wait();
 
     for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
         const int row0 = g * R;
@@ -926,11 +927,21 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
                 round_sources();
             }
         };
-        // A16: the x bytes of this thread's first FAST_PRE blocks are requested before the ring
+        // A16: the x bytes of this thread's first FAST_PRE blocks are requested before the ring;
+        // with RUN_RING_EARLY the ring's first DEPTH - 1 slices (weights and their scales, which
+        // no launch of the FFN writes: metrale/cuda/pdl.py) go first, before the PDL wait, and
+        // the activations after it
         uint4 xv[FAST_PRE][2];
-        if constexpr (MODE == 0) a16_x_prefetch(xv, (const unsigned short*)act, lda, m, row0, B, B, R * B, t, RUN_THREADS);
+        if constexpr (RUN_RING_EARLY) {
 #pragma unroll
-        for (int d = 0; d < DEPTH - 1; ++d) issue(d);
+            for (int d = 0; d < DEPTH - 1; ++d) issue(d);
+            pdl_wait();
+        }
+        if constexpr (MODE == 0) a16_x_prefetch(xv, (const unsigned short*)act, lda, m, row0, B, B, R * B, t, RUN_THREADS);
+        if constexpr (!RUN_RING_EARLY) {
+#pragma unroll
+            for (int d = 0; d < DEPTH - 1; ++d) issue(d);
+        }
 
         // ---- prologue: the records of rows row0 .. row0 + R - 1 (block b = 64 j + p at slot p Q + j) ----
         for (int it = t, u = 0; it < R * B; it += RUN_THREADS, ++u) {
