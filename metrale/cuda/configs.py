@@ -82,6 +82,13 @@ Q2_0_DEC_WARPS = 8
 #: different banks), and its 16 f_b (its ``// @defines Q2_0_DEC``; q2_0.chain_scratch).
 Q2_0_CHAIN_P_FLOATS = 68
 Q2_0_CHAIN_F_FLOATS = 16
+#: q2_0_dec.cu's decode kernels (tree and chain) load their rings' first D - 1 weight steps before
+#: the PDL wait (1; the activations after it, as the W8A8 GEMMs) or after it (0). A variant not
+#: yet measured (docs/bench/runs-2026-12-07i/run_d.sh): 0.
+Q2_0_DEC_RING_EARLY = 0
+#: fp8_bf16_gemv.cu's decode kernels (tree and chain) load each warp's first weight chunk before
+#: the PDL wait (1) or after it (0). A variant not yet measured (runs-2026-12-07i/run_d.sh): 0.
+FP8_BF16_DEC_W_EARLY = 0
 #: fp8_bf16_gemv.cu's integer tensor-core GEMM ``{fp8,bf16}_mma_nt{NT}``: warps per CTA (they
 #: split K into 64-block runs; its ``// @defines FP8_BF16_MMA`` line, metrale/cuda/fp8_bf16.py
 #: launches with the same value).
@@ -747,7 +754,10 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
 _DEFINES: dict[str, Callable[[], dict[str, int]]] = {  # read at build time: a probe may set the values
     "MMA_GEMM": lambda: {"MMA_WARPS": MMA_WARPS, "MMA_RUN": MMA_RUN, "GEMM_WARPS": GEMM_WARPS},
     "FP8_BF16_MMA": lambda: {"FP8_BF16_MMA_WARPS": FP8_BF16_MMA_WARPS},
-    "FP8_BF16_DEC": lambda: {"DEC_PART_FLOATS": FP8_BF16_CHAIN_DEC_PART_FLOATS},
+    "FP8_BF16_DEC": lambda: {
+        "DEC_PART_FLOATS": FP8_BF16_CHAIN_DEC_PART_FLOATS,
+        "DEC_W_EARLY": FP8_BF16_DEC_W_EARLY,
+    },
     "NVFP4": lambda: {"NVFP4_WARPS": NVFP4_WARPS},
     "CHAIN_GENERIC": lambda: {"CHAIN_GENERIC_THREADS": CHAIN_GENERIC_THREADS},
     "NVFP4_FAST": lambda: {
@@ -762,6 +772,7 @@ _DEFINES: dict[str, Callable[[], dict[str, int]]] = {  # read at build time: a p
         "Q2D_WARPS": Q2_0_DEC_WARPS,
         "Q2D_P_FLOATS": Q2_0_CHAIN_P_FLOATS,
         "Q2D_F_FLOATS": Q2_0_CHAIN_F_FLOATS,
+        "Q2D_RING_EARLY": Q2_0_DEC_RING_EARLY,
     },
     "CHAIN": lambda: {"CHAIN_LEVELS": TILE_CHAIN_LEVELS},
 }

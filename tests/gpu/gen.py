@@ -152,3 +152,15 @@ def kernels_fetched(monkeypatch: Any, module: Any) -> list[str]:
 
     monkeypatch.setattr(module, "get_kernel", get_kernel)
     return names
+
+
+def rebuild_with(monkeypatch: Any, files: tuple[str, ...], **values: Any) -> None:
+    """configs.py ``values`` (name=value) set for this test and the kernel ``files`` rebuilt with
+    them (their cached modules and kernels dropped for the test)."""
+    from metrale.cuda import configs, runtime
+
+    for name, value in values.items():
+        assert hasattr(configs, name), name
+        monkeypatch.setattr(configs, name, value)
+    monkeypatch.setattr(runtime, "_modules", {k: v for k, v in runtime._modules.items() if k[0] not in files})
+    monkeypatch.setattr(runtime, "_kernels", {k: v for k, v in runtime._kernels.items() if k[0] not in files})

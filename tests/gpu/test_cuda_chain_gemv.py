@@ -139,12 +139,9 @@ def test_chain_gemv_ring_early(
     """The fast chain kernels built with ``configs.NVFP4_RUN_RING_EARLY`` (the rings' first
     slices copied before the PDL wait, the activation records after it): A16 single and dual,
     and A4, against project_chain, with more rounds than CTAs at 32 threads."""
-    from metrale.cuda import configs, nvfp4, runtime
+    from metrale.cuda import nvfp4, runtime
 
-    monkeypatch.setattr(configs, "NVFP4_RUN_RING_EARLY", 1)
-    files = (nvfp4.A16_FILE, nvfp4.A4_FILE)
-    monkeypatch.setattr(runtime, "_modules", {k: v for k, v in runtime._modules.items() if k[0] not in files})
-    monkeypatch.setattr(runtime, "_kernels", {k: v for k, v in runtime._kernels.items() if k[0] not in files})
+    gen.rebuild_with(monkeypatch, (nvfp4.A16_FILE, nvfp4.A4_FILE), NVFP4_RUN_RING_EARLY=1)
     assert "#define RUN_RING_EARLY 1" in runtime.source(nvfp4.A16_FILE)
     check_a16_rows(cuda, fresh_rng, shape, "chain gemv ring early")
     check_a4_rows(cuda, fresh_rng, shape, (1, 2, 3, 4), "chain gemv ring early")

@@ -302,6 +302,19 @@ DEC_CHAIN_SHAPES = ((9, 16), (37, 1040), (21, 1072), (43, 4688), (70, 4096), (19
 
 
 @pytest.mark.parametrize("fmt", ["fp8", "bf16"])
+def test_chain_decode_wide_w_early(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, fmt: str
+) -> None:
+    """``test_chain_decode_wide`` at K = 1072 and 12288 with each warp's first weight load before
+    the PDL wait (``configs.FP8_BF16_DEC_W_EARLY``)."""
+    from tests.gpu.test_cuda_fp8_bf16 import rebuild_decode
+
+    rebuild_decode(monkeypatch, 1)
+    for shape in ((21, 1072), (19, 12288)):
+        test_chain_decode_wide(cuda, fresh_rng, monkeypatch, fmt, shape)
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "bf16"])
 @pytest.mark.parametrize("shape", DEC_CHAIN_SHAPES, ids=[f"N{n}-K{k}" for n, k in DEC_CHAIN_SHAPES])
 def test_chain_decode_wide(
     cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, fmt: str, shape: tuple
@@ -358,6 +371,19 @@ def test_chain_decode_extreme_bf16(
         cuda.launch("dense_gemm", dev_rows(x[i : i + m]), dw, view)
         got = gen.check_guard(buf, init, m, w.n)
         gen.bits_equal(got, want[i : i + m], f"bf16c_dec extremes m={m} rows {i}")
+
+
+@pytest.mark.parametrize("pipe", [False, True], ids=["q2c", "q2cp"])
+def test_chain_decode_q2_0_ring_early(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, pipe: bool
+) -> None:
+    """``test_chain_decode_q2_0`` at K = 4096 and 12288 with the decode kernels' first weight
+    loads before the PDL wait (``configs.Q2_0_DEC_RING_EARLY``)."""
+    from tests.gpu.test_cuda_q2_0 import rebuild_q2_decode
+
+    rebuild_q2_decode(monkeypatch, 1)
+    for shape in ((130, 4096), (45, 12288)):
+        test_chain_decode_q2_0(cuda, fresh_rng, monkeypatch, shape, pipe)
 
 
 @pytest.mark.parametrize("pipe", [False, True], ids=["q2c", "q2cp"])

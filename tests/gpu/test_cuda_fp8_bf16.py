@@ -23,6 +23,7 @@ from tests.gpu.gen import (
     bits_equal,
     check_guard,
     guarded,
+    rebuild_with,
     row,
     rows,
 )
@@ -166,6 +167,28 @@ def test_decode_kernels_match_reference(
             got = _launch(cuda, kernel, x[i : i + m], w, m, fresh_rng)
             bits_equal(got, want[i : i + m], f"{cfg.name(fmt, m)} N={n} K={k} rows {i}..{i + m - 1}")
     assert calls and set(calls) == {cfg.name(fmt, m)}, calls
+
+
+def rebuild_decode(monkeypatch: pytest.MonkeyPatch, w_early: int) -> None:
+    """``configs.FP8_BF16_DEC_W_EARLY`` set for this test, kernels/fp8_bf16_gemv.cu rebuilt with it."""
+    from metrale.cuda import runtime
+
+    rebuild_with(monkeypatch, (fp8_bf16.CU_FILE,), FP8_BF16_DEC_W_EARLY=w_early)
+    assert f"#define DEC_W_EARLY {w_early}" in runtime.source(fp8_bf16.CU_FILE)
+
+
+ROUTED_DEC = list(configs.FP8_BF16_DEC.items())
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "bf16"])
+@pytest.mark.parametrize(("m", "cfg"), ROUTED_DEC, ids=[d.name("dec", r) for r, d in ROUTED_DEC])
+def test_decode_kernels_w_early(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, fmt: str, m: int, cfg: Any
+) -> None:
+    """The routed decode kernels built with each warp's first weight load before the PDL wait
+    (``configs.FP8_BF16_DEC_W_EARLY``), as ``test_decode_kernels_match_reference``."""
+    rebuild_decode(monkeypatch, 1)
+    test_decode_kernels_match_reference(cuda, fresh_rng, monkeypatch, fmt, m, cfg)
 
 
 @pytest.mark.parametrize("fmt", ["fp8", "bf16"])

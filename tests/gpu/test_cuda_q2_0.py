@@ -12,7 +12,7 @@ import pytest
 from metrale.cuda import configs
 from metrale.reference.formats import Q2_0Weight
 from metrale.reference.projection import project
-from tests.gpu.gen import bits_equal, check_guard, guarded, rows
+from tests.gpu.gen import bits_equal, check_guard, guarded, rebuild_with, rows
 
 cp = pytest.importorskip("cupy")
 
@@ -62,6 +62,24 @@ def test_q2_batchm_matches_reference(
         want = project(x[:m], host, "A16").view(np.uint16)
         bits_equal(got, want, f"q2_0_gemv_vec_batchm m={m}")
         bits_equal(got, single[:m], f"batch invariance m={m}")
+
+
+def rebuild_q2_decode(monkeypatch: pytest.MonkeyPatch, ring_early: int) -> None:
+    """``configs.Q2_0_DEC_RING_EARLY`` set for this test, kernels/q2_0_dec.cu rebuilt with it."""
+    from metrale.cuda import q2_0, runtime
+
+    rebuild_with(monkeypatch, (q2_0.DEC_FILE,), Q2_0_DEC_RING_EARLY=ring_early)
+    assert f"#define Q2D_RING_EARLY {ring_early}" in runtime.source(q2_0.DEC_FILE)
+
+
+@pytest.mark.parametrize(("n", "k"), SHAPES)
+def test_q2_decode_ring_early(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, n: int, k: int
+) -> None:
+    """The decode kernels built with their first weight loads before the PDL wait
+    (``configs.Q2_0_DEC_RING_EARLY``): the routed entry points at m = 1..64 as above."""
+    rebuild_q2_decode(monkeypatch, 1)
+    test_q2_batchm_matches_reference(cuda, fresh_rng, monkeypatch, n, k, "default")
 
 
 @pytest.mark.parametrize(("n", "k"), SHAPES[:2])

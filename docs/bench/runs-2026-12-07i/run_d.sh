@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
-# The NVFP4 chain decode kernels with their rings' first slices copied before the PDL wait
-# (configs.NVFP4_RUN_RING_EARLY = 1; the W8A8 GEMMs' "weights before the wait" took 5-6 us off
-# that FFN at one row), about 5 minutes: the chain GEMV tests with it built, then the NVFP4 FFN at
-# 1 / 2 / 3 rows on the routed tree (T), on the chain (C) and on the chain with it (E), twice,
-# alternating: the one-row parity that the switch to the chain waits on.
+# The decode kernels with their first weight loads before the PDL wait (the W8A8 GEMMs' "weights
+# before the wait" took 5-6 us off that FFN at one row), about 9 minutes: the NVFP4 chain decode
+# (configs.NVFP4_RUN_RING_EARLY), Q2_0's decode kernels (configs.Q2_0_DEC_RING_EARLY) and the
+# FP8 / BF16 ones (configs.FP8_BF16_DEC_W_EARLY), tree and chain. Their GPU tests with each
+# built, then every format's FFN but W8A8 at 1 / 2 rows on the routed tree (T), the tree with the
+# early loads (U), the chain (C) and the chain with them (E), twice, alternating: the one-row
+# parity the switch waits on.
 export PYTHONPATH=. OPENBLAS_NUM_THREADS=1
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
-timeout 150 python -m pytest -q -n 4 --tb=short -p no:benchmark tests/gpu/test_cuda_chain_gemv.py -k "ring_early" \
+timeout 200 python -m pytest -q -n 8 --tb=short -p no:benchmark tests/gpu/test_cuda_chain_gemv.py \
+  tests/gpu/test_cuda_q2_0.py tests/gpu/test_cuda_chain_generic.py tests/gpu/test_cuda_fp8_bf16.py -k "ring_early or w_early" \
   2>&1 | grep -E "^FAILED|^E |passed|failed" | head -8
-for run in 1T 1C 1E 2T 2C 2E; do
+for run in 1T 1U 1C 1E 2T 2U 2C 2E; do
 v=${run:1}
-timeout 60 python -c "
+timeout 90 python -c "
 import sys; from metrale.cuda import configs
 configs.NVFP4_RUN_RING_EARLY = int('$v' == 'E')
+configs.Q2_0_DEC_RING_EARLY = configs.FP8_BF16_DEC_W_EARLY = int('$v' in 'UE')
 from metrale.bench.run import main
-sys.exit(main([*(['--chain'] if '$v' != 'T' else []), '--shape', 'qwen3-8b', '--m', '1,2,3', '--formats', 'nvfp4,w4a4',
-  '--peers', 'bf16', '--kernels', 'none', '--cell-seconds', '0.5', '--samples', '5', '--deadline', '40',
+sys.exit(main([*(['--chain'] if '$v' in 'CE' else []), '--shape', 'qwen3-8b', '--m', '1,2', '--formats', 'nvfp4,w4a4,q2_0,fp8,bf16',
+  '--peers', 'bf16', '--kernels', 'none', '--cell-seconds', '0.5', '--samples', '5', '--deadline', '45',
   '--json', '$OUT/ring_$run.json'], prog='bench'))
-" 2>&1 | grep -E "^\| (NVFP4|peer)|Error|error" | sed "s/^/$run /"
+" 2>&1 | grep -E "^\| (NVFP4 W4A16 \(|NVFP4 W4A4 \(|Q2_0 \(|FP8 W8A16 \(|BF16 \(|peer)|Error|error" | sed "s/^/$run /"
 done

@@ -278,7 +278,7 @@ __device__ __forceinline__ void wide_chain_body(const unsigned char* __restrict_
 //       (c = c + v_b), its root to the shared roots, and roots_tree128 is the padded tree over
 //       the Q parts. Dynamic shared memory: 4 NC R S Q bytes.
 //   Both are PDL-capable (metrale/cuda/pdl.py): pdl_trigger, then pdl_wait, before any memory
-//   access.
+//   access (with DEC_W_EARLY: but each warp's first weight load).
 
 __device__ __forceinline__ u32 u4_word(const uint4& v, int i) {
     return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
@@ -397,7 +397,7 @@ __device__ __forceinline__ void dec_load_w(uint4 (&wv)[NC][BF ? 2 : 1], const ui
         }
 }
 
-// @defines FP8_BF16_DEC (DEC_PART_FLOATS, the chain form's floats per part, from metrale/cuda/configs.py)
+// @defines FP8_BF16_DEC (DEC_PART_FLOATS, the chain form's floats per part; DEC_W_EARLY, the first weight load before the PDL wait; from metrale/cuda/configs.py)
 
 template <int R, int NC, int W, bool P, bool BF, int ACT, bool CH>
 __device__ __forceinline__ void dec_body(const uint4* __restrict__ w, const float* __restrict__ scale, int N, int K,
@@ -407,13 +407,16 @@ __device__ __forceinline__ void dec_body(const uint4* __restrict__ w, const floa
     constexpr int AQ = ACT == 0 ? 4 : 2;  // uint4 of activation codes per block
     constexpr int V = NC * R;
     pdl_trigger();  // launched programmatically (metrale/cuda/pdl.py): no access before pdl_wait
-    pdl_wait();
+    if (!DEC_W_EARLY) pdl_wait();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int B = K >> 4, C = (B + 31) >> 5, Q = (B + 63) >> 6;
     const int n0 = blockIdx.x * NC, r0 = blockIdx.y * R;
     const double unscale = BF ? 0x1p896 : 0x1p1016;
     uint4 wc[NC][WB], wn[NC][WB];
     if (warp < C) dec_load_w<NC, BF>(wc, w, N, B, n0, warp * 32 + lane);
+    // DEC_W_EARLY: that first weight load before the PDL wait (no launch of the FFN writes
+    // weights), the activations after it
+    if (DEC_W_EARLY) pdl_wait();
     for (int ch = warp; ch < C; ch += W) {
         const int b = ch * 32 + lane;
         if (!P && ch != warp) dec_load_w<NC, BF>(wc, w, N, B, n0, b);

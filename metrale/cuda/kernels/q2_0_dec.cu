@@ -9,7 +9,8 @@
 // contiguous: 32-bit word i is A16 block 4 qb + i, its byte j holds elements 4j .. 4j+3 at bit pairs
 // 0, 2, 4, 6), d uint16 [N, K/64] (f16 bits). nq = K/64 Q2 blocks per row.
 //
-// Kernels (extern "C"; both PDL-capable, metrale/cuda/pdl.py: pdl_trigger, pdl_wait, then memory):
+// Kernels (extern "C"; both PDL-capable, metrale/cuda/pdl.py: pdl_trigger, pdl_wait, then memory;
+// with Q2D_RING_EARLY the decode kernels' first D - 1 weight steps before the wait):
 //   q2_dec_prep(x, ldx, K, m, act)
 //       grid ceil(4 m (K/16) / 128), block 128: four threads per (row, A16 block), thread s making
 //       limb word s (elements s, s+4, s+8, s+12: the order of the 2-bit fields). A16 codes c by
@@ -70,7 +71,8 @@ typedef unsigned short u16;
 typedef unsigned int u32;
 
 // @defines Q2_0_DEC (Q2D_WARPS, the most warps per CTA; Q2D_P_FLOATS / Q2D_F_FLOATS, the chain
-// scratch's floats per (row, column, part) of P_b and f_b; from metrale/cuda/configs.py)
+// scratch's floats per (row, column, part) of P_b and f_b; Q2D_RING_EARLY, the decode kernels'
+// first weight loads before the PDL wait; from metrale/cuda/configs.py)
 #define Q2D_LEVELS 7  // binary counter over at most 64 chunk roots (the chain's: 128 part roots, 8)
 
 // f16 bits (low half of h) -> f32, exact.
@@ -336,7 +338,7 @@ __device__ __forceinline__ void q2d_body(const uint4* __restrict__ qs, const u16
     static_assert(!CH || NC * R <= 32, "one chaining lane per (row, column)");
     constexpr bool PIPE = CH == 2;  // the chains of step t run after step t + 1's terms
     pdl_trigger();
-    pdl_wait();
+    if (!Q2D_RING_EARLY) pdl_wait();
     const int nq = K >> 6, C = (nq + 31) >> 5, rs = 40 * nq;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int warps = blockDim.x >> 5, groups = (N + NC - 1) / NC, gstep = gridDim.x * warps;
@@ -352,6 +354,9 @@ __device__ __forceinline__ void q2d_body(const uint4* __restrict__ qs, const u16
         q2d_load<NC>(buf[j], qs, d, N, nq, groups, lg, lch, lane);
         q2d_advance(lg, lch, C, gstep);
     }
+    // Q2D_RING_EARLY: those loads go before the PDL wait (no launch of the FFN writes weights:
+    // metrale/cuda/pdl.py), the activations after it
+    if (Q2D_RING_EARLY) pdl_wait();
     const u32* ar[R];
     if (SM) {
         const int rows = min(R, m - r0);
