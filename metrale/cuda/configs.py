@@ -74,6 +74,9 @@ NVFP4_RUN_CTAS_PER_SM = 1
 #: records after it, as the W8A8 GEMMs do (1), or everything after the wait (0). A variant not yet
 #: measured (docs/bench/runs-2026-12-07i/run_d.sh): 0.
 NVFP4_RUN_RING_EARLY = 0
+#: The same for the tree's fast decode kernels (``nvfp4_fast_body``, the routed NVFP4 / W4A4 rows
+#: 1..3): their rings' first DEPTH - 1 items before the wait (1). Not yet measured: 0.
+NVFP4_FAST_RING_EARLY = 0
 #: q2_0_dec.cu's most warps per CTA (its ``// @defines Q2_0_DEC``; metrale/cuda/q2_0.py starts
 #: from it and halves it while the grid would leave multiprocessors idle).
 Q2_0_DEC_WARPS = 8
@@ -765,6 +768,7 @@ _DEFINES: dict[str, Callable[[], dict[str, int]]] = {  # read at build time: a p
         "RUN_THREADS": NVFP4_RUN_THREADS,
         "RUN_CTAS": NVFP4_RUN_CTAS_PER_SM,
         "RUN_SCALE_SLICES": NVFP4_RUN_SCALE_SLICES,
+        "FAST_RING_EARLY": NVFP4_FAST_RING_EARLY,
         "RUN_RING_EARLY": NVFP4_RUN_RING_EARLY,
     },
     "NVFP4_FAST_SLOT": lambda: {"FAST_SLOT": NVFP4_FAST_SLOT},

@@ -189,26 +189,70 @@ def test_w4a4_fast_kernels_match_reference(
     from metrale.cuda import mma as mma_mod
     from metrale.cuda import nvfp4, runtime
 
-    n, k = shape
-    w = gen.nvfp4(fresh_rng, n, k, a4=True)
-    dw = cuda.upload(w)
-    kinds = np.stack([gen.row(fresh_rng, k, kind) for kind in gen.ROW_KINDS])
-    x = np.concatenate([kinds, gen.rows(fresh_rng, 1, k)])
-    with np.errstate(all="ignore"):
-        want = project(None, w, "A4", codes=quantize_a4(x, w.input_scale)).view(np.uint16)
-    xd = dev_rows(x)
+    w, dw, x, want = _a4_case(cuda, fresh_rng, shape, 1)
     asked = gen.kernels_fetched(monkeypatch, runtime)
     for path in ("fast", "mma", "generic"):
         fast = _a4_paths(nvfp4, mma_mod, monkeypatch, path)
-        for m in (1, 2, 3, 4):
-            for r0 in range(0, x.shape[0] - m + 1, m):
-                dc = cuda.launch("w4a4_quantize", xd[r0 : r0 + m], w.input_scale)
-                buf, view, init = gen.guarded(cp, fresh_rng, m, n)
-                asked.clear()
-                cuda.launch("w4a4_gemv_small_m", dc, dw, view)
-                assert (f"{fast}{m}" in asked) == (fast is not None), (path, m, asked)
-                what = f"w4a4 {path} m={m} rows {r0}.. {shape}"
-                gen.bits_equal(gen.check_guard(buf, init, m, n), want[r0 : r0 + m], what)
+        _a4_rows_match(cuda, fresh_rng, x, w, dw, want, asked, fast, f"w4a4 {path} {shape}")
+
+
+def _a4_case(
+    cuda: Any, rng: np.random.Generator, shape: tuple[int, int], gauss: int
+) -> tuple[Any, Any, np.ndarray, np.ndarray]:
+    """An A4 NVFP4 weight of ``shape`` (host, device), rows of every kind then ``gauss`` Gaussian
+    ones, and the reference's A4 projection of their codes (bits)."""
+    n, k = shape
+    w = gen.nvfp4(rng, n, k, a4=True)
+    kinds = np.stack([gen.row(rng, k, kind) for kind in gen.ROW_KINDS])
+    x = np.concatenate([kinds, gen.rows(rng, gauss, k)])
+    with np.errstate(all="ignore"):
+        want = project(None, w, "A4", codes=quantize_a4(x, w.input_scale)).view(np.uint16)
+    return w, cuda.upload(w), x, want
+
+
+def _a4_rows_match(
+    cuda: Any,
+    rng: np.random.Generator,
+    x: np.ndarray,
+    w: Any,
+    dw: Any,
+    want: np.ndarray,
+    asked: list[str],
+    fast: str | None,
+    what: str,
+) -> None:
+    """w4a4_quantize + w4a4_gemv_small_m over groups of m = 1..4 of the rows x into guarded
+    outputs, bit for bit against ``want``; the fast kernel ``fast``{m} fetched exactly when
+    ``fast`` is given."""
+    xd = dev_rows(x)
+    for m in (1, 2, 3, 4):
+        for r0 in range(0, x.shape[0] - m + 1, m):
+            dc = cuda.launch("w4a4_quantize", xd[r0 : r0 + m], w.input_scale)
+            buf, view, init = gen.guarded(cp, rng, m, w.n)
+            asked.clear()
+            cuda.launch("w4a4_gemv_small_m", dc, dw, view)
+            assert (f"{fast}{m}" in asked) == (fast is not None), (what, m, asked)
+            gen.bits_equal(gen.check_guard(buf, init, m, w.n), want[r0 : r0 + m], f"{what} m={m} rows {r0}..")
+
+
+@pytest.mark.parametrize("shape", [(5000, 1024), (45, 12288)], ids=["N5000-K1024", "N45-K12288"])
+def test_fast_kernels_ring_early(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, shape: tuple
+) -> None:
+    """The tree's fast decode kernels built with their rings' first items copied before the PDL
+    wait (``configs.NVFP4_FAST_RING_EARLY``): A16 single rows, batches of 2 and 3 and the dual
+    launches (``test_fast_gemv_many_columns_per_warp``), and A4 on the fast path at 1..4 rows
+    (its records' group waited for behind the ring's)."""
+    from metrale.cuda import mma as mma_mod
+    from metrale.cuda import nvfp4, runtime
+
+    gen.rebuild_with(monkeypatch, (nvfp4.A16_FILE, nvfp4.A4_FILE), NVFP4_FAST_RING_EARLY=1)
+    assert "#define FAST_RING_EARLY 1" in runtime.source(nvfp4.A16_FILE)
+    test_fast_gemv_many_columns_per_warp(cuda, fresh_rng, shape)
+    w, dw, x, want = _a4_case(cuda, fresh_rng, shape, 2)
+    asked = gen.kernels_fetched(monkeypatch, runtime)
+    fast = _a4_paths(nvfp4, mma_mod, monkeypatch, "fast")
+    _a4_rows_match(cuda, fresh_rng, x, w, dw, want, asked, fast, f"w4a4 fast ring early {shape}")
 
 
 @pytest.mark.parametrize("pad", [16, 8], ids=["ldc16", "ldc8"])

@@ -5,11 +5,11 @@
 # 64..4096 rows routed (R) and with w8a8_silu_quant_st from 33 rows (S), twice, alternating.
 export PYTHONPATH=. OPENBLAS_NUM_THREADS=1
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
-timeout 170 python -m pytest -q -n 8 --tb=short -p no:benchmark tests/gpu/test_cuda_w8a8.py tests/gpu/test_cuda_nvfp4.py \
+timeout 150 python -m pytest -q -n 8 --tb=short -p no:benchmark tests/gpu/test_cuda_w8a8.py tests/gpu/test_cuda_nvfp4.py \
   -k "silu_quant or fused_large_k or st_loops or act_mul" 2>&1 | grep -E "^FAILED|^E |passed|failed" | head -12
 timeout 90 python "$(dirname "$0")/act_time.py" 2>&1 | tail -12
 for run in 1R 1S 2R 2S; do
-timeout 90 python -c "
+timeout 80 python -c "
 import sys; from metrale.cuda import w8a8
 if '${run:1}' == 'S': w8a8.SILU_ST_MIN_ROWS = 33
 from metrale.bench.run import main
