@@ -1,5 +1,5 @@
 """The activation tables' compact device form (``metrale/cuda/weights.py`` ``compact_table``, read
-from shared memory by w8a8.cuh ``W8CompactAct`` in ``w8a8_silu_quant_st``): ``W8CompactAct``'s
+from shared memory by common.cuh ``CompactAct`` in the ``_st`` kernels): ``CompactAct``'s
 rule, written here in numpy step by step, gives the shipped table's bits at every one of the
 65,536 bf16 codes (NaN where the table is NaN), for SiLU and GELU; the form fits a CTA's
 default shared memory and copies as float4."""
@@ -17,7 +17,7 @@ CODES = np.arange(65536, dtype=np.uint32)
 
 
 def act_value(c: np.ndarray, g: np.ndarray) -> np.ndarray:
-    """w8a8.cuh W8CompactAct over the bf16 codes g (uint32), as float32."""
+    """common.cuh CompactAct over the bf16 codes g (uint32), as float32."""
     h = c.view(np.uint32)
     lo, pos_hi, neg_hi, p = h[0] & 0xFF, (h[0] >> 8) & 0xFF, h[0] >> 16, h[1]
     e = (g >> 7) & 0xFF

@@ -123,8 +123,8 @@ _tables: dict[tuple[str, int, bool], Any] = {}
 
 
 def compact_table(name: str) -> np.ndarray:
-    """The activation table ``name`` (65,536 f32 indexed by bf16 bits) as w8a8.cuh's
-    ``W8CompactAct`` reads it from shared memory: float32 [4 + D], word 0 the exponents
+    """The activation table ``name`` (65,536 f32 indexed by bf16 bits) as common.cuh's
+    ``CompactAct`` reads it from shared memory: float32 [4 + D], word 0 the exponents
     lo | pos_hi << 8 | neg_hi << 16 (as bits), word 1 P = 128 (pos_hi - lo), then D = P + 128
     (neg_hi - lo) entries: positive binades lo .. pos_hi - 1, then negative binades lo ..
     neg_hi - 1, 128 codes each. Outside them the table is x / 2 (exponent < lo), x (positive,
