@@ -517,6 +517,29 @@ def test_merge_takes_each_format_from_its_last_run(tmp_path: Path) -> None:
     assert [r["command"] for r in m["merged_from"]] == ["metrale bench", "metrale bench --formats w8a8"]
 
 
+def test_compare_sets_runs_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``metrale bench --compare A B``: per (shape, format, m) each run's µs with × its own bf16
+    peer, FAILED for a cell not exact, blank where a run lacks the cell, and B's µs over A's."""
+    a = _doc()
+    b = _rerun("later", "metrale bench --formats nvfp4")
+    for sd in b["shapes"].values():
+        del sd["formats"]["w8a8"]
+        sd["formats"]["nvfp4"]["rows"][1]["us"] = 0.9
+        sd["peers"]["bf16"]["times"][1]["us"] = 3.0
+    pa, pb = tmp_path / "a.json", tmp_path / "b.json"
+    _saved(a, pa)
+    _saved(b, pb)
+    assert run.main(["--compare", str(pa), str(pb)]) == 0
+    table = [[c.strip() for c in line.split("|")[1:-1]] for line in capsys.readouterr().out.splitlines()]
+    rows = {tuple(r[:3]): r[3:] for r in table}
+    assert rows[("qwen3-8b", "NVFP4 W4A16", "1")] == ["1.2 (0.30×)", "0.9 (0.30×)", "0.750"]
+    assert rows[("qwen3-8b", "NVFP4 W4A16", "4")] == ["3.0", "3.0", "1.000"]  # no peer time at 4
+    assert rows[("qwen3-8b", "W8A8", "4")] == ["FAILED", "", ""]
+    assert rows[("qwen3-8b", "W8A8", "512")] == ["40.0 (0.80×)", "", ""]
+    assert run.main(["--compare", str(pa), str(tmp_path / "none.json")]) == 2
+    assert "--compare" in capsys.readouterr().err
+
+
 def test_merge_keeps_the_rows_a_partial_rerun_did_not_measure(tmp_path: Path) -> None:
     """A later run of NVFP4 at m = 512 only (bf16 there twice as slow) replaces that row alone:
     m = 1 and 4 stay the first run's, each row names its run, each target figure is against the

@@ -42,6 +42,7 @@ class Options:
     profile: bool
     deadline_s: float
     merge: list[Path]
+    compare: list[Path]
     variants: str | None
     report: Path | None
     json: Path | None
@@ -113,6 +114,14 @@ def parser() -> argparse.ArgumentParser:
         default=[],
         metavar="JSON",
         help="run nothing: merge these results (each shape from the last run that has it) into --json/--md",
+    )
+    ap.add_argument(
+        "--compare",
+        nargs="+",
+        default=[],
+        metavar="JSON",
+        help="run nothing: every cell of these results side by side (µs, × bf16 cuBLAS of the "
+        "same run, ratio to the first): variants measured in alternating runs",
     )
     ap.add_argument(
         "--variants",
@@ -189,9 +198,10 @@ def parse(argv: list[str] | None = None) -> Options:
             raise MetraleError(f"--{name.replace('_', '-')} {getattr(a, name)}: want > 0")
     if a.full_max < 0 or a.workers < 0 or a.deadline < 0:
         raise MetraleError("--full-max, --workers and --deadline want values >= 0")
-    for p in a.merge:
-        if not Path(p).is_file():
-            raise MetraleError(f"--merge {p}: no such file")
+    for option, paths in (("--merge", a.merge), ("--compare", a.compare)):
+        for p in paths:
+            if not Path(p).is_file():
+                raise MetraleError(f"{option} {p}: no such file")
     shapes = _shapes(a)
     if not shapes:
         raise MetraleError(f"--shape {a.shape}: no shapes")
@@ -224,6 +234,7 @@ def parse(argv: list[str] | None = None) -> Options:
         profile=a.profile,
         deadline_s=a.deadline,
         merge=[Path(p) for p in a.merge],
+        compare=[Path(p) for p in a.compare],
         variants=a.variants,
         report=Path(a.report) if a.report is not None else None,
         json=path(a.json, f"variants_{a.variants}.json" if a.variants else "bench_ffn.json"),

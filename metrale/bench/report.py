@@ -242,6 +242,42 @@ def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def compare(docs: list[dict[str, Any]], names: list[str]) -> str:
+    """Markdown: for every (shape, format, m) the runs ``docs`` (named ``names``) timed, each
+    run's µs (with × its own bf16 cuBLAS peer at that m where it timed one; "FAILED" for a cell
+    not exact, blank where the run lacks it) and its ratio to the first run's µs: variants
+    measured in alternating runs side by side."""
+
+    def row(cells: list[str]) -> str:
+        return "| " + " | ".join(cells) + " |"
+
+    heads = [*names, *(f"{n} / {names[0]}" for n in names[1:])]
+    lines = [row(["shape", "format", "m", *heads]), row(["---", "---", "---:", *("---:" for _ in heads)])]
+    shapes = list(dict.fromkeys(s for d in docs for s in d["shapes"]))
+    for shape in shapes:
+        sds = [d["shapes"].get(shape) for d in docs]
+        fmts = list(dict.fromkeys(f for sd in sds if sd for f in sd["formats"]))
+        for fmt in fmts:
+            fds = [sd["formats"].get(fmt) if sd else None for sd in sds]
+            label = next(fd["label"] for fd in fds if fd)
+            ms = sorted({m for fd in fds if fd for m in fd["rows"]})
+            for m in ms:
+                cells, us = [], []
+                for sd, fd in zip(sds, fds, strict=True):
+                    r = fd["rows"].get(m) if fd else None
+                    if r is None or not r.get("exact") or r.get("us") is None:
+                        cells.append("FAILED" if r is not None else "")
+                        us.append(None)
+                        continue
+                    peer = sd["peers"].get("bf16", {}).get("times", {}).get(m) if sd else None
+                    ratio = f" ({r['us'] / peer['us']:.2f}×)" if peer and peer.get("us") else ""
+                    cells.append(f"{r['us']:,.1f}{ratio}")
+                    us.append(r["us"])
+                rel = [f"{u / us[0]:.3f}" if u is not None and us[0] else "" for u in us[1:]]
+                lines.append(row([shape, label, str(m), *cells, *rel]))
+    return "\n".join(lines)
+
+
 def _merged_entry(old: dict[str, Any] | None, new: dict[str, Any], per_m: str) -> dict[str, Any]:
     """``new`` (a later run's format or peer entry) with the row counts only ``old`` holds kept,
     each naming its run (``run_date``)."""

@@ -349,6 +349,17 @@ def merge(opts: Options) -> int:
     return 1 if doc["failed"] else 0
 
 
+def compare(opts: Options) -> int:
+    """Print ``opts.compare``'s cells side by side (report.compare); 2 when a file is unreadable."""
+    try:
+        docs = [report.load(p) for p in opts.compare]
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"error: --compare: {_first_line(exc)}", file=sys.stderr)
+        return 2
+    print(report.compare(docs, [p.stem for p in opts.compare]))
+    return 0
+
+
 def profile(opts: Options) -> int:
     """Launch the m = 1 NVFP4 gate and down GEMVs a few times (for a profiler to attach)."""
     import cupy as cp
@@ -383,6 +394,8 @@ def main(argv: list[str] | None = None, prog: str = "metrale bench") -> int:
         return profile(opts)
     if opts.merge:
         return merge(opts)
+    if opts.compare:
+        return compare(opts)
     if opts.report is not None:
         return report_page(opts)
     if opts.variants is not None:
