@@ -28,3 +28,6 @@ bench pair128_${i}D "$PAIR; w8a8.FUSED_SILU = True; w8a8.SILU_TILE_ST = True" 96
 done
 bench tks_1R "" 64,128,256 30
 bench tks_1T "$TKS" 64,128,256 30
+python -m metrale.bench --compare $OUT/pair128_1A.json $OUT/pair128_1B.json $OUT/pair128_1C.json $OUT/pair128_1D.json \
+  $OUT/pair128_2A.json $OUT/pair128_2B.json $OUT/pair128_2C.json $OUT/pair128_2D.json 2>&1 | tail -5
+python -m metrale.bench --compare $OUT/tks_1R.json $OUT/tks_1T.json 2>&1 | tail -5

@@ -17,3 +17,4 @@ sys.exit(main(['--shape', 'qwen3-8b', '--m', '64,128,256,1024,4096', '--formats'
   '--cell-seconds', '0.5', '--samples', '5', '--deadline', '60', '--json', '$OUT/st_$run.json'], prog='bench'))
 " 2>&1 | grep -E "^\| (W8A8 \(|peer)|Error|error" | sed "s/^/$run /"
 done
+python -m metrale.bench --compare $OUT/st_1R.json $OUT/st_1S.json $OUT/st_2R.json $OUT/st_2S.json 2>&1 | tail -8

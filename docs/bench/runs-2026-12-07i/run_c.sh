@@ -14,3 +14,4 @@ sys.exit(main(['--chain', '--shape', 'qwen3-8b', '--m', '64,256,1024,4096', '--f
   prog='bench'))
 " 2>&1 | grep -E "^\| (NVFP4 W4A16 \(chain\) \(|Q2_0 \(chain\) \(|peer)|Error|error" | sed "s/^/$run /"
 done
+python -m metrale.bench --compare $OUT/act_1R.json $OUT/act_1S.json $OUT/act_2R.json $OUT/act_2S.json 2>&1 | tail -10

@@ -22,3 +22,5 @@ sys.exit(main([*(['--chain'] if '$v' in 'CE' else []), '--shape', 'qwen3-8b', '-
   '--json', '$OUT/ring_$run.json'], prog='bench'))
 " 2>&1 | grep -E "^\| (NVFP4 W4A16 \(|NVFP4 W4A4 \(|Q2_0 \(|FP8 W8A16 \(|BF16 \(|peer)|Error|error" | sed "s/^/$run /"
 done
+python -m metrale.bench --compare $OUT/ring_1T.json $OUT/ring_1U.json $OUT/ring_1C.json $OUT/ring_1E.json \
+  $OUT/ring_2T.json $OUT/ring_2U.json $OUT/ring_2C.json $OUT/ring_2E.json 2>&1 | tail -12
