@@ -49,12 +49,9 @@ def threads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     """The fast chain kernels built for CTAs of ``request.param`` threads (32: one warp, so that
     a CTA runs several rounds and a round's columns are few), this test's own modules of their
     files."""
-    from metrale.cuda import configs, nvfp4, runtime
+    from metrale.cuda import nvfp4
 
-    monkeypatch.setattr(configs, "NVFP4_RUN_THREADS", request.param)
-    files = (nvfp4.A16_FILE, nvfp4.A4_FILE)
-    monkeypatch.setattr(runtime, "_modules", {k: v for k, v in runtime._modules.items() if k[0] not in files})
-    monkeypatch.setattr(runtime, "_kernels", {k: v for k, v in runtime._kernels.items() if k[0] not in files})
+    gen.rebuild_with(monkeypatch, (nvfp4.A16_FILE, nvfp4.A4_FILE), NVFP4_RUN_THREADS=request.param)
     return int(request.param)
 
 

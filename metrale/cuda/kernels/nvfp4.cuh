@@ -941,17 +941,17 @@ __device__ __forceinline__ void nvfp4_run_body(const void* act, long long lda, c
         // with RUN_RING_EARLY the ring's first DEPTH - 1 slices (weights and their scales, which
         // no launch of the FFN writes: metrale/cuda/pdl.py) go first, before the PDL wait, and
         // the activations after it
-        uint4 xv[FAST_PRE][2];
-        if constexpr (RUN_RING_EARLY) {
+        auto issue_ring = [&]() {
 #pragma unroll
             for (int d = 0; d < DEPTH - 1; ++d) issue(d);
+        };
+        uint4 xv[FAST_PRE][2];
+        if constexpr (RUN_RING_EARLY) {
+            issue_ring();
             pdl_wait();
         }
         if constexpr (MODE == 0) a16_x_prefetch(xv, (const unsigned short*)act, lda, m, row0, B, B, R * B, t, RUN_THREADS);
-        if constexpr (!RUN_RING_EARLY) {
-#pragma unroll
-            for (int d = 0; d < DEPTH - 1; ++d) issue(d);
-        }
+        if constexpr (!RUN_RING_EARLY) issue_ring();
 
         // ---- prologue: the records of rows row0 .. row0 + R - 1 (block b = 64 j + p at slot p Q + j) ----
         for (int it = t, u = 0; it < R * B; it += RUN_THREADS, ++u) {

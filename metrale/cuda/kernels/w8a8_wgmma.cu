@@ -298,18 +298,17 @@ __device__ __forceinline__ void w8_wgmma_gemm(const signed char* __restrict__ w,
 // (amax bits, non-finite flag) over the tile's h to part [m][P] (P = gridDim.y; the quad's four
 // threads hold the row's columns: shuffles, max / or in any order).
 // The SiLU epilogue's table reader (chosen by the tag's type): the whole table in global memory,
-// or compact_table's `words` floats copied into the stage slots, which the mainloop has freed
-// (its last waits: every copy landed, every wgmma completed).
+// or compact_table's `words` floats copied to the start of the dynamic shared memory, whose stage
+// slots the mainloop has freed (its last waits: every copy landed, every wgmma completed).
 __device__ __forceinline__ TableAct silu_epilogue_act(TableAct*, const float* __restrict__ table, int) {
     return TableAct{table};
 }
 __device__ __forceinline__ CompactAct silu_epilogue_act(CompactAct*, const float* __restrict__ ctab, int words) {
-    extern __shared__ unsigned char wg_smem[];
-    float4* st = reinterpret_cast<float4*>(wg_smem + (wg_smem_base() - (u32)__cvta_generic_to_shared(wg_smem)));
+    extern __shared__ unsigned char wg_smem[];  // dynamic shared memory: 16-byte aligned
     __syncthreads();
-    load_compact_table(st, ctab, words);
+    load_compact_table(reinterpret_cast<float4*>(wg_smem), ctab, words);
     __syncthreads();
-    return CompactAct(reinterpret_cast<const float*>(st));
+    return CompactAct(reinterpret_cast<const float*>(wg_smem));
 }
 
 // Act: TableAct (table: the whole SiLU table) or CompactAct (table: compact_table's `words` floats).
