@@ -71,11 +71,14 @@ NVFP4_RUN_DEPTH: dict[int, int] = {1: 5, 2: 4, 3: 3, 4: 3}
 #: "2026-12-07 (b)": slower there).
 NVFP4_RUN_CTAS_PER_SM = 1
 #: They issue their rings' first slices (weights and scales) before the PDL wait, the activation
-#: records after it, as the W8A8 GEMMs do (1), or everything after the wait (0). A variant not yet
-#: measured (docs/bench/runs-2026-12-07i/run_d.sh): 0.
-NVFP4_RUN_RING_EARLY = 0
+#: records after it, as the W8A8 GEMMs do (1), or everything after the wait (0). On the chain's
+#: FFN: NVFP4 48.8 -> 45.5 us at one row, W4A4 58.1 / 61.7 -> 51.9 / 54.9 at one / two (H100,
+#: docs/performance-log.md "2026-12-07 (j)"): 1.
+NVFP4_RUN_RING_EARLY = 1
 #: The same for the tree's fast decode kernels (``nvfp4_fast_body``, the routed NVFP4 / W4A4 rows
-#: 1..3): their rings' first DEPTH - 1 items before the wait (1). Not yet measured: 0.
+#: 1..3): their rings' first DEPTH - 1 items before the wait (1). Measured (H100, performance-log.md
+#: "2026-12-07 (j)", twice): W4A4 10-12 % faster at one / two rows, W4A16 5 % faster at one row but
+#: 11 % slower at two (44.8 -> 49.8 us): 0 until the define can be taken per row count.
 NVFP4_FAST_RING_EARLY = 0
 #: q2_0_dec.cu's most warps per CTA (its ``// @defines Q2_0_DEC``; metrale/cuda/q2_0.py starts
 #: from it and halves it while the grid would leave multiprocessors idle).
@@ -86,12 +89,14 @@ Q2_0_DEC_WARPS = 8
 Q2_0_CHAIN_P_FLOATS = 68
 Q2_0_CHAIN_F_FLOATS = 16
 #: q2_0_dec.cu's decode kernels (tree and chain) load their rings' first D - 1 weight steps before
-#: the PDL wait (1; the activations after it, as the W8A8 GEMMs) or after it (0). A variant not
-#: yet measured (docs/bench/runs-2026-12-07i/run_d.sh): 0.
-Q2_0_DEC_RING_EARLY = 0
+#: the PDL wait (1; the activations after it, as the W8A8 GEMMs) or after it (0). The FFN at one /
+#: two rows 34.3 / 47.8 -> 30.8 / 45.5 us, on the chain 46.5 / 55.6 -> 42.8 / 52.9 (H100,
+#: performance-log.md "2026-12-07 (j)"): 1.
+Q2_0_DEC_RING_EARLY = 1
 #: fp8_bf16_gemv.cu's decode kernels (tree and chain) load each warp's first weight chunk before
-#: the PDL wait (1) or after it (0). A variant not yet measured (runs-2026-12-07i/run_d.sh): 0.
-FP8_BF16_DEC_W_EARLY = 0
+#: the PDL wait (1) or after it (0). FP8's FFN at one / two rows 83.2 / 100.6 -> 81.1 / 98.4 us,
+#: BF16's 121.2 / 138.3 -> 117.3 / 136.1 (H100, performance-log.md "2026-12-07 (j)"): 1.
+FP8_BF16_DEC_W_EARLY = 1
 #: fp8_bf16_gemv.cu's integer tensor-core GEMM ``{fp8,bf16}_mma_nt{NT}``: warps per CTA (they
 #: split K into 64-block runs; its ``// @defines FP8_BF16_MMA`` line, metrale/cuda/fp8_bf16.py
 #: launches with the same value).
@@ -441,21 +446,20 @@ W8A8_WGMMA_TILES: tuple[W8a8WgmmaTile, ...] = (
 )
 #: The tiles w8a8.gemm_tile picks from: for one matrix, and for gate and up in one launch
 #: ("pair", w8a8.TILE_PAIR): 256x192 gives Qwen3-8B's pair 128 CTAs at
-#: 129..256 rows (one wave on 132 multiprocessors) where 256x128 gives 192.
+#: 129..256 rows (one wave on 132 multiprocessors) where 256x128 gives 192; 128x192 the same
+#: one wave at 65..128 rows.
 W8A8_WGMMA_ROUTED: dict[str, tuple[str, ...]] = {
     "one": ("w8a8_wgmma_256x128", "w8a8_wgmma_128x128"),
-    "pair": ("w8a8_wgmma_256x128", "w8a8_wgmma_256x192"),
+    "pair": ("w8a8_wgmma_256x128", "w8a8_wgmma_256x192", "w8a8_wgmma_128x192"),
 }
 #: The tiles built with the W8A8 arm's SiLU step in the epilogue (``w8a8_wgmma_silu_{bm}x{bn}``,
-#: gate and up side by side: w8a8.w8a8_gemv_dual_silu_quant): the routed pair tiles, and
-#: 128x192 (one wave of 128 CTAs for Qwen3-8B at 65..128 rows, where the stream-K pair runs now;
-#: a candidate, not routed).
-W8A8_SILU_TILES: tuple[str, ...] = (*W8A8_WGMMA_ROUTED["pair"], "w8a8_wgmma_128x192")
+#: gate and up side by side: w8a8.w8a8_gemv_dual_silu_quant): the routed pair tiles.
+W8A8_SILU_TILES: tuple[str, ...] = W8A8_WGMMA_ROUTED["pair"]
 #: Those tiles' epilogue reads the compact SiLU table (weights.compact_table) from shared memory,
 #: copied into the stage slots after the mainloop (``w8a8_wgmma_silu_st_*``), instead of gathering
-#: from the whole table in global memory. Not yet measured (docs/bench/runs-2026-12-07i/run_a.sh,
-#: pair128 D): off.
-W8A8_SILU_TILE_ST = False
+#: from the whole table in global memory: 2-7 % off the FFN at 96..512 rows with the 128x192 pair
+#: (H100, docs/performance-log.md "2026-12-07 (j)").
+W8A8_SILU_TILE_ST = True
 
 
 #: w8a8_wgmma.cu split-K kernels for few rows ``w8a8_wgmma_sk_n{nb}`` (sm_90a): activation
@@ -528,10 +532,10 @@ W8A8_TMA_KS_VARIANT: tuple[int, dict[int, int]] = (2, {64: 4, 128: 3})
 W8A8_TMA_ROWS: tuple[int, int] = (33, 256)
 W8A8_TMA_GEMM_FILL = 0.5
 #: Gate and up in one launch (w8a8.w8a8_gemv_dual) take the stream-K kernel at every m up to
-#: this, whatever the tiles' grid: Qwen3-8B W8A8 FFN on an H200 (docs/performance-log.md) at
-#: m = 96 / 128 85.0 / 92.9 µs against 90.3 / 94.5 on two launches of the tile; past 128 rows
-#: the two tile launches are faster (m = 192: TMA for each of gate and up 147.6 against 130.6).
-W8A8_TMA_PAIR_MAX_ROWS = 128
+#: this, whatever the tiles' grid; past it the 128x192 pair tile with the SiLU step in its
+#: epilogue: Qwen3-8B W8A8 FFN at 96 / 128 rows 97.5-99.3 / 102.6-103.1 us against 99.7-100.4 /
+#: 104.6-105.5 on the stream-K pair (H100, docs/performance-log.md "2026-12-07 (j)").
+W8A8_TMA_PAIR_MAX_ROWS = 64
 #: The most rows w8a8.cu's one-launch SiLU-quantize kernel (``w8a8_silu_quant``, a cluster of
 #: 8 CTAs per row) serves; beyond, the slice pair. Measured on an H200 (Qwen3-8B W8A8 FFN,
 #: docs/performance-log.md): cluster / pair µs at m = 1, 16, 32 51.7 / 52.3, 57.7 / 59.1,
@@ -564,12 +568,14 @@ W8A8_SILU_QUANT_ST: tuple[int, int, int] = (256, 8, 4)
 ACT_MUL_ST: tuple[int, int, int] = (512, 2, 3)
 #: The rows from which act_mul takes ``act_mul_st`` where N and the rows allow (None: never);
 #: each CTA then has at least ACT_MUL_ST_MIN_GROUPS groups (one step of the CTA: no more table
-#: copies than steps). Not yet measured (docs/bench/runs-2026-12-07i/run_c.sh): off.
-ACT_MUL_ST_MIN_ROWS: int | None = None
+#: copies than steps). From 1024 rows: 1-2 % off the NVFP4 and Q2_0 FFNs at 1024 / 4096 rows
+#: (H100, docs/performance-log.md "2026-12-07 (j)"); slower at 64..1024 as a step alone.
+ACT_MUL_ST_MIN_ROWS: int | None = 1024
 ACT_MUL_ST_MIN_GROUPS = 1024
-#: The rows from which the SiLU-quantize step takes ``w8a8_silu_quant_st`` (None: never). Not yet
-#: measured (docs/bench/runs-2026-12-07i/run_b.sh): off.
-W8A8_SILU_ST_MIN_ROWS: int | None = None
+#: The rows from which the SiLU-quantize step takes ``w8a8_silu_quant_st`` (None: never): 2 % off
+#: the W8A8 FFN at 1024 / 4096 rows, 4-15 % slower at 64..256 (H100, performance-log.md
+#: "2026-12-07 (j)").
+W8A8_SILU_ST_MIN_ROWS: int | None = 1024
 
 
 def nvfp4_gemm_builds() -> list[tuple[int, int, int]]:

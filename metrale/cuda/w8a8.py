@@ -101,9 +101,10 @@ GEMM_MIN_ROWS = 65
 #: same bits).
 TILE_PAIR = os.environ.get("METRALE_W8A8_TILE_PAIR", "1") == "1"
 #: ``w8a8_gemv_dual_silu_quant`` forms h in the pair tile's epilogue where ``pair_tile`` routes
-#: (METRALE_W8A8_FUSED_SILU=1; off until its GPU tests have run); otherwise the dual launch and
-#: the SiLU-quantize step (the same bits).
-FUSED_SILU = os.environ.get("METRALE_W8A8_FUSED_SILU", "0") == "1"
+#: (METRALE_W8A8_FUSED_SILU=0 turns it off, for benchmarks); otherwise the dual launch and the
+#: SiLU-quantize step (the same bits). With SILU_TILE_ST 2-7 % off the FFN at 96..512 rows (H100,
+#: docs/performance-log.md "2026-12-07 (j)").
+FUSED_SILU = os.environ.get("METRALE_W8A8_FUSED_SILU", "1") == "1"
 #: The SiLU tiles read the compact SiLU table from shared memory (``w8a8_wgmma_silu_st_*``: copied
 #: into the stage slots after the mainloop) instead of gathering from the whole table
 #: (configs.W8A8_SILU_TILE_ST; the same bits).
@@ -301,8 +302,8 @@ def wave_work(t: configs.W8a8WgmmaTile, m: int, n: int, gz: int = 1) -> int:
 def pair_pays(m: int, n: int) -> bool:
     """Whether gate and up as one launch of the pair's tile take no more wave work than two
     launches of the single matrix's tile (``gemm_tile``): Qwen3-8B (N = 12288) at 129..256 rows
-    one wave of 128 CTAs of 256x192 against two of 96; Llama-3-8B (N = 14336) at 384 rows the
-    pair's 256x128 would take four waves where two launches of 128x128 take three each."""
+    one wave of 128 CTAs of 256x192 against two of 96; Llama-3-8B (N = 14336) at 96 rows the
+    pair's 128x192 would take two waves where two launches of 128x128 take one each."""
     return wave_work(gemm_tile(m, n, 2), m, n, 2) <= 2 * wave_work(gemm_tile(m, n), m, n)
 
 

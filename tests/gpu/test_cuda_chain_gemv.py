@@ -133,13 +133,14 @@ def test_chain_gemv_ring_early(
     threads: int,
     shape: tuple,
 ) -> None:
-    """The fast chain kernels built with ``configs.NVFP4_RUN_RING_EARLY`` (the rings' first
-    slices copied before the PDL wait, the activation records after it): A16 single and dual,
-    and A4, against project_chain, with more rounds than CTAs at 32 threads."""
-    from metrale.cuda import nvfp4, runtime
+    """The fast chain kernels built with the other setting of ``configs.NVFP4_RUN_RING_EARLY``
+    than the routed one (the rings' first slices copied before the PDL wait or after it): A16
+    single and dual, and A4, against project_chain, with more rounds than CTAs at 32 threads."""
+    from metrale.cuda import configs, nvfp4, runtime
 
-    gen.rebuild_with(monkeypatch, (nvfp4.A16_FILE, nvfp4.A4_FILE), NVFP4_RUN_RING_EARLY=1)
-    assert "#define RUN_RING_EARLY 1" in runtime.source(nvfp4.A16_FILE)
+    other = 1 - configs.NVFP4_RUN_RING_EARLY
+    gen.rebuild_with(monkeypatch, (nvfp4.A16_FILE, nvfp4.A4_FILE), NVFP4_RUN_RING_EARLY=other)
+    assert f"#define RUN_RING_EARLY {other}" in runtime.source(nvfp4.A16_FILE)
     check_a16_rows(cuda, fresh_rng, shape, "chain gemv ring early")
     check_a4_rows(cuda, fresh_rng, shape, (1, 2, 3, 4), "chain gemv ring early")
     assert {"nvfp4_a16fc_r1", "nvfp4_a4fc_r1"} <= set(chained), chained

@@ -305,11 +305,13 @@ DEC_CHAIN_SHAPES = ((9, 16), (37, 1040), (21, 1072), (43, 4688), (70, 4096), (19
 def test_chain_decode_wide_w_early(
     cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, fmt: str
 ) -> None:
-    """``test_chain_decode_wide`` at K = 1072 and 12288 with each warp's first weight load before
-    the PDL wait (``configs.FP8_BF16_DEC_W_EARLY``)."""
+    """``test_chain_decode_wide`` at K = 1072 and 12288 built with the other setting of
+    ``configs.FP8_BF16_DEC_W_EARLY`` than the routed one (each warp's first weight load before the
+    PDL wait or after it)."""
+    from metrale.cuda import configs
     from tests.gpu.test_cuda_fp8_bf16 import rebuild_decode
 
-    rebuild_decode(monkeypatch, 1)
+    rebuild_decode(monkeypatch, 1 - configs.FP8_BF16_DEC_W_EARLY)
     for shape in ((21, 1072), (19, 12288)):
         test_chain_decode_wide(cuda, fresh_rng, monkeypatch, fmt, shape)
 
@@ -377,11 +379,13 @@ def test_chain_decode_extreme_bf16(
 def test_chain_decode_q2_0_ring_early(
     cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, pipe: bool
 ) -> None:
-    """``test_chain_decode_q2_0`` at K = 4096 and 12288 with the decode kernels' first weight
-    loads before the PDL wait (``configs.Q2_0_DEC_RING_EARLY``)."""
+    """``test_chain_decode_q2_0`` at K = 4096 and 12288 built with the other setting of
+    ``configs.Q2_0_DEC_RING_EARLY`` than the routed one (the decode kernels' first weight loads
+    before the PDL wait or after it)."""
+    from metrale.cuda import configs
     from tests.gpu.test_cuda_q2_0 import rebuild_q2_decode
 
-    rebuild_q2_decode(monkeypatch, 1)
+    rebuild_q2_decode(monkeypatch, 1 - configs.Q2_0_DEC_RING_EARLY)
     for shape in ((130, 4096), (45, 12288)):
         test_chain_decode_q2_0(cuda, fresh_rng, monkeypatch, shape, pipe)
 

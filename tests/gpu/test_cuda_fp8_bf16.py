@@ -185,9 +185,10 @@ ROUTED_DEC = list(configs.FP8_BF16_DEC.items())
 def test_decode_kernels_w_early(
     cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, fmt: str, m: int, cfg: Any
 ) -> None:
-    """The routed decode kernels built with each warp's first weight load before the PDL wait
-    (``configs.FP8_BF16_DEC_W_EARLY``), as ``test_decode_kernels_match_reference``."""
-    rebuild_decode(monkeypatch, 1)
+    """The routed decode kernels built with the other setting of ``configs.FP8_BF16_DEC_W_EARLY``
+    than the routed one (each warp's first weight load before the PDL wait or after it), as
+    ``test_decode_kernels_match_reference``."""
+    rebuild_decode(monkeypatch, 1 - configs.FP8_BF16_DEC_W_EARLY)
     test_decode_kernels_match_reference(cuda, fresh_rng, monkeypatch, fmt, m, cfg)
 
 

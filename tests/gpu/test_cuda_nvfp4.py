@@ -239,15 +239,17 @@ def _a4_rows_match(
 def test_fast_kernels_ring_early(
     cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, shape: tuple
 ) -> None:
-    """The tree's fast decode kernels built with their rings' first items copied before the PDL
-    wait (``configs.NVFP4_FAST_RING_EARLY``): A16 single rows, batches of 2 and 3 and the dual
+    """The tree's fast decode kernels built with the other setting of
+    ``configs.NVFP4_FAST_RING_EARLY`` than the routed one (their rings' first items copied before
+    the PDL wait or after it): A16 single rows, batches of 2 and 3 and the dual
     launches (``test_fast_gemv_many_columns_per_warp``), and A4 on the fast path at 1..4 rows
     (its records' group waited for behind the ring's)."""
+    from metrale.cuda import configs, nvfp4, runtime
     from metrale.cuda import mma as mma_mod
-    from metrale.cuda import nvfp4, runtime
 
-    gen.rebuild_with(monkeypatch, (nvfp4.A16_FILE, nvfp4.A4_FILE), NVFP4_FAST_RING_EARLY=1)
-    assert "#define FAST_RING_EARLY 1" in runtime.source(nvfp4.A16_FILE)
+    other = 1 - configs.NVFP4_FAST_RING_EARLY
+    gen.rebuild_with(monkeypatch, (nvfp4.A16_FILE, nvfp4.A4_FILE), NVFP4_FAST_RING_EARLY=other)
+    assert f"#define FAST_RING_EARLY {other}" in runtime.source(nvfp4.A16_FILE)
     test_fast_gemv_many_columns_per_warp(cuda, fresh_rng, shape)
     w, dw, x, want = _a4_case(cuda, fresh_rng, shape, 2)
     asked = gen.kernels_fetched(monkeypatch, runtime)
@@ -362,7 +364,7 @@ def test_act_mul_every_gate_pattern(cuda: Any, fresh_rng: np.random.Generator, a
 
 
 @pytest.mark.parametrize("activation", ["silu", "gelu"])
-@pytest.mark.parametrize(("m", "n"), [(256, 256), (37, 1048), (400, 8200)])
+@pytest.mark.parametrize(("m", "n"), [(256, 256), (37, 1040), (400, 8320)])
 def test_act_mul_st_matches_reference(
     cuda: Any,
     fresh_rng: np.random.Generator,
@@ -372,8 +374,8 @@ def test_act_mul_st_matches_reference(
     n: int,
 ) -> None:
     """``act_mul_st`` (the compact table in shared memory, persistent CTAs over 8-element groups):
-    every gate code (256 x 256), 37 rows of N = 1048 (131 groups a row, the CTAs' last step
-    partly filled), and 400 rows of N = 8200, more groups than one step of every CTA (each CTA
+    every gate code (256 x 256), 37 rows of N = 1040 (130 groups a row, the CTAs' last step
+    partly filled), and 400 rows of N = 8320, more groups than one step of every CTA (each CTA
     loops); out beside guard bands, then in place."""
     from metrale.cuda import configs, elementwise
     from metrale.cuda.runtime import get_kernel

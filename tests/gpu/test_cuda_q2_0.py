@@ -76,9 +76,10 @@ def rebuild_q2_decode(monkeypatch: pytest.MonkeyPatch, ring_early: int) -> None:
 def test_q2_decode_ring_early(
     cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, n: int, k: int
 ) -> None:
-    """The decode kernels built with their first weight loads before the PDL wait
-    (``configs.Q2_0_DEC_RING_EARLY``): the routed entry points at m = 1..64 as above."""
-    rebuild_q2_decode(monkeypatch, 1)
+    """The decode kernels built with the other setting of ``configs.Q2_0_DEC_RING_EARLY`` than the
+    routed one (their first weight loads before the PDL wait or after it): the routed entry
+    points at m = 1..64 as above."""
+    rebuild_q2_decode(monkeypatch, 1 - configs.Q2_0_DEC_RING_EARLY)
     test_q2_batchm_matches_reference(cuda, fresh_rng, monkeypatch, n, k, "default")
 
 
