@@ -136,6 +136,22 @@ def test_launch_constants_come_from_the_configuration() -> None:
     assert q2_0.DEC_WARPS == configs.Q2_0_DEC_WARPS
 
 
+def test_fast_ring_early_is_one_bit_per_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """configs.NVFP4_FAST_RING_EARLY names (mode, rows) kernels; nvfp4.cuh's FAST_RING_EARLY has
+    bit 4 MODE + R set for each (a16: MODE 0, a4: MODE 1), and a kernel that is not built is
+    refused by name."""
+    from metrale.cuda import nvfp4
+
+    assert configs.fast_ring_early_mask(frozenset()) == 0
+    assert configs.fast_ring_early_mask(frozenset({("a16", 1), ("a4", 1), ("a4", 2)})) == 2 + 32 + 64
+    assert configs.fast_ring_early_mask(configs.NVFP4_FAST_KERNELS) == 0b1_1111_1110  # bits 1..8
+    with pytest.raises(ValueError, match=r"no fast kernel \[\('a16', 5\)\]"):
+        configs.fast_ring_early_mask(frozenset({("a16", 5)}))
+    monkeypatch.setattr(configs, "NVFP4_FAST_RING_EARLY", frozenset({("a4", 3)}))
+    for cu in (nvfp4.A16_FILE, nvfp4.A4_FILE):
+        assert "#define FAST_RING_EARLY 128" in source(cu).splitlines(), cu
+
+
 def runtime_text(cu: str) -> str:
     """The file's text and every local header it includes, as written (no lines generated)."""
     text, seen, todo = "", set(), [cu]

@@ -76,10 +76,26 @@ NVFP4_RUN_CTAS_PER_SM = 1
 #: docs/performance-log.md "2026-12-07 (j)"): 1.
 NVFP4_RUN_RING_EARLY = 1
 #: The same for the tree's fast decode kernels (``nvfp4_fast_body``, the routed NVFP4 / W4A4 rows
-#: 1..3): their rings' first DEPTH - 1 items before the wait (1). Measured (H100, performance-log.md
-#: "2026-12-07 (j)", twice): W4A4 10-12 % faster at one / two rows, W4A16 5 % faster at one row but
-#: 11 % slower at two (44.8 -> 49.8 us): 0 until the define can be taken per row count.
-NVFP4_FAST_RING_EARLY = 0
+#: 1..3): the (mode, rows per group) whose kernels issue their rings' first DEPTH - 1 items before
+#: the wait. Measured on the FFN (H100, performance-log.md "2026-12-07 (j)", twice, every kernel
+#: early against none): W4A4 51.6 / 60.1-60.5 -> 45.1-46.5 / 53.5-54.8 us at one / two rows, W4A16
+#: 39.4 -> 37.2-37.4 at one row but 44.8 -> 49.7-49.8 at two; three rows not measured.
+NVFP4_FAST_RING_EARLY: frozenset[tuple[str, int]] = frozenset({("a16", 1), ("a4", 1), ("a4", 2)})
+#: The fast kernels' (mode, rows per group): A16 nvfp4_a16f_r{R}, A4 nvfp4_a4f_r{R}.
+NVFP4_FAST_KERNELS: frozenset[tuple[str, int]] = frozenset(
+    {("a16", r) for r in (1, 2, 3, 4)} | {("a4", r) for r in (1, 2, 3, 4)}
+)
+
+
+def fast_ring_early_mask(early: frozenset[tuple[str, int]]) -> int:
+    """nvfp4.cuh's FAST_RING_EARLY: bit 4 MODE + R for each (mode, R) in ``early`` (MODE 0 = a16,
+    1 = a4; R = 1..4)."""
+    bad = early - NVFP4_FAST_KERNELS
+    if bad:
+        raise ValueError(f"NVFP4_FAST_RING_EARLY: no fast kernel {sorted(bad)}")
+    return sum(1 << (4 * ("a16", "a4").index(mode) + r) for mode, r in early)
+
+
 #: q2_0_dec.cu's most warps per CTA (its ``// @defines Q2_0_DEC``; metrale/cuda/q2_0.py starts
 #: from it and halves it while the grid would leave multiprocessors idle).
 Q2_0_DEC_WARPS = 8
@@ -774,7 +790,7 @@ _DEFINES: dict[str, Callable[[], dict[str, int]]] = {  # read at build time: a p
         "RUN_THREADS": NVFP4_RUN_THREADS,
         "RUN_CTAS": NVFP4_RUN_CTAS_PER_SM,
         "RUN_SCALE_SLICES": NVFP4_RUN_SCALE_SLICES,
-        "FAST_RING_EARLY": NVFP4_FAST_RING_EARLY,
+        "FAST_RING_EARLY": fast_ring_early_mask(NVFP4_FAST_RING_EARLY),
         "RUN_RING_EARLY": NVFP4_RUN_RING_EARLY,
     },
     "NVFP4_FAST_SLOT": lambda: {"FAST_SLOT": NVFP4_FAST_SLOT},

@@ -20,9 +20,9 @@ kernels (kernels/q2_0_dec.cu: ``q2_dec_prep``, ``q2_dec_r*``), the tensor-core e
 prologues, K-split MMA kernels, prefill GEMMs and ``mma_finish`` (kernels/mma_gemm.cuh: the
 prefill GEMM requests its first step's weights before the wait) and the tiled GEMM with its A16 prologue
 (kernels/tile.cuh, nvfp4_tile.cu ``w4a16b_prep``: the first stages' weights before the wait).
-Variants built to be measured load early too: the decode kernels' first weights
-(configs.NVFP4_FAST_RING_EARLY, NVFP4_RUN_RING_EARLY, Q2_0_DEC_RING_EARLY,
-FP8_BF16_DEC_W_EARLY), and ``act_mul_st`` /
+The decode kernels load their first weights early too (configs.Q2_0_DEC_RING_EARLY,
+FP8_BF16_DEC_W_EARLY, NVFP4_RUN_RING_EARLY and, per kernel, NVFP4_FAST_RING_EARLY), and
+``act_mul_st`` /
 ``w8a8_silu_quant_st`` copy the compact activation table (uploaded once, like the weights
 written by no launch of an FFN) before the wait.
 The bits cannot change: the same kernels run on the same data.

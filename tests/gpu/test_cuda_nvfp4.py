@@ -240,16 +240,16 @@ def test_fast_kernels_ring_early(
     cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, shape: tuple
 ) -> None:
     """The tree's fast decode kernels built with the other setting of
-    ``configs.NVFP4_FAST_RING_EARLY`` than the routed one (their rings' first items copied before
-    the PDL wait or after it): A16 single rows, batches of 2 and 3 and the dual
+    ``configs.NVFP4_FAST_RING_EARLY`` than the routed one for every kernel (their rings' first
+    items copied before the PDL wait or after it): A16 single rows, batches of 2 and 3 and the dual
     launches (``test_fast_gemv_many_columns_per_warp``), and A4 on the fast path at 1..4 rows
     (its records' group waited for behind the ring's)."""
     from metrale.cuda import configs, nvfp4, runtime
     from metrale.cuda import mma as mma_mod
 
-    other = 1 - configs.NVFP4_FAST_RING_EARLY
+    other = configs.NVFP4_FAST_KERNELS - configs.NVFP4_FAST_RING_EARLY
     gen.rebuild_with(monkeypatch, (nvfp4.A16_FILE, nvfp4.A4_FILE), NVFP4_FAST_RING_EARLY=other)
-    assert f"#define FAST_RING_EARLY {other}" in runtime.source(nvfp4.A16_FILE)
+    assert f"#define FAST_RING_EARLY {configs.fast_ring_early_mask(other)}" in runtime.source(nvfp4.A16_FILE)
     test_fast_gemv_many_columns_per_warp(cuda, fresh_rng, shape)
     w, dw, x, want = _a4_case(cuda, fresh_rng, shape, 2)
     asked = gen.kernels_fetched(monkeypatch, runtime)

@@ -14,7 +14,7 @@ v=${run:1}
 timeout 100 python -c "
 import sys; from metrale.cuda import configs
 configs.NVFP4_RUN_RING_EARLY = int('$v' == 'E')
-configs.NVFP4_FAST_RING_EARLY = int('$v' == 'U')
+configs.NVFP4_FAST_RING_EARLY = configs.NVFP4_FAST_KERNELS if '$v' == 'U' else frozenset()
 configs.Q2_0_DEC_RING_EARLY = configs.FP8_BF16_DEC_W_EARLY = int('$v' in 'UE')
 from metrale.bench.run import main
 sys.exit(main([*(['--chain'] if '$v' in 'CE' else []), '--shape', 'qwen3-8b', '--m', '1,2', '--formats', 'nvfp4,w4a4,q2_0,fp8,bf16',

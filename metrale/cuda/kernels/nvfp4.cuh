@@ -287,8 +287,8 @@ __device__ __forceinline__ void nvfp4_body(const void* act, long long lda, const
 //   * block value A16: v = (f32(S) * f32(wscale)) * 2^(E - 15); A4: a4_value, as nvfp4_body; the
 //     scales decoded by cvt.rn.f16x2.e4m3x2 (exact) and widened to f32.
 //   * PDL-capable (metrale/cuda/pdl.py): pdl_trigger, then pdl_wait, before any memory access
-//     (with FAST_RING_EARLY, and the chain form below with RUN_RING_EARLY: the rings' first
-//     weight items / slices before the wait).
+//     (the (MODE, R) in FAST_RING_EARLY, bit 4 MODE + R, and the chain form below with
+//     RUN_RING_EARLY: the rings' first weight items / slices before the wait).
 // Shared memory: per chunk c and row r a 2304-byte record at (c * R + r) * 2304: A16 limbs lo even,
 // lo odd, hi even, hi odd (4 x 512 B, slot = pair lane), A4 codes even, odd (2 x 512 B, the hi
 // half unused), then the factors (float2 [32]); every warp load is one contiguous run and every
@@ -648,10 +648,11 @@ __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, 
 
     // PDL (common.cuh, metrale/cuda/pdl.py): the next launch may start now; nothing is read
     // before the previous grid has completed (an L2 prefetch of the first weight items here was
-    // slower on the H200: the prologue's x requests queued behind it), but with FAST_RING_EARLY
-    // the ring's first DEPTH - 1 items, copied into their slots before the wait.
+    // slower on the H200: the prologue's x requests queued behind it), but where FAST_RING_EARLY
+    // holds this (MODE, R) the ring's first DEPTH - 1 items, copied into their slots before the wait.
+    constexpr bool early = ((FAST_RING_EARLY >> (4 * MODE + R)) & 1) != 0;
     pdl_trigger();
-    if (!FAST_RING_EARLY) pdl_wait();
+    if constexpr (!early) pdl_wait();
 
     for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
         const int row0 = g * R;
@@ -672,19 +673,19 @@ __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, 
 #pragma unroll
             for (int d = 0; d < DEPTH - 1; ++d) issue(d);
         };
-        if constexpr (FAST_RING_EARLY) {
+        if constexpr (early) {
             issue_ring();
             pdl_wait();
         }
         auto prologue_ring = [&]() {  // where the prologue issues the ring (after its x requests)
-            if constexpr (!FAST_RING_EARLY) issue_ring();
+            if constexpr (!early) issue_ring();
         };
         if constexpr (MODE == 0) {
             fast_prologue<R>(smem, (const unsigned short*)act, lda, m, row0, B, nblk, prologue_ring);
         } else {
             fast_prologue_a4<R>(smem, (const unsigned char*)act, lda, afac, m, row0, B, nblk, prologue_ring);
             // the records' group (the ring's DEPTH - 1 may still fly when issued after it)
-            cp_async_wait<FAST_RING_EARLY ? 0 : DEPTH - 1>();
+            cp_async_wait<early ? 0 : DEPTH - 1>();
         }
         __syncthreads();
 
