@@ -78,24 +78,10 @@ NVFP4_RUN_RING_EARLY = 1
 #: The same for the tree's fast decode kernels (``nvfp4_fast_body``, the routed NVFP4 / W4A4 rows
 #: 1..3): the (mode, rows per group) whose kernels issue their rings' first DEPTH - 1 items before
 #: the wait. Measured on the FFN (H100, performance-log.md "2026-12-07 (j)", twice, every kernel
-#: early against none): W4A4 51.6 / 60.1-60.5 -> 45.1-46.5 / 53.5-54.8 us at one / two rows, W4A16
-#: 39.4 -> 37.2-37.4 at one row but 44.8 -> 49.7-49.8 at two; three rows not measured.
+#: early against none): W4A4 50.3-51.6 / 59.2-60.5 -> 45.1-46.5 / 53.5-54.8 us at one / two rows,
+#: W4A16 39.3-39.4 -> 37.1-37.4 at one row but 44.8-45.0 -> 49.4-49.8 at two; three rows not
+#: measured.
 NVFP4_FAST_RING_EARLY: frozenset[tuple[str, int]] = frozenset({("a16", 1), ("a4", 1), ("a4", 2)})
-#: The fast kernels' (mode, rows per group): A16 nvfp4_a16f_r{R}, A4 nvfp4_a4f_r{R}.
-NVFP4_FAST_KERNELS: frozenset[tuple[str, int]] = frozenset(
-    {("a16", r) for r in (1, 2, 3, 4)} | {("a4", r) for r in (1, 2, 3, 4)}
-)
-
-
-def fast_ring_early_mask(early: frozenset[tuple[str, int]]) -> int:
-    """nvfp4.cuh's FAST_RING_EARLY: bit 4 MODE + R for each (mode, R) in ``early`` (MODE 0 = a16,
-    1 = a4; R = 1..4)."""
-    bad = early - NVFP4_FAST_KERNELS
-    if bad:
-        raise ValueError(f"NVFP4_FAST_RING_EARLY: no fast kernel {sorted(bad)}")
-    return sum(1 << (4 * ("a16", "a4").index(mode) + r) for mode, r in early)
-
-
 #: q2_0_dec.cu's most warps per CTA (its ``// @defines Q2_0_DEC``; metrale/cuda/q2_0.py starts
 #: from it and halves it while the grid would leave multiprocessors idle).
 Q2_0_DEC_WARPS = 8
@@ -106,12 +92,13 @@ Q2_0_CHAIN_P_FLOATS = 68
 Q2_0_CHAIN_F_FLOATS = 16
 #: q2_0_dec.cu's decode kernels (tree and chain) load their rings' first D - 1 weight steps before
 #: the PDL wait (1; the activations after it, as the W8A8 GEMMs) or after it (0). The FFN at one /
-#: two rows 34.3 / 47.8 -> 30.8 / 45.5 us, on the chain 46.5 / 55.6 -> 42.8 / 52.9 (H100,
+#: two rows 33.6-34.3 / 46.8-47.8 -> 30.7-31.4 / 45.5-45.8 us, on the chain 46.5 / 55.6 -> 42.8 / 52.9 (H100,
 #: performance-log.md "2026-12-07 (j)"): 1.
 Q2_0_DEC_RING_EARLY = 1
 #: fp8_bf16_gemv.cu's decode kernels (tree and chain) load each warp's first weight chunk before
-#: the PDL wait (1) or after it (0). FP8's FFN at one / two rows 83.2 / 100.6 -> 81.1 / 98.4 us,
-#: BF16's 121.2 / 138.3 -> 117.3 / 136.1 (H100, performance-log.md "2026-12-07 (j)"): 1.
+#: the PDL wait (1) or after it (0). FP8's FFN at one / two rows 82.8-83.8 / 100.1-101.4 ->
+#: 80.8-81.2 / 98.3-99.0 us, BF16's 120.9-121.5 / 137.9-138.6 -> 117.3-117.4 / 136.0-136.1 (H100,
+#: performance-log.md "2026-12-07 (j)"): 1.
 FP8_BF16_DEC_W_EARLY = 1
 #: fp8_bf16_gemv.cu's integer tensor-core GEMM ``{fp8,bf16}_mma_nt{NT}``: warps per CTA (they
 #: split K into 64-block runs; its ``// @defines FP8_BF16_MMA`` line, metrale/cuda/fp8_bf16.py
@@ -130,6 +117,21 @@ NVFP4_FAST_PQ: dict[int, bool] = {1: True, 2: True, 3: False, 4: False}
 #: nvfp4_a4.cu fast kernels ``nvfp4_a4f_r{R}`` (W4A4 decode, one pass of R = m rows): rows ->
 #: cp.async ring depth, as NVFP4_FAST_DEPTH.
 NVFP4_A4F_DEPTH: dict[int, int] = {1: 3, 2: 4, 3: 3, 4: 3}
+#: The fast kernels' (mode, rows per group): A16 nvfp4_a16f_r{R}, A4 nvfp4_a4f_r{R}.
+NVFP4_FAST_KERNELS: frozenset[tuple[str, int]] = frozenset(
+    {("a16", r) for r in NVFP4_FAST_DEPTH} | {("a4", r) for r in NVFP4_A4F_DEPTH}
+)
+
+
+def fast_ring_early_mask(early: frozenset[tuple[str, int]]) -> int:
+    """nvfp4.cuh's FAST_RING_EARLY (NVFP4_FAST_RING_EARLY): bit 4 MODE + R for each (mode, R) in
+    ``early`` (MODE 0 = a16, 1 = a4; R = 1..4: bits 1..4 and 5..8)."""
+    bad = early - NVFP4_FAST_KERNELS
+    if bad:
+        raise ValueError(f"NVFP4_FAST_RING_EARLY: no fast kernel {sorted(bad)}")
+    return sum(1 << (4 * ("a16", "a4").index(mode) + r) for mode, r in early)
+
+
 #: nvfp4_mma.cu kernel families: name prefix -> mode (0: A16 on the s8 MMA, 1: A4 on the s8 MMA,
 #: 3: A16 or A4 on the f16 MMA (the "h" prefixes), the same bits; BLOCK_DOT picks the family).
 NVFP4_MMA_MODES: tuple[tuple[str, int], ...] = (("w4a16", 0), ("w4a4", 1), ("w4a16h", 3), ("w4a4h", 3))
@@ -585,7 +587,8 @@ ACT_MUL_ST: tuple[int, int, int] = (512, 2, 3)
 #: The rows from which act_mul takes ``act_mul_st`` where N and the rows allow (None: never);
 #: each CTA then has at least ACT_MUL_ST_MIN_GROUPS groups (one step of the CTA: no more table
 #: copies than steps). From 1024 rows: 1-2 % off the NVFP4 and Q2_0 FFNs at 1024 / 4096 rows
-#: (H100, docs/performance-log.md "2026-12-07 (j)"); slower at 64..1024 as a step alone.
+#: (H100, docs/performance-log.md "2026-12-07 (j)"); the step alone (Python-timed) was slower at
+#: 64..1024 rows.
 ACT_MUL_ST_MIN_ROWS: int | None = 1024
 ACT_MUL_ST_MIN_GROUPS = 1024
 #: The rows from which the SiLU-quantize step takes ``w8a8_silu_quant_st`` (None: never): 2 % off
