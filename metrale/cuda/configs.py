@@ -92,8 +92,8 @@ Q2_0_CHAIN_P_FLOATS = 68
 Q2_0_CHAIN_F_FLOATS = 16
 #: q2_0_dec.cu's decode kernels (tree and chain) load their rings' first D - 1 weight steps before
 #: the PDL wait (1; the activations after it, as the W8A8 GEMMs) or after it (0). The FFN at one /
-#: two rows 33.6-34.3 / 46.8-47.8 -> 30.7-31.4 / 45.5-45.8 us, on the chain 46.5 / 55.6 -> 42.8 / 52.9 (H100,
-#: performance-log.md "2026-12-07 (j)"): 1.
+#: two rows 33.6-34.3 / 46.8-47.8 -> 30.7-31.4 / 45.5-45.8 us, on the chain 46.5 / 55.6 -> 42.8 /
+#: 52.9 (H100, performance-log.md "2026-12-07 (j)"): 1.
 Q2_0_DEC_RING_EARLY = 1
 #: fp8_bf16_gemv.cu's decode kernels (tree and chain) load each warp's first weight chunk before
 #: the PDL wait (1) or after it (0). FP8's FFN at one / two rows 82.8-83.8 / 100.1-101.4 ->
