@@ -112,9 +112,9 @@ def test_few_rows_routing_by_rows_and_grid(
     [
         (40, 2 * 12288, 64),
         (64, 2 * 12288, 64),
-        (65, 2 * 12288, None),  # past W8A8_TMA_PAIR_MAX_ROWS: the grid rule (the 128x192 pair tile)
-        (96, 2 * 12288, None),
-        (128, 2 * 12288, None),
+        (96, 2 * 12288, 128),  # gate + up: 192 CTAs of 128x128 would fill the GPU; paired: stream-K
+        (128, 2 * 12288, 128),
+        (129, 2 * 12288, None),  # past W8A8_TMA_PAIR_MAX_ROWS: the grid rule (384 CTAs: the tile)
         (192, 2 * 12288, None),
         (65, 2 * 20, 128),  # tiny: the grid rule alone already routes it
     ],
@@ -322,10 +322,9 @@ def test_dual_split_k_is_one_launch_over_both_matrices(monkeypatch: pytest.Monke
     assert int(ldo2) == 12288 + 8 and int(got_t1) == t1 and int(args[-6]) == kps
 
 
-@pytest.mark.parametrize("m", [40, 64])
+@pytest.mark.parametrize("m", [40, 64, 128])
 def test_dual_stream_k_is_one_launch_over_both_matrices(monkeypatch: pytest.MonkeyPatch, m: int) -> None:
-    """33..64 rows (configs.W8A8_TMA_PAIR_MAX_ROWS): one stream-K launch, nmat = 2, up's tensor
-    map encoded from up's weight."""
+    """33..128 rows: one stream-K launch, nmat = 2, up's tensor map encoded from up's weight."""
     seen, st = _plan_dual(monkeypatch, m, 12288, 4096)
     ((name, grid, args),) = seen
     assert name == f"w8a8_tma_n{64 if m <= 64 else 128}" and grid == (132,)
@@ -397,7 +396,7 @@ def test_dual_tile_pair_is_one_launch_over_both_matrices(monkeypatch: pytest.Mon
         (1024, 12288, 1),  # 4 waves x 49152 against 2 x 3 x 32768: a tie, one launch
         (256, 14336, 1),  # pair 256x128: 2 waves x 32768 against 2 x (1 x 32768)
         (384, 14336, 1),  # pair 128x192: 4 waves x 24576 against 2 x (3 x 16384) of 128x128: a tie
-        (96, 14336, 2),  # pair 128x192: 2 waves x 24576 against 2 x (1 x 16384) of 128x128
+        (1281, 12288, 2),  # pair 128x192: 11 waves x 24576 against 2 x (8 x 16384) of 128x128
     ],
 )
 def test_tile_pair_only_where_its_waves_pay(
@@ -534,7 +533,7 @@ def test_silu_quant_st_launch_passes_the_kernels_parameters(
     [
         (1, None),  # split K
         (64, None),  # the stream-K pair
-        (65, "w8a8_wgmma_128x192"),  # past configs.W8A8_TMA_PAIR_MAX_ROWS: the pair tile
+        (65, "w8a8_wgmma_128x192"),  # ahead of the stream-K pair (plain gate + up keeps that)
         (128, "w8a8_wgmma_128x192"),
         (129, "w8a8_wgmma_256x192"),  # the pair tile: one wave of 128 CTAs
         (256, "w8a8_wgmma_256x192"),
@@ -544,9 +543,11 @@ def test_silu_quant_st_launch_passes_the_kernels_parameters(
 def test_silu_tile_routes_with_the_pair_tile(
     monkeypatch: pytest.MonkeyPatch, m: int, want: str | None
 ) -> None:
-    """Qwen3-8B gate / up: the SiLU step goes into the tile exactly where gate and up run as one
-    launch of the pair's tile (``pair_tile``), and only with FUSED_SILU; a forced tile must be
-    one of configs.W8A8_SILU_TILES."""
+    """Qwen3-8B gate / up: the SiLU step goes into the tile exactly where the pair's tile takes
+    gate and up (``pair_tile(silu=True)``: ahead of the stream-K pair, which the plain dual launch
+    keeps up to configs.W8A8_TMA_PAIR_MAX_ROWS), and only with FUSED_SILU; Llama-3-8B at 96 rows,
+    where the pair's tile does not pay, keeps the stream-K pair; a forced tile must be one of
+    configs.W8A8_SILU_TILES."""
     from metrale.errors import MetraleError
 
     fake_device(monkeypatch)
@@ -555,8 +556,11 @@ def test_silu_tile_routes_with_the_pair_tile(
     monkeypatch.setattr(w8a8, "FUSED_SILU", True)
     got = w8a8.silu_tile(m, 12288)
     assert (got.name if got else None) == want
-    pair = w8a8.pair_tile(m, 12288)
+    pair = w8a8.pair_tile(m, 12288, silu=True)
     assert (pair.name if pair else None) == want
+    plain = w8a8.pair_tile(m, 12288)
+    assert (plain.name if plain else None) == (want if m > configs.W8A8_TMA_PAIR_MAX_ROWS else None)
+    assert w8a8.silu_tile(96, 14336) is None and w8a8.tma_tier(96, 2 * 14336, pair=True) == 128
     monkeypatch.setattr(w8a8, "FUSED_SILU", False)
     assert w8a8.silu_tile(m, 12288) is None
     assert w8a8.silu_tile(m, 12288, "w8a8_wgmma_128x192").name == "w8a8_wgmma_128x192"

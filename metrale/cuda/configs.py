@@ -550,10 +550,12 @@ W8A8_TMA_KS_VARIANT: tuple[int, dict[int, int]] = (2, {64: 4, 128: 3})
 W8A8_TMA_ROWS: tuple[int, int] = (33, 256)
 W8A8_TMA_GEMM_FILL = 0.5
 #: Gate and up in one launch (w8a8.w8a8_gemv_dual) take the stream-K kernel at every m up to
-#: this, whatever the tiles' grid; past it the 128x192 pair tile with the SiLU step in its
-#: epilogue: Qwen3-8B W8A8 FFN at 96 / 128 rows 97.5-99.3 / 102.6-103.1 us against 99.7-100.4 /
-#: 104.6-105.5 on the stream-K pair (H100, docs/performance-log.md "2026-12-07 (j)").
-W8A8_TMA_PAIR_MAX_ROWS = 64
+#: this, whatever the tiles' grid: Qwen3-8B W8A8 FFN on an H200 (docs/performance-log.md) at
+#: m = 96 / 128 85.0 / 92.9 µs against 90.3 / 94.5 on two launches of the tile; past 128 rows
+#: the two tile launches are faster (m = 192: TMA for each of gate and up 147.6 against 130.6).
+#: The W8A8 arm's pair tile with the SiLU step in its epilogue goes ahead of it where it takes
+#: the rows (w8a8.pair_tile(silu=True): Qwen3-8B from 65 rows).
+W8A8_TMA_PAIR_MAX_ROWS = 128
 #: The most rows w8a8.cu's one-launch SiLU-quantize kernel (``w8a8_silu_quant``, a cluster of
 #: 8 CTAs per row) serves; beyond, the slice pair. Measured on an H200 (Qwen3-8B W8A8 FFN,
 #: docs/performance-log.md): cluster / pair µs at m = 1, 16, 32 51.7 / 52.3, 57.7 / 59.1,

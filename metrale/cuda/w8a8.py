@@ -326,13 +326,16 @@ def gemm_tile(m: int, n: int, gz: int = 1) -> configs.W8a8GemmTile | configs.W8a
     return tiles[-1]
 
 
-def pair_tile(m: int, n: int) -> configs.W8a8WgmmaTile | None:
+def pair_tile(m: int, n: int, silu: bool = False) -> configs.W8a8WgmmaTile | None:
     """The wgmma tile that takes gate and up (m rows, N = n each) in one launch where neither
     the stream-K nor the split-K kernels take the pair: from GEMM_MIN_ROWS rows where TILE_PAIR
-    and ``pair_pays``; else None (two launches)."""
+    and ``pair_pays``; else None (two launches). ``silu``: the tile with the SiLU step in its
+    epilogue (``silu_tile``), which goes ahead of the stream-K pair: Qwen3-8B W8A8 FFN at 96 /
+    128 rows 97.5-99.3 / 102.6-103.1 µs on the 128x192 tile's against 99.7-100.4 / 104.6-105.5
+    on the stream-K pair and the SiLU-quantize step (H100, performance-log.md "2026-12-07 (j)")."""
     if not (TILE_PAIR and m >= GEMM_MIN_ROWS and wgmma_built() and pair_pays(m, n)):
         return None
-    if tma_tier(m, 2 * n, True) is not None or split_k_tier(m) is not None:
+    if split_k_tier(m) is not None or (not silu and tma_tier(m, 2 * n, True) is not None):
         return None
     tile = gemm_tile(m, n, 2)
     return tile if isinstance(tile, configs.W8a8WgmmaTile) else None
@@ -726,7 +729,7 @@ def silu_tile(m: int, n: int, gemm: str | None = None) -> configs.W8a8WgmmaTile 
                 f"w8a8_gemv_dual_silu_quant: {_silu_kernel_name(tile)} did not build on this device"
             )
         return tile
-    tile = pair_tile(m, n) if FUSED_SILU else None
+    tile = pair_tile(m, n, silu=True) if FUSED_SILU else None
     return tile if tile is not None and get_kernel(WGMMA_FILE, _silu_kernel_name(tile)) is not None else None
 
 
