@@ -100,7 +100,7 @@ GEMM_MIN_ROWS = 65
 #: launches. Only where ``pair_pays``; METRALE_W8A8_TILE_PAIR=0 turns it off (benchmarks; the
 #: same bits).
 TILE_PAIR = os.environ.get("METRALE_W8A8_TILE_PAIR", "1") == "1"
-#: ``w8a8_gemv_dual_silu_quant`` forms h in the pair tile's epilogue where ``pair_tile`` routes
+#: ``w8a8_gemv_dual_silu_quant`` forms h in the pair tile's epilogue where ``silu_tile`` routes
 #: (METRALE_W8A8_FUSED_SILU=0 turns it off, for benchmarks); otherwise the dual launch and the
 #: SiLU-quantize step (the same bits). With SILU_TILE_ST 2-7 % off the FFN at 96..512 rows (H100,
 #: docs/performance-log.md "2026-12-07 (j)").
