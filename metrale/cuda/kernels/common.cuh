@@ -17,6 +17,7 @@
 //   pdl_trigger / pdl_wait   programmatic dependent launch (metrale/cuda/pdl.py; no-ops below sm_90)
 //   ld_stream16(p)           16 bytes read once (weights): ld.global.nc without L1 allocation
 //   TableAct / CompactAct    an activation table's value: the whole table / its compact form in smem
+//   act_mul1 / act_mul8      h = bf16(act[gate] * f32(up)) of 1 / 8 packed elements
 //   load_compact_table       the compact form into shared memory
 //   compact_act_start        a kernel's start with it: trigger, copy, wait, sync
 //   tk_start(c, G, U)        stream-K: the first of U work units of CTA c of G
@@ -325,6 +326,22 @@ struct CompactAct {
         return t[4u + (neg ? p : 0u) + (((e - lo) << 7) | (g & 127u))];
     }
 };
+
+// h = bf16(act[gate] * f32(up)) of one element (gate, up: bf16 bits; arithmetic.md § act-mul; act:
+// TableAct or CompactAct, the same values), and of 8 packed elements (one uint4 of gate and of up).
+template <class Act>
+__device__ __forceinline__ unsigned int act_mul1(unsigned int g, unsigned int u, const Act& act) {
+    return f32_to_bf16(ieee_mul(act(g), bf16_to_f32((unsigned short)u)));
+}
+template <class Act>
+__device__ __forceinline__ uint4 act_mul8(uint4 g, uint4 u, const Act& act) {
+    const unsigned int gw[4] = {g.x, g.y, g.z, g.w}, uw[4] = {u.x, u.y, u.z, u.w};
+    unsigned int hw[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+        hw[i] = act_mul1(gw[i] & 0xFFFFu, uw[i] & 0xFFFFu, act) | (act_mul1(gw[i] >> 16, uw[i] >> 16, act) << 16);
+    return make_uint4(hw[0], hw[1], hw[2], hw[3]);
+}
 
 // Copies compact_table's `words` floats (a multiple of 4) into shared memory st by the CTA's
 // threads (the caller syncs before reading).

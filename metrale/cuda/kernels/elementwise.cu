@@ -62,15 +62,7 @@ __device__ __forceinline__ void act_mul_st_body(const unsigned short* gate, long
             const long long i = i0 + (long long)j * T;
             if (i < total) {
                 const long long r = i / G, c = 8 * (i - r * G);
-                const unsigned int gw[4] = {g[j].x, g[j].y, g[j].z, g[j].w}, uw[4] = {u[j].x, u[j].y, u[j].z, u[j].w};
-                unsigned int hw[4];
-#pragma unroll
-                for (int k = 0; k < 4; ++k) {
-                    const unsigned int lo = f32_to_bf16(ieee_mul(act(gw[k] & 0xFFFFu), bf16_to_f32(uw[k] & 0xFFFFu)));
-                    const unsigned int hi = f32_to_bf16(ieee_mul(act(gw[k] >> 16), bf16_to_f32(uw[k] >> 16)));
-                    hw[k] = lo | (hi << 16);
-                }
-                *reinterpret_cast<uint4*>(out + r * ldo + c) = make_uint4(hw[0], hw[1], hw[2], hw[3]);
+                *reinterpret_cast<uint4*>(out + r * ldo + c) = act_mul8(g[j], u[j], act);
             }
         }
     }

@@ -391,7 +391,7 @@ extern "C" __global__ void __launch_bounds__(SILU_SLICE / 8) w8a8_silu_parts(
     u32 amax = 0;
     int bad = 0;
     if (k < K) {
-        const uint4 h = w8_silu8(*reinterpret_cast<const uint4*>(gr + k),
+        const uint4 h = act_mul8(*reinterpret_cast<const uint4*>(gr + k),
                                  *reinterpret_cast<const uint4*>(up + (long long)r * ldu + k), TableAct{table});
         w8_scan8(h, &amax, &bad);
         *reinterpret_cast<uint4*>(gr + k) = h;
@@ -462,7 +462,7 @@ __device__ __forceinline__ void silu_quant_row(int r, int c, const Act& act, u16
     for (int v = 0; v < V; ++v) {
         const int gi = g0 + tid + v * T;
         if (gi < g1) {
-            h[v] = w8_silu8(*reinterpret_cast<const uint4*>(gr + 8 * gi), *reinterpret_cast<const uint4*>(ur + 8 * gi),
+            h[v] = act_mul8(*reinterpret_cast<const uint4*>(gr + 8 * gi), *reinterpret_cast<const uint4*>(ur + 8 * gi),
                             act);
             w8_scan8(h[v], &amax, &bad);
             *reinterpret_cast<uint4*>(gr + 8 * gi) = h[v];

@@ -88,19 +88,3 @@ __device__ __forceinline__ uint2 w8_quant8(uint4 v, float inv) {
     return make_uint2(o[0], o[1]);
 }
 
-// h = bf16(act[gate] * f32(up)) of one element (gate, up: bf16 bits; arithmetic.md § act-mul;
-// act: common.cuh TableAct or CompactAct, the same values).
-template <class Act>
-__device__ __forceinline__ u32 w8_silu1(u32 g, u32 u, const Act& act) {
-    return w8_f32_bf16(ieee_mul(act(g), w8_bf16_f32(u)));
-}
-
-// h = bf16(act[gate] * f32(up)) for 8 packed elements (one uint4 of gate and of up).
-template <class Act>
-__device__ __forceinline__ uint4 w8_silu8(uint4 g, uint4 u, const Act& act) {
-    u32 gw[4] = {g.x, g.y, g.z, g.w}, uw[4] = {u.x, u.y, u.z, u.w}, hw[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-        hw[i] = w8_silu1(gw[i] & 0xFFFFu, uw[i] & 0xFFFFu, act) | (w8_silu1(gw[i] >> 16, uw[i] >> 16, act) << 16);
-    return make_uint4(hw[0], hw[1], hw[2], hw[3]);
-}

@@ -346,7 +346,7 @@ __device__ __forceinline__ void w8_wgmma_silu(const signed char* __restrict__ wg
                 for (int e = 0; e < 2; ++e) {
                     if (n + e < N) {
                         uv[e] = w8_y(acc[4 * (j + HJ) + 2 * h + e], s_a, swu[n + e]);
-                        hv[e] = w8_silu1(w8_y(acc[4 * j + 2 * h + e], s_a, swg[n + e]), uv[e], act);
+                        hv[e] = act_mul1(w8_y(acc[4 * j + 2 * h + e], s_a, swg[n + e]), uv[e], act);
                         w8_scan1(hv[e], &amax, &bad);
                     }
                 }
