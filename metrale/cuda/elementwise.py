@@ -62,9 +62,8 @@ def _act(name: str) -> Callable[..., None]:
         st = runtime.get_kernel(FILE, "act_mul_st") if ctas else None
         if st is not None:
             ctab = device_table(name, compact=True)
-            shape = (np.int32(m), np.int32(n), ctab, np.int32(ctab.size))
-            args = (g, np.int64(ldg), u, np.int64(ldu), o, np.int64(ldo), *shape)
-            pdl.launch(st, (ctas,), (configs.ACT_MUL_ST[0],), args, 4 * ctab.size)
+            args = (g, np.int64(ldg), u, np.int64(ldu), o, np.int64(ldo), np.int32(m), np.int32(n), ctab)
+            pdl.launch(st, (ctas,), (configs.ACT_MUL_ST[0],), (*args, np.int32(ctab.size)), 4 * ctab.size)
             return
         tab = device_table(name)
         pdl.launch(
