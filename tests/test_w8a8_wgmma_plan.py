@@ -566,3 +566,101 @@ def test_silu_tile_routes_with_the_pair_tile(
     assert w8a8.silu_tile(m, 12288, "w8a8_wgmma_128x192").name == "w8a8_wgmma_128x192"
     with pytest.raises(MetraleError, match="gemm='w8a8_wgmma_128x128', want one of"):
         w8a8.silu_tile(m, 12288, "w8a8_wgmma_128x128")
+
+
+# ---- the stream-K pair with the SiLU step in its epilogue (w8a8_tma_silu_n{bn}) ----
+
+
+def test_stream_k_silu_fits_one_multiprocessor() -> None:
+    """Every stream-K SiLU tier's stages, u's exchange, the amax reduction and the compact SiLU
+    table (7,684 floats) fit the dynamic shared memory of an sm_90 CTA; one stage more would not
+    (the stages are the most that fit)."""
+    for bn, stages in configs.W8A8_TMA_SILU_TIERS.items():
+        assert bn in configs.W8A8_TMA_TIERS, bn
+        smem = w8a8.tma_silu_smem(bn, 7684)
+        assert smem == stages * (128 + bn) * 128 + 1024 + 160 * bn + 4 * 7684 <= SM90_SMEM, bn
+        assert smem + (128 + bn) * 128 > SM90_SMEM, bn
+
+
+@pytest.mark.parametrize(("m", "n", "bn"), [(40, 12288, 64), (64, 14336, 64), (100, 208, 128), (300, 48, 64)])
+def test_stream_k_silu_launch_passes_the_kernels_parameters(
+    monkeypatch: pytest.MonkeyPatch, m: int, n: int, bn: int
+) -> None:
+    """The stream-K SiLU launch: a CTA per multiprocessor up to its units (ceil(N / 64) tiles of
+    gate and up x row tiles x 128-byte K tiles), 384 threads, ``tma_silu_smem`` bytes, arguments
+    one for one with the kernel's parameter list (gate's and up's maps of 64-row boxes encoded
+    from their weights, the codes' map of bn-row boxes, the scales, N, K, m, h's and up's outputs
+    and strides, the stream-K workspace, the compact table and its length, the parts); then
+    ``w8a8_quantize_parts`` over h with P = ceil(N / 64)."""
+    from metrale.cuda import tma
+
+    seen = fake_device(monkeypatch)
+    maps: list[Any] = []
+    monkeypatch.setattr(tma, "row_tiles", lambda a, rows, rb, stride, box: maps.append((a, box)) or (a, box))
+    work = (Arr((1,)), Arr((1,)))
+    monkeypatch.setitem(w8a8._tma_work, (0, bn), work)
+    counts: list[int] = []
+    parts = Arr((1,))
+    monkeypatch.setattr(w8a8, "_tile_parts_scratch", lambda count: counts.append(count) or parts)
+    table = Arr((7684,))
+    table.size = 7684
+    monkeypatch.setattr(w8a8, "device_table", lambda name, compact=False: table if compact else None)
+
+    class W:
+        pass
+
+    k = 4096
+    W.n, W.k = n, k
+    codes = w8a8.DeviceA8Codes(q=Arr((m, k)), scale=Arr((m,)))
+    h = w8a8.DeviceA8Codes(q=Arr((m, n)), scale=Arr((m,)))
+    ag = {"weight": Arr((n, k)), "weight_scale": Arr((n,))}
+    au = {"weight": Arr((n, k)), "weight_scale": Arr((n,))}
+    og, ou = Arr((m, n)), Arr((m, n))
+    w8a8._tma_silu_launch(bn, codes, W(), ag, au, og, n + 8, ou, n + 16, h)
+    (k1, g1, b1, a1, smem1), (k2, g2, _b2, a2, _) = seen
+    p = -(-n // 64)
+    units = p * -(-m // bn) * (k // 128)
+    assert k1 == f"w8a8_tma_silu_n{bn}" and g1 == (min(132, units),) and b1 == (384,)
+    assert smem1 == w8a8.tma_silu_smem(bn, 7684) and counts == [m * p]
+    got = [tma.TensorMap if isinstance(a, tuple) else "array" if isinstance(a, Arr) else type(a) for a in a1]
+    assert got == kernel_params("w8a8_tma_silu_n##BN")
+    assert a1[0] == (ag["weight"], 64) and a1[1] == (au["weight"], 64) and a1[2] == (codes.q, bn)
+    assert a1[3] is ag["weight_scale"] and a1[4] is au["weight_scale"] and a1[7] is codes.scale
+    assert (int(a1[5]), int(a1[6]), int(a1[8])) == (n, k, m)
+    assert a1[9] is og and int(a1[10]) == n + 8 and a1[11] is ou and int(a1[12]) == n + 16
+    assert (a1[13], a1[14]) == work and a1[15] is table and int(a1[16]) == 7684 and a1[17] is parts
+    assert k2 == "w8a8_quantize_parts" and g2 == (-(-n // w8a8.SILU_SLICE), m)
+    assert a2[0] is og and a2[3] is parts and int(a2[4]) == p and a2[5] is h.q and a2[6] is h.scale
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "want"),
+    [
+        (32, 12288, None),  # split K
+        (33, 12288, 64),
+        (64, 12288, 64),
+        (65, 12288, None),  # the SiLU tile goes first (Qwen3-8B from 65 rows)
+        (96, 14336, 128),  # Llama-3-8B: the pair's tile does not pay, the stream-K pair serves
+        (128, 14336, 128),
+        (129, 14336, None),  # past W8A8_TMA_PAIR_MAX_ROWS
+    ],
+)
+def test_stream_k_silu_routes_with_the_stream_k_pair(
+    monkeypatch: pytest.MonkeyPatch, m: int, n: int, want: int | None
+) -> None:
+    """With TMA_SILU the SiLU step goes into the stream-K pair exactly where that pair takes gate
+    and up and no SiLU tile does; never without TMA_SILU or FUSED_SILU."""
+    fake_device(monkeypatch)
+    monkeypatch.setattr(w8a8, "wgmma_built", lambda: True)
+    monkeypatch.setattr(w8a8, "TILE_PAIR", True)
+    monkeypatch.setattr(w8a8, "FUSED_SILU", True)
+    monkeypatch.setattr(w8a8, "TMA_SILU", True)
+    got = None if w8a8.silu_tile(m, n) is not None else w8a8.tma_silu_tier(m, n)
+    assert got == want
+    if want is not None:
+        assert w8a8.tma_tier(m, 2 * n, True) == want
+    monkeypatch.setattr(w8a8, "TMA_SILU", False)
+    assert w8a8.tma_silu_tier(m, n) is None
+    monkeypatch.setattr(w8a8, "TMA_SILU", True)
+    monkeypatch.setattr(w8a8, "FUSED_SILU", False)
+    assert w8a8.tma_silu_tier(m, n) is None

@@ -556,6 +556,12 @@ W8A8_TMA_GEMM_FILL = 0.5
 #: The W8A8 arm's pair tile with the SiLU step in its epilogue goes ahead of it where it takes
 #: the rows (w8a8.pair_tile(silu=True): Qwen3-8B from 65 rows).
 W8A8_TMA_PAIR_MAX_ROWS = 128
+#: w8a8_wgmma.cu ``w8a8_tma_silu_n{bn}``: the stream-K pair with the W8A8 arm's SiLU step in its
+#: epilogue (each tile 64 columns of gate and the same 64 of up; h, up and the rows' amax parts
+#: written there, w8a8.w8a8_gemv_dual_silu_quant): activation rows per tile -> stages, fewer
+#: than W8A8_TMA_TIERS' so that u's exchange, the amax reduction and the compact SiLU table fit
+#: beside them (w8a8.tma_silu_smem).
+W8A8_TMA_SILU_TIERS: dict[int, int] = {64: 7, 128: 5}
 #: The most rows w8a8.cu's one-launch SiLU-quantize kernel (``w8a8_silu_quant``, a cluster of
 #: 8 CTAs per row) serves; beyond, the slice pair. Measured on an H200 (Qwen3-8B W8A8 FFN,
 #: docs/performance-log.md): cluster / pair µs at m = 1, 16, 32 51.7 / 52.3, 57.7 / 59.1,
@@ -770,6 +776,7 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         f"W8A8_WGMMA_SILU({t.bm}, {t.bn}, {t.stages})" for t in W8A8_WGMMA_TILES if t.name in W8A8_SILU_TILES
     ],
     "W8A8_TMA": lambda: [f"W8A8_TMA({bn}, {st}, {W8A8_TMA_KS})" for bn, st in W8A8_TMA_TIERS.items()],
+    "W8A8_TMA_SILU": lambda: [f"W8A8_TMA_SILU({bn}, {st}, 1)" for bn, st in W8A8_TMA_SILU_TIERS.items()],
     "W8A8_WGMMA_SK": lambda: [
         f"W8A8_WGMMA_SK({t.bm}, {t.bn}, {t.stages}, {t.ks})" for t in W8A8_SK_TIERS.values()
     ],

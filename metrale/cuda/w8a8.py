@@ -210,6 +210,35 @@ def tma_smem(bn: int) -> int:
     return TMA_TIERS[bn] * configs.W8A8_TMA_KS * (128 + bn) * 128 + 1024
 
 
+#: ``w8a8_tma_silu_n{bn}``: the stream-K pair with the SiLU step in its epilogue
+#: (configs.W8A8_TMA_SILU_TIERS: activation rows per tile -> stages).
+TMA_SILU_TIERS = configs.W8A8_TMA_SILU_TIERS
+TMA_SILU_NAMES = {f"w8a8_tma_silu_n{bn}": bn for bn in TMA_SILU_TIERS}
+#: ``w8a8_gemv_dual_silu_quant`` takes it where the stream-K pair serves gate and up and no SiLU
+#: tile does (``tma_silu_tier``); off until measured against the stream-K pair and the
+#: SiLU-quantize step (``METRALE_W8A8_TMA_SILU=1`` turns it on).
+TMA_SILU = os.environ.get("METRALE_W8A8_TMA_SILU", "0") == "1"
+
+
+def tma_silu_smem(bn: int, words: int) -> int:
+    """Dynamic shared memory of ``w8a8_tma_silu_n{bn}``: its stages (as ``tma_smem``'s, KS = 1),
+    1024 bytes of alignment, u's exchange (128 bn bytes), the rows' amax reduction (32 bn) and
+    the compact SiLU table's ``words`` floats in whole 16-byte groups."""
+    return TMA_SILU_TIERS[bn] * (128 + bn) * 128 + 1024 + 160 * bn + 16 * cdiv(words, 4)
+
+
+def tma_silu_tier(m: int, n: int) -> int | None:
+    """The activation rows per tile of the stream-K SiLU kernel ``w8a8_gemv_dual_silu_quant``
+    routes m rows of gate and up (N = n each) to, or None: where TMA_SILU and FUSED_SILU, the
+    stream-K pair takes the rows (``tma_tier(m, 2 n, pair=True)``) and its SiLU form built."""
+    if not (TMA_SILU and FUSED_SILU):
+        return None
+    bn = tma_tier(m, 2 * n, True)
+    if bn is None or bn not in TMA_SILU_TIERS or get_kernel(WGMMA_FILE, f"w8a8_tma_silu_n{bn}") is None:
+        return None
+    return bn
+
+
 def tma_tier(m: int, n: int, pair: bool = False) -> int | None:
     """The stream-K tier (activation rows per tile) ``w8a8_gemv`` routes m rows times N = n to, or
     None: every m in TMA_MIN_ROWS .. GEMM_MIN_ROWS - 1, and m up to TMA_MAX_ROWS where the tiled
@@ -685,8 +714,10 @@ def w8a8_gemv_dual_silu_quant(
     input. Where ``pair_tile`` gives gate and up one launch of a wgmma tile (``gemm``: a tile of
     configs.W8A8_SILU_TILES forces it at any m; tests), that launch forms h in its epilogue
     (``w8a8_wgmma_silu_*``: each CTA holds the same columns of both, writes h and up and its
-    rows' amax over its columns) and ``w8a8_quantize_parts`` writes the codes; else the dual
-    launch and ``w8a8_silu_quant_gemv``'s SiLU-quantize step. The same bits either way."""
+    rows' amax over its columns) and ``w8a8_quantize_parts`` writes the codes; where the
+    stream-K pair serves the rows instead (``tma_silu_tier``; ``gemm``: a TMA_SILU_NAMES kernel
+    forces it), its SiLU form does the same per 64-column tile; else the dual launch and
+    ``w8a8_silu_quant_gemv``'s SiLU-quantize step. The same bits either way."""
     import cupy
 
     arr, arr2, m = _dual_args(codes, w, w2, "w8a8_gemv_dual_silu_quant")
@@ -700,10 +731,19 @@ def w8a8_gemv_dual_silu_quant(
     h = DeviceA8Codes(q=cupy.empty((m, n), dtype=cupy.int8), scale=cupy.empty((m,), dtype=cupy.float32))
     if m == 0:
         return h
-    tile = silu_tile(m, n, gemm)
+    if gemm in TMA_SILU_NAMES:
+        tile, bn = None, TMA_SILU_NAMES[gemm]
+        if get_kernel(WGMMA_FILE, gemm) is None:
+            raise MetraleError(f"w8a8_gemv_dual_silu_quant: {gemm} did not build on this device")
+    else:
+        tile = silu_tile(m, n, gemm)
+        bn = tma_silu_tier(m, n) if tile is None and gemm is None else None
     aligned = all(a.strides[0] % 16 == 0 and a.data.ptr % 16 == 0 for a in (outa, outb))
     if gemm is not None and not aligned:
         raise MetraleError(f"w8a8_gemv_dual_silu_quant: gemm={gemm!r} wants out, out2 rows 16-byte aligned")
+    if bn is not None and aligned:
+        _tma_silu_launch(bn, codes, w, arr, arr2, outa, ldo, outb, ldo2, h)
+        return h
     if tile is None or not aligned:
         _gemv_launch(codes.q, codes.scale, w, arr, outa, ldo, None, None, _Second(w2, arr2, outb, ldo2))
         g, u = device_rows(outa, n, m, "out"), device_rows(outb, n, m, "out2")
@@ -711,6 +751,57 @@ def w8a8_gemv_dual_silu_quant(
         return h
     _silu_tile_launch(tile, codes, arr, arr2, outa, ldo, outb, ldo2, h)
     return h
+
+
+def _tma_silu_launch(
+    bn: int,
+    codes: DeviceA8Codes,
+    w: Any,
+    arr: dict[str, Any],
+    arr2: dict[str, Any],
+    out: Any,
+    ldo: int,
+    out2: Any,
+    ldo2: int,
+    h: DeviceA8Codes,
+) -> None:
+    """``w8a8_tma_silu_n{bn}`` over the m rows of ``codes`` (gate: ``arr``, up: ``arr2``, [N, K],
+    boxes of 64 weight rows; h over ``out``, up into ``out2``): one CTA per multiprocessor (at
+    most one per unit), then ``w8a8_quantize_parts`` over the ceil(N / 64) parts per row into
+    ``h``."""
+    m, k = codes.q.shape
+    n = w.n
+    name = f"w8a8_tma_silu_n{bn}"
+    kern = get_kernel(WGMMA_FILE, name)
+    table = device_table("silu", compact=True)
+    smem = tma_silu_smem(bn, int(table.size))
+    set_dynamic_smem(kern, smem)
+    p = cdiv(n, 64)
+    units = p * cdiv(m, bn) * cdiv(k, 128)
+    part, flag = _tma_workspace(bn)
+    parts = _tile_parts_scratch(m * p)
+    args = (
+        tma.row_tiles(arr["weight"], n, k, k, 64),
+        tma.row_tiles(arr2["weight"], n, k, k, 64),
+        tma.row_tiles(codes.q, m, k, int(codes.q.strides[0]), bn),
+        arr["weight_scale"],
+        arr2["weight_scale"],
+        np.int32(n),
+        np.int32(k),
+        codes.scale,
+        np.int32(m),
+        out,
+        np.int64(ldo),
+        out2,
+        np.int64(ldo2),
+        part,
+        flag,
+        table,
+        np.int32(table.size),
+        parts,
+    )
+    pdl.launch(kern, (min(sm_count(), units),), (384,), args, smem)
+    _quantize_parts(out, h, parts, p)
 
 
 def silu_tile(m: int, n: int, gemm: str | None = None) -> configs.W8a8WgmmaTile | None:

@@ -339,22 +339,25 @@ def test_gemv_dual_matches_two_projections(
             assert not _tma_workspace(bn)[1].any(), f"dual N={n}: tma_n{bn} flags not cleared"
 
 
-#: The fused entry's cases (id, forced tile, guard widths of out and out2): routed with rows
-#: 16-byte aligned (the pair tile with the SiLU step past 256 rows at these N, below it the dual
-#: launch and the SiLU-quantize step), routed with out's rows off 16 bytes (the dual launch and
-#: an aligned copy of h given back), then each SiLU tile forced at every m; then the SiLU tiles'
-#: compact-table forms (w8a8.SILU_TILE_ST), routed and forced.
+#: The fused entry's cases (id, forced tile, guard widths of out and out2, SILU_TILE_ST,
+#: TMA_SILU): routed with rows 16-byte aligned (the pair tile with the SiLU step past 256 rows at
+#: these N, below it the dual launch and the SiLU-quantize step), routed with out's rows off 16
+#: bytes (the dual launch and an aligned copy of h given back), then each SiLU tile forced at
+#: every m; then the SiLU tiles' compact-table forms (w8a8.SILU_TILE_ST), routed and forced;
+#: then the stream-K pair's SiLU form (w8a8.TMA_SILU), routed and each tier forced.
 FUSED_CASES = [
-    ("routed", None, 8, 8, False),
-    ("routed-off16", None, 5, 8, False),
-    *((t, t, 8, 8, False) for t in sorted(configs.W8A8_SILU_TILES)),
-    ("routed-st", None, 8, 8, True),
-    *((f"{t}-st", t, 8, 8, True) for t in sorted(configs.W8A8_SILU_TILES)),
+    ("routed", None, 8, 8, False, False),
+    ("routed-off16", None, 5, 8, False, False),
+    *((t, t, 8, 8, False, False) for t in sorted(configs.W8A8_SILU_TILES)),
+    ("routed-st", None, 8, 8, True, False),
+    *((f"{t}-st", t, 8, 8, True, False) for t in sorted(configs.W8A8_SILU_TILES)),
+    ("routed-tma", None, 8, 8, True, True),
+    *((n, n, 8, 8, True, True) for n in (f"w8a8_tma_silu_n{bn}" for bn in configs.W8A8_TMA_SILU_TIERS)),
 ]
 
 
 @pytest.mark.parametrize(
-    ("gemm", "ga", "gb", "st"), [c[1:] for c in FUSED_CASES], ids=[c[0] for c in FUSED_CASES]
+    ("gemm", "ga", "gb", "st", "tma"), [c[1:] for c in FUSED_CASES], ids=[c[0] for c in FUSED_CASES]
 )
 def test_gemv_dual_silu_quant_matches_reference(
     cuda: Any,
@@ -364,12 +367,14 @@ def test_gemv_dual_silu_quant_matches_reference(
     ga: int,
     gb: int,
     st: bool,
+    tma: bool,
 ) -> None:
     """``w8a8_gemv_dual_silu_quant``: h over out, up in out2, h's A8 codes and scales the
     reference's bits at m = 1 .. 300 (every edge row kind of x: NaN / Inf rows give NaN scales,
     a zero row amax 0), both guard bands intact, launched twice; N off the tiles' column halves
-    (208 = 2 x 96 + 16; 48 below one half), K off the 128-byte tile. Routed on aligned rows the
-    SiLU tile must take m = 257 and 300 (else the case would pass on the fallback)."""
+    (208 = 2 x 96 + 16; 48 below one half and below the stream-K form's 64 columns), K off the
+    128-byte tile. Routed on aligned rows the SiLU tile must take m = 257 and 300, and with
+    TMA_SILU the stream-K form m = 33 and 64 (else the case would pass on the fallback)."""
     from metrale.cuda import w8a8
     from metrale.cuda.w8a8 import w8a8_gemv_dual_silu_quant
 
@@ -377,6 +382,7 @@ def test_gemv_dual_silu_quant_matches_reference(
         pytest.skip("wgmma kernels are sm_90a only")
     monkeypatch.setattr(w8a8, "FUSED_SILU", True)
     monkeypatch.setattr(w8a8, "SILU_TILE_ST", st)
+    monkeypatch.setattr(w8a8, "TMA_SILU", tma)
     ref = REFERENCE_KERNELS["w8a8_gemv_dual_silu_quant"]
     ms = [1, 2, 3, 16, 33, 64, 65, 128, 129, 200, 256, 257, 300]
     for n, k in ((208, 2128), (48, 48), (1040, 4112)):
@@ -389,6 +395,8 @@ def test_gemv_dual_silu_quant_matches_reference(
         for m in ms:
             if gemm is None and ga == 8 and m > 256 and wgmma_expected():
                 assert w8a8.silu_tile(m, n) is not None, f"N={n} m={m}: the SiLU tile does not route"
+            if gemm is None and tma and m in (33, 64) and wgmma_expected():
+                assert w8a8.tma_silu_tier(m, n) == 64, f"N={n} m={m}: the stream-K SiLU form does not route"
             codes = cuda.launch("w8a8_quantize", cp.asarray(x[:m].view(np.uint16)))
             for rep in range(2):
                 bg, ig, init_g = guarded(cp, fresh_rng, m, n, g=ga)  # g = 8: 16-byte aligned rows
@@ -419,6 +427,8 @@ def test_gemv_dual_silu_quant_refuses(cuda: Any, fresh_rng: np.random.Generator)
         odd = cp.zeros((3, 52), dtype=cp.uint16)[:, 4:]  # rows 104 bytes apart
         with pytest.raises(MetraleError, match="wants out, out2 rows 16-byte aligned"):
             w8a8_gemv_dual_silu_quant(codes, wg, odd, wu, out, gemm="w8a8_wgmma_256x128")
+        with pytest.raises(MetraleError, match="wants out, out2 rows 16-byte aligned"):
+            w8a8_gemv_dual_silu_quant(codes, wg, odd, wu, out, gemm="w8a8_tma_silu_n64")
     w40 = cuda.upload(w8a8_weight(fresh_rng, 40, 32))
     with pytest.raises(MetraleError, match="has N=40, want a multiple of 16"):
         w8a8_gemv_dual_silu_quant(codes, w40, cp.zeros((3, 40), cp.uint16), w40, cp.zeros((3, 40), cp.uint16))

@@ -438,24 +438,124 @@ __device__ __forceinline__ void st_release(unsigned int* p, unsigned int v) {
     asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
-template <int BN, int STAGES, int KS>
+// A unit's weight boxes into the slot at dst: one 128-row box of the tile's matrix (tw where
+// first, else tw2), or (SILU) 64 rows of gate's (tw) then the same 64 rows of up's (tw2).
+template <bool SILU>
+__device__ __forceinline__ void tma_weights(u32 dst, const TmaDesc& tw, const TmaDesc& tw2, bool first, int x0,
+                                            int y0, u32 bar) {
+    if constexpr (SILU) {
+        tma_box(dst, tw, x0, y0, bar);
+        tma_box(dst + 64 * 128, tw2, x0, y0, bar);
+    } else {
+        tma_box(dst, first ? tw : tw2, x0, y0, bar);
+    }
+}
+
+// The SiLU form's epilogue (w8a8_tma_silu_n{BN}): the finished tile's int32 sums, gate's in
+// warpgroup 0 and up's in warpgroup 1 at the same fragment positions (the same columns n, rows r).
+// Warpgroup 1 writes u = w8a8_gemv's y to uout and to xs; then warpgroup 0 forms g, h =
+// bf16(silu[g] f32(u)) over gout, and each row's (amax bits, non-finite flag) over the tile's
+// 64 columns into hpart [m][P] (the quad's lanes by shuffles, the four warps through red).
+template <int BN>
+__device__ __forceinline__ void tma_silu_epilogue(const int (&acc)[BN / 2], int g, int lt, int n0, int r0, int N,
+                                                  int m, const float* __restrict__ sa,
+                                                  const float* __restrict__ swg, const float* __restrict__ swu,
+                                                  u16* __restrict__ gout, long long ldg, u16* __restrict__ uout,
+                                                  long long ldu, u16* xs, uint2* red, const float* ts,
+                                                  uint2* __restrict__ hpart, int P, int col) {
+    const int warp = lt >> 5, gid = (lt & 31) >> 2, t = lt & 3;
+    if (g == 1) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int n = n0 + 16 * warp + gid + 8 * h;
+            const float s_w = n < N ? swu[n] : 0.0f;
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int r = r0 + 8 * j + 2 * t + e, i = 4 * j + 2 * h + e;
+                    u32 u = 0u;
+                    if (n < N && r < m) {
+                        u = w8_y(acc[i], sa[r], s_w);
+                        uout[(long long)r * ldu + n] = (u16)u;
+                    }
+                    xs[i * 128 + lt] = (u16)u;
+                }
+        }
+    }
+    named_sync(3, 256);  // u in xs; the table's copies landed (each consumer thread's before it arrived)
+    if (g == 0) {
+        const CompactAct act(ts);
+        u32 amax[BN / 4];
+        u32 bad = 0u;  // bit 2 j + e: row r0 + 8 j + 2 t + e
+#pragma unroll
+        for (int q = 0; q < BN / 4; ++q) amax[q] = 0u;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int n = n0 + 16 * warp + gid + 8 * h;
+            const float s_w = n < N ? swg[n] : 0.0f;
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int r = r0 + 8 * j + 2 * t + e, i = 4 * j + 2 * h + e;
+                    if (n < N && r < m) {
+                        const u32 hv = act_mul1(w8_y(acc[i], sa[r], s_w), (u32)xs[i * 128 + lt], act);
+                        gout[(long long)r * ldg + n] = (u16)hv;
+                        int b = 0;
+                        w8_scan1(hv, &amax[2 * j + e], &b);
+                        bad |= (u32)b << (2 * j + e);
+                    }
+                }
+        }
+#pragma unroll
+        for (int o = 4; o < 32; o <<= 1) {  // the eight lanes gid = 0 .. 7 of each t: one row set
+            bad |= __shfl_xor_sync(0xffffffffu, bad, o);
+#pragma unroll
+            for (int q = 0; q < BN / 4; ++q) amax[q] = max(amax[q], __shfl_xor_sync(0xffffffffu, amax[q], o));
+        }
+        if (gid == 0)
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                    red[warp * BN + 8 * j + 2 * t + e] = make_uint2(amax[2 * j + e], (bad >> (2 * j + e)) & 1u);
+        named_sync(4, 128);
+        if (lt < BN && r0 + lt < m) {
+            uint2 v = red[lt];
+#pragma unroll
+            for (int w = 1; w < 4; ++w) {
+                const uint2 o = red[w * BN + lt];
+                v = make_uint2(max(v.x, o.x), v.y | o.y);
+            }
+            hpart[(long long)(r0 + lt) * P + col] = v;
+        }
+    }
+    named_sync(3, 256);  // xs and red free for the next tile
+}
+
+// SILU = false: w8a8_tma_n{BN}; true: w8a8_tma_silu_n{BN} (tw / sw / out: gate's 64-row boxes,
+// scales and h; tw2 / sw2 / out2: up's; nmat unused), each tile 64 columns of both.
+template <int BN, int STAGES, int KS, bool SILU>
 __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq, const float* __restrict__ sw,
                                             int N, int K, const float* __restrict__ sa, int m,
                                             u16* __restrict__ out, long long ldo, int* __restrict__ part,
                                             unsigned int* __restrict__ flag, const TmaDesc& tw2,
                                             const float* __restrict__ sw2, u16* __restrict__ out2, long long ldo2,
-                                            int nmat) {
+                                            int nmat, const float* __restrict__ ctab = nullptr, int words = 0,
+                                            uint2* __restrict__ hpart = nullptr) {
     // a unit's K step: KS K tiles of 128 bytes (sub-tile j of a slot at j SUB: its weight rows,
-    // then its activation rows); a tile's last step may hold fewer (ns below)
-    constexpr int WROWS = 128, SUB = (WROWS + BN) * 128, STAGE = KS * SUB;
+    // then its activation rows); a tile's last step may hold fewer (ns below). A tile covers
+    // WCOLS columns: 128 weight rows of one matrix, or (SILU) 64 of gate's and the same 64 of up's.
+    constexpr int WROWS = 128, WCOLS = SILU ? 64 : 128, SUB = (WROWS + BN) * 128, STAGE = KS * SUB;
     __shared__ __align__(8) u64 bars[2 * STAGES];
     const u32 sbase = wg_smem_base();
     const u32 full0 = (u32)__cvta_generic_to_shared(&bars[0]), empty0 = full0 + 8 * STAGES;
     const int tid = threadIdx.x, wg = tid >> 7, lt = tid & 127;
     const int G = gridDim.x, c = blockIdx.x;
     const int KTILES = (K + 127) >> 7, KT = (KTILES + KS - 1) / KS;  // K tiles, K steps
-    const int NT = (N + WROWS - 1) / WROWS, RT = (m + BN - 1) / BN;
-    const int TT = NT * RT, U = nmat * TT * KT, u0 = tk_start(c, G, U), u1 = tk_start(c + 1, G, U);
+    const int NT = (N + WCOLS - 1) / WCOLS, RT = (m + BN - 1) / BN;
+    const int TT = NT * RT, U = (SILU ? 1 : nmat) * TT * KT, u0 = tk_start(c, G, U), u1 = tk_start(c + 1, G, U);
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full0 + 8 * s, 1);
@@ -478,8 +578,8 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
                 const int ns = KS == 1 ? 1 : min(KS, KTILES - kt * KS);
                 mbar_expect_tx(full0 + 8 * it, ns * SUB);
                 for (int j = 0; j < ns; ++j)
-                    tma_box(sbase + it * STAGE + j * SUB, tile < TT ? tw : tw2, (kt * KS + j) * 128, (tl / RT) * WROWS,
-                            full0 + 8 * it);
+                    tma_weights<SILU>(sbase + it * STAGE + j * SUB, tw, tw2, tile < TT, (kt * KS + j) * 128,
+                                      (tl / RT) * WCOLS, full0 + 8 * it);
             }
             pdl_wait();
             for (int u = u0, it = 0; u < u1; ++u, ++it) {
@@ -490,8 +590,8 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
                     mbar_wait(empty0 + 8 * slot, ph ^ 1u);
                     mbar_expect_tx(full0 + 8 * slot, ns * SUB);
                     for (int j = 0; j < ns; ++j)
-                        tma_box(st + j * SUB, tile < TT ? tw : tw2, (kt * KS + j) * 128, (tl / RT) * WROWS,
-                                full0 + 8 * slot);
+                        tma_weights<SILU>(st + j * SUB, tw, tw2, tile < TT, (kt * KS + j) * 128, (tl / RT) * WCOLS,
+                                          full0 + 8 * slot);
                 }
                 for (int j = 0; j < ns; ++j)
                     tma_box(st + j * SUB + WROWS * 128, tq, (kt * KS + j) * 128, (tl % RT) * BN, full0 + 8 * slot);
@@ -500,13 +600,27 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
+    // SILU: after the stages, xs (u: 128 BN bytes), red (32 BN bytes), the compact SiLU table
+    // (its `words` floats, copied before the wait: no launch writes it)
+    u16* xs = nullptr;
+    uint2* red = nullptr;
+    const float* ts = nullptr;
+    if constexpr (SILU) {
+        extern __shared__ unsigned char wg_smem[];
+        unsigned char* after = wg_smem + (sbase - (u32)__cvta_generic_to_shared(wg_smem)) + STAGES * STAGE;
+        xs = reinterpret_cast<u16*>(after);
+        red = reinterpret_cast<uint2*>(after + 128 * BN);
+        float4* tab = reinterpret_cast<float4*>(after + 160 * BN);
+        for (int i = tid - 128; 4 * i < words; i += 256) tab[i] = __ldg(reinterpret_cast<const float4*>(ctab) + i);
+        ts = reinterpret_cast<const float*>(tab);
+    }
     pdl_wait();
     const int g = wg - 1, warp = lt >> 5, gid = (lt & 31) >> 2, t = lt & 3;
     int acc[BN / 2];
     int it = 0;
     for (int u = u0; u < u1;) {
         const int tile = u / KT, ka = u - tile * KT, nk = min(KT - ka, u1 - u), tl = tile % TT;
-        const int n0 = (tl / RT) * WROWS, r0 = (tl % RT) * BN;
+        const int n0 = (tl / RT) * WCOLS, r0 = (tl % RT) * BN;
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
         for (int i = 0; i < nk; ++i, ++it) {
@@ -550,6 +664,12 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
                 for (int i = 0; i < BN / 2; ++i) acc[i] += __ldcg(src + i * 128);
                 named_sync(1 + g, 128);
                 if (lt == 0) flag[2 * c2 + g] = 0u;
+            }
+            if constexpr (SILU) {
+                tma_silu_epilogue<BN>(acc, g, lt, n0, r0, N, m, sa, sw, sw2, out, ldo, out2, ldo2, xs, red, ts,
+                                      hpart, NT, tl / RT);
+                u += nk;
+                continue;
             }
             // y = bf16((f32(S) * s_a[r]) * s_w[n]); this thread's weight rows n, activation rows r
             const bool second = tile >= TT;
@@ -631,10 +751,28 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
         int* __restrict__ part, unsigned int* __restrict__ flag, const __grid_constant__ TmaDesc tw2,    \
         const float* __restrict__ sw2, u16* __restrict__ out2, long long ldo2, int nmat) {                \
         pdl_trigger();                                                                                    \
-        w8_tma_gemm<BN, STAGES, KS>(tw, tq, sw, N, K, sa, m, out, ldo, part, flag, tw2, sw2, out2, ldo2, nmat); \
+        w8_tma_gemm<BN, STAGES, KS, false>(tw, tq, sw, N, K, sa, m, out, ldo, part, flag, tw2, sw2, out2, ldo2, \
+                                           nmat);                                                         \
+    }
+
+// w8a8_tma_silu_n{BN}: the same over gate (twg: boxes of 64 rows) and up (twu) side by side with the
+// W8A8 arm's SiLU step (w8a8.w8a8_gemv_dual_silu_quant): h over gout, u to uout, each row's
+// (amax, flag) over each 64-column tile to hpart [m][ceil(N / 64)]; the compact SiLU table's
+// `words` floats, xs and red after the stages (w8a8.tma_silu_smem).
+#define W8A8_TMA_SILU(BN, STAGES, KS)                                                                     \
+    extern "C" __global__ void __launch_bounds__(384, 1) w8a8_tma_silu_n##BN(                             \
+        const __grid_constant__ TmaDesc twg, const __grid_constant__ TmaDesc twu,                         \
+        const __grid_constant__ TmaDesc tq, const float* __restrict__ swg, const float* __restrict__ swu,  \
+        int N, int K, const float* __restrict__ sa, int m, u16* __restrict__ gout, long long ldg,        \
+        u16* __restrict__ uout, long long ldu, int* __restrict__ part, unsigned int* __restrict__ flag,   \
+        const float* __restrict__ ctab, int words, uint2* __restrict__ hpart) {                          \
+        pdl_trigger();                                                                                    \
+        w8_tma_gemm<BN, STAGES, KS, true>(twg, tq, swg, N, K, sa, m, gout, ldg, part, flag, twu, swu, uout, ldu, 2, \
+                                          ctab, words, hpart);                                            \
     }
 
 // @instances W8A8_WGMMA   (lines generated from metrale/cuda/configs.py)
 // @instances W8A8_WGMMA_SILU
 // @instances W8A8_WGMMA_SK
 // @instances W8A8_TMA
+// @instances W8A8_TMA_SILU
