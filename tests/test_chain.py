@@ -196,6 +196,33 @@ def test_chain_differs_from_tree_where_it_should() -> None:
     assert (bits(chain) != bits(tree)).sum() > 0
 
 
+@pytest.mark.parametrize("mode", ["A16", "A4"])
+@pytest.mark.parametrize("k", [16 * 40, 16 * 132])
+def test_chain_with_8_block_parts_matches_oracle(monkeypatch: pytest.MonkeyPatch, mode: str, k: int) -> None:
+    """The reference at another part size (chain.PART_BLOCKS = 8: the decode probe's,
+    docs/chain-revision.md "The part size") against the oracle at the same size, NVFP4 × A16 /
+    A4, K of 5 parts (padded to 8) and 17 (to 32); then, on a 64 x 4096 projection of rows whose
+    blocks span 2^23, that its bits are not the 64-block chain's (so the probe kernels' GPU tests,
+    on such rows, cannot pass on that chain)."""
+    from metrale.reference import chain
+
+    w = make_weight("nvfp4", 5, k, seed=k + 7)
+    x = seeded_rows(k, 3, k)
+    codes = quantize_a4(x, w.input_scale) if mode == "A4" else quantize_a16(x)
+    big = make_weight("nvfp4", 64, 4096, seed=3)
+    rng = np.random.default_rng(5)  # blocks 2^-12 .. 2^11 apart: chains round at different steps
+    scale = np.repeat(np.exp2(rng.integers(-12, 12, (8, 256))), 16, axis=1)
+    xb = (rng.standard_normal((8, 4096)) * scale).astype(F32).astype(BF16)
+    cb = quantize_a4(xb, big.input_scale) if mode == "A4" else quantize_a16(xb)
+    with np.errstate(all="ignore"):
+        at64 = chain_projection(cb, big)
+        monkeypatch.setattr(chain, "PART_BLOCKS", 8)
+        monkeypatch.setattr(oracle, "PART", 8)
+        want = oracle.root(x, w, mode, summed=oracle.chain_root)
+        same(chain_projection(codes, w), want, f"nvfp4x{mode} 8-block chain root, K = {k}")
+        assert (bits(chain_projection(cb, big)) != bits(at64)).any(), "the part size changed no root"
+
+
 def test_w8a8_unchanged() -> None:
     w = make_weight("w8a8", 6, 16 * 70, seed=1)
     x = seeded_rows(2, 4, 16 * 70)

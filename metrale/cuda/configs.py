@@ -117,6 +117,10 @@ NVFP4_FAST_PQ: dict[int, bool] = {1: True, 2: True, 3: False, 4: False}
 #: nvfp4_a4.cu fast kernels ``nvfp4_a4f_r{R}`` (W4A4 decode, one pass of R = m rows): rows ->
 #: cp.async ring depth, as NVFP4_FAST_DEPTH.
 NVFP4_A4F_DEPTH: dict[int, int] = {1: 3, 2: 4, 3: 3, 4: 3}
+#: Rows of the fast kernels' probe on the chain with 8-block parts (``nvfp4_a16f8_r{R}``,
+#: ``nvfp4_a4f8_r{R}``: docs/chain-revision.md, "The part size"; not routed), each with its fast
+#: kernel's ring depth and block dot.
+NVFP4_CH8_ROWS: tuple[int, ...] = (1, 2)
 #: The fast kernels' (mode, rows per group): A16 nvfp4_a16f_r{R}, A4 nvfp4_a4f_r{R}.
 NVFP4_FAST_KERNELS: frozenset[tuple[str, int]] = frozenset(
     {("a16", r) for r in NVFP4_FAST_DEPTH} | {("a4", r) for r in NVFP4_A4F_DEPTH}
@@ -667,6 +671,10 @@ _INSTANCES: dict[str, Callable[[], list[str]]] = {
         for c in (False, True)
         for r in NVFP4_FAST_DEPTH
     ],
+    "NVFP4_A16F8": lambda: [
+        f"NVFP4_A16F8({r}, {NVFP4_FAST_DEPTH[r]}, {_bool(NVFP4_FAST_PQ[r])})" for r in NVFP4_CH8_ROWS
+    ],
+    "NVFP4_A4F8": lambda: [f"NVFP4_A4F8({r}, {NVFP4_A4F_DEPTH[r]})" for r in NVFP4_CH8_ROWS],
     "NVFP4_A16C": lambda: [f"NVFP4_A16C({r})" for r in NVFP4_A16_ROWS],
     "NVFP4_A4": lambda: _pairs("NVFP4_A4", NVFP4_A4_ROWS, "e", "o"),
     "NVFP4_A4C": lambda: [f"NVFP4_A4C({r})" for r in NVFP4_A4_ROWS],

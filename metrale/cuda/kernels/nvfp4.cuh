@@ -406,12 +406,16 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_by
 // cp.async group per call.
 // @defines NVFP4_FAST_SLOT (FAST_SLOT from metrale/cuda/configs.py)
 // wi, si: the item's first weight / scale byte.
+// CH8 (8-block chain parts): lane l's copy j (item bytes 512 j + 16 l: block pair l & 3 of lane
+// 8 j + (l >> 2)'s part) goes where that lane reads it, pair p of lane o at p * 512 + o * 16.
+template <bool CH8 = false>
 __device__ __forceinline__ void fast_issue(unsigned char* slot, const unsigned char* wi, const unsigned char* si,
                                            int lane, int nvalid) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
         const bool ok = j < nvalid;
-        cp_async16(slot + j * 512 + lane * 16, ok ? wi + j * 512 + lane * 16 : wi, ok ? 16 : 0);
+        const int dst = CH8 ? (lane & 3) * 512 + (8 * j + (lane >> 2)) * 16 : j * 512 + lane * 16;
+        cp_async16(slot + dst, ok ? wi + j * 512 + lane * 16 : wi, ok ? 16 : 0);
     }
     if (lane < 16) {
         const bool ok = (lane >> 2) < nvalid;
@@ -511,12 +515,27 @@ __device__ __forceinline__ void a16_x_block(unsigned int (&w)[2][4], const uint4
     }
 }
 
+// The record (per row; record index x R + row) and pair slot q of block b of a column's
+// activation records: the tree's chunk b >> 6, slot (b & 63) >> 1; CH8 (8-block chain parts,
+// lane q the part of blocks 8 q .. 8 q + 7 of each 256-block item): record 4 (b >> 8) + pair
+// (b >> 1) & 3 of the part, slot (b >> 3) & 31. Parity b & 1 picks the even / odd half either way.
+template <bool CH8>
+__device__ __forceinline__ int fast_rec(int b, int& q) {
+    if constexpr (CH8) {
+        q = (b >> 3) & 31;
+        return ((b >> 8) << 2) + ((b >> 1) & 3);
+    } else {
+        q = (b & 63) >> 1;
+        return b >> 6;
+    }
+}
+
 // The prologue of nvfp4_fast_body for rows row0 .. row0+R-1 into the activation records at smem,
 // with issue_ring() (the weight ring's first items) called after this thread's x requests. One row
 // (R = 1): half-blocks over all FAST_THREADS threads (the two halves of a block in adjacent lanes,
 // their maxima joined by a shuffle); more rows: whole blocks. Both give the same records (the
 // half-block form was faster at R = 1 on the H200, the whole-block one at R = 2, 3).
-template <int R, class IssueRing>
+template <int R, bool CH8, class IssueRing>
 __device__ __forceinline__ void fast_prologue(unsigned char* smem, const unsigned short* x, long long ldx, int m,
                                               int row0, int B, int nblk, IssueRing&& issue_ring) {
     if constexpr (R == 1) {
@@ -544,8 +563,9 @@ __device__ __forceinline__ void fast_prologue(unsigned char* smem, const unsigne
         for (int it = threadIdx.x, u = 0; it < nhalf; it += FAST_THREADS, ++u) {
             const int bi = it >> 1, half = it & 1;
             const int r = bi / nblk, b = bi - r * nblk;
-            const int q = (b & 63) >> 1, h = b & 1;
-            unsigned char* rec = smem + (size_t)((b >> 6) * R + r) * FAST_REC;
+            const int h = b & 1;
+            int q;
+            unsigned char* rec = smem + (size_t)(fast_rec<CH8>(b, q) * R + r) * FAST_REC;
             const int row = row0 + r;
             const bool valid = row < m && b < B;
             unsigned int w4[4] = {0u, 0u, 0u, 0u};
@@ -588,8 +608,9 @@ __device__ __forceinline__ void fast_prologue(unsigned char* smem, const unsigne
         //      of a block writes limb bytes 8 e .. 8 e + 7 of its slot ----
         for (int it = threadIdx.x, u = 0; it < nunits; it += FAST_THREADS, ++u) {
             const int r = it / nblk, b = it - r * nblk;
-            const int q = (b & 63) >> 1, h = b & 1;
-            unsigned char* rec = smem + (size_t)((b >> 6) * R + r) * FAST_REC;
+            const int h = b & 1;
+            int q;
+            unsigned char* rec = smem + (size_t)(fast_rec<CH8>(b, q) * R + r) * FAST_REC;
             const int row = row0 + r;
             const bool valid = row < m && b < B;
             unsigned int w[2][4];
@@ -606,14 +627,15 @@ __device__ __forceinline__ void fast_prologue(unsigned char* smem, const unsigne
 // record (c * R + r): its 16 code bytes at h * 512 + q * 16 (element n in byte n, the order of
 // nib8_codes_k), its factor at 2048 + q * 8 + h * 4. Blocks past B and rows past m: zero codes,
 // factor -0.0 (the padded tree's -0.0 leaf: ((0 * w) * -0.0) * 0.25 = -0.0).
-template <int R, class IssueRing>
+template <int R, bool CH8, class IssueRing>
 __device__ __forceinline__ void fast_prologue_a4(unsigned char* smem, const unsigned char* codes, long long ldc,
                                                  const float* afac, int m, int row0, int B, int nblk,
                                                  IssueRing&& issue_ring) {
     for (int it = threadIdx.x; it < R * nblk; it += FAST_THREADS) {
         const int r = it / nblk, b = it - r * nblk;
-        const int q = (b & 63) >> 1, h = b & 1;
-        unsigned char* rec = smem + (size_t)((b >> 6) * R + r) * FAST_REC;
+        const int h = b & 1;
+        int q;
+        unsigned char* rec = smem + (size_t)(fast_rec<CH8>(b, q) * R + r) * FAST_REC;
         const int row = row0 + r;
         const bool valid = row < m && b < B;
         const unsigned char* src = valid ? codes + (size_t)row * ldc + (size_t)b * 16 : codes;
@@ -629,7 +651,11 @@ __device__ __forceinline__ void fast_prologue_a4(unsigned char* smem, const unsi
 // MODE 0 (A16): act = bf16 rows x (lda in elements), afac unused; PQ: block_dot_pq instead of
 // nib8_codes_k + block_dot_codes (same S). MODE 1 (A4): act = codes (lda = row stride in bytes, a
 // multiple of 16) and afac of w4a4_quantize; PQ false.
-template <int MODE, int R, int DEPTH, bool PQ>
+// CH8: the chain with 8-block parts (docs/chain-revision.md, "The part size"; chain.project_chain
+// with chain.PART_BLOCKS = 8), a probe of that choice: lane l chains the blocks 8 l .. 8 l + 7 of
+// each item (c = fma(P_b, f_b, c) from -0.0, P_b and f_b as nvfp4_run_body's), the 32 part roots
+// an aligned subtree of the tree over parts (xor 1 .. 16), the items as the tree's.
+template <int MODE, int R, int DEPTH, bool PQ, bool CH8 = false>
 __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, const float* afac, int m,
                                                 WeightSet set, int N, int K) {
     static_assert(MODE == 0 || !PQ, "the P/Q block dot is A16's");
@@ -663,7 +689,7 @@ __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, 
             const bool live = n_i < N;
             const unsigned char* wi = live ? set.w + (long long)n_i * wrow + (long long)s_i * 2048 : set.w;
             const unsigned char* si = live ? set.ws + (long long)n_i * B + s_i * 256 : set.ws;
-            fast_issue(ring + slot * FAST_SLOT, wi, si, lane, live ? C64 - 4 * s_i : 0);
+            fast_issue<CH8>(ring + slot * FAST_SLOT, wi, si, lane, live ? C64 - 4 * s_i : 0);
             if (++s_i == items) {
                 s_i = 0;
                 n_i += n_step;
@@ -681,9 +707,9 @@ __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, 
             if constexpr (!early) issue_ring();
         };
         if constexpr (MODE == 0) {
-            fast_prologue<R>(smem, (const unsigned short*)act, lda, m, row0, B, nblk, prologue_ring);
+            fast_prologue<R, CH8>(smem, (const unsigned short*)act, lda, m, row0, B, nblk, prologue_ring);
         } else {
-            fast_prologue_a4<R>(smem, (const unsigned char*)act, lda, afac, m, row0, B, nblk, prologue_ring);
+            fast_prologue_a4<R, CH8>(smem, (const unsigned char*)act, lda, afac, m, row0, B, nblk, prologue_ring);
             // the records' group (the ring's DEPTH - 1 may still fly when issued after it)
             cp_async_wait<early ? 0 : DEPTH - 1>();
         }
@@ -711,10 +737,14 @@ __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, 
                 issue((d + DEPTH - 1) % DEPTH);
                 const unsigned char* const cur = ring + d * FAST_SLOT;
                 float pr[R][4];
+                float ch[R];  // CH8: this lane's part chain
+#pragma unroll
+                for (int r = 0; r < R; ++r) ch[r] = METRALE_NEG_ZERO;
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
                     const uint4 wv = *(const uint4*)(cur + j * 512 + lane * 16);
-                    const unsigned int sc = *(const unsigned short*)(cur + 2048 + j * 64 + lane * 2);
+                    const unsigned int sc =
+                        *(const unsigned short*)(cur + 2048 + (CH8 ? lane * 8 + j * 2 : j * 64 + lane * 2));
                     unsigned int e0 = 0, e1 = 0, e2 = 0, e3 = 0, o0 = 0, o1 = 0, o2 = 0, o3 = 0;
                     if (!PQ) {
                         nib8_codes_k(wv.x, kc, e0, e1);
@@ -740,9 +770,17 @@ __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, 
                                               : block_dot_codes(e0, e1, e2, e3, le, hE);
                             const int so = PQ ? block_dot_pq(wv.z, wv.w, lo, hO)
                                               : block_dot_codes(o0, o1, o2, o3, lo, hO);
-                            const float ve = ((float)se * we) * f.x;
-                            const float vo = ((float)so * wo) * f.y;
-                            pr[r][j] = ve + vo;
+                            if constexpr (CH8) {
+                                ch[r] = __fmaf_rn((float)se * f.x, we, ch[r]);
+                                ch[r] = __fmaf_rn((float)so * f.y, wo, ch[r]);
+                            } else {
+                                const float ve = ((float)se * we) * f.x;
+                                const float vo = ((float)so * wo) * f.y;
+                                pr[r][j] = ve + vo;
+                            }
+                        } else if constexpr (CH8) {
+                            ch[r] = __fmaf_rn(((float)a4_dot(e0, e1, e2, e3, le) * f.x) * 0.25f, we, ch[r]);
+                            ch[r] = __fmaf_rn(((float)a4_dot(o0, o1, o2, o3, lo) * f.y) * 0.25f, wo, ch[r]);
                         } else {
                             pr[r][j] = a4_value(a4_dot(e0, e1, e2, e3, le), we, f.x) +
                                        a4_value(a4_dot(o0, o1, o2, o3, lo), wo, f.y);
@@ -751,23 +789,30 @@ __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, 
                 }
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
-                    // xor 1: even lanes keep chunks 0, 2; odd lanes chunks 1, 3
-                    float k0 = odd1 ? pr[r][1] : pr[r][0];
-                    const float t0 = odd1 ? pr[r][0] : pr[r][1];
-                    float k1 = odd1 ? pr[r][3] : pr[r][2];
-                    const float t1 = odd1 ? pr[r][2] : pr[r][3];
-                    k0 = k0 + __shfl_xor_sync(0xffffffffu, t0, 1);
-                    k1 = k1 + __shfl_xor_sync(0xffffffffu, t1, 1);
-                    // xor 2: keep chunk (l & 1) + 2 ((l >> 1) & 1)
-                    float k = odd2 ? k1 : k0;
-                    const float t = odd2 ? k0 : k1;
-                    k = k + __shfl_xor_sync(0xffffffffu, t, 2);
-                    k = k + __shfl_xor_sync(0xffffffffu, k, 4);
-                    k = k + __shfl_xor_sync(0xffffffffu, k, 8);
-                    k = k + __shfl_xor_sync(0xffffffffu, k, 16);
-                    // chunk roots r0 (lanes 4i), r1 (4i+1), r2 (4i+2), r3 (4i+3): (r0 + r1) + (r2 + r3)
-                    k = k + __shfl_xor_sync(0xffffffffu, k, 1);
-                    k = k + __shfl_xor_sync(0xffffffffu, k, 2);
+                    float k;
+                    if constexpr (CH8) {  // the item's 32 part roots: an aligned subtree over parts
+                        k = ch[r];
+#pragma unroll
+                        for (int o = 1; o < 32; o <<= 1) k = k + __shfl_xor_sync(0xffffffffu, k, o);
+                    } else {
+                        // xor 1: even lanes keep chunks 0, 2; odd lanes chunks 1, 3
+                        float k0 = odd1 ? pr[r][1] : pr[r][0];
+                        const float t0 = odd1 ? pr[r][0] : pr[r][1];
+                        float k1 = odd1 ? pr[r][3] : pr[r][2];
+                        const float t1 = odd1 ? pr[r][2] : pr[r][3];
+                        k0 = k0 + __shfl_xor_sync(0xffffffffu, t0, 1);
+                        k1 = k1 + __shfl_xor_sync(0xffffffffu, t1, 1);
+                        // xor 2: keep chunk (l & 1) + 2 ((l >> 1) & 1)
+                        k = odd2 ? k1 : k0;
+                        const float t = odd2 ? k0 : k1;
+                        k = k + __shfl_xor_sync(0xffffffffu, t, 2);
+                        k = k + __shfl_xor_sync(0xffffffffu, k, 4);
+                        k = k + __shfl_xor_sync(0xffffffffu, k, 8);
+                        k = k + __shfl_xor_sync(0xffffffffu, k, 16);
+                        // chunk roots r0 (lanes 4i), r1 (4i+1), r2 (4i+2), r3 (4i+3): (r0 + r1) + (r2 + r3)
+                        k = k + __shfl_xor_sync(0xffffffffu, k, 1);
+                        k = k + __shfl_xor_sync(0xffffffffu, k, 2);
+                    }
                     keep[r] = lane == s ? k : keep[r];
                     last[r] = k;  // the item root, in every lane
                 }

@@ -121,3 +121,15 @@ extern "C" __global__ void w4a4_quantize(const unsigned short* x, long long ldx,
     }
 
 // @instances NVFP4_A4F   (lines generated from metrale/cuda/configs.py)
+
+// nvfp4_a4f8_r{R}: the same on the chain with 8-block parts (nvfp4_gemv.cu nvfp4_a16f8_r*).
+#define NVFP4_A4F8(R, D)                                                                               \
+    extern "C" __global__ void __launch_bounds__(FAST_THREADS, 1) nvfp4_a4f8_r##R(                     \
+        const signed char* codes, long long ldc, const float* afac, int m, const unsigned char* w0,     \
+        const unsigned char* s0, float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, \
+        const unsigned char* s1, float rs1, unsigned short* out1, long long ldo1, int N, int K) {       \
+        const WeightSet set = weight_set(w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);             \
+        nvfp4_fast_body<1, R, D, false, true>(codes, ldc, afac, m, set, N, K);                         \
+    }
+
+// @instances NVFP4_A4F8

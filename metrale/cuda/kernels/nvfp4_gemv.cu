@@ -61,3 +61,17 @@
     }
 
 // @instances NVFP4_A16F   (lines generated from metrale/cuda/configs.py)
+
+// nvfp4_a16f8_r{R}: the fast kernels' shape on the chain with 8-block parts (nvfp4.cuh
+// nvfp4_fast_body CH8; chain.project_chain with chain.PART_BLOCKS = 8): a probe of that part
+// size (docs/chain-revision.md, "The part size"), not routed; configs.NVFP4_CH8_ROWS.
+#define NVFP4_A16F8(R, D, PQ)                                                                          \
+    extern "C" __global__ void __launch_bounds__(FAST_THREADS, 1) nvfp4_a16f8_r##R(                    \
+        const unsigned short* x, long long ldx, int m, const unsigned char* w0, const unsigned char* s0, \
+        float rs0, unsigned short* out0, long long ldo0, const unsigned char* w1, const unsigned char* s1, \
+        float rs1, unsigned short* out1, long long ldo1, int N, int K) {                               \
+        const WeightSet set = weight_set(w0, s0, rs0, out0, ldo0, w1, s1, rs1, out1, ldo1);             \
+        nvfp4_fast_body<0, R, D, PQ, true>(x, ldx, nullptr, m, set, N, K);                             \
+    }
+
+// @instances NVFP4_A16F8
