@@ -36,7 +36,7 @@ GLOBALS = "__device__ unsigned long long tma_t0[1024], tma_t1[1024];\n__device__
 def probe_source() -> str:
     """w8a8_wgmma.cu with the stream-K kernels recording their CTAs' start, end and SM."""
     src, n = re.subn(
-        r"w8_tma_gemm<BN, STAGES, KS, false>\([^;]*\);",
+        r"w8_tma_gemm<BN, STAGES, KS, false, GATHER>\([^;]*\);",
         lambda m: PRE + m.group(0) + POST,
         runtime.source("w8a8_wgmma.cu"),
     )

@@ -406,15 +406,16 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_by
 // cp.async group per call.
 // @defines NVFP4_FAST_SLOT (FAST_SLOT from metrale/cuda/configs.py)
 // wi, si: the item's first weight / scale byte.
-// CH8 (8-block chain parts): lane l's copy j (item bytes 512 j + 16 l: block pair l & 3 of lane
-// 8 j + (l >> 2)'s part) goes where that lane reads it, pair p of lane o at p * 512 + o * 16.
+// CH8 (8-block chain parts): lane l's copy j (item bytes 512 j + 16 l: block pair p = l & 3 of
+// lane o = 8 j + (l >> 2)'s part) goes where that lane reads it, p * 512 + (o ^ 2 p) * 16: the
+// eight lanes of a copy phase write distinct 16-byte bank groups, as a read phase reads.
 template <bool CH8 = false>
 __device__ __forceinline__ void fast_issue(unsigned char* slot, const unsigned char* wi, const unsigned char* si,
                                            int lane, int nvalid) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
         const bool ok = j < nvalid;
-        const int dst = CH8 ? (lane & 3) * 512 + (8 * j + (lane >> 2)) * 16 : j * 512 + lane * 16;
+        const int dst = CH8 ? (lane & 3) * 512 + ((8 * j + (lane >> 2)) ^ (2 * (lane & 3))) * 16 : j * 512 + lane * 16;
         cp_async16(slot + dst, ok ? wi + j * 512 + lane * 16 : wi, ok ? 16 : 0);
     }
     if (lane < 16) {
@@ -740,11 +741,13 @@ __device__ __forceinline__ void nvfp4_fast_body(const void* act, long long lda, 
                 float ch[R];  // CH8: this lane's part chain
 #pragma unroll
                 for (int r = 0; r < R; ++r) ch[r] = METRALE_NEG_ZERO;
+                uint2 sc8 = make_uint2(0u, 0u);  // CH8: this lane's 8 scale bytes, one load
+                if constexpr (CH8) sc8 = *(const uint2*)(cur + 2048 + lane * 8);
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
-                    const uint4 wv = *(const uint4*)(cur + j * 512 + lane * 16);
-                    const unsigned int sc =
-                        *(const unsigned short*)(cur + 2048 + (CH8 ? lane * 8 + j * 2 : j * 64 + lane * 2));
+                    const uint4 wv = *(const uint4*)(cur + j * 512 + (CH8 ? lane ^ (2 * j) : lane) * 16);
+                    const unsigned int sc = CH8 ? (((j < 2 ? sc8.x : sc8.y) >> (16 * (j & 1))) & 0xFFFFu)
+                                                : *(const unsigned short*)(cur + 2048 + j * 64 + lane * 2);
                     unsigned int e0 = 0, e1 = 0, e2 = 0, e3 = 0, o0 = 0, o1 = 0, o2 = 0, o3 = 0;
                     if (!PQ) {
                         nib8_codes_k(wv.x, kc, e0, e1);

@@ -536,7 +536,9 @@ __device__ __forceinline__ void tma_silu_epilogue(const int (&acc)[BN / 2], int 
 
 // SILU = false: w8a8_tma_n{BN}; true: w8a8_tma_silu_n{BN} (tw / sw / out: gate's 64-row boxes,
 // scales and h; tw2 / sw2 / out2: up's; nmat unused), each tile 64 columns of both.
-template <int BN, int STAGES, int KS, bool SILU>
+// GATHER: the owner of a tile's first piece waits for every later piece's flag at once and loads
+// the pieces two at a time (configs.W8A8_TMA_GATHER); else one piece after another.
+template <int BN, int STAGES, int KS, bool SILU, bool GATHER>
 __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq, const float* __restrict__ sw,
                                             int N, int K, const float* __restrict__ sa, int m,
                                             u16* __restrict__ out, long long ldo, int* __restrict__ part,
@@ -654,16 +656,39 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
             if (lt == 0) st_release(flag + 2 * c + g, 1u);
         } else {
             // the tile's first piece: add the parked pieces of the CTAs c + 1 .. that cover the rest
-            for (int c2 = c + 1; u + nk < tend && c2 < G && tk_start(c2, G, U) < tend; ++c2) {
-                if (lt == 0)
-                    while (ld_acquire(flag + 2 * c2 + g) == 0u) {
+            if constexpr (GATHER) {
+                // np pieces; lane j waits for piece j's flag (every wait at once), then the pieces'
+                // loads two at a time (int32 sums: exact in any order)
+                int np = 0;
+                while (u + nk < tend && c + 1 + np < G && tk_start(c + 1 + np, G, U) < tend) ++np;
+                if (lt < np)
+                    while (ld_acquire(flag + 2 * (c + 1 + lt) + g) == 0u) {
                     }
                 named_sync(1 + g, 128);
-                const int* src = part + (size_t)(2 * c2 + g) * (BN / 2) * 128 + lt;
+                for (int p = 0; p < np; p += 2) {
+                    const int* s0 = part + (size_t)(2 * (c + 1 + p) + g) * (BN / 2) * 128 + lt;
+                    const int* s1 = part + (size_t)(2 * (c + 2 + p) + g) * (BN / 2) * 128 + lt;
+                    const bool two = p + 1 < np;
 #pragma unroll
-                for (int i = 0; i < BN / 2; ++i) acc[i] += __ldcg(src + i * 128);
+                    for (int i = 0; i < BN / 2; ++i) {
+                        const int a = __ldcg(s0 + i * 128), b = two ? __ldcg(s1 + i * 128) : 0;
+                        acc[i] += a + b;
+                    }
+                }
                 named_sync(1 + g, 128);
-                if (lt == 0) flag[2 * c2 + g] = 0u;
+                if (lt < np) flag[2 * (c + 1 + lt) + g] = 0u;
+            } else {
+                for (int c2 = c + 1; u + nk < tend && c2 < G && tk_start(c2, G, U) < tend; ++c2) {
+                    if (lt == 0)
+                        while (ld_acquire(flag + 2 * c2 + g) == 0u) {
+                        }
+                    named_sync(1 + g, 128);
+                    const int* src = part + (size_t)(2 * c2 + g) * (BN / 2) * 128 + lt;
+#pragma unroll
+                    for (int i = 0; i < BN / 2; ++i) acc[i] += __ldcg(src + i * 128);
+                    named_sync(1 + g, 128);
+                    if (lt == 0) flag[2 * c2 + g] = 0u;
+                }
             }
             if constexpr (SILU) {
                 tma_silu_epilogue<BN>(acc, g, lt, n0, r0, N, m, sa, sw, sw2, out, ldo, out2, ldo2, xs, red, ts,
@@ -744,22 +769,22 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
 
 // w8a8_tma_n{BN}: the stream-K GEMM above (384 threads, one CTA per multiprocessor; the
 // producer gives registers to the MMA warpgroups with setmaxnreg).
-#define W8A8_TMA(BN, STAGES, KS)                                                                          \
+#define W8A8_TMA(BN, STAGES, KS, GATHER)                                                                  \
     extern "C" __global__ void __launch_bounds__(384, 1) w8a8_tma_n##BN(                                  \
         const __grid_constant__ TmaDesc tw, const __grid_constant__ TmaDesc tq, const float* __restrict__ sw, \
         int N, int K, const float* __restrict__ sa, int m, u16* __restrict__ out, long long ldo,        \
         int* __restrict__ part, unsigned int* __restrict__ flag, const __grid_constant__ TmaDesc tw2,    \
         const float* __restrict__ sw2, u16* __restrict__ out2, long long ldo2, int nmat) {                \
         pdl_trigger();                                                                                    \
-        w8_tma_gemm<BN, STAGES, KS, false>(tw, tq, sw, N, K, sa, m, out, ldo, part, flag, tw2, sw2, out2, ldo2, \
-                                           nmat);                                                         \
+        w8_tma_gemm<BN, STAGES, KS, false, GATHER>(tw, tq, sw, N, K, sa, m, out, ldo, part, flag, tw2, sw2, out2, \
+                                                   ldo2, nmat);                                           \
     }
 
 // w8a8_tma_silu_n{BN}: the same over gate (twg: boxes of 64 rows) and up (twu) side by side with the
 // W8A8 arm's SiLU step (w8a8.w8a8_gemv_dual_silu_quant): h over gout, u to uout, each row's
 // (amax, flag) over each 64-column tile to hpart [m][ceil(N / 64)]; the compact SiLU table's
 // `words` floats, xs and red after the stages (w8a8.tma_silu_smem).
-#define W8A8_TMA_SILU(BN, STAGES, KS)                                                                     \
+#define W8A8_TMA_SILU(BN, STAGES, KS, GATHER)                                                             \
     extern "C" __global__ void __launch_bounds__(384, 1) w8a8_tma_silu_n##BN(                             \
         const __grid_constant__ TmaDesc twg, const __grid_constant__ TmaDesc twu,                         \
         const __grid_constant__ TmaDesc tq, const float* __restrict__ swg, const float* __restrict__ swu,  \
@@ -767,7 +792,8 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
         u16* __restrict__ uout, long long ldu, int* __restrict__ part, unsigned int* __restrict__ flag,   \
         const float* __restrict__ ctab, int words, uint2* __restrict__ hpart) {                          \
         pdl_trigger();                                                                                    \
-        w8_tma_gemm<BN, STAGES, KS, true>(twg, tq, swg, N, K, sa, m, gout, ldg, part, flag, twu, swu, uout, ldu, 2, \
+        w8_tma_gemm<BN, STAGES, KS, true, GATHER>(twg, tq, swg, N, K, sa, m, gout, ldg, part, flag, twu, swu, uout,  \
+                                                  ldu, 2,                                                 \
                                           ctab, words, hpart);                                            \
     }
 
