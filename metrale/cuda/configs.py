@@ -546,11 +546,12 @@ W8A8_TMA_TIERS: dict[int, int] = {64: 8, 128: 6}
 #: uniform branch around the wgmma, where ptxas notes C7519 (a warpgroup.arrive injected).
 W8A8_TMA_KS = 1
 #: The stream-K owner's fixup: every later piece's flag awaited at once and the pieces loaded two
-#: at a time (True), or one piece after another, each behind its own flag (False). The CTAs
-#: owning a tile's first piece ended ~25 % of the kernel after the others on the down projection
-#: at 64 / 128 rows (H100, docs/bench/runs-2026-12-08/tma_balance.py: ends median 0.71 / 0.66,
-#: p90 0.94 / 0.96 of the span), gathering three or four pieces one after another.
-W8A8_TMA_GATHER = True
+#: at a time (True), or one piece after another, each behind its own flag (False, routed until
+#: the other is GPU-tested and measured: docs/bench/runs-2026-12-08/run_d.sh). The CTAs owning a
+#: tile's first piece ended ~25 % of the kernel after the others on the down projection at 64 /
+#: 128 rows (H100, tma_balance.py there: ends median 0.71 / 0.66, p90 0.94 / 0.96 of the span),
+#: gathering three or four pieces one after another.
+W8A8_TMA_GATHER = False
 W8A8_TMA_KS_VARIANT: tuple[int, dict[int, int]] = (2, {64: 4, 128: 3})
 #: Beyond 128 rows (n128 in row tiles): down at m = 192 / 256 (64 CTAs of the 128x128 tile)
 #: 41.9 / 36.1 against 48.8 / 45.1 us tiled.

@@ -254,17 +254,26 @@ def test_split_k_wgmma_every_tier(cuda: Any, fresh_rng: np.random.Generator, nb:
             assert not ws.any() and not cnt.any(), f"sk_n{nb} N={n}: workspace not cleared"
 
 
+@pytest.mark.parametrize("gather", ["routed", "other"])
 @pytest.mark.parametrize("bn", sorted(TMA_TIERS))
-def test_stream_k_tma_every_tier(cuda: Any, fresh_rng: np.random.Generator, bn: int) -> None:
+def test_stream_k_tma_every_tier(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, bn: int, gather: str
+) -> None:
     """Each stream-K TMA tier forced at m = 1, bn - 1, bn, bn + 1 and 2 bn + 3 (three row tiles);
     N off the 128-row tile, K off the 128-byte tile (tails of 16 and 80 bytes); shapes whose
     tiles are whole in one CTA, split in two, and split over many CTAs (N = 130, K = 16400:
     2 x 129 units over one CTA per multiprocessor); launched twice (the parking flags must be
-    zero again, so the second launch gives the same bits)."""
-    from metrale.cuda.w8a8 import _tma_workspace, w8a8_gemv
+    zero again, so the second launch gives the same bits). Built with the routed owner's fixup
+    and with the other one (configs.W8A8_TMA_GATHER: the pieces gathered at once or one by one)."""
+    from metrale.cuda import configs
+    from metrale.cuda.w8a8 import WGMMA_FILE, _tma_workspace, w8a8_gemv
 
     if not wgmma_expected():
         pytest.skip("wgmma kernels are sm_90a only")
+    if gather == "other":
+        from tests.gpu.gen import rebuild_with
+
+        rebuild_with(monkeypatch, (WGMMA_FILE,), W8A8_TMA_GATHER=not configs.W8A8_TMA_GATHER)
     for n, k in ((37, 48), (203, 2128), (4100, 4112), (130, 16400)):
         host = w8a8_weight(fresh_rng, n, k)
         w = cuda.upload(host)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session (k)'s second call (any H100 / H200; about 4 minutes), after run_c.sh: the stream-K
-# owner's gathered fixup (configs.W8A8_TMA_GATHER, routed) and the 8-block chain probe with its
+# owner's gathered fixup (configs.W8A8_TMA_GATHER, off until this run) and the 8-block chain probe with its
 # copies swizzled conflict-free: the stream-K / dual / stream-K SiLU GPU tests and the probe's,
 # the probe's decode timing, the W8A8 FFN with the gathered fixup (G1) against one piece after
 # another (G0) at Qwen3-8B 64 / 128 and Llama-3-8B 96 rows, twice, and tma_balance.py again.
@@ -20,9 +20,10 @@ sys.exit(main(['--shape', '$2', '--m', '$3', '--formats', 'w8a8', '--peers', 'bf
 " 2>&1 | grep -E "^\| (W8A8 \(|peer)|Error|error" | sed "s/^/$1 /"
 }
 for i in 1 2; do
-bench gq_${i}G0 qwen3-8b 64,128 "configs.W8A8_TMA_GATHER = False"
-bench gq_${i}G1 qwen3-8b 64,128 ""
-bench gl_${i}G0 llama3-8b 96 "configs.W8A8_TMA_GATHER = False"
-bench gl_${i}G1 llama3-8b 96 ""
+bench gq_${i}G0 qwen3-8b 64,128 ""
+bench gq_${i}G1 qwen3-8b 64,128 "configs.W8A8_TMA_GATHER = True"
+bench gl_${i}G0 llama3-8b 96 ""
+bench gl_${i}G1 llama3-8b 96 "configs.W8A8_TMA_GATHER = True"
 done
 timeout 60 python docs/bench/runs-2026-12-08/tma_balance.py 2>&1 | tail -9
+GATHER=1 timeout 60 python docs/bench/runs-2026-12-08/tma_balance.py 2>&1 | tail -9

@@ -16,5 +16,5 @@ sys.exit(main(['--shape', '$2', '--m', '$3', '--formats', 'w8a8', '--peers', 'bf
   '--cell-seconds', '0.5', '--samples', '5', '--deadline', '30', '--json', '$OUT/$1.json'], prog='bench'))
 " 2>&1 | grep -E "^\| (W8A8 \(|peer)|Error|error" | sed "s/^/$1 /"
 }
-bench gq_G0 qwen3-8b 64,128 "configs.W8A8_TMA_GATHER = False"
-bench gq_G1 qwen3-8b 64,128 ""
+bench gq_G0 qwen3-8b 64,128 ""
+bench gq_G1 qwen3-8b 64,128 "configs.W8A8_TMA_GATHER = True"

@@ -9,17 +9,20 @@ the span (min / p10 / median / p90 / max) and the mean end per GPC-sized group o
 units per CTA (stream-K) finishing far apart would say the HBM share is uneven across SMs and a
 dynamic hand-out of units would pay.
 
-    PYTHONPATH=. python docs/bench/runs-2026-12-08/tma_balance.py
+    [GATHER=1] PYTHONPATH=. python docs/bench/runs-2026-12-08/tma_balance.py
+
+GATHER=1 builds the owners' gathered fixup (configs.W8A8_TMA_GATHER = True).
 """
 
 from __future__ import annotations
 
+import os
 import re
 
 import cupy
 import numpy as np
 
-from metrale.cuda import runtime, w8a8
+from metrale.cuda import configs, runtime, w8a8
 from metrale.cuda.w8a8 import DeviceA8Codes
 
 GT = 'asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(T));'
@@ -31,6 +34,10 @@ POST = (
     "tma_t0[blockIdx.x] = t0_; tma_t1[blockIdx.x] = t1_; tma_sm[blockIdx.x] = s_; } }"
 )
 GLOBALS = "__device__ unsigned long long tma_t0[1024], tma_t1[1024];\n__device__ unsigned int tma_sm[1024];\n"
+
+
+if os.environ.get("GATHER") == "1":
+    configs.W8A8_TMA_GATHER = True
 
 
 def probe_source() -> str:
