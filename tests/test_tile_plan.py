@@ -279,3 +279,13 @@ def test_tile_grid_in_row_groups(monkeypatch: pytest.MonkeyPatch, group: int, gr
     ((kern, grid), *finish) = launches
     assert kern == "w4a16b_gemm_f2" and grid[:2] == grid_xy, (kern, grid)
     assert grid[2] % 2 == 0 and all(k == "mma_finish" for k, _ in finish)
+
+
+def test_chain_tile_part_size_is_the_references() -> None:
+    """The wgmma chain tiles' steps per part (configs.TILE_CHAIN_PART_LOG, the kernels' define)
+    are the reference's chain parts: 8 blocks a step, chain.PART_BLOCKS blocks a part."""
+    from metrale.reference import chain
+
+    assert 8 << configs.TILE_CHAIN_PART_LOG == chain.PART_BLOCKS
+    assert tile.CHAIN_PART_STEPS == chain.PART_BLOCKS // 8 == tile.CHAIN_CTA_STEPS[0]
+    assert f"#define CHAIN_PART_LOG {configs.TILE_CHAIN_PART_LOG}" in runtime.source(tile.WG_FILE)

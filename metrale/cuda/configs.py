@@ -194,6 +194,10 @@ TILE_CHAIN_SHARED_A = ""
 TILE_FP8_CHAIN_LOCAL: frozenset[int] = frozenset({8})
 #: Levels of a local counter over parts: CTA K parts of at most 2^4 chain parts (tile.CHAIN_CTA_STEPS).
 TILE_CHAIN_LEVELS = 4
+#: Steps (8 blocks) per chain part of the wgmma chain tiles, as a power of two: 3, the revision's
+#: 64-block parts (chain.PART_BLOCKS = 8 << TILE_CHAIN_PART_LOG; tests/test_tile_plan.py). A
+#: probe of smaller parts (docs/chain-revision.md, "The part size") sets both.
+TILE_CHAIN_PART_LOG = 3
 #: nvfp4_wgmma.cu's FP8 chain tiles ``w8c_gemm_f{NF}`` (docs/chain-revision.md, "The FP8 chain
 #: tile"): NF -> (stages, CTAs per multiprocessor). Two accumulator pairs of 4 NF and the chains
 #: hold NF = 8 in registers; a stage is 52 KB at NF = 8, 23 KB at NF = 1 (two activation limbs,
@@ -831,7 +835,7 @@ _DEFINES: dict[str, Callable[[], dict[str, int]]] = {  # read at build time: a p
         "Q2D_F_FLOATS": Q2_0_CHAIN_F_FLOATS,
         "Q2D_RING_EARLY": Q2_0_DEC_RING_EARLY,
     },
-    "CHAIN": lambda: {"CHAIN_LEVELS": TILE_CHAIN_LEVELS},
+    "CHAIN": lambda: {"CHAIN_LEVELS": TILE_CHAIN_LEVELS, "CHAIN_PART_LOG": TILE_CHAIN_PART_LOG},
 }
 
 

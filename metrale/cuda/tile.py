@@ -63,7 +63,7 @@ CHAIN_FRAGS = configs.TILE_CHAIN_FRAGS
 #: "2026-12-07 (d)").
 CHAIN_MIN_ROWS = 5
 #: Steps (8 blocks) per chain part: a CTA's K part holds whole parts (or all of K).
-CHAIN_PART_STEPS = 8
+CHAIN_PART_STEPS = 1 << configs.TILE_CHAIN_PART_LOG
 #: Steps per CTA K part of the chain kernels (first, last), powers of two from CHAIN_PART_STEPS;
 #: the last also bounded by the counter's levels that fit in shared memory. Tests narrow it.
 CHAIN_CTA_STEPS = (CHAIN_PART_STEPS, 128)
@@ -207,13 +207,14 @@ def smem_bytes(
 ) -> int:
     """Dynamic shared memory of the format's GEMM ``{prefix}_gemm_f{nf}`` (wg: nvfp4_wgmma.cu's,
     its stages 1024-byte aligned) for K parts of 2^dlog steps: ``stages`` pipeline stages, then
-    the counter's levels (over steps, levels 1 .. dlog - 1; chain: over parts of 8 steps, levels
-    0 .. dlog - 4; none where ``local``, the counter in local memory), nf x 256 threads x 16
-    bytes each."""
+    the counter's levels (over steps, levels 1 .. dlog - 1; chain: over parts of CHAIN_PART_STEPS
+    steps, levels 0 .. dlog - log2(CHAIN_PART_STEPS) - 1; none where ``local``, the counter in
+    local memory), nf x 256 threads x 16 bytes each."""
     stage = 8 * nf * 256 * fmt.limbs + COLS * fmt.wrow + COLS * fmt.sb + 256 * nf * fmt.staged_fac
     if wg:
         stage = -(-stage // 1024) * 1024
-    levels = 0 if local else max(0, dlog - 3) if chain else max(0, dlog - 1)
+    part_log = CHAIN_PART_STEPS.bit_length() - 1
+    levels = 0 if local else max(0, dlog - part_log) if chain else max(0, dlog - 1)
     return (1024 if wg else 0) + stages * stage + levels * nf * THREADS * 16
 
 
@@ -296,12 +297,13 @@ def chain_smem(kern: TileKernel, fmt: TileFormat, dlog: int) -> int:
 
 def chain_plan(kern: TileKernel, fmt: TileFormat, s8: int, ctas: int, slots: int) -> tuple[int, int]:
     """(dlog, parts) of a chain kernel: ``plan_parts`` within CHAIN_CTA_STEPS, CTA K parts of
-    whole chain parts (8 steps; or all of K), at most as many as the counter's levels fit beside
-    the stages of the CTAs per multiprocessor it is built for."""
+    whole chain parts (CHAIN_PART_STEPS steps; or all of K), at most as many as the counter's
+    levels fit beside the stages of the CTAs per multiprocessor it is built for."""
     lo, hi = CHAIN_CTA_STEPS
     limit = min(mma.SMEM_LIMIT, mma.SM_SMEM // kern.ctas_per_sm - mma.CTA_RESERVED)
-    fits = (d for d in range(hi.bit_length() - 1, 3, -1) if chain_smem(kern, fmt, d) <= limit)
-    return plan_parts(s8, ctas, slots, lo, 1 << next(fits, 3))
+    least = lo.bit_length() - 1
+    fits = (d for d in range(hi.bit_length() - 1, least, -1) if chain_smem(kern, fmt, d) <= limit)
+    return plan_parts(s8, ctas, slots, lo, 1 << next(fits, least))
 
 
 def plan_parts(

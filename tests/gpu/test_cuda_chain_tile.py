@@ -166,6 +166,35 @@ def test_chain_tile_every_cta_part(
             gen.bits_equal(got, want[:m], f"chain cta_steps={cta_steps} m={m} K={k}")
 
 
+@pytest.mark.parametrize("part_log", [0, 1])
+def test_chain_tile_smaller_parts(
+    cuda: Any, fresh_rng: np.random.Generator, chained: dict, monkeypatch: pytest.MonkeyPatch, part_log: int
+) -> None:
+    """The part-size probe (docs/chain-revision.md, "The part size"): the chain tiles built with
+    parts of 2^part_log steps (configs.TILE_CHAIN_PART_LOG, 8 or 16 blocks) against project_chain
+    at that part size; CTA K parts of 2 and 16 steps (one or two parts up to 16: at most 64 CTA
+    parts at K = 12288), K = 1152, 4096, 12288; both heights, fast and slow tiles."""
+    from metrale.cuda import configs, tile
+    from metrale.reference import chain
+
+    steps = 1 << part_log
+    levels = 7 - part_log  # a local counter's: CTA K parts up to 128 steps
+    gen.rebuild_with(monkeypatch, (tile.WG_FILE,), TILE_CHAIN_PART_LOG=part_log, TILE_CHAIN_LEVELS=levels)
+    monkeypatch.setattr(chain, "PART_BLOCKS", 8 * steps)
+    monkeypatch.setattr(tile, "CHAIN_PART_STEPS", steps)
+    for cta_steps in (2, 16):
+        monkeypatch.setattr(tile, "CHAIN_CTA_STEPS", (cta_steps, cta_steps))
+        for n, k in ((70, 1152), (130, 4096), (33, 12288)):
+            w = gen.nvfp4(fresh_rng, n, k)
+            dw = cuda.upload(w)
+            x = np.concatenate([window_rows(fresh_rng, 100, k, (-60, 0, 60)), gen.rows(fresh_rng, 40, k)])
+            want = ref(x, w)
+            what = f"chain parts of {steps} steps, cta_steps={cta_steps}, K={k}"
+            for m in (60, 140):
+                gen.bits_equal(run_nvfp4(cuda, fresh_rng, x[:m], dw, n), want[:m], f"{what} m={m}")
+    assert configs.TILE_CHAIN_PART_LOG == part_log
+
+
 @pytest.mark.parametrize("group", [1, 2, 3])
 def test_chain_tile_row_groups(
     cuda: Any, fresh_rng: np.random.Generator, chained: dict, monkeypatch: pytest.MonkeyPatch, group: int

@@ -13,7 +13,9 @@ per multiprocessor (the gemv variant); NOSLOW=1 builds
 the tiles without their slow epilogue (all rows here are fast:
 the same bits); INLINE_SLOW=1 inlines it (tile_slow_run, before tile_slow); SLOW_CALL=1 builds
 tile_slow out of line (a call: every wgmma serialised, as the tiles were before it was inlined);
-PF=8,16 builds those NF with the next stage's first wgmma issued early (three stages). FMT=fp8:
+PF=8,16 builds those NF with the next stage's first wgmma issued early (three stages). PART=1 or 2
+builds the chain tiles with parts of that many steps (8 or 16 blocks; configs.TILE_CHAIN_PART_LOG,
+chain.PART_BLOCKS: docs/chain-revision.md, "The part size"). FMT=fp8:
 the FP8 chain tile (w8c_gemm_f{NF}, tile.gemm_fp8) against the routed FP8 overlay (w8a16_gemm: "tree").
 
     FMT=nvfp4|q2_0|fp8 MS=64,256,1024,4096 VARS=tree,chain16 python docs/bench/runs-2026-12-05/chain_tile.py
@@ -63,6 +65,15 @@ if "RUN" in os.environ:  # their threads per CTA and ring depth for every R: RUN
     configs.NVFP4_RUN_CTAS_PER_SM = ctas[0] if ctas else 1
 if "LOCAL" in os.environ:  # NF list whose chain kernels keep the counter in local memory
     configs.TILE_CHAIN_LOCAL = frozenset(int(f) for f in os.environ["LOCAL"].split(",") if f)
+if os.environ.get("PART"):  # steps per chain part (the part-size probe)
+    from metrale.reference import chain
+
+    steps = int(os.environ["PART"])
+    configs.TILE_CHAIN_PART_LOG = steps.bit_length() - 1
+    configs.TILE_CHAIN_LEVELS = 7 - configs.TILE_CHAIN_PART_LOG  # CTA K parts up to 128 steps
+    chain.PART_BLOCKS = 8 * steps
+    tile.CHAIN_PART_STEPS = steps
+    tile.CHAIN_CTA_STEPS = (steps, 128)
 if os.environ.get("PF"):  # NF list whose chain kernels prefetch (three stages)
     configs.TILE_CHAIN_PREFETCH = frozenset(int(f) for f in os.environ["PF"].split(","))
 

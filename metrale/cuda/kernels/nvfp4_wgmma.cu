@@ -239,7 +239,9 @@ struct W4wBody {
 // in shared memory after the stages (LOCAL false: float4 [dlogp][NF][256 threads]) or in the
 // thread's local memory (LOCAL true: L1 / L2, touched once per part; the stages keep all of shared
 // memory, whatever the CTA's K part). CHAIN_LEVELS bounds dlogp (tile.CHAIN_CTA_STEPS).
-// @defines CHAIN (CHAIN_LEVELS from metrale/cuda/configs.py)
+// Steps (8 blocks) per chain part: 2^CHAIN_PART_LOG (3: 64-block parts, chain.PART_BLOCKS; the
+// part-size probe builds smaller ones, docs/chain-revision.md "The part size").
+// @defines CHAIN (CHAIN_LEVELS, CHAIN_PART_LOG from metrale/cuda/configs.py)
 // The counter over parts: levels in shared memory after the stages (one float4 per level, NF
 // and thread), or (LOCAL) in a local array; built in place (a local one is not initialised: every
 // level is written before it is read).
@@ -307,12 +309,18 @@ __device__ __forceinline__ void chain_block(float (&c)[NF][4], const float (&dv)
         }
 }
 
-// After local step ls of Sl: at a part's end (8 steps, or the CTA's last) its root c into the
-// counter, and c restarted at -0.0 unless the CTA's part is over.
+// The counter's levels for CTA K parts of 2^dlog steps: one per doubling of parts.
+__device__ __forceinline__ int chain_dlogp(int dlog) { return dlog > CHAIN_PART_LOG ? dlog - CHAIN_PART_LOG : 0; }
+// Chain parts in Sl steps (the last may be short).
+__device__ __forceinline__ int chain_parts(int Sl) { return (Sl + (1 << CHAIN_PART_LOG) - 1) >> CHAIN_PART_LOG; }
+
+// After local step ls of Sl: at a part's end (2^CHAIN_PART_LOG steps, or the CTA's last) its root c
+// into the counter, and c restarted at -0.0 unless the CTA's part is over.
 template <int NF, class Ctr>
 __device__ __forceinline__ void chain_step_end(int ls, int Sl, int dlogp, float (&c)[NF][4], Ctr& ctr) {
-    if ((ls & 7) == 7 || ls == Sl - 1) {
-        chain_push<NF>(ls >> 3, dlogp, c, ctr);
+    constexpr int LAST = (1 << CHAIN_PART_LOG) - 1;
+    if ((ls & LAST) == LAST || ls == Sl - 1) {
+        chain_push<NF>(ls >> CHAIN_PART_LOG, dlogp, c, ctr);
         if (ls != Sl - 1) chain_start<NF>(c);
     }
 }
@@ -338,7 +346,7 @@ __device__ __forceinline__ void chain_fold(int np, int dlogp, float (&c)[NF][4],
 }
 
 // The CTA's K part on the chain: steps [s_begin, s_begin + Sl) of 8 blocks, 2^dlog steps at most,
-// whole parts of 8 steps (64 blocks: dlog >= 3 unless the CTA holds all of K). Per block, the
+// whole parts of 2^CHAIN_PART_LOG steps (8: 64 blocks, dlog >= 3 unless the CTA holds all of K). Per block, the
 // warpgroup's wgmma gives P_b (the scaled A16 / A4 operand: nvfp4_tile.cu, Exactness; a slow row
 // P_b = D fac_b, one rounding as ldexpf's), then c = fma(P_b, f_b, c) (f_b = f32(wscale_b), Q2_0
 // f32(d)); after a part's last step c is its root, pushed into the counter over parts and
@@ -356,7 +364,7 @@ __device__ __forceinline__ void w4c_body(const unsigned char* __restrict__ xh, c
     constexpr int STAGE = tile_stage_bytes<NF, F, true>();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int K = B * 16;
-    const int dlogp = dlog > 3 ? dlog - 3 : 0;
+    const int dlogp = chain_dlogp(dlog);
     const u32 sbase = (u32)__cvta_generic_to_shared(smem);
     ChainCtr<NF, LOCAL> ctr(smem + ST * STAGE);
     const u32 rm = (6u - 4u * t) & 31u, rs = (12u - 4u * t) & 31u, sh = 2u * t;
@@ -431,7 +439,7 @@ __device__ __forceinline__ void w4c_body(const unsigned char* __restrict__ xh, c
         chain_step_end<NF>(ls, Sl, dlogp, c, ctr);
     }
     cp_async_wait<0>();
-    chain_fold<NF>((Sl + 7) >> 3, dlogp, c, ctr);
+    chain_fold<NF>(chain_parts(Sl), dlogp, c, ctr);
     tile_store<NF>(c, set, n0, N, row0, m, wc0, t, partial, part_i, gz, zs);
 }
 
@@ -625,7 +633,7 @@ __device__ __forceinline__ void w4s_body(const float* __restrict__ fac, int m, i
                                          const SaCopies& cps, const TmaDesc& xmap, u32 bars, int ph0, int ph1,
                                          int p) {
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
-    const int dlogp = dlog > 3 ? dlog - 3 : 0;
+    const int dlogp = chain_dlogp(dlog);
     const u32 sbase = (u32)__cvta_generic_to_shared(smem);
     ChainCtr<NF, true> ctr(nullptr);
     const int wc0 = 16 * warp + g, rowg = row0 + 128 * wg + 64 * p;
@@ -669,7 +677,7 @@ __device__ __forceinline__ void w4s_body(const float* __restrict__ fac, int m, i
         chain_step_end<NF>(ls, Sl, dlogp, c, ctr);
     }
     cp_async_wait<0>();
-    chain_fold<NF>((Sl + 7) >> 3, dlogp, c, ctr);
+    chain_fold<NF>(chain_parts(Sl), dlogp, c, ctr);
     tile_store<NF>(c, set, n0, N, rowg, m, wc0, t, partial, part_i, gz, zs);
 }
 
@@ -770,7 +778,7 @@ __device__ __forceinline__ void sp_consume(const float* __restrict__ fac, int m,
                                            float* __restrict__ partial, int part_i, int gz, int zs,
                                            unsigned char* smem, u32 bars, int ph0, int ph1, int p) {
     const int ct = threadIdx.x - 128, wg = ct >> 7, lane = ct & 31, warp = (ct >> 5) & 3, g = lane >> 2, t = lane & 3;
-    const int dlogp = dlog > 3 ? dlog - 3 : 0;
+    const int dlogp = chain_dlogp(dlog);
     const u32 sbase = (u32)__cvta_generic_to_shared(smem);
     ChainCtr<NF, true> ctr(nullptr);
     const int wc0 = 16 * warp + g, rowg = row0 + 128 * wg + 64 * p;
@@ -791,7 +799,7 @@ __device__ __forceinline__ void sp_consume(const float* __restrict__ fac, int m,
         sa_step<NF, SLOW>(d, c, da, db, sc, facp, B, [&] { named_arrive(SA_EMPTY + buf, SA_ALL); }, [](int) {});
         chain_step_end<NF>(ls, Sl, dlogp, c, ctr);
     }
-    chain_fold<NF>((Sl + 7) >> 3, dlogp, c, ctr);
+    chain_fold<NF>(chain_parts(Sl), dlogp, c, ctr);
     tile_store<NF>(c, set, n0, N, rowg, m, wc0, t, partial, part_i, gz, zs);
 }
 
@@ -970,7 +978,7 @@ __device__ __forceinline__ void w8c_body(const unsigned char* __restrict__ xh, c
     constexpr int STAGE = tile_stage_bytes<NF, F, true>();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int K = B * 16;
-    const int dlogp = dlog > 3 ? dlog - 3 : 0;
+    const int dlogp = chain_dlogp(dlog);
     const u32 sbase = (u32)__cvta_generic_to_shared(smem);
     ChainCtr<NF, LOCAL> ctr(smem + ST * STAGE);
     const int wc0 = 16 * warp + g;
@@ -1049,7 +1057,7 @@ __device__ __forceinline__ void w8c_body(const unsigned char* __restrict__ xh, c
         chain_step_end<NF>(ls, Sl, dlogp, c, ctr);
     }
     cp_async_wait<0>();
-    chain_fold<NF>((Sl + 7) >> 3, dlogp, c, ctr);
+    chain_fold<NF>(chain_parts(Sl), dlogp, c, ctr);
     tile_store<NF, true>(c, set, n0, N, row0, m, wc0, t, partial, part_i, gz, zs);
 }
 
