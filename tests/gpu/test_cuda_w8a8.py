@@ -265,7 +265,6 @@ def test_stream_k_tma_every_tier(
     2 x 129 units over one CTA per multiprocessor); launched twice (the parking flags must be
     zero again, so the second launch gives the same bits). Built with the routed owner's fixup
     and with the other one (configs.W8A8_TMA_GATHER: the pieces gathered at once or one by one)."""
-    from metrale.cuda import configs
     from metrale.cuda.w8a8 import WGMMA_FILE, _tma_workspace, w8a8_gemv
 
     if not wgmma_expected():
@@ -290,6 +289,34 @@ def test_stream_k_tma_every_tier(
                 )
             _, flag = _tma_workspace(bn)
             assert not flag.any(), f"tma_n{bn} N={n}: parking flags not cleared"
+
+
+@pytest.mark.parametrize("gather", [False, True])
+def test_stream_k_owner_gathers_many_pieces(
+    cuda: Any, fresh_rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, gather: bool
+) -> None:
+    """One tile of K = MAX_K (1,024 K tiles over one CTA per multiprocessor: its owner gathers
+    more later pieces than a warpgroup has threads) on the n64 tier, with each owner's fixup
+    (configs.W8A8_TMA_GATHER), at 1 and 64 rows, launched twice."""
+    from metrale.cuda.w8a8 import WGMMA_FILE, _tma_workspace, w8a8_gemv
+    from tests.gpu.gen import rebuild_with
+
+    if not wgmma_expected():
+        pytest.skip("wgmma kernels are sm_90a only")
+    rebuild_with(monkeypatch, (WGMMA_FILE,), W8A8_TMA_GATHER=gather)
+    assert configs.W8A8_TMA_GATHER == gather
+    n, k = 100, MAX_K
+    host = w8a8_weight(fresh_rng, n, k)
+    w = cuda.upload(host)
+    x = rows(fresh_rng, 64, k)
+    want = project(x, host, "A8").view(np.uint16)
+    for m in (1, 64):
+        codes = cuda.launch("w8a8_quantize", cp.asarray(x[:m].view(np.uint16)))
+        for rep in range(2):
+            buf, inner, init = guarded(cp, fresh_rng, m, n)
+            w8a8_gemv(codes, w, inner, gemm="w8a8_tma_n64")
+            bits_equal(check_guard(buf, init, m, n), want[:m], f"gather={gather} m={m} launch {rep}")
+    assert not _tma_workspace(64)[1].any(), "parking flags not cleared"
 
 
 DUAL_KERNELS = [

@@ -8,7 +8,7 @@
 export PYTHONPATH=. METRALE_REQUIRE_GPU=1 OPENBLAS_NUM_THREADS=1
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 timeout 150 python -m pytest -q -n 6 --tb=line -p no:benchmark tests/gpu/test_cuda_chain8_probe.py \
-  tests/gpu/test_cuda_w8a8.py -k "chain8 or stream_k or dual_matches or tma" 2>&1 \
+  tests/gpu/test_cuda_w8a8.py -k "chain8 or stream_k or dual_matches or tma or many_pieces" 2>&1 \
   | grep -E "^FAILED|^E |passed|failed|rror" | head -20
 timeout 100 python docs/bench/runs-2026-12-08/ch8_time.py 2>&1 | tail -4
 bench() {  # tag, shape, rows, setup python

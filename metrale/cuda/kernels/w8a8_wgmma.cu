@@ -657,12 +657,12 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
         } else {
             // the tile's first piece: add the parked pieces of the CTAs c + 1 .. that cover the rest
             if constexpr (GATHER) {
-                // np pieces; lane j waits for piece j's flag (every wait at once), then the pieces'
-                // loads two at a time (int32 sums: exact in any order)
+                // np pieces; thread j waits for pieces j, j + 128, .. (every wait at once), then the
+                // pieces' loads two at a time (int32 sums: exact in any order)
                 int np = 0;
                 while (u + nk < tend && c + 1 + np < G && tk_start(c + 1 + np, G, U) < tend) ++np;
-                if (lt < np)
-                    while (ld_acquire(flag + 2 * (c + 1 + lt) + g) == 0u) {
+                for (int j = lt; j < np; j += 128)
+                    while (ld_acquire(flag + 2 * (c + 1 + j) + g) == 0u) {
                     }
                 named_sync(1 + g, 128);
                 for (int p = 0; p < np; p += 2) {
@@ -676,7 +676,7 @@ __device__ __forceinline__ void w8_tma_gemm(const TmaDesc& tw, const TmaDesc& tq
                     }
                 }
                 named_sync(1 + g, 128);
-                if (lt < np) flag[2 * (c + 1 + lt) + g] = 0u;
+                for (int j = lt; j < np; j += 128) flag[2 * (c + 1 + j) + g] = 0u;
             } else {
                 for (int c2 = c + 1; u + nk < tend && c2 < G && tk_start(c2, G, U) < tend; ++c2) {
                     if (lt == 0)
