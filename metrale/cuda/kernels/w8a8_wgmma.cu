@@ -60,7 +60,16 @@
 //       (exact), y written, the flags put back to 0. Before pdl_wait the producer loads the
 //       weight boxes of its first STAGES units. nmat = 2 (w8a8_gemv_dual): the unit list holds
 //       the tiles of a second matrix of the same shape after the first's (tensor map tw2,
-//       scales sw2, output out2 / ldo2), 2 U units.
+//       scales sw2, output out2 / ldo2), 2 U units. configs.W8A8_TMA_GATHER: the owner awaits
+//       every later piece's flag at once and loads the pieces two at a time (else one by one).
+//   w8a8_tma_silu_n{BN}(twg, twu, tq, swg, swu, N, K, sa, m, gout, ldg, uout, ldu, part, flag, ctab,
+//                       words, hpart)                       (the W8A8 arm's SiLU step; not routed)
+//       The same over gate and up with the SiLU step (w8a8.w8a8_gemv_dual_silu_quant,
+//       w8a8.TMA_SILU): a tile is 64 columns of both (two 64-row boxes, twg and twu, per unit:
+//       warpgroup 0's accumulators gate's, warpgroup 1's up's); the tile's owner writes u, h =
+//       bf16(silu[g] f32(u)) over gout and each row's (amax, flag) over the tile to hpart [m][ceil(N /
+//       64)] (tma_silu_epilogue); configs.W8A8_TMA_SILU_TIERS stages, then u's exchange, the
+//       rows' amax reduction and the compact SiLU table (w8a8.tma_silu_smem).
 //
 // wg_mainloop<RA, RB, STAGES, WA>: int32 accumulators D [64 x RB] per warpgroup g += A [64 g .. 64 g
 // + 63, K tiles] * B [RB, K tiles]^T. K in 128-byte tiles: every thread copies its share of a
