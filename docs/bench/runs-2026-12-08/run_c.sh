@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# Session (k)'s first call as one (any H100 / H200; under 10 minutes): the GPU tests of the
-# stream-K SiLU form and of the 8-block chain probe kernels, the probe's decode timing
-# (ch8_time.py), the W8A8 FFN with the stream-K SiLU form (S) against routed (A) once each
-# (run_a.sh's cells), and tma_balance.py. run_a.sh / run_b.sh hold the longer forms.
+# Session (k)'s first call (any H100 / H200; under 10 minutes): the GPU tests of the stream-K
+# SiLU form and of the 8-block chain probe kernels, the probe's decode timing (ch8_time.py), the
+# W8A8 FFN with the stream-K SiLU form (S) against routed (A) once each, and tma_balance.py.
 export PYTHONPATH=. METRALE_REQUIRE_GPU=1 OPENBLAS_NUM_THREADS=1
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 timeout 200 python -m pytest -q -n 6 --tb=line -p no:benchmark tests/gpu/test_cuda_chain8_probe.py \
