@@ -156,14 +156,19 @@ def test_chain_tile_every_cta_part(
     from metrale.cuda import tile
 
     monkeypatch.setattr(tile, "CHAIN_CTA_STEPS", (cta_steps, cta_steps))
-    for n, k in ((70, 1152), (33, 12288), (40, 14336)):
-        w = gen.nvfp4(fresh_rng, n, k)
+    check_cta_parts(cuda, fresh_rng, ((70, 1152), (33, 12288), (40, 14336)), f"chain cta_steps={cta_steps}")
+
+
+def check_cta_parts(cuda: Any, rng: np.random.Generator, shapes: tuple, what: str) -> None:
+    """NVFP4 × A16 of each (N, K) in ``shapes`` at 60 rows (NF = 8, fast) and 140 (NF = 16, the
+    second tile slow), in-window and edge rows, against project_chain."""
+    for n, k in shapes:
+        w = gen.nvfp4(rng, n, k)
         dw = cuda.upload(w)
-        x = np.concatenate([window_rows(fresh_rng, 100, k, (-60, 0, 60)), gen.rows(fresh_rng, 40, k)])
+        x = np.concatenate([window_rows(rng, 100, k, (-60, 0, 60)), gen.rows(rng, 40, k)])
         want = ref(x, w)
-        for m in (60, 140):  # 60: NF = 8, fast; 140: NF = 16, the second tile slow
-            got = run_nvfp4(cuda, fresh_rng, x[:m], dw, n)
-            gen.bits_equal(got, want[:m], f"chain cta_steps={cta_steps} m={m} K={k}")
+        for m in (60, 140):
+            gen.bits_equal(run_nvfp4(cuda, rng, x[:m], dw, n), want[:m], f"{what} m={m} K={k}")
 
 
 @pytest.mark.parametrize("part_log", [0, 1])
@@ -184,14 +189,8 @@ def test_chain_tile_smaller_parts(
     monkeypatch.setattr(tile, "CHAIN_PART_STEPS", steps)
     for cta_steps in (2, 16):
         monkeypatch.setattr(tile, "CHAIN_CTA_STEPS", (cta_steps, cta_steps))
-        for n, k in ((70, 1152), (130, 4096), (33, 12288)):
-            w = gen.nvfp4(fresh_rng, n, k)
-            dw = cuda.upload(w)
-            x = np.concatenate([window_rows(fresh_rng, 100, k, (-60, 0, 60)), gen.rows(fresh_rng, 40, k)])
-            want = ref(x, w)
-            what = f"chain parts of {steps} steps, cta_steps={cta_steps}, K={k}"
-            for m in (60, 140):
-                gen.bits_equal(run_nvfp4(cuda, fresh_rng, x[:m], dw, n), want[:m], f"{what} m={m}")
+        what = f"chain parts of {steps} steps, cta_steps={cta_steps}"
+        check_cta_parts(cuda, fresh_rng, ((70, 1152), (130, 4096), (33, 12288)), what)
     assert configs.TILE_CHAIN_PART_LOG == part_log
 
 

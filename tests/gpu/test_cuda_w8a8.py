@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 from metrale.cuda import configs
-from metrale.cuda.w8a8 import GEMM_TILES, SK_TIERS, TMA_NAMES, TMA_TIERS, WGMMA_TILES
+from metrale.cuda.w8a8 import GEMM_TILES, SK_TIERS, TMA_NAMES, TMA_TIERS, WGMMA_FILE, WGMMA_TILES
 from metrale.reference.activations import quantize_a8
 from metrale.reference.formats import W8a8Weight
 from metrale.reference.formats.w8a8 import MAX_K
 from metrale.reference.kernels import REFERENCE_KERNELS
 from metrale.reference.projection import project
-from tests.gpu.gen import F32, bits_equal, check_guard, guarded, rows
+from tests.gpu.gen import F32, bits_equal, check_guard, guarded, rebuild_with, rows
 from tests.helpers import assert_bits_equal
 
 cp = pytest.importorskip("cupy")
@@ -265,13 +265,11 @@ def test_stream_k_tma_every_tier(
     2 x 129 units over one CTA per multiprocessor); launched twice (the parking flags must be
     zero again, so the second launch gives the same bits). Built with the routed owner's fixup
     and with the other one (configs.W8A8_TMA_GATHER: the pieces gathered at once or one by one)."""
-    from metrale.cuda.w8a8 import WGMMA_FILE, _tma_workspace, w8a8_gemv
+    from metrale.cuda.w8a8 import _tma_workspace, w8a8_gemv
 
     if not wgmma_expected():
         pytest.skip("wgmma kernels are sm_90a only")
     if gather == "other":
-        from tests.gpu.gen import rebuild_with
-
         rebuild_with(monkeypatch, (WGMMA_FILE,), W8A8_TMA_GATHER=not configs.W8A8_TMA_GATHER)
     for n, k in ((37, 48), (203, 2128), (4100, 4112), (130, 16400)):
         host = w8a8_weight(fresh_rng, n, k)
@@ -298,8 +296,7 @@ def test_stream_k_owner_gathers_many_pieces(
     """One tile of K = MAX_K (1,024 K tiles over one CTA per multiprocessor: its owner gathers
     more later pieces than a warpgroup has threads) on the n64 tier, with each owner's fixup
     (configs.W8A8_TMA_GATHER), at 1 and 64 rows, launched twice."""
-    from metrale.cuda.w8a8 import WGMMA_FILE, _tma_workspace, w8a8_gemv
-    from tests.gpu.gen import rebuild_with
+    from metrale.cuda.w8a8 import _tma_workspace, w8a8_gemv
 
     if not wgmma_expected():
         pytest.skip("wgmma kernels are sm_90a only")
